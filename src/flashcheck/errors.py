@@ -1,0 +1,79 @@
+"""flashcheck's exceptions.
+
+Every error raised for bad input names the argument, echoes its value and says how to fix it,
+so a user never has to read flashcheck's source to understand a refusal.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FlashcheckError",
+    "InvalidArgument",
+    "BackendUnavailable",
+    "CaseFormatError",
+    "describe",
+]
+
+
+class FlashcheckError(Exception):
+    """Base class of every error flashcheck raises on purpose."""
+
+
+def describe(value: object) -> str:
+    """A short, faithful rendering of ``value`` for an error message.
+
+    Tensors and arrays are described by shape, dtype, device and strides rather than printed,
+    since their contents would drown the message.
+    """
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        kind = type(value).__name__
+        parts = [f"shape={tuple(shape)}", f"dtype={dtype}"]
+        device = getattr(value, "device", None)
+        if device is not None:
+            parts.append(f"device={device}")
+        stride = getattr(value, "stride", None)
+        if callable(stride):
+            parts.append(f"stride={tuple(stride())}")
+        return f"{kind}({', '.join(parts)})"
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class InvalidArgument(FlashcheckError, ValueError):
+    """An argument to a public function is not acceptable.
+
+    The message reads ``name=value: problem. fix`` so it can be acted on directly.
+    """
+
+    def __init__(self, name: str, value: object, problem: str, fix: str):
+        self.argument = name
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{name}={describe(value)}: {problem}. {fix}")
+
+
+class BackendUnavailable(FlashcheckError, RuntimeError):
+    """A kernel backend exists but cannot run here (no GPU, no such SDPA backend, ...)."""
+
+    def __init__(self, backend: str, device: str, reason: str, fix: str = ""):
+        self.backend = backend
+        self.device = device
+        self.reason = reason
+        message = f"kernel {backend!r} cannot run on device {device!r}: {reason}."
+        if fix:
+            message += f" {fix}"
+        super().__init__(message)
+
+
+class CaseFormatError(FlashcheckError, ValueError):
+    """A saved case on disk is missing, truncated or inconsistent."""
+
+    def __init__(self, path: object, problem: str, fix: str = ""):
+        self.path = path
+        message = f"saved case {str(path)!r}: {problem}."
+        if fix:
+            message += f" {fix}"
+        super().__init__(message)

@@ -1,0 +1,1 @@
+"""pytest plugin of flashcheck (loaded through the ``pytest11`` entry point)."""
