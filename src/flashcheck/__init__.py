@@ -1,6 +1,7 @@
 """flashcheck: numerical property testing for tiled ("flash") attention kernels."""
 
 from .errors import BackendUnavailable, CaseFormatError, FlashcheckError, InvalidArgument
+from .oracle import Reference, reference_attention
 from .precision import Precision
 from .spec import Kernel, KernelSpec, kernel
 
@@ -14,5 +15,7 @@ __all__ = [
     "Kernel",
     "KernelSpec",
     "Precision",
+    "Reference",
+    "reference_attention",
     "kernel",
 ]

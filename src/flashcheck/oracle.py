@@ -1,0 +1,365 @@
+"""The oracle: attention in float64 with a certified bound on its own error, and an mpmath auditor.
+
+Inputs are fp16/bf16/fp32, so every product q_id * k_jd and p_ij * v_jk of the first matmul is exact in
+float64; the only errors are float64 roundings, which this module bounds element by element.
+
+Error analysis of ``method="float64"`` (u = 2^-53, gamma_n = n u / (1 - n u)). The computation is
+
+    s^ = fl(fl(Q K^T) * scale);  m = max_j s^;  x = fl(s^ - m);  p^ = fl(exp(x))
+    l^ = fl(sum_j p^);  o^ = fl(fl(p^ V) / l^);  w^ = fl(fl(p^ |V|) / l^);  lse^ = m + log(l^)
+
+1. Every computed weight is exact for a perturbed logit: p^_ij = exp(s_ij - m + theta_ij) with
+   |theta_ij| <= eta_ij = |scale| gamma_D sum_d |q_id||k_jd| + u|s^_ij| + u|x_ij| + eps_exp.
+   Cauchy-Schwarz bounds sum_d |q_id||k_jd| and |s_ij| by ||q_i|| ||k_j||, and |x_ij| <= |s_ij| + |m_i|,
+   so eta_ij <= C ||q_i|| ||k_j|| + u|m_i| + eps_exp: a rank-one form, which turns every bound term
+   into extra columns of the P @ V product (the bound costs no other pass over the N x N scores).
+2. The weights a~ = p^ / sum p^ differ from the exact a by delta_ij (the per-key weight shift of
+   DESIGN.md). For eta tiny (the usual case) expm1 and log1p are linear to within 2^-20, which gives
+   delta_ij <= a~_ij (eta_ij + r_i)(1 + 2^-19) with r_i = sum_j a~_ij eta_ij (1 + 2^-20). Rows with
+   larger eta (logits near 1e60 and beyond) use the exact log-domain formula.
+3. sum_j (a - a~)_ij v_jk is bounded by sum_j delta_ij |v_jk|; the float64 matmul, sum and division add
+   at most 2 gamma_{N+1} w^_ik; keys whose weight underflowed add at most N 2^-1073 max_j |v_jk|.
+
+Every term is first order; a final factor (1 + 2^-16) covers the second-order remainder and the
+rounding of the bound's own arithmetic, which are below 2^-30 relative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from . import masks
+from .errors import FlashcheckError, InvalidArgument
+from .floats import FP64
+from .validation import Shapes, check_attention_inputs
+
+__all__ = ["Reference", "reference_attention"]
+
+U64 = FP64.unit_roundoff
+EPS_EXP = 4 * U64 / (1 - 4 * U64)  # exp of numpy / torch float64: far inside 4 ulps
+TINY_ETA = 2.0**-20  # below this, first-order expansions are certified to 2^-20 relative
+SAFETY = 1 + 2.0**-16
+UNDERFLOW = 2.0**-1073  # largest weight an underflowed exp can hide, twice the smallest subnormal
+METHODS = ("float64", "mpmath")
+ROWS_PER_BLOCK_ELEMENTS = 1 << 21  # ~16 MB per float64 (rows x keys) work array
+
+
+def _gamma(n: int) -> float:
+    return n * U64 / (1 - n * U64)
+
+
+@dataclass
+class Reference:
+    """The oracle's answer for one attention call.
+
+    All arrays are float64 torch tensors on the input's device, indexed (B, Hq, rows, ...):
+
+    - ``out`` (B, Hq, R, Dv): the attention output; NaN on rows with no visible key.
+    - ``lse`` (B, Hq, R): natural-log log-sum-exp of the scaled logits; -inf on empty rows.
+    - ``w`` (B, Hq, R, Dv): the weight scale sum_j a_ij |v_jk|, the natural size of output (i, k).
+    - ``bound`` (B, Hq, R, Dv): certified bound on |out - exact|; NaN on empty rows.
+    - ``lse_bound`` (B, Hq, R): certified bound on |lse - exact|.
+    - ``empty_rows`` (B, Hq, R) bool: rows with no visible key.
+    - ``rows``: the query indices computed (``None``: all).
+    """
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    w: torch.Tensor
+    bound: torch.Tensor
+    lse_bound: torch.Tensor
+    empty_rows: torch.Tensor
+    method: str
+    rows: torch.Tensor | None = None
+    dps: int | None = None
+    shapes: Shapes | None = field(default=None, repr=False)
+
+
+def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
+                        method: str = "float64", dps: int = 50,
+                        rows: Sequence[int] | None = None) -> Reference:
+    """Attention computed exactly enough to judge a kernel, with a bound on its own error.
+
+    ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU. ``method="mpmath"``
+    computes the same quantities with ``dps`` decimal digits (an auditor: about 1 ms per row and
+    head at N = 100, D = 64). ``rows`` restricts either method to the given query indices.
+    """
+    q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
+        q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    if method not in METHODS:
+        raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
+    if isinstance(dps, bool) or not isinstance(dps, int) or not 20 <= dps <= 10_000:
+        raise InvalidArgument("dps", dps, "expected an int from 20 to 10000",
+                              "Pass dps=50 (the default) or more digits for extreme inputs.")
+    row_index = _check_rows(rows, shapes.n_q)
+    if method == "mpmath":
+        return _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)
+    return _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index)
+
+
+def _check_rows(rows, n_q: int) -> torch.Tensor | None:
+    if rows is None:
+        return None
+    try:
+        index = torch.as_tensor(list(rows) if not isinstance(rows, torch.Tensor) else rows,
+                                dtype=torch.int64).reshape(-1).cpu()
+    except (TypeError, ValueError, RuntimeError):
+        index = None
+    if index is None or index.numel() == 0 or bool((index < 0).any()) or bool((index >= n_q).any()):
+        raise InvalidArgument("rows", rows, f"expected query indices in [0, {n_q})",
+                              "Pass a non-empty list of row indices, or None for every row.")
+    return index
+
+
+def _visible_block(causal: str, attn_mask, shapes: Shapes, b: int, h: int, rows: torch.Tensor,
+                   device) -> torch.Tensor:
+    """Visibility (R, Nk) of the given query rows of head (b, h)."""
+    fn = masks.causal(causal, shapes.n_q, shapes.n_k)
+    q_idx = rows.to(device).view(-1, 1)
+    kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
+    vis = torch.broadcast_to(fn(b, h, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k))
+    if attn_mask is not None:
+        full = torch.broadcast_to(attn_mask, (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k))
+        vis = vis & full[b, h].index_select(0, rows.to(attn_mask.device)).to(device)
+    return vis
+
+
+# --- float64 ----------------------------------------------------------------------------------------
+
+class _NumpyOps:
+    """The few array operations the float64 oracle needs, on numpy (CPU)."""
+
+    @staticmethod
+    def asarray(t: torch.Tensor):
+        return t.detach().cpu().to(torch.float64).numpy()
+
+    @staticmethod
+    def mask(t: torch.Tensor):
+        return t.cpu().numpy()
+
+    matmul = staticmethod(np.matmul)
+    concat = staticmethod(lambda xs, axis: np.concatenate([x.reshape(x.shape[0], -1) for x in xs], axis))
+    exp = staticmethod(np.exp)
+    log = staticmethod(np.log)
+    sqrt = staticmethod(np.sqrt)
+    abs = staticmethod(np.abs)
+    where = staticmethod(np.where)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+
+    @staticmethod
+    def amax(x, axis):
+        return np.max(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return np.sum(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def logsumexp(x, axis):
+        top = np.max(x, axis=axis, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            return top + np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True))
+
+    @staticmethod
+    def to_torch(x, device):
+        return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+
+class _TorchOps:
+    """The same operations in torch float64 (GPU)."""
+
+    @staticmethod
+    def asarray(t: torch.Tensor):
+        return t.detach().to(torch.float64)
+
+    @staticmethod
+    def mask(t: torch.Tensor):
+        return t
+
+    matmul = staticmethod(torch.matmul)
+    concat = staticmethod(lambda xs, axis: torch.cat([x.reshape(x.shape[0], -1) for x in xs], axis))
+    exp = staticmethod(torch.exp)
+    log = staticmethod(torch.log)
+    sqrt = staticmethod(torch.sqrt)
+    abs = staticmethod(torch.abs)
+    where = staticmethod(torch.where)
+    minimum = staticmethod(torch.minimum)
+    maximum = staticmethod(torch.maximum)
+
+    @staticmethod
+    def amax(x, axis):
+        return torch.amax(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return torch.sum(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def logsumexp(x, axis):
+        return torch.logsumexp(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def to_torch(x, device):
+        return x
+
+
+def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index) -> Reference:
+    device = q.device
+    ops = _TorchOps if device.type == "cuda" else _NumpyOps
+    B, Hq, Nq, Nk, D, Dv = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k,
+                            shapes.head_dim, shapes.head_dim_v)
+    rows_all = row_index if row_index is not None else torch.arange(Nq)
+    R = rows_all.numel()
+    out = torch.empty((B, Hq, R, Dv), dtype=torch.float64, device=device)
+    w = torch.empty_like(out)
+    bound = torch.empty_like(out)
+    lse = torch.empty((B, Hq, R), dtype=torch.float64, device=device)
+    lse_bound = torch.empty_like(lse)
+    empty = torch.empty((B, Hq, R), dtype=torch.bool, device=device)
+    block = max(1, min(R, ROWS_PER_BLOCK_ELEMENTS // Nk))
+    with np.errstate(over="ignore", divide="ignore"):  # exp overflow to inf is handled (delta <= 1)
+        _float64_heads(ops, q, k, v, scale, causal, attn_mask, shapes, rows_all, block,
+                       (out, w, bound, lse, lse_bound, empty))
+    return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
+                     method="float64", rows=row_index, shapes=shapes)
+
+
+def _float64_heads(ops, q, k, v, scale, causal, attn_mask, shapes, rows_all, block, outputs):
+    device = q.device
+    R, Nk, D, Dv = rows_all.numel(), shapes.n_k, shapes.head_dim, shapes.head_dim_v
+    # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
+    # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
+    C = abs(scale) * (_gamma(D + 2) + 2 * U64) * (1 + U64)
+    for b in range(shapes.batch):
+        for kvh in range(shapes.heads_kv):
+            K = ops.asarray(k[b, kvh])
+            V = ops.asarray(v[b, kvh])
+            absV = ops.abs(V)
+            k_norm = ops.sqrt(ops.sum(K * K, 1))
+            # One matmul gives out, w and both bound terms: P @ [V, |V|, ||k|| |V|, ||k||].
+            stacked = ops.concat((V, absV, k_norm * absV, k_norm), 1)
+            # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
+            underflow = (Nk * UNDERFLOW) * ops.amax(absV, 0)
+            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
+                Qh = ops.asarray(q[b, h])
+                for r0 in range(0, R, block):
+                    rows = rows_all[r0:r0 + block]
+                    vis = ops.mask(_visible_block(causal, attn_mask, shapes, b, h, rows, device))
+                    Q = Qh[ops.mask(rows.to(device))]
+                    res = _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv)
+                    sl = slice(r0, r0 + rows.numel())
+                    for dst, src in zip(outputs, res):
+                        dst[b, h, sl] = ops.to_torch(src, device).reshape(dst[b, h, sl].shape)
+
+
+def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv):
+    """One block of query rows of one head: out, w, bound, lse, lse_bound, empty."""
+    neg_inf = -math.inf
+    s = ops.matmul(Q, K.T) * scale
+    if not bool((ops.abs(s) < math.inf).all()):
+        raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
+                              "(|scale| * |q| * |k| above 1e300)")
+    s = ops.where(vis, s, neg_inf)
+    m = ops.amax(s, 1)
+    empty = m == neg_inf
+    m = ops.where(empty, 0.0, m)
+    x = s - m
+    p = ops.exp(x)
+    l = ops.where(empty, 1.0, ops.sum(p, 1))
+    res = ops.matmul(p, stacked) / l
+    out, w, kw, kbar = res[:, :Dv], res[:, Dv:2 * Dv], res[:, 2 * Dv:3 * Dv], res[:, 3 * Dv:]
+    cq = C * ops.sqrt(ops.sum(Q * Q, 1))
+    rho = U64 * ops.abs(m) + EPS_EXP
+    # r_i = sum_j a~_ij eta_ij; eta_max bounds every eta of the row.
+    r = (cq * kbar + rho) * (1 + TINY_ETA)
+    eta_max = cq * ops.amax(k_norm, 0) + rho
+    Nk = K.shape[0]
+    if bool((eta_max + r <= TINY_ETA).all()):
+        # sum_j a~_ij (eta_ij + r_i) |v_jk| with eta_ij = cq_i ||k_j|| + rho_i
+        shift = (cq * kw + (rho + r) * w) * (1 + 2 * TINY_ETA)
+        lse_shift = r
+    else:
+        eta = ops.where(vis, cq * k_norm.reshape(1, -1) + rho, 0.0)
+        shift, lse_shift = _large_eta_shift(ops, x, l, eta, vis, absV)
+    g = _gamma(Nk + 1)
+    bound = (shift + 2 * g * w * (1 + 2 * g) + underflow) * SAFETY
+    log_l = ops.log(l)
+    lse = m + log_l
+    lse_bound = (lse_shift + g + 4 * U64 * ops.abs(log_l) + 2 * U64 * ops.abs(lse)) * SAFETY
+    nan = math.nan
+    out = ops.where(empty, nan, out)
+    bound = ops.where(empty, nan, bound)
+    w = ops.where(empty, 0.0, w)
+    lse = ops.where(empty, neg_inf, lse)
+    lse_bound = ops.where(empty, 0.0, lse_bound)
+    return out, w, bound, lse, lse_bound, empty
+
+
+def _large_eta_shift(ops, x, l, eta, vis, absV):
+    """Exact per-key weight shift (DESIGN.md's delta) in the log domain, for rows with large eta."""
+    neg_inf = -math.inf
+    log_a = ops.where(vis, x - ops.log(l), neg_inf)
+    log_rmax = ops.logsumexp(log_a + eta, 1)
+    log_rmin = ops.logsumexp(log_a - eta, 1)
+    a = ops.exp(log_a)
+    upper = ops.exp(log_a + eta - log_rmin) - a
+    lower = a - ops.exp(log_a - eta - log_rmax)
+    delta = ops.where(vis, ops.minimum(ops.maximum(upper, lower), 1.0), 0.0)
+    # The lse of the exact logits lies within max(log Rmax, -log Rmin) of the computed one.
+    lse_shift = ops.maximum(log_rmax, -log_rmin)
+    return ops.matmul(delta, absV), ops.where(lse_shift == lse_shift, lse_shift, 0.0)
+
+
+# --- mpmath -----------------------------------------------------------------------------------------
+
+def _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, dps) -> Reference:
+    import mpmath
+
+    B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
+    rows_all = row_index if row_index is not None else torch.arange(Nq)
+    R = rows_all.numel()
+    out = torch.full((B, Hq, R, Dv), math.nan, dtype=torch.float64)
+    w = torch.zeros_like(out)
+    lse = torch.full((B, Hq, R), -math.inf, dtype=torch.float64)
+    empty = torch.zeros((B, Hq, R), dtype=torch.bool)
+    qd, kd, vd = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v))
+    ctx = mpmath.MPContext()
+    ctx.dps = dps
+    mp_scale = ctx.mpf(scale)
+    to_mp = np.frompyfunc(ctx.mpf, 1, 1)
+    for b in range(B):
+        for kvh in range(shapes.heads_kv):
+            K = to_mp(kd[b, kvh])
+            V = to_mp(vd[b, kvh])
+            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
+                vis = _visible_block(causal, attn_mask, shapes, b, h, rows_all, "cpu").numpy()
+                for r, i in enumerate(rows_all.tolist()):
+                    keys = np.flatnonzero(vis[r])
+                    if keys.size == 0:
+                        empty[b, h, r] = True
+                        continue
+                    qi = to_mp(qd[b, h, i])
+                    s = [mp_scale * ctx.fdot(qi, K[j]) for j in keys]
+                    m = max(s)
+                    e = [ctx.exp(sj - m) for sj in s]
+                    total = ctx.fsum(e)
+                    for c in range(Dv):
+                        col = V[keys, c]
+                        out[b, h, r, c] = float(ctx.fdot(e, col) / total)
+                        w[b, h, r, c] = float(ctx.fdot(e, [abs(x) for x in col]) / total)
+                    lse[b, h, r] = float(m + ctx.log(total))
+    # Each value carries the float64 rounding of a result accurate to about 10^-(dps-5).
+    digits = 10.0 ** (5 - dps)
+    bound = (U64 * out.abs() + digits * w).masked_fill(empty[..., None], math.nan)
+    lse_bound = (U64 * lse.abs() + digits).masked_fill(empty, 0.0)
+    device = q.device
+    return Reference(out=out.to(device), lse=lse.to(device), w=w.to(device), bound=bound.to(device),
+                     lse_bound=lse_bound.to(device), empty_rows=empty.to(device), method="mpmath",
+                     rows=row_index, dps=dps, shapes=shapes)
