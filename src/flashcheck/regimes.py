@@ -1,0 +1,196 @@
+"""Adversarial input regimes as named pure functions of (seed, shapes, dtype).
+
+Each *value regime* builds q, k, v whose numbers stress one part of a flash kernel (huge logits, ties,
+a running max that grows at every tile, ...). Each *mask regime* builds a boolean "may attend" mask.
+Large tensors come from a regime name plus a seed, so a test or a campaign can record, replay and
+shrink the recipe instead of the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from .errors import InvalidArgument
+from .floats import format_of
+from .validation import Shapes
+
+__all__ = ["VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "make_values", "make_mask", "make_scale"]
+
+Values = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _randn(gen: torch.Generator, *shape) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=torch.float32)
+
+
+def _qkv_shapes(s: Shapes):
+    return ((s.batch, s.heads_q, s.n_q, s.head_dim), (s.batch, s.heads_kv, s.n_k, s.head_dim),
+            (s.batch, s.heads_kv, s.n_k, s.head_dim_v))
+
+
+def random(gen, s: Shapes, fmax: float) -> Values:
+    """Standard normal q, k, v: the diffuse case every test suite already covers."""
+    qs, ks, vs = _qkv_shapes(s)
+    return _randn(gen, *qs), _randn(gen, *ks), _randn(gen, *vs)
+
+
+def peaked(gen, s: Shapes, fmax: float) -> Values:
+    """Each query is aligned with one key: one weight near 1, the rest far below."""
+    q, k, v = random(gen, s, fmax)
+    group = s.heads_q // s.heads_kv
+    pick = torch.randint(0, s.n_k, (s.batch, s.heads_q, s.n_q), generator=gen)
+    kq = k.repeat_interleave(group, dim=1)
+    q = 4.0 * torch.gather(kq, 2, pick[..., None].expand(-1, -1, -1, s.head_dim))
+    return q, k, v
+
+
+def growing_max(gen, s: Shapes, fmax: float) -> Values:
+    """Logits increase along the keys, so the running max grows at every tile and every rescale counts."""
+    q, k, v = random(gen, s, fmax)
+    direction = _randn(gen, 1, 1, 1, s.head_dim)
+    ramp = torch.linspace(0.0, 6.0, s.n_k).view(1, 1, -1, 1)
+    k = 0.1 * k + ramp * direction / max(direction.norm().item(), 1e-3)
+    q = 0.1 * q + direction.expand_as(q) * 2.0
+    return q, k, v
+
+
+def huge_logits(gen, s: Shapes, fmax: float) -> Values:
+    """Logits of 10^4..10^7: products past fp16's 65504 and exp underflow for all but the top keys."""
+    q, k, v = random(gen, s, fmax)
+    size = min(300.0, math.sqrt(fmax) / 2)
+    return q * size, k * size, v
+
+
+def ties(gen, s: Shapes, fmax: float) -> Values:
+    """Keys drawn from a pool of three, so many logits tie exactly."""
+    q, _, v = random(gen, s, fmax)
+    pool = _randn(gen, s.batch, s.heads_kv, 3, s.head_dim) * 2
+    pick = torch.randint(0, 3, (s.n_k,), generator=gen)
+    return q, pool[:, :, pick], v
+
+
+def near_ties(gen, s: Shapes, fmax: float) -> Values:
+    """One key repeated with tiny perturbations: logits that differ in their last bits."""
+    q, k, v = random(gen, s, fmax)
+    base = k[:, :, :1] * 2
+    return q, base + 1e-3 * k, v
+
+
+def flat(gen, s: Shapes, fmax: float) -> Values:
+    """Tiny logits: nearly uniform attention over every key (accumulation precision on long rows)."""
+    q, k, v = random(gen, s, fmax)
+    return q * 1e-2, k * 1e-2, v
+
+
+def cancelling_v(gen, s: Shapes, fmax: float) -> Values:
+    """V columns of large opposite values: outputs near zero while the weight scale stays large."""
+    q, k, v = random(gen, s, fmax)
+    sign = torch.where(torch.arange(s.n_k) % 2 == 0, 1.0, -1.0).view(1, 1, -1, 1)
+    return q * 0.1, k * 0.1, (64.0 + v.abs()) * sign
+
+
+def positive_v(gen, s: Shapes, fmax: float) -> Values:
+    """V far from zero and all positive: outputs near 100, a matmul-shaped error."""
+    q, k, v = random(gen, s, fmax)
+    return q, k, 100.0 + v
+
+
+def subnormal_p(gen, s: Shapes, fmax: float) -> Values:
+    """Logit gaps of 8..25 below the max: unnormalised P lands in fp16's subnormal range."""
+    q, k, v = random(gen, s, fmax)
+    direction = torch.ones(1, 1, 1, s.head_dim) / math.sqrt(s.head_dim)
+    spread = torch.rand(s.batch, s.heads_kv, s.n_k, 1, generator=gen) * 25.0
+    spread[:, :, 0] = 0.0
+    k = (-spread) * direction * math.sqrt(s.head_dim)
+    q = torch.ones(s.batch, s.heads_q, s.n_q, s.head_dim) / math.sqrt(s.head_dim)
+    return q, k, v
+
+
+def tiny_values(gen, s: Shapes, fmax: float) -> Values:
+    """V near 1e-5: fp16 outputs are subnormal and their rounding is absolute."""
+    q, k, v = random(gen, s, fmax)
+    return q, k, v * 1e-5
+
+
+VALUE_REGIMES: dict[str, Callable[..., Values]] = {
+    f.__name__: f for f in (random, peaked, growing_max, huge_logits, ties, near_ties, flat,
+                            cancelling_v, positive_v, subnormal_p, tiny_values)
+}
+
+
+def make_values(regime: str, *, shapes: Shapes, dtype, seed: int) -> Values:
+    """q, k, v of the named regime, rounded to ``dtype`` (values representable, so exact inputs)."""
+    if regime not in VALUE_REGIMES:
+        raise InvalidArgument("regime", regime, "unknown value regime",
+                              f"Use one of {sorted(VALUE_REGIMES)}.")
+    fmt = format_of(dtype)
+    gen = torch.Generator().manual_seed(int(seed))
+    q, k, v = VALUE_REGIMES[regime](gen, shapes, fmt.max_value)
+    return tuple(t.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous() for t in (q, k, v))
+
+
+# --- masks ------------------------------------------------------------------------------------------
+
+def _mask_random(gen, s: Shapes) -> torch.Tensor:
+    return torch.rand(s.batch, s.heads_q, s.n_q, s.n_k, generator=gen) < 0.7
+
+
+def _mask_fully_masked_rows(gen, s: Shapes) -> torch.Tensor:
+    """A random mask where about a quarter of the rows see no key at all."""
+    m = _mask_random(gen, s)
+    dead = torch.rand(s.batch, s.heads_q, s.n_q, 1, generator=gen) < 0.25
+    return m & ~dead
+
+
+def _mask_key_padding_right(gen, s: Shapes) -> torch.Tensor:
+    lengths = torch.randint(1, s.n_k + 1, (s.batch, 1, 1, 1), generator=gen)
+    return (torch.arange(s.n_k).view(1, 1, 1, -1) < lengths).expand(-1, 1, 1, -1)
+
+
+def _mask_key_padding_left(gen, s: Shapes) -> torch.Tensor:
+    lengths = torch.randint(1, s.n_k + 1, (s.batch, 1, 1, 1), generator=gen)
+    return (torch.arange(s.n_k).view(1, 1, 1, -1) >= s.n_k - lengths).expand(-1, 1, 1, -1)
+
+
+def _mask_sliding_window(gen, s: Shapes) -> torch.Tensor:
+    window = int(torch.randint(1, max(2, s.n_k // 2 + 1), (1,), generator=gen))
+    i = torch.arange(s.n_q).view(-1, 1) + (s.n_k - s.n_q)
+    j = torch.arange(s.n_k).view(1, -1)
+    return ((j <= i) & (j > i - window)).view(1, 1, s.n_q, s.n_k)
+
+
+MASK_REGIMES: dict[str, Callable | None] = {
+    "none": None,
+    "random": _mask_random,
+    "fully_masked_rows": _mask_fully_masked_rows,
+    "key_padding_right": _mask_key_padding_right,
+    "key_padding_left": _mask_key_padding_left,
+    "sliding_window": _mask_sliding_window,
+}
+
+
+def make_mask(regime: str, *, shapes: Shapes, seed: int) -> torch.Tensor | None:
+    """The boolean mask of the named mask regime (``None`` for ``"none"``)."""
+    if regime not in MASK_REGIMES:
+        raise InvalidArgument("mask regime", regime, "unknown mask regime",
+                              f"Use one of {sorted(MASK_REGIMES)}.")
+    fn = MASK_REGIMES[regime]
+    if fn is None:
+        return None
+    return fn(torch.Generator().manual_seed(int(seed) + 1), shapes).contiguous()
+
+
+SCALE_REGIMES = ("default", "negative", "tiny", "huge")
+
+
+def make_scale(regime: str, *, head_dim: int) -> float:
+    """The softmax scale: 1/sqrt(D), or negative, tiny or huge versions of it."""
+    base = 1.0 / math.sqrt(head_dim)
+    table = {"default": base, "negative": -base, "tiny": base * 1e-4, "huge": base * 64.0}
+    if regime not in table:
+        raise InvalidArgument("scale regime", regime, "unknown scale regime",
+                              f"Use one of {list(table)}.")
+    return table[regime]
