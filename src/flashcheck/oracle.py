@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import masks
+from .blockwise import iter_blocks, ops_for, scatter, visible_block
 from .errors import FlashcheckError, InvalidArgument
 from .floats import FP64
 from .validation import Shapes, check_attention_inputs
@@ -46,7 +46,6 @@ TINY_ETA = 2.0**-20  # below this, first-order expansions are certified to 2^-20
 SAFETY = 1 + 2.0**-16
 UNDERFLOW = 2.0**-1073  # largest weight an underflowed exp can hide, twice the smallest subnormal
 METHODS = ("float64", "mpmath")
-ROWS_PER_BLOCK_ELEMENTS = 1 << 21  # ~16 MB per float64 (rows x keys) work array
 
 
 def _gamma(n: int) -> float:
@@ -116,147 +115,37 @@ def _check_rows(rows, n_q: int) -> torch.Tensor | None:
     return index
 
 
-def _visible_block(causal: str, attn_mask, shapes: Shapes, b: int, h: int, rows: torch.Tensor,
-                   device) -> torch.Tensor:
-    """Visibility (R, Nk) of the given query rows of head (b, h)."""
-    fn = masks.causal(causal, shapes.n_q, shapes.n_k)
-    q_idx = rows.to(device).view(-1, 1)
-    kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
-    vis = torch.broadcast_to(fn(b, h, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k))
-    if attn_mask is not None:
-        full = torch.broadcast_to(attn_mask, (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k))
-        vis = vis & full[b, h].index_select(0, rows.to(attn_mask.device)).to(device)
-    return vis
-
-
 # --- float64 ----------------------------------------------------------------------------------------
-
-class _NumpyOps:
-    """The few array operations the float64 oracle needs, on numpy (CPU)."""
-
-    @staticmethod
-    def asarray(t: torch.Tensor):
-        return t.detach().cpu().to(torch.float64).numpy()
-
-    @staticmethod
-    def mask(t: torch.Tensor):
-        return t.cpu().numpy()
-
-    matmul = staticmethod(np.matmul)
-    concat = staticmethod(lambda xs, axis: np.concatenate([x.reshape(x.shape[0], -1) for x in xs], axis))
-    exp = staticmethod(np.exp)
-    log = staticmethod(np.log)
-    sqrt = staticmethod(np.sqrt)
-    abs = staticmethod(np.abs)
-    where = staticmethod(np.where)
-    minimum = staticmethod(np.minimum)
-    maximum = staticmethod(np.maximum)
-
-    @staticmethod
-    def amax(x, axis):
-        return np.max(x, axis=axis, keepdims=True)
-
-    @staticmethod
-    def sum(x, axis):
-        return np.sum(x, axis=axis, keepdims=True)
-
-    @staticmethod
-    def logsumexp(x, axis):
-        top = np.max(x, axis=axis, keepdims=True)
-        top = np.where(np.isfinite(top), top, 0.0)
-        with np.errstate(divide="ignore"):
-            return top + np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True))
-
-    @staticmethod
-    def to_torch(x, device):
-        return torch.from_numpy(np.ascontiguousarray(x)).to(device)
-
-
-class _TorchOps:
-    """The same operations in torch float64 (GPU)."""
-
-    @staticmethod
-    def asarray(t: torch.Tensor):
-        return t.detach().to(torch.float64)
-
-    @staticmethod
-    def mask(t: torch.Tensor):
-        return t
-
-    matmul = staticmethod(torch.matmul)
-    concat = staticmethod(lambda xs, axis: torch.cat([x.reshape(x.shape[0], -1) for x in xs], axis))
-    exp = staticmethod(torch.exp)
-    log = staticmethod(torch.log)
-    sqrt = staticmethod(torch.sqrt)
-    abs = staticmethod(torch.abs)
-    where = staticmethod(torch.where)
-    minimum = staticmethod(torch.minimum)
-    maximum = staticmethod(torch.maximum)
-
-    @staticmethod
-    def amax(x, axis):
-        return torch.amax(x, dim=axis, keepdim=True)
-
-    @staticmethod
-    def sum(x, axis):
-        return torch.sum(x, dim=axis, keepdim=True)
-
-    @staticmethod
-    def logsumexp(x, axis):
-        return torch.logsumexp(x, dim=axis, keepdim=True)
-
-    @staticmethod
-    def to_torch(x, device):
-        return x
-
 
 def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index) -> Reference:
     device = q.device
-    ops = _TorchOps if device.type == "cuda" else _NumpyOps
+    ops = ops_for(device)
     B, Hq, Nq, Nk, D, Dv = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k,
                             shapes.head_dim, shapes.head_dim_v)
     rows_all = row_index if row_index is not None else torch.arange(Nq)
     R = rows_all.numel()
     out = torch.empty((B, Hq, R, Dv), dtype=torch.float64, device=device)
-    w = torch.empty_like(out)
-    bound = torch.empty_like(out)
+    w, bound = torch.empty_like(out), torch.empty_like(out)
     lse = torch.empty((B, Hq, R), dtype=torch.float64, device=device)
     lse_bound = torch.empty_like(lse)
     empty = torch.empty((B, Hq, R), dtype=torch.bool, device=device)
-    block = max(1, min(R, ROWS_PER_BLOCK_ELEMENTS // Nk))
-    with np.errstate(over="ignore", divide="ignore"):  # exp overflow to inf is handled (delta <= 1)
-        _float64_heads(ops, q, k, v, scale, causal, attn_mask, shapes, rows_all, block,
-                       (out, w, bound, lse, lse_bound, empty))
-    return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
-                     method="float64", rows=row_index, shapes=shapes)
-
-
-def _float64_heads(ops, q, k, v, scale, causal, attn_mask, shapes, rows_all, block, outputs):
-    device = q.device
-    R, Nk, D, Dv = rows_all.numel(), shapes.n_k, shapes.head_dim, shapes.head_dim_v
+    outputs = (out, w, bound, lse, lse_bound, empty)
     # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
     C = abs(scale) * (_gamma(D + 2) + 2 * U64) * (1 + U64)
-    for b in range(shapes.batch):
-        for kvh in range(shapes.heads_kv):
-            K = ops.asarray(k[b, kvh])
-            V = ops.asarray(v[b, kvh])
-            absV = ops.abs(V)
-            k_norm = ops.sqrt(ops.sum(K * K, 1))
-            # One matmul gives out, w and both bound terms: P @ [V, |V|, ||k|| |V|, ||k||].
-            stacked = ops.concat((V, absV, k_norm * absV, k_norm), 1)
-            # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
-            underflow = (Nk * UNDERFLOW) * ops.amax(absV, 0)
-            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
-                Qh = ops.asarray(q[b, h])
-                for r0 in range(0, R, block):
-                    rows = rows_all[r0:r0 + block]
-                    vis = ops.mask(_visible_block(causal, attn_mask, shapes, b, h, rows, device))
-                    Q = Qh[ops.mask(rows.to(device))]
-                    res = _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv)
-                    sl = slice(r0, r0 + rows.numel())
-                    for dst, src in zip(outputs, res):
-                        dst[b, h, sl] = ops.to_torch(src, device).reshape(dst[b, h, sl].shape)
+    with np.errstate(over="ignore", divide="ignore"):  # exp overflow to inf is handled (delta <= 1)
+        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all):
+            if blk.new_kv:
+                absV = ops.abs(blk.V)
+                k_norm = ops.sqrt(ops.sum(blk.K * blk.K, 1))
+                # One matmul gives out, w and both bound terms: P @ [V, |V|, ||k|| |V|, ||k||].
+                stacked = ops.concat((blk.V, absV, k_norm * absV, k_norm), 1)
+                # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
+                underflow = (Nk * UNDERFLOW) * ops.amax(absV, 0)
+            res = _float64_block(ops, blk.Q, blk.K, absV, k_norm, stacked, blk.vis, scale, C, underflow, Dv)
+            scatter(ops, outputs, blk, res, device)
+    return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
+                     method="float64", rows=row_index, shapes=shapes)
 
 
 def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv):
@@ -339,7 +228,7 @@ def _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_ind
             K = to_mp(kd[b, kvh])
             V = to_mp(vd[b, kvh])
             for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
-                vis = _visible_block(causal, attn_mask, shapes, b, h, rows_all, "cpu").numpy()
+                vis = visible_block(causal, attn_mask, shapes, b, h, rows_all, "cpu").numpy()
                 for r, i in enumerate(rows_all.tolist()):
                     keys = np.flatnonzero(vis[r])
                     if keys.size == 0:

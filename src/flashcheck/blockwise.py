@@ -1,0 +1,158 @@
+"""Float64 array plumbing shared by the oracle and the error model.
+
+Both walk one attention call head by head and in blocks of query rows (so an N x N work array never
+exceeds a few megabytes), in numpy on the CPU and in torch float64 on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import masks
+from .validation import Shapes
+
+__all__ = ["ops_for", "Block", "iter_blocks", "scatter"]
+
+MAX_BLOCK_ELEMENTS = 1 << 21  # ~16 MB per float64 (rows x keys) work array
+
+
+def visible_block(causal: str, attn_mask, shapes: Shapes, b: int, h: int, rows: torch.Tensor,
+                   device) -> torch.Tensor:
+    """Visibility (R, Nk) of the given query rows of head (b, h)."""
+    fn = masks.causal(causal, shapes.n_q, shapes.n_k)
+    q_idx = rows.to(device).view(-1, 1)
+    kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
+    vis = torch.broadcast_to(fn(b, h, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k))
+    if attn_mask is not None:
+        full = torch.broadcast_to(attn_mask, (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k))
+        vis = vis & full[b, h].index_select(0, rows.to(attn_mask.device)).to(device)
+    return vis
+
+
+class _NumpyOps:
+    """The few array operations the float64 oracle needs, on numpy (CPU)."""
+
+    @staticmethod
+    def asarray(t: torch.Tensor):
+        return t.detach().cpu().to(torch.float64).numpy()
+
+    @staticmethod
+    def mask(t: torch.Tensor):
+        return t.cpu().numpy()
+
+    matmul = staticmethod(np.matmul)
+    concat = staticmethod(lambda xs, axis: np.concatenate([x.reshape(x.shape[0], -1) for x in xs], axis))
+    exp = staticmethod(np.exp)
+    log = staticmethod(np.log)
+    sqrt = staticmethod(np.sqrt)
+    abs = staticmethod(np.abs)
+    where = staticmethod(np.where)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+
+    @staticmethod
+    def amax(x, axis):
+        return np.max(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return np.sum(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def logsumexp(x, axis):
+        top = np.max(x, axis=axis, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            return top + np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True))
+
+    @staticmethod
+    def to_torch(x, device):
+        return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+
+class _TorchOps:
+    """The same operations in torch float64 (GPU)."""
+
+    @staticmethod
+    def asarray(t: torch.Tensor):
+        return t.detach().to(torch.float64)
+
+    @staticmethod
+    def mask(t: torch.Tensor):
+        return t
+
+    matmul = staticmethod(torch.matmul)
+    concat = staticmethod(lambda xs, axis: torch.cat([x.reshape(x.shape[0], -1) for x in xs], axis))
+    exp = staticmethod(torch.exp)
+    log = staticmethod(torch.log)
+    sqrt = staticmethod(torch.sqrt)
+    abs = staticmethod(torch.abs)
+    where = staticmethod(torch.where)
+    minimum = staticmethod(torch.minimum)
+    maximum = staticmethod(torch.maximum)
+
+    @staticmethod
+    def amax(x, axis):
+        return torch.amax(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return torch.sum(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def logsumexp(x, axis):
+        return torch.logsumexp(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def to_torch(x, device):
+        return x
+
+
+def ops_for(device) -> type:
+    """numpy on the CPU, torch float64 on a GPU."""
+    return _TorchOps if torch.device(device).type == "cuda" else _NumpyOps
+
+
+@dataclass
+class Block:
+    """Query rows ``rows`` (positions ``sl`` of the output) of head ``h`` in batch entry ``b``."""
+
+    b: int
+    h: int
+    kv_head: int
+    sl: slice
+    Q: object  # (R, D) float64
+    K: object  # (Nk, D) float64, shared by the query heads of one kv head
+    V: object  # (Nk, Dv) float64
+    vis: object  # (R, Nk) bool
+    new_kv: bool  # first block of this (b, kv_head): per-kv precomputation may be refreshed
+
+
+def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor):
+    """Every (b, h, block of rows) of an attention call, with float64 operands."""
+    device = q.device
+    R = rows_all.numel()
+    step = max(1, min(R, MAX_BLOCK_ELEMENTS // shapes.n_k))
+    for b in range(shapes.batch):
+        for kvh in range(shapes.heads_kv):
+            K = ops.asarray(k[b, kvh])
+            V = ops.asarray(v[b, kvh])
+            new_kv = True
+            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
+                Qh = ops.asarray(q[b, h])
+                for r0 in range(0, R, step):
+                    rows = rows_all[r0:r0 + step]
+                    vis = ops.mask(visible_block(causal, attn_mask, shapes, b, h, rows, device))
+                    yield Block(b, h, kvh, slice(r0, r0 + rows.numel()), Qh[ops.mask(rows.to(device))],
+                                K, V, vis, new_kv)
+                    new_kv = False
+
+
+def scatter(ops, outputs, block: Block, results, device) -> None:
+    """Write one block's per-row results into the (B, H, R, ...) output tensors."""
+    for dst, src in zip(outputs, results):
+        view = dst[block.b, block.h, block.sl]
+        view.copy_(ops.to_torch(src, device).reshape(view.shape))
