@@ -57,7 +57,7 @@ def causal_bottom_right(n_q: int, n_k: int) -> MaskFn:
 
 def causal(mode: str, n_q: int, n_k: int) -> MaskFn:
     """The mask function of a causal alignment name: ``"none"``, ``"top_left"``, ``"bottom_right"``."""
-    mode = check_causal(mode)
+    mode = check_causal(mode, "mode")
     if mode == "none":
         return full
     if mode == "top_left":
@@ -99,9 +99,9 @@ def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> MaskFn:
 
     ``offset = n_k - n_q`` aligns the window bottom-right; ``right=0`` makes it causal.
     """
-    if int(left) < 0 or int(right) < 0:
-        raise InvalidArgument("left" if int(left) < 0 else "right", (left, right),
-                              "window sides must be non-negative", "Pass left >= 0 and right >= 0.")
+    for name, side in (("left", left), ("right", right)):
+        if int(side) < 0:
+            raise InvalidArgument(name, side, "window sides must be non-negative", "Pass left >= 0 and right >= 0.")
     left, right, offset = int(left), int(right), int(offset)
 
     def sliding_window(b, h, q_idx, kv_idx):
@@ -113,9 +113,12 @@ def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> MaskFn:
 
 def from_tensor(mask: torch.Tensor) -> MaskFn:
     """An arbitrary boolean mask broadcastable to (B, H, Nq, Nk), as a mask function."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 4:
-        raise InvalidArgument("mask", mask, "expected a 4-d torch.bool tensor",
-                              "Pass a boolean tensor of shape (B or 1, H or 1, Nq, Nk).")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() > 4:
+        raise InvalidArgument("mask", mask, "expected a torch.bool tensor of at most 4 dimensions",
+                              "Pass a boolean tensor of shape (B or 1, H or 1, Nq or 1, Nk or 1) "
+                              "or a suffix of it, like attn_mask in the calling convention.")
+    # Fewer dims broadcast from the right, as attn_mask does in the calling convention.
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
     def from_tensor(b, h, q_idx, kv_idx):
         m = mask.to(q_idx.device)
@@ -152,12 +155,20 @@ def or_masks(*masks: MaskFn) -> MaskFn:
     return or_masks
 
 
-def materialize(mask: MaskFn, shape: Sequence[int], *, device: str | torch.device = "cpu") -> torch.Tensor:
-    """Evaluate a mask function on every (b, h, q, kv) of ``shape = (B, H, Nq, Nk)``."""
-    if len(shape) != 4 or any(int(s) < 1 for s in shape):
+def _shape(shape) -> tuple[int, int, int, int]:
+    try:
+        sizes = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        sizes = ()
+    if len(sizes) != 4 or any(s < 1 for s in sizes):
         raise InvalidArgument("shape", shape, "expected four positive sizes (B, H, Nq, Nk)",
                               "Pass the full attention shape, e.g. (2, 4, 128, 128).")
-    B, H, Nq, Nk = (int(s) for s in shape)
+    return sizes
+
+
+def materialize(mask: MaskFn, shape: Sequence[int], *, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Evaluate a mask function on every (b, h, q, kv) of ``shape = (B, H, Nq, Nk)``."""
+    B, H, Nq, Nk = _shape(shape)
     ar = lambda n: torch.arange(n, device=device)  # noqa: E731
     b = ar(B).view(B, 1, 1, 1)
     h = ar(H).view(1, H, 1, 1)
@@ -170,9 +181,14 @@ def materialize(mask: MaskFn, shape: Sequence[int], *, device: str | torch.devic
 def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[int],
             *, device: str | torch.device = "cpu") -> torch.Tensor:
     """The keys each query may attend under the calling convention's ``causal`` and ``attn_mask``."""
-    B, H, Nq, Nk = (int(s) for s in shape)
-    fn = causal(causal_mode, Nq, Nk)
-    out = materialize(fn, shape, device=device)
+    B, H, Nq, Nk = _shape(shape)
+    fn = causal(check_causal(causal_mode, "causal_mode"), Nq, Nk)
+    out = materialize(fn, (B, H, Nq, Nk), device=device)
     if attn_mask is not None:
-        out = out & torch.broadcast_to(attn_mask.to(device=device, dtype=torch.bool), (B, H, Nq, Nk))
+        try:
+            dense = torch.broadcast_to(attn_mask.to(device=device, dtype=torch.bool), (B, H, Nq, Nk))
+        except RuntimeError:
+            raise InvalidArgument("attn_mask", attn_mask, f"does not broadcast to {(B, H, Nq, Nk)}",
+                                  "The mask must broadcast to (B, Hq, Nq, Nk).") from None
+        out = out & dense
     return out

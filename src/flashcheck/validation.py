@@ -84,16 +84,18 @@ def check_attention_inputs(q, k, v, *, scale, causal, attn_mask=None):
         if 0 in t.shape:
             raise InvalidArgument(name, t, "empty dimension",
                                   "Every dimension of q, k and v must be at least 1.")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise InvalidArgument("k", k, f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}",
-                              "Cast q, k and v to one dtype.")
-    if not (q.device == k.device == v.device):
-        raise InvalidArgument("k", k, f"devices differ: q {q.device}, k {k.device}, v {v.device}",
-                              "Move q, k and v to one device.")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise InvalidArgument(name, t, f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}",
+                                  "Cast q, k and v to one dtype.")
+        if t.device != q.device:
+            raise InvalidArgument(name, t, f"devices differ: q {q.device}, k {k.device}, v {v.device}",
+                                  "Move q, k and v to one device.")
     B, Hq, Nq, D = q.shape
-    if k.shape[0] != B or v.shape[0] != B:
-        raise InvalidArgument("k", k, f"batch size differs from q's ({B})",
-                              "q, k and v need the same batch size.")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[0] != B:
+            raise InvalidArgument(name, t, f"batch size differs from q's ({B})",
+                                  "q, k and v need the same batch size.")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise InvalidArgument("v", v, f"k is {tuple(k.shape)}: heads and length must match k's",
                               "k and v need the same number of heads and keys.")
