@@ -77,6 +77,7 @@ class Reference:
     rows: torch.Tensor | None = None
     dps: int | None = None
     shapes: Shapes | None = field(default=None, repr=False)
+    inputs: dict | None = field(default=None, repr=False)  # the call it answers, for budgets
 
 
 def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
@@ -97,8 +98,11 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
                               "Pass dps=50 (the default) or more digits for extreme inputs.")
     row_index = _check_rows(rows, shapes.n_q)
     if method == "mpmath":
-        return _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)
-    return _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index)
+        ref = _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)
+    else:
+        ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index)
+    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return ref
 
 
 def _check_rows(rows, n_q: int) -> torch.Tensor | None:

@@ -1,0 +1,201 @@
+"""Checking one kernel on one case: run it, compare every element with the oracle, give a verdict.
+
+``check`` runs a kernel on an :class:`~flashcheck.case.AttentionCase` and returns a
+:class:`~flashcheck.verdict.Verdict`; ``assert_attention_close`` does the same for an output the caller
+computed. Numbers come from :mod:`flashcheck.budget`; nothing here sets a tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from .budget import Budget, error_budget
+from .case import AttentionCase
+from .diagnose import diagnose_elements
+from .errors import InvalidArgument
+from .oracle import Reference, reference_attention
+from .precision import Precision, precision_named
+from .spec import Kernel, as_kernel
+from .verdict import BUG, Finding, Verdict
+
+__all__ = ["KernelRun", "run_kernel", "check", "compare", "assert_attention_close"]
+
+
+@dataclass
+class KernelRun:
+    """What one call of a kernel produced: an output (and lse), or the exception it raised."""
+
+    out: torch.Tensor | None
+    lse: torch.Tensor | None
+    error: BaseException | None
+    traceback: str | None
+    seconds: float
+
+
+def run_kernel(kernel, q, k, v, *, scale, causal, attn_mask=None) -> KernelRun:
+    """Call a kernel, catching what it raises; never lets a kernel's exception escape."""
+    start = time.perf_counter()
+    try:
+        result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        if q.is_cuda:
+            torch.cuda.synchronize(q.device)
+    except Exception as exc:  # a crash is a finding, not flashcheck's failure
+        return KernelRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
+    out, lse = (result if isinstance(result, (tuple, list)) and len(result) == 2 else (result, None))
+    return KernelRun(out, lse, None, None, time.perf_counter() - start)
+
+
+def _output_problems(out, lse, shapes, dtype, device) -> list[Finding]:
+    want_shape = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v)
+    problems = []
+    if not isinstance(out, torch.Tensor):
+        problems.append(f"returned {type(out).__name__}, not a tensor")
+    else:
+        if tuple(out.shape) != want_shape:
+            problems.append(f"out has shape {tuple(out.shape)}, expected {want_shape}")
+        if out.dtype != dtype:
+            problems.append(f"out has dtype {out.dtype}, expected {dtype}")
+        if out.device != device:
+            problems.append(f"out is on {out.device}, expected {device}")
+    if lse is not None:
+        if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want_shape[:-1]:
+            problems.append(f"lse has shape {tuple(getattr(lse, 'shape', ()))}, expected {want_shape[:-1]}")
+    return [Finding("wrong_output", BUG, p) for p in problems]
+
+
+def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
+            fully_masked_rows: str = "any", regime: str | None = None) -> tuple[list[Finding], float]:
+    """Findings of an output against the oracle and its budget, and the largest error/budget ratio."""
+    ref = budget.reference
+    shapes = ref.shapes
+    rows = ref.rows
+    if rows is not None:
+        out = out.index_select(2, rows.to(out.device))
+        lse = lse.index_select(2, rows.to(lse.device)) if lse is not None else None
+    got = out.detach().to(ref.out.device, torch.float64)
+    empty = ref.empty_rows
+    live = ~empty[..., None].expand_as(got)
+    findings: list[Finding] = []
+
+    finite = torch.isfinite(got)
+    nonfinite = live & ~finite
+    if bool(nonfinite.any()):
+        idx = tuple(int(i) for i in torch.nonzero(nonfinite)[0])
+        findings.append(Finding(
+            "nonfinite", BUG,
+            f"{got[idx]} where the oracle is finite: " + diagnose_elements(nonfinite, shapes, rows, empty),
+            index=idx, regime=regime))
+
+    err = (got - ref.out).abs()
+    ratio = torch.where(live & finite, err / budget.total, torch.zeros_like(err))
+    ratio = torch.where(err == 0, torch.zeros_like(ratio), ratio)  # exact answers, even on a zero budget
+    max_ratio = float(ratio.max()) if ratio.numel() else math.nan
+    over = ratio > 1
+    if bool(over.any()):
+        idx = tuple(int(i) for i in torch.nonzero(ratio == ratio.max())[0])
+        findings.append(Finding(
+            "over_budget", BUG, diagnose_elements(over, shapes, rows, empty),
+            index=idx, error=float(err[idx]), budget=budget.breakdown(idx), ratio=float(ratio[idx]),
+            regime=regime, details={"elements_over": int(over.sum())}))
+
+    if bool(empty.any()) and fully_masked_rows != "any":
+        rows_out = got[empty]
+        if fully_masked_rows == "zero":
+            broken = ~(rows_out == 0).all(-1)
+            if lse is not None:
+                lse_rows = lse.detach().to(ref.out.device, torch.float64)[empty]
+                broken |= ~(lse_rows == -math.inf)
+        else:  # "nan"
+            broken = ~torch.isnan(rows_out).all(-1)
+        if bool(broken.any()):
+            example = rows_out[broken][0][:4].tolist()
+            findings.append(Finding(
+                "masked_row_promise", BUG,
+                f"{int(broken.sum())} of {int(empty.sum())} rows with no visible key are not "
+                f"{fully_masked_rows!r} (first values {example})", regime=regime))
+
+    if lse is not None:
+        got_lse = lse.detach().to(ref.out.device, torch.float64)
+        lse_err = (got_lse - ref.lse).abs()
+        live_rows = ~empty
+        bad_lse = live_rows & ~(lse_err <= budget.lse_total)  # NaN counts as bad
+        if bool(bad_lse.any()):
+            lse_ratio = torch.where(live_rows, lse_err / budget.lse_total, torch.zeros_like(lse_err))
+            idx = tuple(int(i) for i in torch.nonzero(bad_lse)[0])
+            findings.append(Finding(
+                "lse", BUG, f"lse off on {int(bad_lse.sum())} of {int(live_rows.sum())} rows "
+                f"(got {float(got_lse[idx]):.6g}, exact {float(ref.lse[idx]):.6g})",
+                index=idx, error=float(lse_err[idx]), ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf)[idx]),
+                budget={"total": float(budget.lse_total[idx])}, regime=regime))
+    return findings, max_ratio
+
+
+def check(kernel, case: AttentionCase, *, precision: Precision | str | None = None,
+          device: str | torch.device | None = None, reference: Reference | None = None,
+          budget: Budget | None = None) -> Verdict:
+    """Run ``kernel`` on ``case`` and judge its output element by element.
+
+    ``precision`` overrides the kernel spec's contract; ``device`` defaults to CUDA when available.
+    """
+    if not isinstance(case, AttentionCase):
+        raise InvalidArgument("case", case, "expected a flashcheck AttentionCase",
+                              "Build one with AttentionCase.create(q, k, v, scale=...) or load a saved one.")
+    kern: Kernel = as_kernel(kernel)
+    contract = precision_named(precision) if precision is not None else kern.spec.precision
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    regime = case.provenance.get("strategy") if case.provenance else None
+    q, k, v, mask = case.to_device(device)
+    run = run_kernel(kern, q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask)
+    meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
+    if run.error is not None:
+        crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
+                        regime=regime, details={"traceback": run.traceback})
+        return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
+    t0 = time.perf_counter()
+    if budget is None:
+        ref_inputs = (case.q.to(device), case.k.to(device), case.v.to(device))
+        kw = dict(scale=case.scale, causal=case.causal, attn_mask=None if mask is None else mask)
+        if reference is None:
+            reference = reference_attention(*ref_inputs, **kw)
+        budget = error_budget(*ref_inputs, **kw, precision=contract, reference=reference)
+    t_oracle = time.perf_counter() - t0
+    reference = budget.reference
+    wrong = _output_problems(run.out, run.lse, reference.shapes, case.torch_dtype, device)
+    if wrong:
+        return Verdict.from_findings(wrong, max_ratio=math.nan,
+                                     elapsed={"kernel": run.seconds, "oracle": t_oracle}, **meta)
+    findings, max_ratio = compare(run.out, run.lse, budget, fully_masked_rows=kern.spec.fully_masked_rows,
+                                  regime=regime)
+    return Verdict.from_findings(findings, max_ratio=max_ratio,
+                                 elapsed={"kernel": run.seconds, "oracle": t_oracle}, **meta)
+
+
+def assert_attention_close(out: torch.Tensor, reference: Reference, *, precision: Precision | str,
+                           lse: torch.Tensor | None = None, fully_masked_rows: str = "any") -> Verdict:
+    """Assert that ``out`` (and ``lse``) is within the error budget of ``precision`` for ``reference``.
+
+    ``reference`` comes from :func:`flashcheck.reference_attention` on the same inputs. Raises an
+    ``AssertionError`` that carries the verdict's explanation; returns the verdict otherwise.
+    """
+    if not isinstance(reference, Reference) or reference.inputs is None:
+        raise InvalidArgument("reference", reference, "expected the result of flashcheck.reference_attention",
+                              "Pass reference_attention(q, k, v, scale=..., ...) computed on the kernel's inputs.")
+    inputs = reference.inputs
+    budget = error_budget(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"], causal=inputs["causal"],
+                          attn_mask=inputs["attn_mask"], precision=precision, reference=reference)
+    wrong = _output_problems(out, lse, reference.shapes, inputs["q"].dtype, inputs["q"].device)
+    if wrong:
+        verdict = Verdict.from_findings(wrong, max_ratio=math.nan)
+    else:
+        findings, max_ratio = compare(out, lse, budget, fully_masked_rows=fully_masked_rows)
+        verdict = Verdict.from_findings(findings, max_ratio=max_ratio)
+    if not verdict.ok:
+        raise AssertionError(str(verdict))
+    return verdict

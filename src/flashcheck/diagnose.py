@@ -1,0 +1,80 @@
+"""One-line diagnoses: where in the output a defect sits, and what that points to.
+
+Bad elements are described by the rows, heads and columns they cover: tail rows of a partial tile,
+rows at a tile period, the first or last rows, a few heads, every column or a few.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .validation import Shapes
+
+__all__ = ["describe_rows", "diagnose_elements"]
+
+TILES = (16, 32, 64, 128)
+
+
+def _ranges(values: list[int], limit: int = 4) -> str:
+    if not values:
+        return "none"
+    spans, start, prev = [], values[0], values[0]
+    for x in values[1:]:
+        if x != prev + 1:
+            spans.append((start, prev))
+            start = x
+        prev = x
+    spans.append((start, prev))
+    text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in spans[:limit])
+    return text + (f" (+{len(spans) - limit} more)" if len(spans) > limit else "")
+
+
+def describe_rows(rows: list[int], n_rows: int) -> str:
+    """What a set of bad query rows suggests (tail tile, tile period, edges)."""
+    hints = []
+    if not rows:
+        return "no rows"
+    bad = set(rows)
+    for tile in TILES:
+        tail_start = (n_rows // tile) * tile
+        if tail_start < n_rows and tail_start > 0 and bad <= set(range(tail_start, n_rows)):
+            hints.append(f"only the tail tile of {tile} rows ({tail_start}..{n_rows - 1})")
+            break
+    for tile in TILES:
+        phases = {r % tile for r in rows}
+        if n_rows >= 2 * tile and len(rows) >= 2 and len(phases) <= max(1, tile // 8) \
+                and len({r // tile for r in rows}) > 1:
+            hints.append(f"periodic with tile {tile} (row phases {sorted(phases)[:4]})")
+            break
+    if bad == {0} or bad == {n_rows - 1}:
+        hints.append("a single edge row")
+    text = f"rows {_ranges(sorted(bad))} of {n_rows}"
+    return text + ("; " + "; ".join(hints) if hints else "")
+
+
+def diagnose_elements(bad: torch.Tensor, shapes: Shapes, rows: torch.Tensor | None = None,
+                      empty_rows: torch.Tensor | None = None) -> str:
+    """Summarise a boolean (B, Hq, R, Dv) map of bad output elements in one line."""
+    bad = bad.detach().cpu()
+    count = int(bad.sum())
+    if count == 0:
+        return "no element"
+    B, Hq, R, Dv = bad.shape
+    row_index = rows.cpu().tolist() if rows is not None else list(range(R))
+    bad_rows = sorted({row_index[i] for i in torch.nonzero(bad.any(-1).any(0).any(0)).flatten().tolist()})
+    heads = torch.nonzero(bad.any(-1).any(-1).any(0)).flatten().tolist()
+    cols = int(bad.any(0).any(0).any(0).sum())
+    parts = [f"{count} of {bad.numel()} elements", describe_rows(bad_rows, shapes.n_q)]
+    if Hq > 1:
+        parts.append(f"heads {_ranges(heads)} of {Hq}" if len(heads) < Hq else "every head")
+        if shapes.heads_kv < Hq and len(heads) < Hq:
+            groups = {h // shapes.group for h in heads}
+            parts.append(f"kv heads {_ranges(sorted(groups))} (GQA group {shapes.group})")
+    parts.append("every column" if cols == Dv else f"{cols} of {Dv} columns")
+    if empty_rows is not None:
+        touching = bool((bad.any(-1) & empty_rows.cpu()).any())
+        if touching:
+            parts.append("on rows with no visible key")
+    if shapes.n_q != shapes.n_k:
+        parts.append(f"Nq={shapes.n_q} != Nk={shapes.n_k}")
+    return "; ".join(parts)

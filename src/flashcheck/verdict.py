@@ -1,0 +1,94 @@
+"""Verdicts and findings: what flashcheck concluded about one kernel on one case, and why."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "worst_status"]
+
+PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
+_RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
+
+FINDING_KINDS = (
+    "over_budget",          # error above the hard budget somewhere
+    "nonfinite",            # NaN/inf where the oracle is finite
+    "masked_row_promise",   # a fully masked row does not hold the spec's promised value
+    "lse",                  # the returned lse is off
+    "poison_leak",          # poisoned masked-out K/V or memory past a tensor changed the output
+    "layout_dependence",    # same numbers, another memory layout, another output
+    "nondeterminism",       # two identical calls, two outputs
+    "crash",                # the kernel raised
+    "wrong_output",         # wrong shape, dtype or device
+    "reordering_outlier",   # inside the budget but far outside legal reorderings (SUSPICIOUS)
+)
+
+
+def worst_status(statuses) -> str:
+    return max(statuses, key=_RANK.__getitem__, default=PASS)
+
+
+@dataclass
+class Finding:
+    """One thing wrong (or suspicious) with a kernel's output, with the evidence.
+
+    ``index`` is the worst element (b, h, i, k) in the output's indices, ``error`` its distance to the
+    oracle, ``budget`` its budget term by term (with ``total``), ``ratio`` error / budget total.
+    """
+
+    kind: str
+    status: str
+    diagnosis: str
+    index: tuple | None = None
+    error: float | None = None
+    budget: dict | None = None
+    ratio: float | None = None
+    regime: str | None = None
+    details: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        head = f"{self.status} {self.kind}: {self.diagnosis}"
+        if self.index is not None and self.error is not None:
+            head += f"\n    worst element {self.index}: error {self.error:.3e}"
+            if self.ratio is not None:
+                head += f" = {self.ratio:.3g} x budget"
+        if self.budget:
+            terms = ", ".join(f"{k} {v:.2e}" for k, v in self.budget.items() if k != "total")
+            head += f"\n    budget {self.budget.get('total', math.nan):.3e} = {terms}"
+        return head
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["index"] = list(self.index) if self.index is not None else None
+        return out
+
+
+@dataclass
+class Verdict:
+    """PASS, SUSPICIOUS or BUG, with the findings that justify it and the margin seen."""
+
+    status: str
+    findings: list[Finding]
+    max_ratio: float  # largest error / budget over every element checked (nan if nothing compared)
+    kernel: str = ""
+    case: str = ""
+    regime: str | None = None
+    elapsed: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_findings(cls, findings, **kw) -> "Verdict":
+        return cls(status=worst_status(f.status for f in findings), findings=list(findings), **kw)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASS
+
+    def __str__(self) -> str:
+        lines = [f"{self.status}: {self.kernel} on {self.case}", f"  max error/budget {self.max_ratio:.3g}"]
+        lines += ["  " + f.summary().replace("\n", "\n  ") for f in self.findings]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,
+                "max_ratio": self.max_ratio, "elapsed": self.elapsed,
+                "findings": [f.as_dict() for f in self.findings]}
