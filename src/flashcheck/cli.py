@@ -1,0 +1,178 @@
+"""The ``flashcheck`` command: ``fuzz`` a kernel, ``replay`` a saved case, list ``kernels`` and ``presets``.
+
+Exit status: 0 when nothing is wrong, 1 when a bug was found, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE = 0, 1, 2
+DTYPES = ("fp16", "bf16", "fp32")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flashcheck", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    fuzz = sub.add_parser("fuzz", help="run a fuzzing campaign against a kernel")
+    fuzz.add_argument("kernel", help="torch:math, torch:flash, ..., flashcheck:triton, or package.module:function")
+    fuzz.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
+    fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                      help="cpu runs Triton kernels under the Triton interpreter (default: cuda if available)")
+    fuzz.add_argument("--max-examples", type=int, default=None, metavar="N")
+    fuzz.add_argument("--time-budget", type=float, default=None, metavar="S", help="seconds")
+    fuzz.add_argument("--seed", type=int, default=None)
+    fuzz.add_argument("--preset", default="smoke", metavar="NAME|PATH")
+    fuzz.add_argument("--corpus", default="flashcheck-corpus", metavar="DIR",
+                      help="where failing cases are saved (and the hypothesis database, unless --database)")
+    fuzz.add_argument("--database", default=None, metavar="DIR", help="a hypothesis example database to share")
+    fuzz.add_argument("--json", default=None, metavar="PATH", help="write the JSON summary here")
+    fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    replay = sub.add_parser("replay", help="re-run one saved case")
+    replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
+    replay.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
+    replay.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    replay.add_argument("--json", default=None, metavar="PATH")
+
+    sub.add_parser("kernels", help="list the built-in kernels")
+    sub.add_parser("presets", help="list the built-in campaign presets")
+    return parser
+
+
+def _device(choice: str | None) -> str:
+    if choice is not None:
+        return choice
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _prepare_device(argv) -> None:
+    # The Triton interpreter is chosen when triton is imported: decide before anything imports it.
+    if "--device" in argv and argv[argv.index("--device") + 1:][:1] == ["cpu"]:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif "--device=cpu" in argv:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _progress_printer(total: int, enabled: bool):
+    if not enabled:
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("[bold]fuzz"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                   TextColumn("{task.fields[found]}"), TimeElapsedColumn(), transient=False)
+    task = bar.add_task("fuzz", total=total, rate="", found="")
+
+    def update(result):
+        import time as _t
+
+        elapsed = max(_t.monotonic() - update.start, 1e-9)
+        bugs = result.by_status.get("BUG", 0)
+        bar.update(task, completed=min(result.cases, total), rate=f"{result.cases / elapsed:.1f} cases/s",
+                   found=f"findings {len(result.findings) or bugs}")
+
+    import time as _t
+
+    update.start = _t.monotonic()
+    return bar, update
+
+
+def _cmd_fuzz(args) -> int:
+    from .campaign import run_campaign, write_summary
+    from .kernels import resolve_kernel
+    from .presets import load_preset
+
+    device = _device(args.device)
+    kernel = resolve_kernel(args.kernel, device=device)
+    preset = load_preset(args.preset)
+    total = args.max_examples or preset.max_examples
+    bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
+    if bar is not None:
+        bar.start()
+    try:
+        result = run_campaign(kernel, device=device, preset=preset, dtypes=args.dtype,
+                              max_examples=args.max_examples, time_budget=args.time_budget, seed=args.seed,
+                              corpus=args.corpus, database=args.database, progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if args.json:
+        write_summary(result, args.json)
+    _print_summary(result)
+    return EXIT_BUG if result.verdict == "BUG" else EXIT_OK
+
+
+def _print_summary(result) -> None:
+    d = result.as_dict()
+    print(f"flashcheck fuzz {result.kernel} on {result.device} (preset {result.preset}): {result.verdict}")
+    print(f"  {result.cases} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s), stopped: {result.stopped}")
+    split = ", ".join(f"{k} {v:.2f} s" for k, v in d["time_split_s"].items())
+    print(f"  time: {split}")
+    for dtype, ratio in sorted(result.max_ratio_by_dtype.items()):
+        print(f"  {dtype}: {result.by_dtype[dtype]} cases, max error/budget {ratio:.3g}")
+    for f in result.findings:
+        print(f"  {f['status']} {'+'.join(f['kinds'])} ({'shrunk' if f['shrunk'] else 'as found'}): {f['case']}")
+        for line in f["diagnosis"]:
+            print(f"      {line}")
+        print(f"      replay: {f['replay']}")
+
+
+def _cmd_replay(args) -> int:
+    from .case import AttentionCase
+    from .check import check
+    from .kernels import resolve_kernel
+
+    case = AttentionCase.load(args.case)
+    name = args.kernel or case.provenance.get("kernel")
+    if not name:
+        from .errors import InvalidArgument
+
+        raise InvalidArgument("--kernel", name, "the saved case does not name its kernel",
+                              "Pass --kernel NAME to choose the kernel to replay it on.")
+    device = _device(args.device)
+    verdict = check(resolve_kernel(name, device=device), case, device=device)
+    print(verdict)
+    if args.json:
+        Path(args.json).write_text(json.dumps(verdict.as_dict(), indent=2, default=str))
+    return EXIT_BUG if verdict.status == "BUG" else EXIT_OK
+
+
+def _cmd_kernels(args) -> int:
+    from .kernels import BUILTIN_KERNELS
+
+    for name, text in BUILTIN_KERNELS.items():
+        print(f"{name:20} {text}")
+    return EXIT_OK
+
+
+def _cmd_presets(args) -> int:
+    from .presets import builtin_presets, load_preset
+
+    for name in builtin_presets():
+        print(f"{name:14} {load_preset(name).description}")
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _prepare_device(argv)
+    args = _parser().parse_args(argv)
+    from .errors import FlashcheckError
+
+    commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "kernels": _cmd_kernels, "presets": _cmd_presets}
+    try:
+        return commands[args.command](args)
+    except FlashcheckError as exc:
+        print(f"flashcheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Hypothesis strategies for attention inputs, driven by a kernel spec.
+
+A drawn :class:`Recipe` names a shape, a dtype, a value regime, a mask regime, a causal alignment, a
+scale regime, a memory layout and a seed; :meth:`Recipe.build` turns it into an
+:class:`~flashcheck.case.AttentionCase`. Hypothesis shrinks the recipe (smaller N and D, the simpler
+regimes listed first), never element by element, so a failing case ends up small and replayable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from .case import AttentionCase, layouts as layout_names
+from .errors import InvalidArgument
+from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
+from .spec import DEFAULT_SPEC, KernelSpec
+from .validation import Shapes
+
+__all__ = ["Recipe", "shapes", "recipes", "cases", "SPECIAL_LENGTHS"]
+
+# Lengths that sit on tile edges: 1, tile +- 1, primes, 64 mod 128, 1 mod 32.
+SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
+                   320, 449, 509, 1021, 1024, 1025, 2039, 4096, 8191, 16384)
+# Simplest first: hypothesis shrinks towards the start of each list.
+VALUE_ORDER = ("random", "flat", "peaked", "growing_max", "positive_v", "cancelling_v", "ties",
+               "near_ties", "huge_logits", "subnormal_p", "tiny_values")
+MASK_ORDER = ("none", "key_padding_right", "key_padding_left", "sliding_window", "random", "fully_masked_rows")
+LAYOUT_ORDER = ("contiguous", "transposed", "strided", "offset", "expanded")
+assert set(VALUE_ORDER) == set(VALUE_REGIMES) and set(MASK_ORDER) == set(MASK_REGIMES)
+assert set(LAYOUT_ORDER) == set(layout_names())
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything needed to rebuild one generated case exactly."""
+
+    shapes: Shapes
+    dtype: str
+    values: str = "random"
+    mask: str = "none"
+    causal: str = "none"
+    scale: str = "default"
+    layout: str = "contiguous"
+    seed: int = 0
+
+    @property
+    def regime(self) -> str:
+        return f"{self.values}/{self.mask}"
+
+    def build(self, *, kernel: str | None = None) -> AttentionCase:
+        s = self.shapes
+        q, k, v = make_values(self.values, shapes=s, dtype=self.dtype, seed=self.seed)
+        if self.layout == "expanded":
+            # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
+            k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
+        return AttentionCase.create(
+            q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
+            attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
+            provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
+                        "recipe": self.as_dict()})
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["shapes"] = dataclasses.asdict(self.shapes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recipe":
+        data = dict(data)
+        data["shapes"] = Shapes(**data["shapes"])
+        return cls(**data)
+
+
+def _check_sizes(argument: str, low: int, high: int) -> None:
+    if not (isinstance(low, int) and isinstance(high, int)) or low < 1 or high < low:
+        raise InvalidArgument(argument, (low, high), "expected 1 <= min <= max",
+                              f"Pass integers with 1 <= min_{argument} <= max_{argument}.")
+
+
+def _lengths(spec: KernelSpec, min_n: int, max_n: int):
+    cap = min(max_n, spec.max_seqlen or max_n)
+    special = [n for n in SPECIAL_LENGTHS if min_n <= n <= cap and n % spec.seq_multiple == 0]
+    plain = st.integers(-(-min_n // spec.seq_multiple), cap // spec.seq_multiple).map(
+        lambda n: n * spec.seq_multiple)
+    return st.one_of(plain, st.sampled_from(special)) if special else plain
+
+
+@st.composite
+def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
+           max_batch: int = 2, max_heads: int = 4, head_dims=None) -> Shapes:
+    """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec."""
+    _check_sizes("n", min_n, max_n)
+    if min_n > (spec.max_seqlen or max_n) or not [n for n in range(min_n, max_n + 1)
+                                                   if n % spec.seq_multiple == 0][:1]:
+        raise InvalidArgument("max_n", max_n, f"no length in [{min_n}, {max_n}] fits the spec",
+                              "Raise max_n or check seq_multiple / max_seqlen in the kernel spec.")
+    allowed = spec.allowed_head_dims()
+    dims = [d for d in (head_dims or allowed) if d in allowed]
+    if not dims:
+        raise InvalidArgument("head_dims", head_dims, f"none allowed by the spec ({allowed[:8]}...)",
+                              "Pick head dims the kernel spec declares.")
+    n_q = draw(_lengths(spec, min_n, max_n))
+    n_k = n_q if spec.equal_lengths else draw(_lengths(spec, min_n, max_n))
+    heads_kv = draw(st.integers(1, max_heads))
+    group = draw(st.integers(1, max(1, max_heads // heads_kv))) if spec.gqa else 1
+    d = draw(st.sampled_from(sorted(dims, key=lambda x: (x % 16 != 0, x))))
+    dv = d if spec.dv_equals_d else draw(st.sampled_from(sorted(dims, key=lambda x: (x != d, x))))
+    return Shapes(draw(st.integers(1, max_batch)), heads_kv * group, heads_kv, n_q, n_k, d, dv)
+
+
+def _subset(argument: str, chosen, allowed_order):
+    if chosen is None:
+        return list(allowed_order)
+    chosen = [chosen] if isinstance(chosen, str) else list(chosen)
+    bad = [c for c in chosen if c not in allowed_order]
+    if bad or not chosen:
+        raise InvalidArgument(argument, chosen, f"unknown {argument} {bad}" if bad else "empty",
+                              f"Choose from {list(allowed_order)}.")
+    return [c for c in allowed_order if c in chosen]
+
+
+@st.composite
+def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
+            scale_regimes=None, layouts=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
+            max_heads: int = 4, head_dims=None) -> Recipe:
+    """Recipes of cases the spec supports, over the chosen regimes."""
+    dtype_pool = [d for d in _subset("dtypes", dtypes, ("fp16", "bf16", "fp32")) if d in spec.dtypes]
+    if not dtype_pool:
+        raise InvalidArgument("dtypes", dtypes, f"the kernel supports only {spec.dtypes}",
+                              "Pick dtypes the kernel spec declares.")
+    masks_pool = _subset("mask_regimes", mask_regimes, MASK_ORDER)
+    if not spec.attn_mask:
+        masks_pool = [m for m in masks_pool if m == "none"] or ["none"]
+    s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
+                    head_dims=head_dims))
+    return Recipe(
+        shapes=s,
+        dtype=draw(st.sampled_from(dtype_pool)),
+        values=draw(st.sampled_from(_subset("value_regimes", value_regimes, VALUE_ORDER))),
+        mask=draw(st.sampled_from(masks_pool)),
+        causal=draw(st.sampled_from(list(spec.causal))),
+        scale=draw(st.sampled_from(_subset("scale_regimes", scale_regimes, SCALE_REGIMES))),
+        layout=draw(st.sampled_from(_subset("layouts", layouts, LAYOUT_ORDER))),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+def cases(**options) -> st.SearchStrategy[AttentionCase]:
+    """AttentionCases built from :func:`recipes` (same keyword-only options)."""
+    return recipes(**options).map(lambda r: r.build())
+
+
+def empty_row_fraction(case: AttentionCase) -> float:
+    """Share of rows with no visible key (for events and reports)."""
+    return float(case.empty_rows().to(torch.float32).mean())
