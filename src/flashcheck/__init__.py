@@ -1,13 +1,19 @@
 """flashcheck: numerical property testing for tiled ("flash") attention kernels."""
 
 from .errors import BackendUnavailable, CaseFormatError, FlashcheckError, InvalidArgument
-from .oracle import Reference, reference_attention
+from .case import AttentionCase
+from .check import assert_attention_close, check
+from .oracle import Reference, audit_reference, reference_attention
 from .precision import Precision
 from .spec import Kernel, KernelSpec, kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionCase",
+    "assert_attention_close",
+    "audit_reference",
+    "check",
     "BackendUnavailable",
     "CaseFormatError",
     "FlashcheckError",

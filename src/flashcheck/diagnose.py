@@ -35,11 +35,11 @@ def describe_rows(rows: list[int], n_rows: int) -> str:
     if not rows:
         return "no rows"
     bad = set(rows)
-    for tile in TILES:
-        tail_start = (n_rows // tile) * tile
-        if tail_start < n_rows and tail_start > 0 and bad <= set(range(tail_start, n_rows)):
-            hints.append(f"only the tail tile of {tile} rows ({tail_start}..{n_rows - 1})")
-            break
+    tails = [t for t in TILES if 0 < (n_rows // t) * t < n_rows and min(bad) >= (n_rows // t) * t]
+    if tails:
+        start = (n_rows // tails[-1]) * tails[-1]
+        sizes = ", ".join(str(t) for t in tails)
+        hints.append(f"only the partial tail tile (rows {start}..{n_rows - 1}; tiles of {sizes})")
     for tile in TILES:
         phases = {r % tile for r in rows}
         if n_rows >= 2 * tile and len(rows) >= 2 and len(phases) <= max(1, tile // 8) \

@@ -1,0 +1,103 @@
+"""A precision-faithful twin: the tiled flash algorithm in plain torch, rounding where a contract says.
+
+The twin runs the online-softmax algorithm (running max, running sum, rescaled fp32 accumulator) with
+the tile sizes and key order as parameters, and rounds exactly where the precision contract allows a
+kernel to round: P to the input dtype before P @ V, tf32 operands for fp32 inputs, the output at the
+end. Its errors over several tilings and key orders are an empirical envelope of legal reordering.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .errors import InvalidArgument
+from .masks import visible
+from .precision import Precision, precision_named
+from .validation import check_attention_inputs
+
+__all__ = ["twin_attention", "round_tf32"]
+
+LOG2E = 1.4426950408889634
+
+
+def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
+    """fp32 values rounded to tf32's 10 explicit mantissa bits (``"nearest"`` or ``"truncate"``)."""
+    bits = x.float().contiguous().view(torch.int32)
+    if mode == "nearest":
+        bits = bits + 0x1000  # half of the dropped 13 bits; carries into the exponent like hardware
+    elif mode != "truncate":
+        raise InvalidArgument("mode", mode, "unknown tf32 rounding", "Use 'nearest' or 'truncate'.")
+    finite = torch.isfinite(x.float())
+    rounded = (bits & ~0x1FFF).view(torch.float32)
+    return torch.where(finite, rounded, x.float())
+
+
+def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
+                   precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
+                   key_order: torch.Tensor | None = None, tf32_mode: str = "nearest"):
+    """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``.
+
+    Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
+    """
+    q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
+                                                                  attn_mask=attn_mask)
+    precision = precision_named(precision)
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgument(name, value, "expected a positive tile size", f"Pass {name}=16, 32, 64, ...")
+    dtype = q.dtype
+    tf32 = precision.tf32 and dtype == torch.float32
+    vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device)
+    kq = k.repeat_interleave(s.group, dim=1).float()
+    vq = v.repeat_interleave(s.group, dim=1).float()
+    qf = q.float()
+    if key_order is not None:
+        order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
+        if sorted(order.tolist()) != list(range(s.n_k)):
+            raise InvalidArgument("key_order", key_order, "not a permutation of the keys",
+                                  f"Pass a permutation of range({s.n_k}).")
+        kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
+    if tf32:
+        qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
+    if not precision.rescales_per_tile:
+        return _upcast(qf, kq, vq, vis, scale, dtype)
+    out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=q.device)
+    lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=q.device)
+    qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=q.device)
+    for m0 in range(0, s.n_q, block_m):
+        rows = slice(m0, m0 + block_m)
+        qb = qf[:, :, rows]
+        m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=q.device)
+        for n0 in range(0, s.n_k, block_n):
+            cols = slice(n0, n0 + block_n)
+            s2 = (qb @ kq[:, :, cols].transpose(-1, -2)) * qk_scale  # log2 domain, fp32
+            s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
+            m_new = torch.maximum(m, s2.amax(-1, keepdim=True))
+            safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with nothing visible yet
+            alpha = torch.exp2(m - safe)
+            p = torch.exp2(s2 - safe)
+            l = l * alpha + p.sum(-1, keepdim=True)
+            if precision.p_dtype == "input":
+                p = round_tf32(p, mode=tf32_mode) if tf32 else p.to(dtype).float()
+            acc = acc * alpha + p @ vq[:, :, cols]
+            m = m_new
+        empty = l == 0
+        o = torch.where(empty, 0.0, acc / torch.where(empty, 1.0, l))
+        out[:, :, rows] = o.to(dtype)
+        lse[:, :, rows] = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)[..., 0]
+    return out, lse
+
+
+def _upcast(qf, kq, vq, vis, scale, dtype):
+    """Computed in fp32 and rounded once (PyTorch's math backend)."""
+    s = (qf @ kq.transpose(-1, -2)) * torch.tensor(scale, dtype=torch.float32, device=qf.device)
+    s = torch.where(vis, s, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    empty = lse == -math.inf
+    p = torch.exp(s - torch.where(empty, 0.0, lse)[..., None])
+    out = torch.where(empty[..., None], 0.0, p @ vq)
+    return out.to(dtype), lse
