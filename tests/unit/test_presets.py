@@ -1,0 +1,43 @@
+"""Campaign presets: the built-in ones load, user files are validated key by key."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashcheck import InvalidArgument
+from flashcheck.presets import builtin_presets, load_preset
+
+
+def test_builtin_presets_load():
+    names = set(builtin_presets())
+    assert {"smoke", "adversarial", "long-context", "signoff"} <= names
+    for name in names:
+        preset = load_preset(name)
+        assert preset.description and preset.max_examples >= 1 and preset.min_n <= preset.max_n
+
+
+def test_user_preset_by_path(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('max_examples = 7\ndtypes = ["bf16"]\nvalue_regimes = ["ties"]\nmax_n = 33\n')
+    preset = load_preset(path)
+    assert preset.name == "mine" and preset.max_examples == 7 and preset.dtypes == ("bf16",)
+    assert preset.strategy_options()["value_regimes"] == ("ties",)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("max_exampels = 3\n", "unknown preset key"),
+    ('max_examples = "3"\n', "wrong kind of value"),
+    ("dtypes = \"fp16\"\n", "expected a list"),
+    ("max_n = 0\n", "must be at least 1"),
+    ("max_n = [\n", "cannot be read as TOML"),
+])
+def test_bad_user_presets_are_refused_by_key(tmp_path, text, words):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument, match=words):
+        load_preset(path)
+
+
+def test_unknown_preset_name():
+    with pytest.raises(InvalidArgument, match="^preset='nonesuch'"):
+        load_preset("nonesuch")

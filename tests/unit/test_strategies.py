@@ -1,0 +1,68 @@
+"""Strategies draw only what a kernel spec allows, and recipes rebuild their case exactly."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from flashcheck import InvalidArgument, KernelSpec
+from flashcheck.strategies import Recipe, cases, recipes, shapes
+
+NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
+                    seq_multiple=16, equal_lengths=True, max_seqlen=256)
+
+
+@settings(max_examples=80, deadline=None)
+@given(recipe=recipes(spec=NARROW, max_n=512))
+def test_recipes_respect_a_narrow_spec(recipe):
+    s = recipe.shapes
+    assert recipe.dtype == "fp16" and recipe.causal == "bottom_right" and recipe.mask == "none"
+    assert s.heads_q == s.heads_kv and s.head_dim in (64, 128) and s.head_dim_v == s.head_dim
+    assert s.n_q == s.n_k and s.n_q % 16 == 0 and s.n_q <= 256
+    assert NARROW.unsupported(s, dtype=recipe.dtype, causal=recipe.causal, has_mask=False) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(recipe=recipes(max_n=40))
+def test_recipe_rebuilds_bit_identical_cases(recipe):
+    a, b = recipe.build(), Recipe.from_dict(recipe.as_dict()).build()
+    assert a.equal_bits(b)
+    assert a.provenance["strategy"] == recipe.regime and a.provenance["seed"] == recipe.seed
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=cases(spec=KernelSpec(causal=("none", "top_left"), attn_mask=True, gqa=True), max_n=24,
+                  layouts=["expanded"]))
+def test_expanded_layout_cases_are_buildable(case):
+    k, v = case.to_device("cpu")[1:3]
+    assert k.stride(1) == 0 and v.stride(1) == 0
+
+
+def test_shapes_draws_tile_edge_lengths():
+    seen = set()
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(s=shapes(max_n=130))
+    def collect(s):
+        seen.update((s.n_q, s.n_k))
+
+    collect()
+    assert {1, 63, 64, 65, 127, 128, 129} & seen
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(dtypes=["fp64"]), "dtypes"),
+    (dict(value_regimes=["nope"]), "value_regimes"),
+    (dict(mask_regimes=[]), "mask_regimes"),
+    (dict(layouts=["diagonal"]), "layouts"),
+])
+def test_bad_options_are_named(kwargs, name):
+    with pytest.raises(InvalidArgument, match=f"^{name}="):
+        recipes(**kwargs).example()
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
+def test_spec_without_the_requested_dtype():
+    with pytest.raises(InvalidArgument, match="supports only"):
+        recipes(spec=NARROW, dtypes=["bf16"]).example()
