@@ -137,7 +137,7 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
     C = abs(scale) * (_gamma(D + 2) + 2 * U64) * (1 + U64)
-    with np.errstate(over="ignore", divide="ignore"):  # exp overflow to inf is handled (delta <= 1)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
         for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all):
             if blk.new_kv:
                 absV = ops.abs(blk.V)

@@ -96,8 +96,10 @@ def _upcast(qf, kq, vq, vis, scale, dtype):
     """Computed in fp32 and rounded once (PyTorch's math backend)."""
     s = (qf @ kq.transpose(-1, -2)) * torch.tensor(scale, dtype=torch.float32, device=qf.device)
     s = torch.where(vis, s, -math.inf)
-    lse = torch.logsumexp(s, -1)
-    empty = lse == -math.inf
-    p = torch.exp(s - torch.where(empty, 0.0, lse)[..., None])
-    out = torch.where(empty[..., None], 0.0, p @ vq)
+    m = s.amax(-1, keepdim=True)
+    empty = m == -math.inf
+    p = torch.exp(s - torch.where(empty, 0.0, m))
+    l = p.sum(-1, keepdim=True)
+    out = torch.where(empty, 0.0, (p @ vq) / torch.where(empty, 1.0, l))
+    lse = torch.where(empty, -math.inf, m + torch.log(torch.where(empty, 1.0, l)))[..., 0]
     return out.to(dtype), lse

@@ -1,0 +1,156 @@
+"""flashcheck:triton compiled on a CUDA GPU, against float64 attention (bf16, fp16, fp32).
+
+Run these in a process of their own (``pytest tests/gpu``): a process that collected the interpreter
+tests has TRITON_INTERPRET=1 set, which would run the kernel through the interpreter instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+import pytest
+import torch
+
+from flashcheck.kernels.triton_flash import make_kernel, triton_attention
+from tests._compare import assert_close_to_reference
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
+                       reason="TRITON_INTERPRET is set (run tests/gpu in a process of its own)"),
+]
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+DTYPE_IDS = ["bf16", "fp16", "fp32"]
+
+
+def qkv(B=2, Hq=4, Hkv=None, Nq=256, Nk=None, D=64, Dv=None, dtype=torch.float16, seed=0):
+    Hkv = Hq if Hkv is None else Hkv
+    Nk = Nq if Nk is None else Nk
+    Dv = D if Dv is None else Dv
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+    return randn(B, Hq, Nq, D), randn(B, Hkv, Nk, D), randn(B, Hkv, Nk, Dv)
+
+
+def check(q, k, v, *, causal="none", attn_mask=None, scale=None, block_m=64, block_n=64,
+          input_precision="tf32", **launch):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out, lse = triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                                block_m=block_m, block_n=block_n, input_precision=input_precision, **launch)
+    assert out.is_cuda and lse.is_cuda
+    # fp32 matmuls run as tf32 unless input_precision="ieee".
+    tf32 = q.dtype == torch.float32 and input_precision == "tf32"
+    assert_close_to_reference(out, lse, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                              tf32=tf32, block_n=block_n)
+    return out, lse
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("causal", ["none", "top_left", "bottom_right"])
+@pytest.mark.parametrize("nq,nk", [(1024, 1024), (300, 1024), (1024, 300)], ids=["eq", "q<k", "q>k"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_matches_float64(dtype, causal, nq, nk, d):
+    q, k, v = qkv(Nq=nq, Nk=nk, D=d, dtype=dtype, seed=nq + nk + d)
+    check(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_more_queries_than_keys_bottom_right(dtype):
+    # fp32 here runs the strict variant (input_precision="ieee"): true fp32 matmuls.
+    q, k, v = qkv(Nq=700, Nk=500, D=64, dtype=dtype)
+    precision = "ieee" if dtype == torch.float32 else "tf32"
+    out, lse = check(q, k, v, causal="bottom_right", input_precision=precision)
+    # rows 0..199 see no key
+    assert torch.equal(out[:, :, :200], torch.zeros_like(out[:, :, :200]))
+    assert bool((lse[:, :, :200] == float("-inf")).all())
+
+
+@pytest.mark.parametrize("block_m,block_n", [(16, 16), (32, 64), (64, 32), (64, 64), (128, 64)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_block_shapes(block_m, block_n, dtype):
+    q, k, v = qkv(Nq=511, Nk=769, D=64, dtype=dtype, seed=block_m * block_n)
+    check(q, k, v, causal="bottom_right", block_m=block_m, block_n=block_n)
+
+
+@pytest.mark.parametrize("num_warps,num_stages", [(4, 2), (8, 3), (4, 1)])
+def test_launch_options(num_warps, num_stages):
+    q, k, v = qkv(Nq=333, Nk=444, D=128, dtype=torch.float16)
+    check(q, k, v, causal="top_left", num_warps=num_warps, num_stages=num_stages)
+
+
+@pytest.mark.parametrize("d,dv", [(16, 16), (40, 40), (80, 80), (96, 96), (256, 256), (64, 128), (128, 48)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_head_dims(d, dv, dtype):
+    q, k, v = qkv(Nq=200, Nk=333, D=d, Dv=dv, dtype=dtype, seed=d + dv)
+    # Small tiles keep D = 256 inside the shared memory and registers of one program.
+    check(q, k, v, causal="bottom_right", block_m=32, block_n=32)
+
+
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (8, 1), (6, 3)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gqa(hq, hkv, dtype):
+    q, k, v = qkv(Hq=hq, Hkv=hkv, Nq=257, Nk=640, D=64, dtype=dtype, seed=hq * hkv)
+    check(q, k, v, causal="top_left")
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 4, 300, 700), (2, 1, 300, 700), (1, 1, 300, 700), (2, 1, 1, 700)],
+                         ids=["full", "per-batch", "shared", "key-padding"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_boolean_masks(mask_shape, dtype):
+    q, k, v = qkv(Nq=300, Nk=700, D=64, dtype=dtype)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    mask = torch.rand(mask_shape, generator=g, device="cuda") < 0.6
+    if mask_shape[-2] > 1:
+        mask[..., ::37, :] = False  # some rows see nothing
+    out, lse = check(q, k, v, causal="bottom_right", attn_mask=mask)
+    if mask_shape[-2] > 1:
+        assert torch.equal(out[..., ::37, :], torch.zeros_like(out[..., ::37, :]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_layouts_give_the_same_bits(dtype):
+    q, k, v = qkv(Nq=400, Nk=600, D=64, dtype=dtype)
+    base = triton_attention(q, k, v, scale=0.125, causal="top_left")
+    assert_close_to_reference(*base, q, k, v, scale=0.125, causal="top_left", attn_mask=None,
+                              tf32=dtype == torch.float32)
+    # (B, N, H, D) storage seen as (B, H, N, D), and a view sliced out of a bigger buffer.
+    transposed = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    sliced = []
+    for t in (q, k, v):
+        big = torch.full((t.shape[0], t.shape[1] + 1, t.shape[2] + 5, t.shape[3] + 16), float("nan"),
+                         dtype=dtype, device="cuda")
+        big[:, 1:, 5:, 16:] = t
+        sliced.append(big[:, 1:, 5:, 16:])
+    for name, (qs, ks, vs) in {"transposed": transposed, "sliced": sliced}.items():
+        out, lse = triton_attention(qs, ks, vs, scale=0.125, causal="top_left")
+        assert torch.equal(out, base[0]), name
+        assert torch.equal(lse, base[1]), name
+
+
+def test_expanded_heads():
+    q, k, v = qkv(B=1, Hq=1, Nq=300, Nk=500, D=64, dtype=torch.bfloat16)
+    qe, ke, ve = (t.expand(2, 4, -1, -1) for t in (q, k, v))
+    out, _ = check(qe, ke, ve, causal="bottom_right")
+    assert torch.equal(out[1, 3], out[0, 0])
+
+
+def test_kernel_object_on_gpu():
+    kern = make_kernel(block_m=64, block_n=32, num_warps=4)
+    q, k, v = qkv(Nq=129, Nk=1000, D=128, dtype=torch.bfloat16)
+    out, lse = kern(q, k, v, scale=0.1, causal="bottom_right")
+    assert_close_to_reference(out, lse, q, k, v, scale=0.1, causal="bottom_right", attn_mask=None)
+
+
+def test_deterministic():
+    q, k, v = qkv(Nq=1024, Nk=1024, D=128, dtype=torch.float16)
+    a = triton_attention(q, k, v, scale=0.1, causal="top_left")
+    b = triton_attention(q, k, v, scale=0.1, causal="top_left")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
