@@ -29,7 +29,7 @@ from .errors import InvalidArgument
 from .presets import Preset
 from .spec import Kernel
 from .strategies import Recipe, recipes
-from .verdict import BUG, PASS, SUSPICIOUS, Verdict, worst_status
+from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, worst_status
 
 __all__ = ["CampaignResult", "run_campaign", "save_finding"]
 
@@ -70,7 +70,7 @@ class CampaignResult:
             "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
-            "max_ratio_by_dtype": self.max_ratio_by_dtype, "stopped": self.stopped,
+            "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
             "findings": self.findings,
         }
 
@@ -188,7 +188,7 @@ def _finding_entry(verdict: Verdict, path: Path, *, shrunk: bool) -> dict:
         "status": verdict.status,
         "kinds": sorted({f.kind for f in verdict.findings}),
         "diagnosis": [f.diagnosis for f in verdict.findings],
-        "max_ratio": verdict.max_ratio,
+        "max_ratio": json_number(verdict.max_ratio),
         "case": verdict.case,
         "regime": verdict.regime,
         "shrunk": shrunk,

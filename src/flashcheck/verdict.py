@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "worst_status"]
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "json_number", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 _RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
@@ -22,6 +22,14 @@ FINDING_KINDS = (
     "wrong_output",         # wrong shape, dtype or device
     "reordering_outlier",   # inside the budget but far outside legal reorderings (SUSPICIOUS)
 )
+
+
+def json_number(x):
+    """A float for JSON: finite values as they are, NaN and infinities as strings."""
+    if x is None or isinstance(x, (int, bool)):
+        return x
+    x = float(x)
+    return x if math.isfinite(x) else str(x)
 
 
 def worst_status(statuses) -> str:
@@ -60,6 +68,9 @@ class Finding:
     def as_dict(self) -> dict:
         out = asdict(self)
         out["index"] = list(self.index) if self.index is not None else None
+        out["error"], out["ratio"] = json_number(self.error), json_number(self.ratio)
+        if self.budget:
+            out["budget"] = {k: json_number(v) for k, v in self.budget.items()}
         return out
 
 
@@ -90,5 +101,5 @@ class Verdict:
 
     def as_dict(self) -> dict:
         return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,
-                "max_ratio": self.max_ratio, "elapsed": self.elapsed,
+                "max_ratio": json_number(self.max_ratio), "elapsed": self.elapsed,
                 "findings": [f.as_dict() for f in self.findings]}

@@ -1,0 +1,33 @@
+"""Kernels for the CLI tests, importable as tests.cli._planted:NAME."""
+
+import flashcheck
+from flashcheck.twin import twin_attention
+
+SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
+            fully_masked_rows="zero", precision="flash")
+
+
+@flashcheck.kernel(**SPEC)
+def correct(q, k, v, *, scale, causal, attn_mask=None):
+    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, block_m=32, block_n=32)
+
+
+@flashcheck.kernel(**SPEC)
+def tail_bug(q, k, v, *, scale, causal, attn_mask=None):
+    """Rows past the first 32 get a slightly wrong scale: a tail-tile defect."""
+    out, lse = correct(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    if q.shape[2] > 32:
+        bad, _ = twin_attention(q, k, v, scale=scale * 1.01, causal=causal, attn_mask=attn_mask)
+        out = out.clone()
+        out[:, :, 32:] = bad[:, :, 32:]
+    return out, lse
+
+
+@flashcheck.kernel(**SPEC)
+def crashes(q, k, v, *, scale, causal, attn_mask=None):
+    raise IndexError("tile index out of range")
+
+
+def plain(q, k, v, *, scale, causal, attn_mask=None):
+    """No spec: flashcheck tests it on the default spec only."""
+    return correct(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
