@@ -6,6 +6,7 @@ exceeds a few megabytes), in numpy on the CPU and in torch float64 on a GPU.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,9 @@ from .validation import Shapes
 
 __all__ = ["ops_for", "Block", "iter_blocks", "scatter"]
 
-MAX_BLOCK_ELEMENTS = 1 << 21  # ~16 MB per float64 (rows x keys) work array
+# Elements of one (rows x keys) float64 work array: ~16 MB on the CPU (cache-sized); on a GPU a whole
+# head of 4096 x 4096 at once (128 MB), so launches and host syncs stay few.
+MAX_BLOCK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 24}
 
 
 def visible_block(causal: str, attn_mask, shapes: Shapes, b: int, h: int, rows: torch.Tensor,
@@ -42,6 +45,10 @@ class _NumpyOps:
     @staticmethod
     def mask(t: torch.Tensor):
         return t.cpu().numpy()
+
+    @staticmethod
+    def float64(x):
+        return x.astype(np.float64)
 
     matmul = staticmethod(np.matmul)
     concat = staticmethod(lambda xs, axis: np.concatenate([x.reshape(x.shape[0], -1) for x in xs], axis))
@@ -85,6 +92,10 @@ class _TorchOps:
     def mask(t: torch.Tensor):
         return t
 
+    @staticmethod
+    def float64(x):
+        return x.to(torch.float64)
+
     matmul = staticmethod(torch.matmul)
     concat = staticmethod(lambda xs, axis: torch.cat([x.reshape(x.shape[0], -1) for x in xs], axis))
     exp = staticmethod(torch.exp)
@@ -93,8 +104,14 @@ class _TorchOps:
     sqrt = staticmethod(torch.sqrt)
     abs = staticmethod(torch.abs)
     where = staticmethod(torch.where)
-    minimum = staticmethod(torch.minimum)
-    maximum = staticmethod(torch.maximum)
+
+    @staticmethod
+    def minimum(a, b):
+        return torch.minimum(a, b) if torch.is_tensor(b) else torch.clamp(a, max=b)
+
+    @staticmethod
+    def maximum(a, b):
+        return torch.maximum(a, b) if torch.is_tensor(b) else torch.clamp(a, min=b)
 
     @staticmethod
     def amax(x, axis):
@@ -114,8 +131,11 @@ class _TorchOps:
 
 
 def ops_for(device) -> type:
-    """numpy on the CPU, torch float64 on a GPU."""
-    return _TorchOps if torch.device(device).type == "cuda" else _NumpyOps
+    """numpy on the CPU, torch float64 on a GPU (``FLASHCHECK_TORCH_OPS=1`` forces torch everywhere,
+    which lets CPU-only CI exercise the GPU code path)."""
+    if torch.device(device).type == "cuda" or os.environ.get("FLASHCHECK_TORCH_OPS") == "1":
+        return _TorchOps
+    return _NumpyOps
 
 
 @dataclass
@@ -137,7 +157,8 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
     """Every (b, h, block of rows) of an attention call, with float64 operands."""
     device = q.device
     R = rows_all.numel()
-    step = max(1, min(R, MAX_BLOCK_ELEMENTS // shapes.n_k))
+    cap = MAX_BLOCK_ELEMENTS["cuda" if device.type == "cuda" else "cpu"]
+    step = max(1, min(R, cap // shapes.n_k))
     for b in range(shapes.batch):
         for kvh in range(shapes.heads_kv):
             K = ops.asarray(k[b, kvh])

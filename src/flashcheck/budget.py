@@ -175,7 +175,7 @@ def _budget_block(ops, blk, absV, absK, centre, dev_v, scale, logit_factor, w_fa
     logit = ops.matmul(delta, dev_v) + ops.abs(centre - o) * delta_sum
     accumulation = w * w_factor
     output_rounding = t.u_o * ops.abs(o) + t.s_o
-    small = ops.where(vis & (p < t.p_min_normal), 1.0, 0.0)
+    small = ops.float64(vis & (p < t.p_min_normal))
     subnormal_p = ops.matmul(small, absV) * (t.s_p / l)
     return output_rounding, logit, accumulation, subnormal_p, delta_sum, lse_shift
 

@@ -1,0 +1,207 @@
+"""PyTorch FlexAttention (``torch:flex``) as a flashcheck kernel.
+
+The causal alignment and the boolean mask become one ``mask_mod`` and a block mask built from it.
+By default the kernel under test is the fused kernel that ``torch.compile`` generates (Triton on CUDA,
+C++ on the CPU); ``compile=False`` runs flex's eager path, which is an unfused reference (scores
+materialised, softmax in fp32, the normalised P rounded to the input dtype before P @ V), useful only
+where compiling is impossible.
+
+lse: flex's kernels work in base 2, but ``flex_attention`` converts the returned lse to the natural
+log before handing it back (``_finalize_outputs`` multiplies by ln 2), so it is returned unchanged:
+(B, Hq, Nq) fp32, natural log, -inf on rows with no visible key. The compiled CPU kernel cannot
+return lse (PyTorch: "torch.compile on CPU only supports inference and `return_lse` is not
+supported yet"), so there the kernel returns ``out`` only.
+
+Measured: rows with no visible key come out as exactly 0 with lse = -inf (CUDA compiled, torch 2.11
+on an H200; CPU compiled and eager, torch 2.13). The compiled CUDA kernel needs D, Dv >= 16.
+
+GQA uses flex's ``enable_gqa``, except on CUDA with a mask, where K and V are repeated over the query
+heads: there inductor (torch 2.11) failed to compile flex's GQA decoding kernel (see ``attention``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import threading
+import warnings
+
+import torch
+
+from ..errors import BackendUnavailable, InvalidArgument
+from ..masks import from_tensor
+from ..spec import Kernel, KernelSpec
+from ..validation import CAUSAL_MODES, check_attention_inputs
+from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
+
+__all__ = ["make_flex_kernel", "DESCRIPTION"]
+
+NAME = "torch:flex"
+DESCRIPTION = "PyTorch FlexAttention (torch.compile'd fused kernel; compile=False: unfused eager path)"
+
+_LOCK = threading.Lock()
+_COMPILED: dict = {}
+
+# Every new shape, dtype or mask structure is a recompile; past dynamo's default limit of 8 it
+# would silently fall back to the unfused eager path, i.e. test a different kernel. Raise the
+# limit and make hitting it an error instead.
+_DYNAMO_PATCH = {
+    "recompile_limit": 1 << 16,
+    "accumulated_recompile_limit": 1 << 16,
+    "fail_on_recompile_limit_hit": True,
+}
+
+
+def _flex_module():
+    try:
+        import torch.nn.attention.flex_attention as fa
+    except ImportError as exc:
+        raise BackendUnavailable(NAME, "any", f"this PyTorch ({torch.__version__}) has no FlexAttention ({exc})",
+                                 "Upgrade to PyTorch >= 2.5.") from exc
+    return fa
+
+
+def _compiled(fa):
+    with _LOCK:
+        if "fn" not in _COMPILED:
+            _COMPILED["fn"] = torch.compile(fa.flex_attention)
+        return _COMPILED["fn"]
+
+
+def _dynamo_patch():
+    import torch._dynamo as dynamo
+
+    config = dynamo.config
+    return config.patch(**{k: v for k, v in _DYNAMO_PATCH.items() if hasattr(config, k)})
+
+
+def _has_cxx() -> bool:
+    return any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++"))
+
+
+def _check_available(device: str, compile: bool) -> None:
+    _flex_module()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable(NAME, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
+    import torch._dynamo as dynamo  # binds only `dynamo`, so `torch` stays the module global
+
+    if not dynamo.is_dynamo_supported():
+        raise BackendUnavailable(NAME, device, "FlexAttention needs TorchDynamo, which this Python does not support",
+                                 "Use a Python version that torch.compile supports.")
+    if not compile:
+        return
+    if device == "cuda":
+        if importlib.util.find_spec("triton") is None:
+            raise BackendUnavailable(NAME, "cuda", "torch.compile builds flex's CUDA kernel with Triton, which is not "
+                                     "installed", "Install triton, or pass compile=False for the unfused eager path.")
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            raise BackendUnavailable(NAME, "cuda", "TRITON_INTERPRET=1 is set, so the Triton kernels torch.compile "
+                                     "generates would run in Triton's CPU interpreter",
+                                     "Unset TRITON_INTERPRET for GPU runs.")
+    elif not _has_cxx():
+        raise BackendUnavailable(NAME, "cpu", "torch.compile builds flex's CPU kernel with a C++ compiler and none was "
+                                 "found (g++, c++, clang++ or $CXX)",
+                                 "Install one (e.g. apt-get install g++), or pass compile=False for the unfused eager path.")
+
+
+def _causal_mod(offset: torch.Tensor):
+    # The offset is a tensor, not a Python int: an int is baked into the compiled kernel, so every
+    # new Nk - Nq would recompile (and on the CPU the int form hit a C++ codegen error in torch 2.13).
+    def causal_mod(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    return causal_mod
+
+
+def _block_mask(fa, causal: str, attn_mask, shapes, device):
+    if causal == "none" and attn_mask is None:
+        return None  # flex's default: every key visible
+    mods, B, H = [], None, None
+    if causal != "none":
+        offset = shapes.n_k - shapes.n_q if causal == "bottom_right" else 0
+        mods.append(_causal_mod(torch.tensor(offset, device=device)))
+    if attn_mask is not None:
+        mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
+        mods.append(from_tensor(mask))
+        # Size-1 batch/head dimensions of the mask broadcast: the block mask need not repeat them.
+        B = shapes.batch if mask.shape[0] > 1 else None
+        H = shapes.heads_q if mask.shape[1] > 1 else None
+    mask_mod = mods[0] if len(mods) == 1 else fa.and_masks(*mods)
+    return fa.create_block_mask(mask_mod, B, H, shapes.n_q, shapes.n_k, device=device)
+
+
+def _unsupported(exc: BaseException) -> str | None:
+    """The 'not implemented' line of a flex/inductor failure, if that is what it is."""
+    if isinstance(exc, NotImplementedError):
+        return str(exc).strip() or type(exc).__name__
+    for line in f"{type(exc).__name__}: {exc}".splitlines():
+        if "NotImplementedError" in line or "NYI" in line:
+            return line.strip()
+    return None
+
+
+def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
+    """FlexAttention as a kernel for ``device`` (``"cuda"`` or ``"cpu"``).
+
+    ``compile=True`` (default) tests the fused kernel torch.compile generates; ``compile=False`` the
+    unfused eager path. Returns ``(out, lse)``, or ``out`` alone for the compiled CPU kernel.
+    """
+    if not isinstance(compile, bool):
+        raise InvalidArgument("compile", compile, "expected True or False",
+                              "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
+    _check_available(device, compile)
+    returns_lse = not (compile and device == "cpu")
+    spec = KernelSpec(
+        dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
+        # The compiled CUDA kernel refuses D or Dv below 16 ("NYI: embedding dimension ... at least 16").
+        min_head_dim=16 if (compile and device == "cuda") else 1, max_head_dim=256, dv_equals_d=False,
+        fully_masked_rows="zero", precision="flash", devices=(device,),
+    )
+
+    def attention(q, k, v, *, scale, causal="none", attn_mask=None):
+        q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
+            q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        if q.device.type != device:
+            raise InvalidArgument("q", q, f"on {q.device}, but kernel {NAME!r} was made for device {device!r}",
+                                  f"Move q, k, v to {device}, or resolve the kernel for device={q.device.type!r}.")
+        fa = _flex_module()
+        gqa = shapes.heads_q != shapes.heads_kv
+        if gqa and compile and device == "cuda" and (causal != "none" or attn_mask is not None):
+            # Measured (torch 2.11, H200): enable_gqa with a mask_mod that captures tensors makes
+            # inductor's flex-decoding path (Nq < 128) fail to compile (NoValidChoicesError). Repeating
+            # K/V over the query heads computes the same per-head attention through the main kernel.
+            k = k.repeat_interleave(shapes.group, dim=1)
+            v = v.repeat_interleave(shapes.group, dim=1)
+            gqa = False
+        kwargs = {"scale": scale, "enable_gqa": gqa}
+        if returns_lse:
+            aux_request = getattr(fa, "AuxRequest", None)
+            if aux_request is not None:
+                kwargs["return_aux"] = aux_request(lse=True)
+            else:  # torch < 2.9
+                kwargs["return_lse"] = True
+        fn = _compiled(fa) if compile else fa.flex_attention
+        with warnings.catch_warnings():
+            # Eager flex warns that it is unfused: that is what compile=False asks for.
+            warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
+            warnings.filterwarnings("ignore", message=".*return_lse is deprecated")
+            try:
+                with torch.no_grad(), _dynamo_patch():
+                    block_mask = _block_mask(fa, causal, attn_mask, shapes, q.device)
+                    result = fn(q, k, v, block_mask=block_mask, **kwargs)
+            except Exception as exc:
+                reason = _unsupported(exc)
+                if reason is None:
+                    raise
+                raise BackendUnavailable(NAME, device, f"FlexAttention refused this input: {reason}",
+                                         "The kernel's spec cannot express this limit; skip such inputs.") from exc
+        if not returns_lse:
+            return result
+        out, aux = result
+        return out, getattr(aux, "lse", aux)
+
+    attention.__name__ = attention.__qualname__ = "flex"
+    attention.__doc__ = DESCRIPTION
+    name = NAME if compile else f"{NAME}[compile=False]"
+    return Kernel(attention, spec, name=name)

@@ -1,0 +1,317 @@
+"""The PyTorch adapters (torch:math, torch:flash, torch:flex) on the CPU against a float64 reference.
+
+Each case checks what the kernel's spec declares: the output within a provisional tolerance
+(``assert_matches_reference``, to be replaced by flashcheck's error model), and the declared
+promise on rows with no visible key.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flashcheck import BackendUnavailable, InvalidArgument
+from flashcheck.floats import FORMATS, TF32, format_of
+from flashcheck.kernels import resolve_kernel
+from flashcheck.masks import visible
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+CAUSAL = ("none", "top_left", "bottom_right")
+
+
+def assert_matches_reference(kernel, result, q, k, v, *, scale, causal, attn_mask=None, factor=8.0):
+    """Compare a kernel's result with float64 attention under a provisional per-element tolerance.
+
+    tol_ik = factor * (u + Nk u32 + expm1(2 eta_i)) * w_ik + u |o_ik| + subnormal spacing, where u is
+    the dtype's unit roundoff (tf32's, as truncation, for fp32 under a tf32 contract),
+    w_ik = sum_j a_ij |v_jk| the element's weight scale and eta_i a bound on the logit error (fp32
+    accumulation over D). Rows with no visible key are held to the spec's promise. If the kernel
+    returned lse, it must be fp32, natural log, within a few fp32 ulps of the reference.
+    """
+    out, lse = result if isinstance(result, tuple) else (result, None)
+    fmt = format_of(q.dtype)
+    u32 = FORMATS["fp32"].unit_roundoff
+    tf32 = fmt.name == "fp32" and kernel.spec.precision.tf32 and q.device.type == "cuda"
+    u = 2.0 * TF32.unit_roundoff if tf32 else fmt.unit_roundoff
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    group = Hq // Hkv
+    assert out.shape == (B, Hq, Nq, Dv), out.shape
+    assert out.dtype == q.dtype, out.dtype
+
+    qd = q.double()
+    kd = k.double().repeat_interleave(group, dim=1)
+    vd = v.double().repeat_interleave(group, dim=1)
+    vis = visible(causal, attn_mask, (B, Hq, Nq, Nk), device=q.device)
+    empty = ~vis.any(dim=-1)
+    s = (scale * (qd @ kd.transpose(-1, -2))).masked_fill(~vis, -math.inf)
+    a = torch.softmax(s, dim=-1).nan_to_num(0.0)  # empty rows: NaN -> 0
+    ref = a @ vd
+    w = a @ vd.abs()
+    qk = (abs(scale) * (qd.abs() @ kd.abs().transpose(-1, -2))).masked_fill(~vis, 0.0).amax(dim=-1)
+    eta = ((D + 4) * u32 + (2 * u if tf32 else 0.0)) * qk
+    tol = factor * (u + Nk * u32 + torch.expm1(2 * eta)[..., None]) * w + u * ref.abs() + fmt.subnormal_spacing
+
+    o = out.double()
+    rows = ~empty
+    if rows.any():
+        o_r, ref_r, tol_r = o[rows], ref[rows], tol[rows]
+        assert torch.isfinite(o_r).all(), f"{kernel.name}: non-finite output on rows with visible keys"
+        ratio = ((o_r - ref_r).abs() / tol_r).max().item()
+        assert ratio <= 1.0, (f"{kernel.name} {fmt.name} causal={causal}: error/tolerance = {ratio:.3g} "
+                              f"(max |err| {(o_r - ref_r).abs().max().item():.3g})")
+    promise = kernel.spec.fully_masked_rows
+    if empty.any() and promise != "any":
+        o_e = out[empty]
+        if promise == "zero":
+            assert (o_e == 0).all(), f"{kernel.name}: fully masked rows should be 0, got {o_e.flatten()[:4].tolist()}"
+        else:
+            assert o_e.isnan().all(), f"{kernel.name}: fully masked rows should be NaN"
+
+    if lse is not None:
+        assert lse.shape == (B, Hq, Nq) and lse.dtype == torch.float32, (lse.shape, lse.dtype)
+        ref_lse = torch.logsumexp(s, dim=-1)
+        if rows.any():
+            bound = factor * (eta + Nk * u32 + 4 * u32 * (ref_lse.abs() + 1))
+            err = (lse.double() - ref_lse)[rows].abs()
+            assert (err <= bound[rows]).all(), f"{kernel.name}: lse off by {err.max().item():.3g} (natural log?)"
+        if empty.any() and promise == "zero":
+            assert (lse[empty] == -math.inf).all(), f"{kernel.name}: lse of fully masked rows should be -inf"
+
+
+def make_inputs(B, Hq, Hkv, Nq, Nk, D, Dv, dtype, *, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, Nq, D, generator=g)
+    k = torch.randn(B, Hkv, Nk, D, generator=g)
+    v = torch.randn(B, Hkv, Nk, Dv, generator=g) + 0.5  # off-centre V: cancellation is not the only regime
+    return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v))
+
+
+def make_mask(shape, *, seed=0, empty_rows=True, device="cpu"):
+    """A random boolean mask; with ``empty_rows`` every third query row (if it has one) sees nothing."""
+    g = torch.Generator().manual_seed(seed + 1)
+    mask = torch.rand(shape, generator=g) > 0.4
+    if empty_rows and len(shape) >= 2:
+        mask[..., ::3, :] = False
+    return mask.to(device)
+
+
+CPU_KERNELS = {
+    "torch:math": {},
+    "torch:flash": {},
+    "torch:flex[eager]": {"compile": False},
+}
+
+
+@pytest.fixture(scope="module", params=list(CPU_KERNELS))
+def kernel(request):
+    name = request.param.split("[")[0]
+    return resolve_kernel(name, device="cpu", **CPU_KERNELS[request.param])
+
+
+def run(kernel, q, k, v, *, scale=0.3, causal="none", attn_mask=None):
+    result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    assert_matches_reference(kernel, result, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------
+# Specs
+# ------------------------------------------------------------------------------------------------
+
+
+def test_math_spec_is_honest():
+    spec = resolve_kernel("torch:math", device="cpu").spec
+    assert spec.dtypes == ("fp16", "bf16", "fp32")
+    assert spec.causal == CAUSAL
+    assert spec.attn_mask and spec.gqa and not spec.dv_equals_d
+    assert spec.fully_masked_rows == "zero"
+    assert spec.precision.name == "upcast" and not spec.precision.tf32
+    assert spec.devices == ("cpu",)
+
+
+def test_cpu_flash_spec_is_honest():
+    spec = resolve_kernel("torch:flash", device="cpu").spec
+    assert spec.dtypes == ("fp16", "bf16", "fp32")
+    assert spec.causal == CAUSAL
+    assert spec.attn_mask and spec.gqa and spec.dv_equals_d
+    assert spec.fully_masked_rows == "zero"
+    assert spec.precision.name == "flash"
+
+
+def test_flex_spec_is_honest():
+    for compile in (False, True):
+        spec = resolve_kernel("torch:flex", device="cpu", compile=compile).spec
+        assert spec.causal == CAUSAL and spec.attn_mask and spec.gqa and not spec.dv_equals_d
+        assert spec.fully_masked_rows == "zero" and spec.devices == ("cpu",)
+
+
+# ------------------------------------------------------------------------------------------------
+# Numerics against float64
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("lengths", [(17, 17), (9, 23), (23, 9), (1, 5)], ids=lambda x: f"{x[0]}x{x[1]}")
+def test_causal_modes_lengths_and_gqa(kernel, dtype, causal, lengths):
+    Nq, Nk = lengths
+    q, k, v = make_inputs(2, 4, 2, Nq, Nk, 16, 16, DTYPES[dtype], seed=Nq * 31 + Nk)
+    run(kernel, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("mask_shape", ["Nk", "NqNk", "B11Nk", "1HNqNk", "BHNqNk"])
+def test_bool_masks_broadcast(kernel, causal, mask_shape):
+    B, Hq, Hkv, Nq, Nk = 2, 4, 2, 13, 21
+    shape = {"Nk": (Nk,), "NqNk": (Nq, Nk), "B11Nk": (B, 1, 1, Nk), "1HNqNk": (1, Hq, Nq, Nk),
+             "BHNqNk": (B, Hq, Nq, Nk)}[mask_shape]
+    q, k, v = make_inputs(B, Hq, Hkv, Nq, Nk, 16, 16, torch.float16, seed=len(shape))
+    mask = make_mask(shape, seed=len(shape), empty_rows=len(shape) >= 2)
+    run(kernel, q, k, v, causal=causal, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_fully_masked_rows_keep_the_declared_promise(kernel, dtype):
+    q, k, v = make_inputs(2, 2, 2, 12, 7, 16, 16, DTYPES[dtype], seed=3)
+    # Bottom-right with Nq > Nk leaves the first Nq - Nk rows with no key; the mask empties more.
+    out = run(kernel, q, k, v, causal="bottom_right")
+    out = out[0] if isinstance(out, tuple) else out
+    assert kernel.spec.fully_masked_rows == "zero"
+    assert (out[:, :, :5] == 0).all()
+    mask = torch.ones(2, 1, 12, 7, dtype=torch.bool)
+    mask[0, 0, 7:] = False
+    out = run(kernel, q, k, v, causal="none", attn_mask=mask)
+    out = out[0] if isinstance(out, tuple) else out
+    assert (out[0, :, 7:] == 0).all() and not out.isnan().any()
+
+
+def test_multi_query_attention(kernel):
+    q, k, v = make_inputs(1, 6, 1, 10, 14, 16, 16, torch.bfloat16, seed=5)
+    run(kernel, q, k, v, causal="top_left", attn_mask=make_mask((1, 1, 10, 14), seed=5))
+
+
+@pytest.mark.parametrize("head_dim", [1, 5, 40, 100])
+def test_head_dims(kernel, head_dim):
+    q, k, v = make_inputs(1, 2, 2, 9, 11, head_dim, head_dim, torch.float32, seed=head_dim)
+    run(kernel, q, k, v, scale=1 / math.sqrt(head_dim), causal="bottom_right")
+
+
+def test_value_head_dim_other_than_d(kernel):
+    q, k, v = make_inputs(1, 2, 1, 9, 11, 16, 24, torch.float16, seed=7)
+    if kernel.spec.dv_equals_d:
+        with pytest.raises(BackendUnavailable) as info:
+            kernel(q, k, v, scale=0.25, causal="none")
+        assert info.value.backend == kernel.name and info.value.device == "cpu"
+        assert "last dimension" in info.value.reason  # PyTorch's own words, from its warning
+    else:
+        run(kernel, q, k, v, scale=0.25, causal="none")
+
+
+@pytest.mark.parametrize("layout", ["last_dim_strided", "bshd", "offset", "expanded"])
+def test_layouts(kernel, layout):
+    q, k, v = make_inputs(2, 2, 2, 15, 18, 16, 16, torch.float16, seed=11)
+    if layout == "last_dim_strided":  # stride(-1) != 1: the fused backends need a copy
+        q, k, v = (t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v))
+    elif layout == "bshd":
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    elif layout == "offset":
+        q, k, v = (torch.cat([t.new_zeros(5), t.flatten()])[5:].view(t.shape) for t in (q, k, v))
+    else:  # one K/V batch entry broadcast over the batch: stride 0
+        k, v = k[:1].expand_as(k), v[:1].expand_as(v)
+    run(kernel, q, k, v, causal="top_left")
+
+
+@pytest.mark.parametrize("scale", [-0.7, 1e-3, 4.0])
+def test_unusual_scales(kernel, scale):
+    q, k, v = make_inputs(1, 2, 2, 8, 8, 16, 16, torch.float32, seed=13)
+    run(kernel, q, k, v, scale=scale, causal="none")
+
+
+def test_bad_input_is_refused_by_name(kernel):
+    q, k, v = make_inputs(1, 2, 2, 4, 4, 8, 8, torch.float32)
+    with pytest.raises(InvalidArgument, match="causal"):
+        kernel(q, k, v, scale=0.3, causal=True)
+    with pytest.raises(InvalidArgument, match="attn_mask"):
+        kernel(q, k, v, scale=0.3, causal="none", attn_mask=torch.zeros(4, 4))
+
+
+# ------------------------------------------------------------------------------------------------
+# The math backend's precision contract
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_math_upcasts_and_rounds_once(dtype):
+    """'upcast': fp32 all the way, one rounding at the end, so the error is about u |o|, not u w."""
+    kernel = resolve_kernel("torch:math", device="cpu")
+    q, k, v = make_inputs(2, 4, 4, 64, 96, 32, 32, DTYPES[dtype], seed=17)
+    v = v - 0.5  # centred V: o cancels well below w, where P rounding (u w) would show
+    out = kernel(q, k, v, scale=0.2, causal="none")
+    qd, kd, vd = q.double(), k.double(), v.double()
+    a = torch.softmax(0.2 * qd @ kd.transpose(-1, -2), dim=-1)
+    ref, w = a @ vd, a @ vd.abs()
+    u, u32 = FORMATS[dtype].unit_roundoff, FORMATS["fp32"].unit_roundoff
+    bound = u * ref.abs() + 4 * (32 + 96) * u32 * w + FORMATS[dtype].subnormal_spacing
+    assert ((out.double() - ref).abs() <= bound).all()
+
+
+@pytest.fixture
+def restore_matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+def test_math_precision_follows_the_fp32_matmul_setting(restore_matmul_precision):
+    torch.set_float32_matmul_precision("high")  # tf32 allowed
+    kernel = resolve_kernel("torch:math", device="cpu")
+    assert kernel.spec.precision.tf32 and kernel.spec.precision.p_dtype == "fp32"
+    torch.set_float32_matmul_precision("highest")
+    q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8, torch.float32)
+    with pytest.raises(BackendUnavailable, match="changed from tf32 to ieee"):
+        kernel(q, k, v, scale=0.3, causal="none")
+    assert resolve_kernel("torch:math", device="cpu").spec.precision.name == "upcast"
+
+
+def test_bf16_fp32_matmuls_are_refused(restore_matmul_precision):
+    torch.set_float32_matmul_precision("medium")  # oneDNN may run fp32 matmuls in bf16
+    with pytest.raises(BackendUnavailable) as info:
+        resolve_kernel("torch:math", device="cpu")
+    assert info.value.backend == "torch:math" and info.value.device == "cpu"
+    assert "bfloat16" in info.value.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# FlexAttention
+# ------------------------------------------------------------------------------------------------
+
+
+def test_eager_flex_returns_natural_log_lse():
+    kernel = resolve_kernel("torch:flex", device="cpu", compile=False)
+    q, k, v = make_inputs(1, 2, 2, 6, 9, 16, 16, torch.float32, seed=19)
+    out, lse = kernel(q, k, v, scale=0.5, causal="bottom_right")
+    s = 0.5 * q.double() @ k.double().transpose(-1, -2)
+    s = s.masked_fill(~visible("bottom_right", None, (1, 2, 6, 9)), -math.inf)
+    assert torch.allclose(lse.double(), torch.logsumexp(s, dim=-1), rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["gqa_bottom_right_mask", "top_left_fp16", "plain_bf16_odd_dim"])
+def test_compiled_flex_on_cpu(case):
+    """The fused C++ kernel torch.compile builds (a few seconds per new shape); it returns no lse."""
+    kernel = resolve_kernel("torch:flex", device="cpu")
+    if case == "gqa_bottom_right_mask":
+        q, k, v = make_inputs(2, 4, 2, 23, 17, 16, 24, torch.float32, seed=23)
+        mask, causal = make_mask((2, 1, 23, 17), seed=23), "bottom_right"
+    elif case == "top_left_fp16":
+        q, k, v = make_inputs(1, 2, 2, 40, 33, 32, 32, torch.float16, seed=29)
+        mask, causal = None, "top_left"
+    else:
+        q, k, v = make_inputs(1, 2, 2, 20, 30, 5, 5, torch.bfloat16, seed=31)
+        mask, causal = None, "none"
+    result = kernel(q, k, v, scale=0.3, causal=causal, attn_mask=mask)
+    assert isinstance(result, torch.Tensor)
+    assert_matches_reference(kernel, result, q, k, v, scale=0.3, causal=causal, attn_mask=mask)
