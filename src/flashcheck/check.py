@@ -8,6 +8,7 @@ computed. Numbers come from :mod:`flashcheck.budget`; nothing here sets a tolera
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from .errors import InvalidArgument
 from .oracle import Reference, reference_attention
 from .precision import Precision, precision_named
 from .spec import Kernel, as_kernel
-from .verdict import BUG, Finding, Verdict
+from .properties import PROPERTIES, check_properties
+from .twin import twin_attention
+from .verdict import BUG, SUSPICIOUS, Finding, Verdict
 
 __all__ = ["KernelRun", "run_kernel", "check", "compare", "assert_attention_close"]
 
@@ -137,10 +140,13 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
 
 def check(kernel, case: AttentionCase, *, precision: Precision | str | None = None,
           device: str | torch.device | None = None, reference: Reference | None = None,
-          budget: Budget | None = None) -> Verdict:
+          budget: Budget | None = None, properties=PROPERTIES, envelope: bool = True) -> Verdict:
     """Run ``kernel`` on ``case`` and judge its output element by element.
 
     ``precision`` overrides the kernel spec's contract; ``device`` defaults to CUDA when available.
+    ``properties`` names the exact properties to check (each reruns the kernel; ``()`` for none);
+    ``envelope`` compares an output inside the budget with the precision-faithful twin's reordering
+    envelope and calls it SUSPICIOUS when it sits far outside.
     """
     if not isinstance(case, AttentionCase):
         raise InvalidArgument("case", case, "expected a flashcheck AttentionCase",
@@ -173,8 +179,87 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
                                      elapsed={"kernel": run.seconds, "oracle": t_oracle}, **meta)
     findings, max_ratio = compare(run.out, run.lse, budget, fully_masked_rows=kern.spec.fully_masked_rows,
                                   regime=regime)
-    return Verdict.from_findings(findings, max_ratio=max_ratio,
-                                 elapsed={"kernel": run.seconds, "oracle": t_oracle}, **meta)
+    if any(f.kind in ("over_budget", "nonfinite") for f in findings):
+        note = matmul_probe(kern, case.torch_dtype, device)
+        if note:
+            for f in findings:
+                f.diagnosis += "; " + note
+    elapsed = {"kernel": run.seconds, "oracle": t_oracle}
+    if properties:
+        t0 = time.perf_counter()
+
+        def rerun(q_, k_, v_, mask_):
+            return run_kernel(kern, q_, k_, v_, scale=case.scale, causal=case.causal, attn_mask=mask_)
+
+        findings += check_properties(rerun, case, run, device=device, properties=properties,
+                                     deterministic=kern.spec.deterministic,
+                                     fully_masked_rows=kern.spec.fully_masked_rows, regime=regime)
+        elapsed["properties"] = time.perf_counter() - t0
+    if envelope and not findings and max_ratio > ENVELOPE_FLOOR:
+        t0 = time.perf_counter()
+        findings += envelope_findings(case, budget, max_ratio, device=device, regime=regime)
+        elapsed["envelope"] = time.perf_counter() - t0
+    return Verdict.from_findings(findings, max_ratio=max_ratio, elapsed=elapsed, **meta)
+
+
+# An output inside the budget but this many times past the worst legal reordering is SUSPICIOUS.
+ENVELOPE_FACTOR = 8.0
+# Below this err/budget nothing is suspicious: the budget is loose there and the envelope is noise.
+ENVELOPE_FLOOR = 0.05
+# Tile shapes and key orders of the twin whose spread is the envelope.
+ENVELOPE_TILINGS = ((16, 16, False), (64, 64, False), (32, 128, True), (128, 32, True))
+
+
+def reordering_envelope(case: AttentionCase, budget: Budget, *, device) -> float:
+    """The largest err/budget of the precision-faithful twin over several tilings and key orders."""
+    q, k, v = (t.to(device) for t in (case.q, case.k, case.v))
+    mask = None if case.attn_mask is None else case.attn_mask.to(device)
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for block_m, block_n, shuffled in ENVELOPE_TILINGS:
+        order = torch.randperm(case.shapes.n_k, generator=gen) if shuffled else None
+        for tf32_mode in (("nearest", "truncate") if budget.precision.tf32 and case.dtype == "fp32" else ("nearest",)):
+            out, lse = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
+                                      precision=budget.precision, block_m=block_m, block_n=block_n,
+                                      key_order=order, tf32_mode=tf32_mode)
+            _, ratio = compare(out, lse, budget)
+            worst = max(worst, ratio)
+    return worst
+
+
+def envelope_findings(case: AttentionCase, budget: Budget, max_ratio: float, *, device,
+                      regime: str | None = None) -> list[Finding]:
+    """A SUSPICIOUS finding when the kernel sits far outside the twin's reordering envelope."""
+    envelope = reordering_envelope(case, budget, device=device)
+    if max_ratio <= ENVELOPE_FACTOR * max(envelope, 1e-300):
+        return []
+    return [Finding(
+        "reordering_outlier", SUSPICIOUS,
+        f"inside the hard budget (max error/budget {max_ratio:.3g}) but {max_ratio / max(envelope, 1e-300):.3g} "
+        f"times the worst legal reordering of the twin ({envelope:.3g} over {len(ENVELOPE_TILINGS)} tilings "
+        f"and key orders); a systematic error below the budget, or a kernel outside its precision contract",
+        ratio=max_ratio, regime=regime, details={"envelope": envelope, "factor": ENVELOPE_FACTOR})]
+
+
+def matmul_probe(kernel: Kernel, dtype: torch.dtype, device) -> str | None:
+    """With one key the softmax weight is exactly 1, so out must equal v bit for bit.
+
+    When it does not, the P @ V product itself is wrong: this is how the Triton interpreter's bf16
+    tl.dot (which multiplies raw bit patterns) shows itself.
+    """
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 16, 32, generator=gen).to(dtype).to(device) for _ in range(3))
+    k, v = k[:, :, :1], v[:, :, :1]
+    run = run_kernel(kernel, q, k, v, scale=0.125, causal="none")
+    if run.error is not None or not isinstance(run.out, torch.Tensor) or run.out.shape != (1, 1, 16, 32):
+        return None
+    if torch.equal(run.out.to(dtype), v.expand_as(run.out)):
+        return None
+    note = ("with a single key (softmax weight exactly 1) the output is not v: the P @ V matmul itself "
+            "is wrong")
+    if os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16:
+        note += " (the Triton interpreter's tl.dot multiplies bf16 operands as raw bit patterns)"
+    return note
 
 
 def assert_attention_close(out: torch.Tensor, reference: Reference, *, precision: Precision | str,

@@ -83,7 +83,10 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
             l = l * alpha + p.sum(-1, keepdim=True)
             if precision.p_dtype == "input":
                 p = round_tf32(p, mode=tf32_mode) if tf32 else p.to(dtype).float()
-            acc = acc * alpha + p @ vq[:, :, cols]
+            # Keys no row of this tile sees are not read (a careful kernel's masked V load): 0 * NaN
+            # from uninitialised padding would otherwise poison the product.
+            seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)
+            acc = acc * alpha + p @ torch.where(seen, vq[:, :, cols], 0.0)
             m = m_new
         empty = l == 0
         o = torch.where(empty, 0.0, acc / torch.where(empty, 1.0, l))
@@ -100,6 +103,7 @@ def _upcast(qf, kq, vq, vis, scale, dtype):
     empty = m == -math.inf
     p = torch.exp(s - torch.where(empty, 0.0, m))
     l = p.sum(-1, keepdim=True)
-    out = torch.where(empty, 0.0, (p @ vq) / torch.where(empty, 1.0, l))
+    seen = vis.any(dim=2, keepdim=True).transpose(-1, -2)
+    out = torch.where(empty, 0.0, (p @ torch.where(seen, vq, 0.0)) / torch.where(empty, 1.0, l))
     lse = torch.where(empty, -math.inf, m + torch.log(torch.where(empty, 1.0, l)))[..., 0]
     return out.to(dtype), lse

@@ -1,0 +1,318 @@
+"""Planted-bug variants of ``flashcheck:triton``, made by editing the kernel's source text.
+
+flashcheck proves its error model on defects a kernel author could really write. Each :class:`Mutant`
+is a list of small text edits to ``flashcheck/kernels/triton_flash.py``; the production kernel carries
+no bug switches. :func:`load_mutant` writes the edited source to a private temporary directory,
+imports it as ``flashcheck.kernels._mutant_<name>`` and returns its kernel, which keeps the correct
+kernel's spec (a mutant claims to be correct, as a buggy kernel would).
+
+Nothing here imports triton: the mutated module imports it on its first call, like the real one, so
+``TRITON_INTERPRET=1`` must be set before that call to run a mutant on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FlashcheckError, InvalidArgument
+from .spec import Kernel
+
+__all__ = ["AREAS", "MUTANTS", "Mutant", "MutantSourceError", "load_mutant", "mutant_names", "mutant_source"]
+
+# What part of the algorithm a defect lives in.
+AREAS = ("rescale", "max", "masking", "causal", "fully_masked_rows", "precision", "scale", "bounds", "layout",
+         "gqa", "lse")
+
+_KERNEL_FILE = Path(__file__).parent / "kernels" / "triton_flash.py"
+
+
+class MutantSourceError(FlashcheckError, RuntimeError):
+    """A mutant's edit no longer matches the kernel source exactly once (the kernel was changed)."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted defect: ``edits`` are ``(old, new)`` texts, each ``old`` found exactly once."""
+
+    name: str
+    area: str
+    description: str
+    edits: tuple[tuple[str, str], ...]
+    exposed_by: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- online-softmax rescaling ----------------------------------------------------------------------
+    Mutant(
+        "acc_rescale_forgotten", "rescale",
+        "The accumulator is not multiplied by alpha when the running max grows, so earlier key tiles keep "
+        "weights relative to a stale max.",
+        (("        acc = acc * alpha[:, None]\n", ""),),
+        "Two or more key tiles whose row max grows from tile to tile (random scores over Nk > block_n).",
+    ),
+    Mutant(
+        "sum_rescale_forgotten", "rescale",
+        "The running sum l is not multiplied by alpha when the running max grows, so the normaliser is too "
+        "large.",
+        (("l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i + tl.sum(p, axis=1)"),),
+        "Two or more key tiles whose row max grows from tile to tile (random scores over Nk > block_n).",
+    ),
+    Mutant(
+        "max_not_carried", "max",
+        "m_new is the current tile's max only; the algebra still cancels, until alpha = exp2(m_old - m_new) "
+        "overflows or a fully hidden tile resets m to -inf and wipes the earlier tiles.",
+        (("m_new = tl.maximum(m_i, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)"),),
+        "A row whose max falls by > 128 (base 2) from one key tile to the next: huge logits in the first "
+        "key tile only.",
+    ),
+    Mutant(
+        "exp_instead_of_exp2", "scale",
+        "P uses exp on base-2 scores (alpha still uses exp2), so the weights get the wrong temperature and "
+        "disagree with the rescale.",
+        (("p = tl.math.exp2(s - m_sub[:, None])", "p = tl.math.exp(s - m_sub[:, None])"),),
+        "Any input with unequal scores (random Q, K, V).",
+    ),
+    # -- tails and bounds ------------------------------------------------------------------------------
+    Mutant(
+        "tail_keys_unmasked", "bounds",
+        "col_ok is dropped from `visible`, so the zero-padded keys past Nk in the last key tile get score 0 "
+        "and weight in the normaliser.",
+        (("visible = row_ok[:, None] & col_ok[None, :]", "visible = row_ok[:, None]"),),
+        "Nk not a multiple of block_n, no causal mask (e.g. Nk = 40, block_n = 16).",
+    ),
+    Mutant(
+        "tail_key_tile_skipped", "bounds",
+        "The key loop bound rounds hi down to a multiple of BLOCK_N, so the keys of a partial last tile are "
+        "never read.",
+        (("for start_n in range(0, hi, BLOCK_N):", "for start_n in range(0, hi // BLOCK_N * BLOCK_N, BLOCK_N):"),),
+        "Nk not a multiple of block_n (e.g. Nk = 40, block_n = 16).",
+    ),
+    Mutant(
+        "tail_query_tile_dropped", "bounds",
+        "The grid launches Nq // block_m query tiles, so the rows of a partial last tile are never written "
+        "(uninitialised memory comes back).",
+        (("grid = (triton.cdiv(Nq, block_m), B * Hq)", "grid = (Nq // block_m, B * Hq)"),),
+        "Nq not a multiple of block_m (e.g. Nq = 40, block_m = 16).",
+    ),
+    Mutant(
+        "v_load_out_of_bounds", "bounds",
+        "The row mask is dropped from the V load, so rows past Nk (and hidden keys) are read; harmless on "
+        "zeroed memory, NaN * 0 = NaN when that memory holds NaN.",
+        (("mask=v_ok[:, None] & dv_ok[None, :],", "mask=dv_ok[None, :],"),),
+        "Nk not a multiple of block_n with V inside NaN guard bands (to_device(guard_bands=True)).",
+    ),
+    # -- causality --------------------------------------------------------------------------------------
+    Mutant(
+        "causal_diagonal_excluded", "causal",
+        "The causal test uses < instead of <=, so a query never sees its own (diagonal) key and the first "
+        "row sees nothing.",
+        (("(cols[None, :] <= offs_m[:, None] + causal_offset)", "(cols[None, :] < offs_m[:, None] + causal_offset)"),),
+        "Any causal input (top_left, Nq = Nk).",
+    ),
+    Mutant(
+        "bottom_right_wrong_sign", "causal",
+        "The bottom-right causal offset is Nq - Nk instead of Nk - Nq, which only matters when the lengths "
+        "differ.",
+        (('"bottom_right": Nk - Nq}', '"bottom_right": Nq - Nk}'),),
+        "causal='bottom_right' with Nq != Nk (e.g. Nq = 24, Nk = 40).",
+    ),
+    Mutant(
+        "causal_skip_off_by_one", "causal",
+        "The causal tile-skip bound forgets the +1, so when the last key a query tile may see starts a key "
+        "tile that tile is skipped.",
+        (("tl.maximum(last_row + causal_offset + 1, 0)", "tl.maximum(last_row + causal_offset, 0)"),),
+        "causal='top_left' with Nq = Nk = 2 * block + 1 (the last row's diagonal key starts a key tile).",
+    ),
+    # -- rows with no visible key ----------------------------------------------------------------------
+    Mutant(
+        "fully_masked_rows_nan", "fully_masked_rows",
+        "The m_sub guard is removed, so a row with no visible key computes exp2(-inf - -inf) = NaN.",
+        (('m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_sub = m_new"),),
+        "A boolean mask with an all-False row (or bottom_right with Nq > Nk).",
+    ),
+    Mutant(
+        "fully_masked_rows_zero_div", "fully_masked_rows",
+        "The l_safe guard is removed, so a row with no visible key divides 0 / 0 = NaN.",
+        (("l_safe = tl.where(l_i == 0.0, 1.0, l_i)", "l_safe = l_i"),),
+        "A boolean mask with an all-False row (or bottom_right with Nq > Nk).",
+    ),
+    # -- precision ---------------------------------------------------------------------------------------
+    Mutant(
+        "acc_rounded_to_fp16", "precision",
+        "The accumulator is rounded to fp16 after every tile; the unnormalised sum of P @ V overflows "
+        "fp16's 65504 long before the output does.",
+        (("acc = tl.dot(p_lo, v, acc, input_precision=INPUT_PRECISION)",
+          "acc = tl.dot(p_lo, v, acc, input_precision=INPUT_PRECISION).to(tl.float16).to(tl.float32)"),),
+        "Flat attention over many keys with large V (|v| ~ 1000, Nk = 128): the unnormalised sum passes 65504.",
+    ),
+    Mutant(
+        "scores_rounded_to_input_dtype", "precision",
+        "Q @ K^T is rounded to the input dtype before softmax, so large logits lose their low bits.",
+        (("s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale",
+          "s = tl.dot(q, k, input_precision=INPUT_PRECISION).to(Q.dtype.element_ty) * qk_scale"),),
+        "fp16 with large |q.k| (hundreds) and a small scale keeping attention diffuse.",
+    ),
+    Mutant(
+        "p_rounded_to_bf16", "precision",
+        "P is rounded through bf16 (8 significant bits) before P @ V instead of to the fp16 input dtype.",
+        (("p_lo = p.to(V.dtype.element_ty)", "p_lo = p.to(tl.bfloat16).to(V.dtype.element_ty)"),),
+        "fp16, diffuse attention (random Q, K, V): errors about 8x fp16's P rounding.",
+    ),
+    # -- the softmax scale -------------------------------------------------------------------------------
+    Mutant(
+        "scale_ignored", "scale",
+        "The host passes 1/sqrt(D) * log2(e) instead of the given scale.",
+        (("causal_offset, scale * _LOG2E,", "causal_offset, _LOG2E / math.sqrt(shapes.head_dim),"),),
+        "A scale other than 1/sqrt(D) (e.g. 0.7).",
+    ),
+    Mutant(
+        "log2e_forgotten", "scale",
+        "The host passes the scale without the log2(e) factor while the kernel uses exp2.",
+        (("causal_offset, scale * _LOG2E,", "causal_offset, scale,"),),
+        "Any input with unequal scores (random Q, K, V).",
+    ),
+    # -- memory layout ------------------------------------------------------------------------------------
+    Mutant(
+        "q_row_stride_packed", "layout",
+        "Query rows are addressed with head_dim instead of stride_qm, which only holds for contiguous Q.",
+        (("q_base + offs_m[:, None] * stride_qm", "q_base + offs_m[:, None] * head_dim"),),
+        "A non-contiguous Q: strided (padded rows) or transposed (B, N, H, D) storage.",
+    ),
+    Mutant(
+        "kv_head_stride_packed", "layout",
+        "K/V heads are addressed as n_k * head_dim apart instead of by their head strides, which only holds "
+        "for contiguous K and V.",
+        (("off_hkv.to(tl.int64) * stride_kh", "off_hkv.to(tl.int64) * n_k * head_dim"),
+         ("off_hkv.to(tl.int64) * stride_vh", "off_hkv.to(tl.int64) * n_k * head_dim_v")),
+        "K/V with expanded (stride-0) or transposed heads and Hkv > 1 (here expanded, in NaN guard bands).",
+    ),
+    Mutant(
+        "gqa_heads_interleaved", "gqa",
+        "Query head h reads key/value head h % Hkv instead of h // group.",
+        (("off_hkv = off_h // group", "off_hkv = off_h % (n_heads_q // group)"),),
+        "GQA with distinct key heads, e.g. Hq = 4, Hkv = 2.",
+    ),
+    # -- the boolean mask ---------------------------------------------------------------------------------
+    Mutant(
+        "mask_row_stride_packed", "masking",
+        "Mask rows are addressed with n_k instead of stride_mm, which breaks masks broadcast over queries "
+        "(stride 0).",
+        (("m_base + offs_m[:, None] * stride_mm", "m_base + offs_m[:, None] * n_k"),),
+        "A key-padding mask of shape (1, 1, 1, Nk), broadcast over the query rows.",
+    ),
+    Mutant(
+        "additive_mask_bias", "masking",
+        "Hidden keys get an additive -inf bias instead of tl.where, so a NaN or inf score of a hidden key "
+        "becomes NaN instead of -inf.",
+        (('s = tl.where(visible, s, float("-inf"))', 's = s + tl.where(visible, 0.0, float("-inf"))'),),
+        "A mask hiding keys whose K holds NaN (poisoned padding).",
+    ),
+    # -- the log-sum-exp -----------------------------------------------------------------------------------
+    Mutant(
+        "lse_log2_units", "lse",
+        "lse is returned in base-2 units (the * ln 2 is missing).",
+        (("(m_i + tl.math.log2(l_safe)) * 0.6931471805599453", "(m_i + tl.math.log2(l_safe))"),),
+        "Any input, comparing lse (random Q, K, V).",
+    ),
+    Mutant(
+        "lse_missing_max", "lse",
+        "lse forgets the running max: log(l) instead of m + log(l).",
+        (("(m_i + tl.math.log2(l_safe)) * 0.6931471805599453", "tl.math.log2(l_safe) * 0.6931471805599453"),),
+        "Any input whose row max is not 0, comparing lse (random Q, K, V).",
+    ),
+)
+
+_BY_NAME = {m.name: m for m in MUTANTS}
+
+_LOCK = threading.Lock()
+_CACHE_DIR: Path | None = None
+_MODULES: dict = {}
+
+
+def mutant_names() -> tuple[str, ...]:
+    """The names of the planted-bug variants, in :data:`MUTANTS` order."""
+    return tuple(_BY_NAME)
+
+
+def _mutant(name: str) -> Mutant:
+    mutant = _BY_NAME.get(name) if isinstance(name, str) else None
+    if mutant is None:
+        raise InvalidArgument("name", name, "unknown mutant", f"Known mutants: {', '.join(_BY_NAME)}.")
+    return mutant
+
+
+def _apply(mutant: Mutant, source: str) -> str:
+    for old, new in mutant.edits:
+        count = source.count(old)
+        if count != 1:
+            raise MutantSourceError(
+                f"mutant {mutant.name!r}: its edit expects {old!r} exactly once in {_KERNEL_FILE.name}, "
+                f"found it {count} times. The kernel source changed; update the mutant's edit in "
+                "flashcheck/mutants.py to match it."
+            )
+        source = source.replace(old, new)
+    return source
+
+
+def mutant_source(name: str) -> str:
+    """The source of ``triton_flash.py`` with mutant ``name``'s edits applied."""
+    mutant = _mutant(name)
+    header = f"# flashcheck mutant {mutant.name!r} ({mutant.area}): {mutant.description}\n"
+    return header + _apply(mutant, _KERNEL_FILE.read_text(encoding="utf-8"))
+
+
+def _cache_dir() -> Path:
+    global _CACHE_DIR
+    if _CACHE_DIR is None:
+        _CACHE_DIR = Path(tempfile.mkdtemp(prefix="flashcheck-mutants-"))
+        # The files must outlive every import (Triton reads a jitted function's source with inspect).
+        atexit.register(shutil.rmtree, _CACHE_DIR, True)
+    return _CACHE_DIR
+
+
+def _module(name: str):
+    with _LOCK:
+        module = _MODULES.get(name)
+        if module is not None:
+            return module
+        source = mutant_source(name)
+        path = _cache_dir() / f"_mutant_{name}.py"
+        path.write_text(source, encoding="utf-8")
+        module_name = f"flashcheck.kernels._mutant_{name}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        module.__package__ = "flashcheck.kernels"  # so `from ..errors import ...` resolves
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+        _MODULES[name] = module
+        return module
+
+
+def load_mutant(name: str, *, block_m: int = 64, block_n: int = 64, num_warps: int | None = None,
+                num_stages: int | None = None, input_precision: str = "tf32") -> Kernel:
+    """The kernel of mutant ``name`` with these tile options, under the correct kernel's spec.
+
+    Named ``flashcheck:triton~<name>[block_m=..,block_n=..]``. On CPU tensors it runs under the
+    Triton interpreter, which needs ``TRITON_INTERPRET=1`` set before the mutant's first call.
+    """
+    _mutant(name)
+    from .kernels import triton_flash
+
+    options = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                   input_precision=input_precision)
+    correct = triton_flash.make_kernel(**options)  # validates the options and gives the promised spec
+    made = _module(name).make_kernel(**options)
+    base = triton_flash.BACKEND_NAME
+    label = correct.name.replace(base, f"{base}~{name}", 1)
+    return Kernel(made.fn, correct.spec, name=label)

@@ -1,0 +1,114 @@
+"""Exact properties of a correct attention kernel, checked with no tolerance at all.
+
+- ``determinism``: two identical calls give bit-identical output.
+- ``poison``: keys no query can see (masked out for every row of their kv head), poisoned with NaN
+  and then with the dtype's largest value in K and V, leave the output bit-identical.
+- ``guard_bands``: memory right before and after each input holds NaN; the output stays bit-identical
+  (an out-of-bounds read shows up as NaN or as changed bits).
+- ``layout``: the same numbers in another memory layout (contiguous, transposed, strided, offset)
+  give bit-identical output.
+
+Each property reruns the kernel once or twice and compares bits with the first run's output.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .case import AttentionCase
+from .diagnose import diagnose_elements
+from .floats import format_of
+from .verdict import BUG, Finding
+
+__all__ = ["PROPERTIES", "hidden_keys", "check_properties"]
+
+PROPERTIES = ("determinism", "poison", "guard_bands", "layout")
+_INT_VIEW = {2: torch.int16, 4: torch.int32}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().view(_INT_VIEW[t.element_size()])
+
+
+def _differs(a, b) -> torch.Tensor | None:
+    """Element map where two outputs differ in bits (None when shapes or dtypes differ)."""
+    if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+        return None
+    return _bits(a) != _bits(b)
+
+
+def hidden_keys(case: AttentionCase) -> torch.Tensor:
+    """Bool (B, Hkv, Nk): keys that no query of any head sharing that kv head may attend."""
+    s = case.shapes
+    vis = case.visible().view(s.batch, s.heads_kv, s.group, s.n_q, s.n_k)
+    return ~vis.any(dim=2).any(dim=2)
+
+
+def _poisoned(case: AttentionCase, hidden: torch.Tensor, value: float) -> AttentionCase:
+    k, v = case.k.clone(), case.v.clone()
+    k[hidden] = value
+    v[hidden] = value
+    return AttentionCase.create(case.q, k, v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
+                                layout=case.layout, provenance=case.provenance)
+
+
+def _other_layout(case: AttentionCase) -> str:
+    """One other layout to compare with: strided for a contiguous case, contiguous otherwise."""
+    return "strided" if case.layout.name == "contiguous" else "contiguous"
+
+
+def check_properties(run, case: AttentionCase, baseline, *, device, properties=PROPERTIES,
+                     deterministic: bool = True, fully_masked_rows: str = "any",
+                     regime: str | None = None) -> list[Finding]:
+    """Findings of the exact properties; ``run(q, k, v, mask)`` returns a KernelRun.
+
+    ``baseline`` is the KernelRun of the case as given. A rerun that crashes is a crash finding. When
+    the spec promises nothing for fully masked rows (``"any"``), those rows are not compared: such a
+    kernel may legally fill them from V (cuDNN gives the mean of V).
+    """
+    findings: list[Finding] = []
+    shapes = case.shapes
+    empty = case.empty_rows().to(device)
+
+    def compare(kind: str, what: str, rerun) -> None:
+        if rerun.error is not None:
+            findings.append(Finding("crash", BUG, f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
+                                    regime=regime, details={"traceback": rerun.traceback}))
+            return
+        diff = _differs(baseline.out, rerun.out)
+        if diff is not None and fully_masked_rows == "any":
+            diff &= ~empty[..., None]
+        if diff is None:
+            findings.append(Finding(kind, BUG, f"{what}: the output changed shape or dtype", regime=regime))
+        elif bool(diff.any()):
+            findings.append(Finding(kind, BUG, f"{what} changed the output: " +
+                                    diagnose_elements(diff, shapes, empty_rows=empty), regime=regime,
+                                    index=tuple(int(i) for i in torch.nonzero(diff)[0])))
+        elif baseline.lse is not None:
+            lse_diff = _differs(baseline.lse, rerun.lse)
+            if lse_diff is not None and fully_masked_rows == "any":
+                lse_diff &= ~empty
+            if lse_diff is None or bool(lse_diff.any()):
+                findings.append(Finding(kind, BUG, f"{what} changed the lse", regime=regime))
+
+    if "determinism" in properties and deterministic:
+        compare("nondeterminism", "a second identical call", run(*case.to_device(device)))
+    if "poison" in properties:
+        hidden = hidden_keys(case)
+        if case.layout.name == "expanded":  # stride-0 heads must stay equal: poison keys hidden in all
+            hidden = hidden.all(dim=1, keepdim=True).expand_as(hidden)
+        if bool(hidden.any()):
+            n = int(hidden.sum())
+            fmax = format_of(case.q).max_value
+            compare("poison_leak", f"NaN in {n} masked-out keys of K and V", run(*_poisoned(case, hidden, float("nan"))
+                                                                                  .to_device(device)))
+            compare("poison_leak", f"{fmax:g} in {n} masked-out keys of K and V",
+                    run(*_poisoned(case, hidden, fmax).to_device(device)))
+    if "guard_bands" in properties:
+        compare("poison_leak", "NaN in the memory around q, k and v (an out-of-bounds read)",
+                run(*case.to_device(device, guard_bands=True)))
+    if "layout" in properties:
+        other = _other_layout(case)
+        compare("layout_dependence", f"the same numbers in the {other} layout (case: {case.layout})",
+                run(*case.to_device(device, layout=other)))
+    return findings

@@ -1,0 +1,35 @@
+"""The Triton interpreter's bf16 tl.dot multiplies raw bit patterns; flashcheck must call it a BUG
+and point at the matmul, not pass it and not blame the softmax."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashcheck.case import AttentionCase
+from flashcheck.check import check
+from flashcheck.kernels import resolve_kernel
+from flashcheck.regimes import make_values
+from flashcheck.validation import Shapes
+
+pytestmark = pytest.mark.interpreter
+
+
+def test_interpreter_bf16_matmul_is_a_bug_pointing_at_the_matmul():
+    s = Shapes(1, 2, 1, 20, 40, 16, 16)
+    q, k, v = make_values("random", shapes=s, dtype="bf16", seed=0)
+    case = AttentionCase.create(q, k, v, scale=0.25)
+    verdict = check(resolve_kernel("flashcheck:triton", device="cpu", block_m=16, block_n=16), case,
+                    device="cpu", properties=())
+    assert verdict.status == "BUG"
+    assert {f.kind for f in verdict.findings} & {"over_budget", "nonfinite"}
+    diagnosis = " ".join(f.diagnosis for f in verdict.findings)
+    assert "P @ V matmul itself is wrong" in diagnosis
+    assert "raw bit patterns" in diagnosis
+
+
+def test_fp16_on_the_interpreter_gets_no_matmul_note():
+    s = Shapes(1, 2, 1, 20, 40, 16, 16)
+    q, k, v = make_values("random", shapes=s, dtype="fp16", seed=0)
+    verdict = check(resolve_kernel("flashcheck:triton", device="cpu", block_m=16, block_n=16),
+                    AttentionCase.create(q, k, v, scale=0.25), device="cpu")
+    assert verdict.status == "PASS", str(verdict)

@@ -1,0 +1,117 @@
+"""Exact properties: each defect class breaks its property, and a careful kernel keeps all of them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashcheck
+from flashcheck.case import AttentionCase
+from flashcheck.check import check
+from flashcheck.properties import hidden_keys
+from flashcheck.regimes import make_mask, make_values
+from flashcheck.twin import twin_attention
+from flashcheck.validation import Shapes
+
+SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
+            fully_masked_rows="zero", precision="flash")
+
+
+def twin(q, k, v, *, scale, causal, attn_mask=None):
+    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+def padded_case(dtype="fp16"):
+    s = Shapes(2, 2, 1, 40, 50, 16, 16)
+    q, k, v = make_values("random", shapes=s, dtype=dtype, seed=5)
+    return AttentionCase.create(q, k, v, scale=0.25, causal="top_left",
+                                attn_mask=make_mask("key_padding_right", shapes=s, seed=5))
+
+
+def kinds(verdict):
+    return sorted({f.kind for f in verdict.findings})
+
+
+def test_careful_kernel_keeps_every_property():
+    case = padded_case()
+    assert bool(hidden_keys(case).any()), "the case must have keys no query sees"
+    verdict = check(flashcheck.kernel(twin, **SPEC), case, device="cpu")
+    assert verdict.status == "PASS", str(verdict)
+    assert "properties" in verdict.elapsed
+
+
+def test_nan_in_masked_keys_leaks_through_a_full_product():
+    @flashcheck.kernel(**SPEC)
+    def unmasked_v_load(q, k, v, *, scale, causal, attn_mask=None):
+        out, lse = twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        return out + 0 * v.sum(dim=2, keepdim=True).to(out.dtype), lse  # reads every V row
+
+    verdict = check(unmasked_v_load, padded_case(), device="cpu")
+    assert kinds(verdict) == ["poison_leak"] and "masked-out keys" in verdict.findings[0].diagnosis
+
+
+def test_out_of_bounds_read_shows_in_guard_bands():
+    @flashcheck.kernel(**SPEC)
+    def reads_one_row_past_v(q, k, v, *, scale, causal, attn_mask=None):
+        out, lse = twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        # The element just past v's last one, as a kernel with a missing bounds check reads it
+        # (torch itself refuses to read past the storage, so only memory that exists is read).
+        end = v.storage_offset() + sum((n - 1) * st for n, st in zip(v.shape, v.stride())) + 1
+        if end < v.untyped_storage().nbytes() // v.element_size():
+            out = out + 0 * torch.as_strided(v, (1,), (1,), end).to(out.dtype)
+        return out, lse
+
+    verdict = check(reads_one_row_past_v, padded_case(), device="cpu", properties=("guard_bands",))
+    assert kinds(verdict) == ["poison_leak"] and "out-of-bounds" in verdict.findings[0].diagnosis
+
+
+def test_layout_dependence():
+    @flashcheck.kernel(**SPEC)
+    def layout_sensitive(q, k, v, *, scale, causal, attn_mask=None):
+        out, lse = twin(q.contiguous(), k.contiguous(), v.contiguous(), scale=scale, causal=causal, attn_mask=attn_mask)
+        if not k.is_contiguous():  # a different code path for strided inputs, with other rounding
+            out = (out.float() * (1 + 2**-9)).to(out.dtype)
+        return out, lse
+
+    verdict = check(layout_sensitive, padded_case(), device="cpu", properties=("layout",))
+    assert kinds(verdict) == ["layout_dependence"]
+
+
+def test_nondeterminism():
+    calls = []
+
+    @flashcheck.kernel(**SPEC)
+    def racy(q, k, v, *, scale, causal, attn_mask=None):
+        calls.append(1)
+        out, lse = twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        if len(calls) % 2 == 0:  # an atomic-add order that changes from run to run
+            out = out.clone()
+            out.view(torch.int16)[0, 0, 3, 1] += 1  # one ulp
+        return out, lse
+
+    verdict = check(racy, padded_case(), device="cpu", properties=("determinism",))
+    assert kinds(verdict) == ["nondeterminism"]
+    relaxed = flashcheck.kernel(racy.fn, **SPEC, deterministic=False)
+    assert check(relaxed, padded_case(), device="cpu", properties=("determinism",)).status == "PASS"
+
+
+def test_systematic_error_inside_the_budget_is_suspicious():
+    s = Shapes(1, 2, 2, 64, 256, 32, 32)
+    q, k, v = make_values("positive_v", shapes=s, dtype="fp32", seed=1)
+    case = AttentionCase.create(q, k, v, scale=32 ** -0.5)
+
+    @flashcheck.kernel(**{**SPEC, "precision": "strict"})
+    def biased(q, k, v, *, scale, causal, attn_mask=None):
+        out, lse = twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, precision="strict")
+        return out * (1 + 2.0**-17), lse  # 128 ulps of bias on every element
+
+    verdict = check(biased, case, device="cpu", properties=())
+    assert verdict.status == "SUSPICIOUS", str(verdict)
+    (finding,) = verdict.findings
+    assert finding.kind == "reordering_outlier" and finding.details["envelope"] * 8 < verdict.max_ratio <= 1
+
+
+@pytest.mark.parametrize("properties", [(), ("determinism", "poison", "guard_bands", "layout")])
+def test_properties_are_optional(properties):
+    verdict = check(flashcheck.kernel(twin, **SPEC), padded_case(), device="cpu", properties=properties)
+    assert verdict.status == "PASS" and ("properties" in verdict.elapsed) == bool(properties)
