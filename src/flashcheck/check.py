@@ -193,13 +193,16 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
 
         findings += check_properties(rerun, case, run, device=device, properties=properties,
                                      deterministic=kern.spec.deterministic,
+                                     nan_safe_masking=kern.spec.nan_safe_masking,
                                      fully_masked_rows=kern.spec.fully_masked_rows, regime=regime)
         elapsed["properties"] = time.perf_counter() - t0
     if envelope and not findings and max_ratio > ENVELOPE_FLOOR:
         t0 = time.perf_counter()
         findings += envelope_findings(case, budget, max_ratio, device=device, regime=regime)
         elapsed["envelope"] = time.perf_counter() - t0
-    return Verdict.from_findings(findings, max_ratio=max_ratio, elapsed=elapsed, **meta)
+    verdict = Verdict.from_findings(findings, max_ratio=max_ratio, elapsed=elapsed, **meta)
+    verdict.output = (run.out, run.lse)
+    return verdict
 
 
 # An output inside the budget but this many times past the worst legal reordering is SUSPICIOUS.

@@ -1,4 +1,5 @@
-"""The ``flashcheck`` command: ``fuzz`` a kernel, ``replay`` a saved case, list ``kernels`` and ``presets``.
+"""The ``flashcheck`` command: ``fuzz`` a kernel, ``replay`` a saved case, ``selftest``, list ``kernels``
+and ``presets``.
 
 Exit status: 0 when nothing is wrong, 1 when a bug was found, 2 on a usage error.
 """
@@ -39,6 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
     replay.add_argument("--device", choices=("cuda", "cpu"), default=None)
     replay.add_argument("--json", default=None, metavar="PATH")
+
+    selftest = sub.add_parser("selftest", help="the mutation suite: planted bugs against flashcheck and two anchor rules")
+    selftest.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    selftest.add_argument("--dtype", action="append", choices=DTYPES, help="default: fp16 and fp32 on the CPU, all on a GPU")
+    selftest.add_argument("--cases", type=int, default=200, help="cases per correct variant and dtype")
+    selftest.add_argument("--bug-cases", type=int, default=60, help="at most this many cases per planted bug and dtype")
+    selftest.add_argument("--max-n", type=int, default=160, help="longest sequence drawn")
+    selftest.add_argument("--seed", type=int, default=0)
+    selftest.add_argument("--mutant", action="append", default=None, help="only these planted bugs (repeatable)")
+    selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
+    selftest.add_argument("--json", default=None, metavar="PATH")
 
     sub.add_parser("kernels", help="list the built-in kernels")
     sub.add_parser("presets", help="list the built-in campaign presets")
@@ -144,6 +156,28 @@ def _cmd_replay(args) -> int:
     return EXIT_BUG if verdict.status == "BUG" else EXIT_OK
 
 
+def _cmd_selftest(args) -> int:
+    from .selftest import format_table, run_selftest
+
+    device = _device(args.device)
+    dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else ["fp16", "bf16", "fp32"])
+
+    def progress(row):
+        state = ("ok" if row.flashcheck.first_case is None else "FALSE ALARM") if row.correct else \
+            (f"BUG @{row.flashcheck.first_case}" if row.flashcheck.first_case else "MISSED")
+        print(f"  {row.variant:28} {row.dtype}  {row.cases:4} cases  {state}  ({row.seconds:.1f} s)",
+              file=sys.stderr, flush=True)
+
+    rows = run_selftest(device=device, dtypes=dtypes, cases=args.cases, bug_cases=args.bug_cases, seed=args.seed,
+                        max_n=args.max_n, mutants=args.mutant, which=args.variants, progress=progress)
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=2))
+    missed = [r for r in rows if not r.correct and not r.flashcheck.first_case]
+    alarms = [r for r in rows if r.correct and r.flashcheck.first_case]
+    return EXIT_BUG if missed or alarms else EXIT_OK
+
+
 def _cmd_kernels(args) -> int:
     from .kernels import BUILTIN_KERNELS
 
@@ -166,7 +200,8 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from .errors import FlashcheckError
 
-    commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "kernels": _cmd_kernels, "presets": _cmd_presets}
+    commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "kernels": _cmd_kernels,
+                "presets": _cmd_presets}
     try:
         return commands[args.command](args)
     except FlashcheckError as exc:

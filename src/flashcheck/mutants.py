@@ -157,7 +157,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "Q @ K^T is rounded to the input dtype before softmax, so large logits lose their low bits.",
         (("s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale",
           "s = tl.dot(q, k, input_precision=INPUT_PRECISION).to(Q.dtype.element_ty) * qk_scale"),),
-        "fp16 with large |q.k| (hundreds) and a small scale keeping attention diffuse.",
+        "fp16 near-tied large logits: q, k ~ 8 +- 0.1, so q.k ~ 1024 where fp16's spacing is 1, with "
+        "diffuse attention (scale 0.25).",
     ),
     Mutant(
         "p_rounded_to_bf16", "precision",

@@ -96,6 +96,11 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     if isinstance(dps, bool) or not isinstance(dps, int) or not 20 <= dps <= 10_000:
         raise InvalidArgument("dps", dps, "expected an int from 20 to 10000",
                               "Pass dps=50 (the default) or more digits for extreme inputs.")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not bool(torch.isfinite(t).all()):
+            raise InvalidArgument(name, t, "contains NaN or infinity",
+                                  "The oracle needs finite inputs; replace masked-out padding by any finite value "
+                                  "(it cannot change the exact answer).")
     row_index = _check_rows(rows, shapes.n_q)
     if method == "mpmath":
         ref = _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)

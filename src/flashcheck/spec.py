@@ -45,6 +45,11 @@ def _positive_int(argument: str, value, *, allow_none: bool = False):
 class KernelSpec:
     """What a kernel supports (inputs it accepts) and promises (outputs it guarantees).
 
+    Promises beyond the output: ``deterministic`` (two identical calls give identical bits) and
+    ``nan_safe_masking`` (a NaN stored in a key no query may see never reaches the output: the kernel
+    does not read such keys, or masks before it multiplies). Huge finite values in such keys must
+    never leak, whatever the spec says.
+
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
     multiples of it; ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths.
@@ -65,6 +70,7 @@ class KernelSpec:
     precision: Precision | str = "flash"
     devices: tuple = DEVICES
     deterministic: bool = True
+    nan_safe_masking: bool = True
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)

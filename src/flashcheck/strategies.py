@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from .case import AttentionCase, layouts as layout_names
@@ -20,7 +21,7 @@ from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make
 from .spec import DEFAULT_SPEC, KernelSpec
 from .validation import Shapes
 
-__all__ = ["Recipe", "shapes", "recipes", "cases", "SPECIAL_LENGTHS"]
+__all__ = ["Recipe", "shapes", "recipes", "cases", "draw_recipes", "SPECIAL_LENGTHS"]
 
 # Lengths that sit on tile edges: 1, tile +- 1, primes, 64 mod 128, 1 mod 32.
 SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
@@ -152,6 +153,28 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
 def cases(**options) -> st.SearchStrategy[AttentionCase]:
     """AttentionCases built from :func:`recipes` (same keyword-only options)."""
     return recipes(**options).map(lambda r: r.build())
+
+
+def draw_recipes(count: int, *, seed: int = 0, **options) -> list[Recipe]:
+    """``count`` recipes drawn by hypothesis from :func:`recipes`, the same list for the same seed.
+
+    For fixed case lists (self-tests, benchmarks) that still follow hypothesis's distribution: small
+    and edge-case shapes early, larger ones later.
+    """
+    from hypothesis import Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    drawn: list[Recipe] = []
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(recipe=recipes(**options))
+    def collect(recipe):
+        drawn.append(recipe)
+
+    collect()
+    return drawn[:count]
 
 
 def empty_row_fraction(case: AttentionCase) -> float:

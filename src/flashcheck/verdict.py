@@ -85,6 +85,7 @@ class Verdict:
     case: str = ""
     regime: str | None = None
     elapsed: dict = field(default_factory=dict)
+    output: object = field(default=None, repr=False, compare=False)  # the kernel's (out, lse), kept in memory
 
     @classmethod
     def from_findings(cls, findings, **kw) -> "Verdict":

@@ -157,6 +157,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
         # The compiled CUDA kernel refuses D or Dv below 16 ("NYI: embedding dimension ... at least 16").
         min_head_dim=16 if (compile and device == "cuda") else 1, max_head_dim=256, dv_equals_d=False,
         fully_masked_rows="zero", precision="flash", devices=(device,),
+        nan_safe_masking=False,  # partly masked blocks still load every V row: 0 * NaN = NaN
     )
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None):

@@ -112,12 +112,14 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=False, fully_masked_rows="zero",
             precision=UPCAST_TF32 if fp32_mode == "tf32" else "upcast", devices=dev,
+            nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
         )
     if name == "torch:flash" and device_type == "cpu":
         # PyTorch's own tiled CPU kernel takes everything the math backend does except Dv != D.
         return KernelSpec(
             dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=True, fully_masked_rows="zero", precision="flash", devices=dev,
+            nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
         )
     if name == "torch:flash":
         # FA2: no fp32, no mask, D == Dv <= 256 (SDPA pads D to a multiple of 8). is_causal with
@@ -127,6 +129,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=("fp16", "bf16"), causal=("none", "bottom_right"), attn_mask=False, gqa=True,
             min_head_dim=1, max_head_dim=256, dv_equals_d=True, fully_masked_rows="zero",
             precision="flash", devices=dev,
+            nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
         )
     if name == "torch:efficient":
         # D and Dv must be multiples of 8 (fp16/bf16; 4 for fp32), seen up to 512.
@@ -134,6 +137,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             head_dims=_MULTIPLES_OF_8(512), max_head_dim=512, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash", devices=dev,
+            nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
         )
     if name == "torch:cudnn":
         # fp16/bf16, D and Dv multiples of 8 up to 256; refuses Nk == 1 at call time.
@@ -141,6 +145,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=("fp16", "bf16"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             head_dims=_MULTIPLES_OF_8(256), max_head_dim=256, dv_equals_d=False,
             fully_masked_rows="any", precision="flash", devices=dev,
+            nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
         )
     raise AssertionError(name)
 

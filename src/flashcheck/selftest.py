@@ -1,0 +1,216 @@
+"""``flashcheck selftest``: the mutation suite that proves the error model works.
+
+Planted-bug variants of ``flashcheck:triton`` (see :mod:`flashcheck.mutants`) must each get BUG; the
+correct kernel at several tile shapes and PyTorch's backends must get none. In the same run the two
+anchor rules of the field (:mod:`flashcheck.anchors`) judge the same variants, on the same adversarial
+cases and on plain randn inputs of the same shapes, so the gain is measured, not claimed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .anchors import ANCHORS
+from .check import check
+from .properties import PROPERTIES
+from .spec import Kernel
+from .strategies import Recipe, draw_recipes
+from .verdict import BUG, SUSPICIOUS, json_number
+
+__all__ = ["Variant", "variants", "run_selftest", "PROPERTY_EVERY", "CORRECT_TILES"]
+
+CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
+MUTANT_TILE = (32, 32)
+# The exact properties rerun the kernel up to five times; they run on every PROPERTY_EVERY-th case.
+PROPERTY_EVERY = 4
+
+
+@dataclass
+class Variant:
+    name: str
+    correct: bool
+    area: str
+    description: str
+    make: Callable[[], Kernel]
+
+
+def variants(device: str, *, mutants: list[str] | None = None, which: str = "all") -> list[Variant]:
+    """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs.
+
+    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``.
+    """
+    from . import mutants as mutant_module
+    from .kernels import resolve_kernel
+    from .kernels.triton_flash import make_kernel
+
+    out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
+                   lambda m=m, n=n: make_kernel(block_m=m, block_n=n)) for m, n in CORRECT_TILES]
+    torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" else [])
+    out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
+            for name in torch_backends]
+    chosen = mutant_module.MUTANTS if mutants is None else [m for m in mutant_module.MUTANTS if m.name in mutants]
+    out += [Variant(m.name, False, m.area, m.description,
+                    lambda m=m: mutant_module.load_mutant(m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1]))
+            for m in chosen]
+    return [v for v in out if which == "all" or v.correct == (which == "correct")]
+
+
+@dataclass
+class Detection:
+    """When one detector (flashcheck or an anchor rule) first flagged a variant, if it did."""
+
+    first_case: int | None = None
+    how: str = ""
+    false_alarms: int = 0
+
+    def flag(self, index: int, how: str) -> None:
+        if self.first_case is None:
+            self.first_case, self.how = index, how
+
+
+@dataclass
+class Row:
+    variant: str
+    correct: bool
+    area: str
+    dtype: str
+    cases: int = 0
+    flashcheck: Detection = field(default_factory=Detection)
+    anchors: dict = field(default_factory=dict)  # "rule/inputs" -> Detection
+    max_ratio: float = 0.0  # correct variants: the margin
+    min_caught_ratio: float = math.inf  # bug variants: the closest a caught case came to the budget
+    suspicious: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        det = lambda d: {"first_case": d.first_case, "how": d.how, "false_alarms": d.false_alarms}  # noqa: E731
+        return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
+                "cases": self.cases, "flashcheck": det(self.flashcheck),
+                "anchors": {k: det(v) for k, v in self.anchors.items()},
+                "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
+                "suspicious": self.suspicious, "seconds": round(self.seconds, 2)}
+
+
+def _randn_twin(recipe: Recipe) -> Recipe:
+    """The anchors' own inputs: randn values, no mask, default scale, same shapes and causal mode."""
+    return dataclasses.replace(recipe, values="random", mask="none", scale="default", layout="contiguous")
+
+
+def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Recipe], device: str,
+                 bug_cases: int) -> Row:
+    row = Row(variant.name, variant.correct, variant.area, dtype)
+    for rule in ANCHORS:
+        for inputs in ("randn", "adversarial"):
+            row.anchors[f"{rule}/{inputs}"] = Detection()
+    start = time.perf_counter()
+    limit = len(recipes) if variant.correct else min(bug_cases, len(recipes))
+    for index, recipe in enumerate(recipes[:limit], start=1):
+        case = recipe.build(kernel=kernel.name)
+        props = PROPERTIES if index % PROPERTY_EVERY == 1 else ()
+        verdict = check(kernel, case, device=device, properties=props, envelope=variant.correct)
+        row.cases = index
+        if math.isfinite(verdict.max_ratio):
+            row.max_ratio = max(row.max_ratio, verdict.max_ratio)
+        if verdict.status == SUSPICIOUS:
+            row.suspicious += 1
+        if verdict.status == BUG:
+            kinds = "+".join(sorted({f.kind for f in verdict.findings}))
+            row.flashcheck.flag(index, kinds)
+            row.flashcheck.false_alarms += variant.correct
+            if "over_budget" in kinds and math.isfinite(verdict.max_ratio):
+                row.min_caught_ratio = min(row.min_caught_ratio, verdict.max_ratio)
+        _judge_anchors(row, kernel, case, verdict, index, device, recipe, variant.correct)
+        if not variant.correct and row.flashcheck.first_case and all(
+                d.first_case or d.how == "n/a" for d in row.anchors.values()):
+            break
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe,
+                   correct: bool) -> None:
+    from .check import run_kernel
+
+    adversarial_out = verdict.output[0] if verdict.output else None
+    randn_case = _randn_twin(recipe).build(kernel=kernel.name)
+    q, k, v, mask = randn_case.to_device(device)
+    randn_run = run_kernel(kernel, q, k, v, scale=randn_case.scale, causal=randn_case.causal, attn_mask=mask)
+    for rule_name, rule in ANCHORS.items():
+        for inputs, out, c in (("adversarial", adversarial_out, case), ("randn", randn_run.out, randn_case)):
+            det = row.anchors[f"{rule_name}/{inputs}"]
+            if out is None or not hasattr(out, "shape") or tuple(out.shape) != tuple(c.q.shape[:3]) + (c.v.shape[3],):
+                det.flag(index, "crash or wrong output")
+                det.false_alarms += correct
+                continue
+            accepted = rule(out, c)
+            if accepted is None:  # the rule is undefined here (flash-attention's rule on fp32)
+                det.how = det.how or "n/a"
+            elif not accepted:
+                det.flag(index, "rejected")
+                det.false_alarms += correct
+
+
+def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
+                 max_n: int = 160, mutants: list[str] | None = None, which: str = "all",
+                 progress=None) -> list[Row]:
+    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired)."""
+    rows = []
+    recipe_cache: dict = {}
+    for variant in variants(device, mutants=mutants, which=which):
+        kernel = variant.make()
+        for dtype in dtypes:
+            if dtype not in kernel.spec.dtypes:
+                continue
+            key = (kernel.spec, dtype)
+            if key not in recipe_cache:
+                recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
+                                                 max_heads=4)
+            row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases)
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    """One text table: each variant, caught or not, by which check, after how many cases."""
+    def cell(det: "Detection", correct: bool) -> str:
+        if det.how == "n/a" and det.first_case is None:
+            return "n/a"
+        if correct:
+            return "ok" if det.first_case is None else f"FALSE ALARM x{det.false_alarms}"
+        return f"caught @{det.first_case}" if det.first_case else "missed"
+
+    anchor_keys = list(rows[0].anchors) if rows else []
+    head = ["variant", "dtype", "cases", "flashcheck", "check", "ratio"] + anchor_keys
+    lines = []
+    for r in rows:
+        if r.correct:
+            fc = "ok" if r.flashcheck.first_case is None else f"FALSE ALARM x{r.flashcheck.false_alarms}"
+            ratio = f"max {r.max_ratio:.3g}" + (f" susp {r.suspicious}" if r.suspicious else "")
+        else:
+            fc = f"BUG @{r.flashcheck.first_case}" if r.flashcheck.first_case else "MISSED"
+            ratio = f"min {r.min_caught_ratio:.3g}" if math.isfinite(r.min_caught_ratio) else "-"
+        lines.append([r.variant, r.dtype, str(r.cases), fc, r.flashcheck.how or "-", ratio]
+                     + [cell(r.anchors[k], r.correct) for k in anchor_keys])
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*line) for line in lines]
+    bugs = [r for r in rows if not r.correct]
+    good = [r for r in rows if r.correct]
+    summary = [""]
+    for label, det_of in [("flashcheck", lambda r: r.flashcheck)] + [(k, lambda r, k=k: r.anchors[k]) for k in anchor_keys]:
+        caught = sum(1 for r in bugs if det_of(r).first_case)
+        alarms = sum(1 for r in good if det_of(r).first_case)
+        defined = sum(1 for r in bugs if not (det_of(r).how == "n/a" and det_of(r).first_case is None))
+        summary.append(f"{label:28} caught {caught}/{defined} planted bugs (variant x dtype); "
+                       f"false alarms on {alarms}/{len(good)} correct rows")
+    cases_correct = sum(r.cases for r in good)
+    summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
+        f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}"
+        for d in sorted({r.dtype for r in good})))
+    return "\n".join(out + summary)
