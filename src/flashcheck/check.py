@@ -256,12 +256,14 @@ def matmul_probe(kernel: Kernel, dtype: torch.dtype, device) -> str | None:
     run = run_kernel(kernel, q, k, v, scale=0.125, causal="none")
     if run.error is not None or not isinstance(run.out, torch.Tensor) or run.out.shape != (1, 1, 16, 32):
         return None
-    if torch.equal(run.out.to(dtype), v.expand_as(run.out)):
+    want = v.expand_as(run.out)
+    if torch.equal(run.out.to(dtype), want):
         return None
-    note = ("with a single key (softmax weight exactly 1) the output is not v: the P @ V matmul itself "
-            "is wrong")
+    rel = float(((run.out.double() - want.double()).abs() / want.double().abs().clamp_min(1e-30)).max())
+    note = (f"with a single key (softmax weight exactly 1) out differs from v by up to {rel:.3g} relative: "
+            "the defect lies outside the softmax (the P @ V matmul, the final normalisation or the store)")
     if os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16:
-        note += " (the Triton interpreter's tl.dot multiplies bf16 operands as raw bit patterns)"
+        note += "; known cause: the Triton interpreter's tl.dot multiplies bf16 operands as raw bit patterns"
     return note
 
 

@@ -23,7 +23,7 @@ def test_interpreter_bf16_matmul_is_a_bug_pointing_at_the_matmul():
     assert verdict.status == "BUG"
     assert {f.kind for f in verdict.findings} & {"over_budget", "nonfinite"}
     diagnosis = " ".join(f.diagnosis for f in verdict.findings)
-    assert "P @ V matmul itself is wrong" in diagnosis
+    assert "outside the softmax (the P @ V matmul" in diagnosis
     assert "raw bit patterns" in diagnosis
 
 

@@ -1,0 +1,31 @@
+"""flashcheck selftest on a few variants: planted bugs get BUG, correct kernels none, anchors measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashcheck.selftest import format_table, run_selftest, variants
+
+pytestmark = pytest.mark.interpreter
+
+
+def test_variants_list_correct_kernels_and_planted_bugs():
+    names = {v.name: v for v in variants("cpu")}
+    assert sum(v.correct for v in names.values()) >= 5 and "torch:math" in names
+    assert sum(not v.correct for v in names.values()) >= 20
+
+
+def test_selftest_catches_planted_bugs_and_passes_correct_kernels():
+    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=8, bug_cases=8, max_n=48,
+                        mutants=["tail_keys_unmasked", "causal_diagonal_excluded", "scale_ignored"])
+    by_name = {r.variant: r for r in rows}
+    for name in ("tail_keys_unmasked", "causal_diagonal_excluded", "scale_ignored"):
+        assert by_name[name].flashcheck.first_case, f"{name} was not caught"
+    for r in rows:
+        if r.correct:
+            assert r.flashcheck.first_case is None, f"false alarm on {r.variant}: {r.flashcheck.how}"
+            assert r.cases == 8 and 0 <= r.max_ratio <= 1
+        assert set(r.anchors) == {"flash-attention/randn", "flash-attention/adversarial",
+                                  "triton-tutorial/randn", "triton-tutorial/adversarial"}
+    table = format_table(rows)
+    assert "flashcheck" in table and "caught 3/3 planted bugs" in table
