@@ -27,6 +27,7 @@ from .case import AttentionCase
 from .check import check
 from .errors import InvalidArgument
 from .presets import Preset
+from .properties import properties_for
 from .spec import Kernel
 from .strategies import Recipe, recipes
 from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, worst_status
@@ -122,7 +123,7 @@ def run_campaign(kernel: Kernel, *, device: str, preset: Preset, dtypes=None, ma
         t0 = time.monotonic()
         case = recipe.build(kernel=kernel.name)
         result.time_split["generation"] += time.monotonic() - t0 + (t0 - last_end[0])
-        verdict = check(kernel, case, device=device)
+        verdict = check(kernel, case, device=device, properties=properties_for(recipe.seed))
         result.time_split["kernel"] += verdict.elapsed.get("kernel", 0.0)
         result.time_split["oracle"] += verdict.elapsed.get("oracle", 0.0)
         last_end[0] = time.monotonic()

@@ -16,17 +16,15 @@ from typing import Callable
 
 from .anchors import ANCHORS
 from .check import check
-from .properties import PROPERTIES
+from .properties import properties_for
 from .spec import Kernel
 from .strategies import Recipe, draw_recipes
 from .verdict import BUG, SUSPICIOUS, json_number
 
-__all__ = ["Variant", "variants", "run_selftest", "PROPERTY_EVERY", "CORRECT_TILES"]
+__all__ = ["Variant", "variants", "run_selftest", "CORRECT_TILES"]
 
 CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
 MUTANT_TILE = (32, 32)
-# The exact properties rerun the kernel up to five times; they run on every PROPERTY_EVERY-th case.
-PROPERTY_EVERY = 4
 
 
 @dataclass
@@ -110,8 +108,7 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
     limit = len(recipes) if variant.correct else min(bug_cases, len(recipes))
     for index, recipe in enumerate(recipes[:limit], start=1):
         case = recipe.build(kernel=kernel.name)
-        props = PROPERTIES if index % PROPERTY_EVERY == 1 else ()
-        verdict = check(kernel, case, device=device, properties=props, envelope=variant.correct)
+        verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=variant.correct)
         row.cases = index
         if math.isfinite(verdict.max_ratio):
             row.max_ratio = max(row.max_ratio, verdict.max_ratio)
