@@ -45,14 +45,19 @@ def variants(device: str, *, mutants: list[str] | None = None, which: str = "all
     from .kernels import resolve_kernel
     from .kernels.triton_flash import make_kernel
 
+    # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
+    # to) the strict contract; on a GPU they run as tf32 under the flash contract.
+    precision = "ieee" if device == "cpu" else "tf32"
     out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
-                   lambda m=m, n=n: make_kernel(block_m=m, block_n=n)) for m, n in CORRECT_TILES]
+                   lambda m=m, n=n: make_kernel(block_m=m, block_n=n, input_precision=precision))
+           for m, n in CORRECT_TILES]
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
     chosen = mutant_module.MUTANTS if mutants is None else [m for m in mutant_module.MUTANTS if m.name in mutants]
     out += [Variant(m.name, False, m.area, m.description,
-                    lambda m=m: mutant_module.load_mutant(m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1]))
+                    lambda m=m: mutant_module.load_mutant(m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1],
+                                                          input_precision=precision))
             for m in chosen]
     return [v for v in out if which == "all" or v.correct == (which == "correct")]
 
