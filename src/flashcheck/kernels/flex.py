@@ -32,7 +32,8 @@ import torch
 from ..errors import BackendUnavailable, InvalidArgument
 from ..masks import from_tensor
 from ..spec import Kernel, KernelSpec
-from ..validation import CAUSAL_MODES, check_attention_inputs
+from ..validation import CAUSAL_MODES
+from .adapters import validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
 __all__ = ["make_flex_kernel", "DESCRIPTION"]
@@ -161,11 +162,8 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
     )
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None):
-        q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
-            q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-        if q.device.type != device:
-            raise InvalidArgument("q", q, f"on {q.device}, but kernel {NAME!r} was made for device {device!r}",
-                                  f"Move q, k, v to {device}, or resolve the kernel for device={q.device.type!r}.")
+        q, k, v, scale, causal, attn_mask, shapes = validated_call(
+            NAME, device, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
         fa = _flex_module()
         gqa = shapes.heads_q != shapes.heads_kv
         if gqa and compile and device == "cuda" and (causal != "none" or attn_mask is not None):

@@ -40,7 +40,8 @@ from ..masks import causal as causal_mask_fn
 from ..masks import materialize
 from ..precision import Precision
 from ..spec import Kernel, KernelSpec
-from ..validation import CAUSAL_MODES, check_attention_inputs
+from ..validation import CAUSAL_MODES
+from .adapters import validated_call
 
 __all__ = ["SDPA_KERNELS", "make_sdpa_kernel", "fp32_matmul_mode", "NO_CUDA_REASON", "NO_CUDA_FIX"]
 
@@ -218,11 +219,8 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
     fused = name != "torch:math"
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None):
-        q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
-            q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-        if q.device.type != device:
-            raise InvalidArgument("q", q, f"on {q.device}, but kernel {name!r} was made for device {device!r}",
-                                  f"Move q, k, v to {device}, or resolve the kernel for device={q.device.type!r}.")
+        q, k, v, scale, causal, attn_mask, shapes = validated_call(
+            name, device, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
         # The declared precision read the TF32 switch when the kernel was made; refuse, rather than
         # be judged against a contract that no longer holds.
         if name == "torch:math" or (name == "torch:flash" and device == "cpu"):
