@@ -27,7 +27,7 @@ from .case import AttentionCase
 from .check import check
 from .errors import InvalidArgument
 from .presets import Preset
-from .properties import properties_for
+from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel
 from .strategies import Recipe, recipes
 from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, worst_status
@@ -72,6 +72,7 @@ class CampaignResult:
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
             "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
+            "properties": {"checked": list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
             "findings": self.findings,
         }
 
