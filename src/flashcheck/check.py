@@ -157,9 +157,42 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     regime = case.provenance.get("strategy") if case.provenance else None
-    q, k, v, mask = case.to_device(device)
-    run = run_kernel(kern, q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask)
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
+    try:
+        return _check(kern, case, contract, device, reference, budget, properties, envelope, regime, meta)
+    except _OutOfMemory as oom:
+        return _skipped_out_of_memory(str(oom), device, meta)
+    except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
+        return _skipped_out_of_memory(_one_line("flashcheck's inputs or oracle", exc), device, meta)
+
+
+def _one_line(where: str, error: BaseException) -> str:
+    return f"{where}: {type(error).__name__}: {error}".splitlines()[0][:300]
+
+
+class _OutOfMemory(Exception):
+    """A run of the kernel (the first or a property's rerun) ran out of device memory."""
+
+
+def _skipped_out_of_memory(reason: str, device, meta: dict) -> Verdict:
+    # Too big for this device is not a defect of the kernel: skip the case, say so, and give the memory
+    # back so the next case starts clean.
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return Verdict.from_findings([], max_ratio=math.nan, skipped=f"oom: {reason}", **meta)
+
+
+def _run_or_skip(kern, q, k, v, *, scale, causal, attn_mask, what: str) -> KernelRun:
+    run = run_kernel(kern, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    if isinstance(run.error, torch.cuda.OutOfMemoryError):
+        raise _OutOfMemory(_one_line(what, run.error))
+    return run
+
+
+def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budget, properties, envelope, regime,
+           meta) -> Verdict:
+    q, k, v, mask = case.to_device(device)
+    run = _run_or_skip(kern, q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask, what="the kernel")
     if run.error is not None:
         crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
                         regime=regime, details={"traceback": run.traceback})
@@ -189,7 +222,8 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
         t0 = time.perf_counter()
 
         def rerun(q_, k_, v_, mask_):
-            return run_kernel(kern, q_, k_, v_, scale=case.scale, causal=case.causal, attn_mask=mask_)
+            return _run_or_skip(kern, q_, k_, v_, scale=case.scale, causal=case.causal, attn_mask=mask_,
+                                what="a property's rerun of the kernel")
 
         findings += check_properties(rerun, case, run, device=device, properties=properties,
                                      deterministic=kern.spec.deterministic,

@@ -2,6 +2,12 @@
 and ``presets``.
 
 Exit status: 0 when nothing is wrong, 1 when a bug was found, 2 on a usage error.
+
+``fuzz`` runs the kernel in a worker process: a kernel that dies is a ``crash`` finding, one that runs
+past ``--case-timeout`` (default 300 s on a GPU, 600 s under the Triton interpreter) a ``timeout``
+finding, and the campaign goes on with a fresh worker; cases that run out of device memory are skipped
+and counted. Ctrl-C or SIGTERM ends a campaign early with its summary written and its corpus kept (exit
+1 if a bug was found before, else 0).
 """
 
 from __future__ import annotations
@@ -32,8 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--corpus", default="flashcheck-corpus", metavar="DIR",
                       help="where failing cases are saved (and the hypothesis database, unless --database)")
     fuzz.add_argument("--database", default=None, metavar="DIR", help="a hypothesis example database to share")
-    fuzz.add_argument("--json", default=None, metavar="PATH", help="write the JSON summary here")
+    fuzz.add_argument("--json", default=None, metavar="PATH",
+                      help="write the JSON summary here (also when the campaign is interrupted)")
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fuzz.add_argument("--keep-going", action="store_true",
+                      help="go on past the first bug: shrink and save each distinct bug once, count the others")
+    fuzz.add_argument("--case-timeout", type=float, default=None, metavar="S",
+                      help="seconds one case may take before the kernel counts as hung and its worker process is "
+                           "killed (default: 300 with --device cuda, 600 with --device cpu, the Triton interpreter)")
+    fuzz.add_argument("--no-isolation", action="store_true",
+                      help="run the kernel in this process: faster to start, easier to debug, but a crash or a "
+                           "hang of the kernel ends the campaign, and there is no --case-timeout")
 
     replay = sub.add_parser("replay", help="re-run one saved case")
     replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
@@ -98,20 +113,31 @@ def _progress_printer(total: int, enabled: bool):
 
 def _cmd_fuzz(args) -> int:
     from .campaign import run_campaign, write_summary
-    from .kernels import resolve_kernel
+    from .errors import InvalidArgument
     from .presets import load_preset
 
+    if args.case_timeout is not None:
+        if not args.case_timeout > 0:
+            raise InvalidArgument("--case-timeout", args.case_timeout, "expected a positive number of seconds",
+                                  "Pass e.g. --case-timeout 300, or leave it out for the default.")
+        if args.no_isolation:
+            raise InvalidArgument("--case-timeout", args.case_timeout, "only a worker process can be stopped when "
+                                  "a case hangs, and --no-isolation runs the kernel in this process",
+                                  "Drop --no-isolation, or drop --case-timeout.")
     device = _device(args.device)
-    kernel = resolve_kernel(args.kernel, device=device)
+    if ":" in args.kernel and args.kernel.split(":", 1)[0] not in ("torch", "flashcheck"):
+        # An import path resolves like `python -m`: from the current directory too (here and in the worker).
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
     preset = load_preset(args.preset)
     total = args.max_examples or preset.max_examples
     bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
-    if bar is not None:
-        bar.start()
     try:
-        result = run_campaign(kernel, device=device, preset=preset, dtypes=args.dtype,
+        result = run_campaign(args.kernel, device=device, preset=preset, dtypes=args.dtype,
                               max_examples=args.max_examples, time_budget=args.time_budget, seed=args.seed,
-                              corpus=args.corpus, database=args.database, progress=update)
+                              corpus=args.corpus, database=args.database, keep_going=args.keep_going,
+                              isolate=not args.no_isolation, case_timeout=args.case_timeout,
+                              progress=_started(bar, update))
     finally:
         if bar is not None:
             bar.stop()
@@ -121,16 +147,47 @@ def _cmd_fuzz(args) -> int:
     return EXIT_BUG if result.verdict == "BUG" else EXIT_OK
 
 
+def _started(bar, update):
+    # The bar starts with the first case: the worker process loads the kernel first, and a kernel that
+    # cannot load is reported as a usage error without a bar around it.
+    if bar is None:
+        return None
+
+    def progress(result):
+        if not progress.started:
+            progress.started = True
+            bar.start()
+        update(result)
+
+    progress.started = False
+    return progress
+
+
 def _print_summary(result) -> None:
     d = result.as_dict()
     print(f"flashcheck fuzz {result.kernel} on {result.device} (preset {result.preset}): {result.verdict}")
     print(f"  {result.cases} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s), stopped: {result.stopped}")
     split = ", ".join(f"{k} {v:.2f} s" for k, v in d["time_split_s"].items())
     print(f"  time: {split}")
+    isolation = result.isolation
+    if result.isolation == "worker":
+        isolation += (f" process, case timeout {result.case_timeout:g} s, {result.worker_restarts} restarts, "
+                      f"{result.timeouts} timeouts")
+    print(f"  kernel ran: {isolation}")
+    skipped = sum(result.skipped.values())
+    if skipped:
+        why = ", ".join(f"{n} {'out of memory' if k == 'oom' else k}" for k, n in result.skipped.items() if n)
+        print(f"  skipped (not judged): {skipped} cases ({why})")
     for dtype, ratio in sorted(result.max_ratio_by_dtype.items()):
         print(f"  {dtype}: {result.by_dtype[dtype]} cases, max error/budget {ratio:.3g}")
+    if result.bug_signatures:
+        counts = ", ".join(f"{sig} {n}" for sig, n in result.bug_signatures.most_common())
+        print(f"  failing cases per bug: {counts}")
+    for note in result.notes:
+        print(f"  note: {note}")
     for f in result.findings:
-        print(f"  {f['status']} {'+'.join(f['kinds'])} ({'shrunk' if f['shrunk'] else 'as found'}): {f['case']}")
+        state = "as found" if not f["shrunk"] else "shrunk" if f.get("shrink_complete", True) else "partly shrunk"
+        print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}): {f['case']}")
         for line in f["diagnosis"]:
             print(f"      {line}")
         print(f"      replay: {f['replay']}")

@@ -46,6 +46,9 @@ class Mutant:
     description: str
     edits: tuple[tuple[str, str], ...]
     exposed_by: str
+    # The input dtypes in which the edit is a defect; in the others it changes nothing (rounding fp32
+    # scores to the fp32 input dtype is a no-op), so a self-test must not count it as missed there.
+    dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -159,12 +162,14 @@ MUTANTS: tuple[Mutant, ...] = (
           "s = tl.dot(q, k, input_precision=INPUT_PRECISION).to(Q.dtype.element_ty) * qk_scale"),),
         "fp16 near-tied large logits: q, k ~ 8 +- 0.1, so q.k ~ 1024 where fp16's spacing is 1, with "
         "diffuse attention (scale 0.25).",
+        dtypes=("fp16", "bf16"),
     ),
     Mutant(
         "p_rounded_to_bf16", "precision",
         "P is rounded through bf16 (8 significant bits) before P @ V instead of to the fp16 input dtype.",
         (("p_lo = p.to(V.dtype.element_ty)", "p_lo = p.to(tl.bfloat16).to(V.dtype.element_ty)"),),
         "fp16, diffuse attention (random Q, K, V): errors about 8x fp16's P rounding.",
+        dtypes=("fp16", "fp32"),
     ),
     # -- the softmax scale -------------------------------------------------------------------------------
     Mutant(

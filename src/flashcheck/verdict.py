@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "json_number", "worst_status"]
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number",
+           "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 _RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
@@ -18,9 +19,10 @@ FINDING_KINDS = (
     "poison_leak",          # poisoned masked-out K/V or memory past a tensor changed the output
     "layout_dependence",    # same numbers, another memory layout, another output
     "nondeterminism",       # two identical calls, two outputs
-    "crash",                # the kernel raised
+    "crash",                # the kernel raised, or its worker process died
     "wrong_output",         # wrong shape, dtype or device
     "reordering_outlier",   # inside the budget but far outside legal reorderings (SUSPICIOUS)
+    "timeout",              # the kernel did not return within the campaign's per-case timeout
 )
 
 
@@ -30,6 +32,13 @@ def json_number(x):
         return x
     x = float(x)
     return x if math.isfinite(x) else str(x)
+
+
+def from_json_number(x):
+    """The inverse of :func:`json_number`: ``"nan"``, ``"inf"``, ``"-inf"`` back to floats."""
+    if x is None or isinstance(x, bool):
+        return x
+    return float(x)
 
 
 def worst_status(statuses) -> str:
@@ -73,6 +82,17 @@ class Finding:
             out["budget"] = {k: json_number(v) for k, v in self.budget.items()}
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        """The finding that :meth:`as_dict` wrote (e.g. sent back by a worker process)."""
+        data = dict(data)
+        if data.get("index") is not None:
+            data["index"] = tuple(data["index"])
+        data["error"], data["ratio"] = from_json_number(data.get("error")), from_json_number(data.get("ratio"))
+        if data.get("budget"):
+            data["budget"] = {k: from_json_number(v) for k, v in data["budget"].items()}
+        return cls(**data)
+
 
 @dataclass
 class Verdict:
@@ -86,6 +106,8 @@ class Verdict:
     regime: str | None = None
     elapsed: dict = field(default_factory=dict)
     output: object = field(default=None, repr=False, compare=False)  # the kernel's (out, lse), kept in memory
+    # Why the case was not judged (e.g. "oom: ..."): no finding, and a campaign counts it apart.
+    skipped: str | None = None
 
     @classmethod
     def from_findings(cls, findings, **kw) -> "Verdict":
@@ -98,9 +120,19 @@ class Verdict:
     def __str__(self) -> str:
         lines = [f"{self.status}: {self.kernel} on {self.case}", f"  max error/budget {self.max_ratio:.3g}"]
         lines += ["  " + f.summary().replace("\n", "\n  ") for f in self.findings]
+        if self.skipped:
+            lines.append(f"  skipped, not judged: {self.skipped}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
         return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,
                 "max_ratio": json_number(self.max_ratio), "elapsed": self.elapsed,
-                "findings": [f.as_dict() for f in self.findings]}
+                "findings": [f.as_dict() for f in self.findings], "skipped": self.skipped}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Verdict":
+        """The verdict that :meth:`as_dict` wrote, without the kernel's output (which stays where it ran)."""
+        return cls(status=data["status"], findings=[Finding.from_dict(f) for f in data.get("findings", [])],
+                   max_ratio=from_json_number(data.get("max_ratio")), kernel=data.get("kernel", ""),
+                   case=data.get("case", ""), regime=data.get("regime"), elapsed=dict(data.get("elapsed") or {}),
+                   skipped=data.get("skipped"))
