@@ -72,7 +72,8 @@ class CampaignResult:
     device: str
     preset: str
     seed: int | None
-    cases: int = 0
+    cases: int = 0     # every case checked, shrink candidates included
+    examples: int = 0  # the cases hypothesis generated (what max_examples counts)
     elapsed: float = 0.0
     time_split: dict = field(default_factory=lambda: {"generation": 0.0, "kernel": 0.0, "oracle": 0.0})
     by_status: Counter = field(default_factory=Counter)
@@ -95,7 +96,7 @@ class CampaignResult:
         log_hash = hashlib.sha256("\n".join(self.case_log).encode()).hexdigest()
         return {
             "verdict": self.verdict, "kernel": self.kernel, "device": self.device, "preset": self.preset,
-            "seed": self.seed, "cases": self.cases, "elapsed_s": round(self.elapsed, 3),
+            "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
             "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
             "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
@@ -259,6 +260,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
             result.worker_restarts = worker.restarts
         if not shrinking:
             rnd.generated += 1
+            result.examples += 1
         if verdict.skipped:  # e.g. out of memory: not the kernel's fault, and no verdict on it
             result.skipped[verdict.skipped.split(":")[0]] += 1
             if progress is not None:

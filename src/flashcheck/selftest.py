@@ -124,8 +124,11 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
             kinds = "+".join(sorted({f.kind for f in verdict.findings}))
             row.flashcheck.flag(index, kinds)
             row.flashcheck.false_alarms += variant.correct
-            if "over_budget" in kinds and math.isfinite(verdict.max_ratio):
-                row.min_caught_ratio = min(row.min_caught_ratio, verdict.max_ratio)
+            # How far past its budget the bug went on this case (output or lse), to see how near it
+            # came to escaping.
+            ratios = [f.ratio for f in verdict.findings if f.ratio is not None and math.isfinite(f.ratio)]
+            if ratios:
+                row.min_caught_ratio = min(row.min_caught_ratio, max(ratios))
         _judge_anchors(row, kernel, case, verdict, index, device, recipe, variant.correct)
         if not variant.correct and row.flashcheck.first_case and all(
                 d.first_case or d.how == "n/a" for d in row.anchors.values()):

@@ -42,6 +42,8 @@ POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
 START_TIMEOUT = 300.0
 # How often the parent looks whether a worker it waits for is still alive.
 _POLL_S = 0.25
+# What the parent gets instead of a message when the worker died, or took too long.
+_DIED, _TIMEOUT = ("died",), ("timeout",)
 
 
 def default_case_timeout(device) -> float:
@@ -194,12 +196,14 @@ class KernelWorker:
         self._process, self._conn = process, parent_end
         self.starts += 1
         message = self._receive(max(START_TIMEOUT, self.case_timeout))
-        if message is not None and message[0] == "ready":
+        if message[0] == "ready":
             self.kernel_name = message[2]
             return
-        if message is None:
-            why = (f"it did not report ready within {max(START_TIMEOUT, self.case_timeout):g} s"
-                   if process.is_alive() else f"it died while loading the kernel ({_exit_text(process.exitcode)})")
+        if message is _TIMEOUT:
+            why = f"it did not report ready within {max(START_TIMEOUT, self.case_timeout):g} s"
+        elif message is _DIED:
+            process.join(timeout=5.0)
+            why = f"it died while loading the kernel ({_exit_text(process.exitcode)})"
         else:
             why = message[1]
         self._discard()
@@ -220,12 +224,11 @@ class KernelWorker:
         message = self._receive(self.case_timeout)
         self._busy = False
         waited = time.monotonic() - started
-        if message is None:
-            if self.alive:
-                return self._timed_out(case, waited)
+        if message is _TIMEOUT:
+            return self._timed_out(case, waited)
+        if message is _DIED:
             return self._died(case, waited)
-        kind = message[0]
-        if kind == "error":
+        if message[0] == "error":
             raise WorkerError(f"flashcheck failed in the worker on {case.describe()}: {message[1]}\n{message[2]}")
         verdict = Verdict.from_dict(message[1])
         if poisons_cuda(verdict):
@@ -254,19 +257,20 @@ class KernelWorker:
     # ---- internals --------------------------------------------------------------------------------
 
     def _receive(self, timeout: float):
-        """The next message, or None when the worker died or ``timeout`` passed first."""
+        """The next message, ``_DIED`` when the worker's end of the pipe closed, ``_TIMEOUT`` when
+        ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
+                return _TIMEOUT
             try:
                 if self._conn.poll(min(left, _POLL_S)):
                     return pickle.loads(self._conn.recv_bytes())
             except (EOFError, OSError):
-                return None  # the pipe closed: the process is dead
+                return _DIED  # the pipe closed: the process is exiting (maybe not yet reaped)
             if not self._process.is_alive() and not self._conn.poll(0):
-                return None
+                return _DIED
 
     def _discard(self, *, wait: bool = False) -> None:
         process, conn = self._process, self._conn
