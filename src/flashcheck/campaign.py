@@ -187,45 +187,44 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         raise InvalidArgument("dtype", list(dtypes), f"kernel {resolved.name} supports only {resolved.spec.dtypes}",
                               "Pick a dtype the kernel supports.")
     strategy = recipes(spec=resolved.spec, dtypes=dtypes, **preset.strategy_options())
+    corpus.mkdir(parents=True, exist_ok=True)
+    stop_reason: list[str] = []
     worker = None
     if isolate:
-        worker = KernelWorker(kernel, device=device, options=kernel_options, case_timeout=case_timeout)
-        worker.start()  # a kernel that cannot load in the worker is a usage error, before any case runs
-    corpus.mkdir(parents=True, exist_ok=True)
+        worker = KernelWorker(kernel, device=device, options=kernel_options, case_timeout=case_timeout,
+                              should_stop=lambda: stop_reason == ["interrupted"])
     result = CampaignResult(verdict=PASS, kernel=resolved.name, device=str(device), preset=preset.name, seed=seed,
                             isolation="worker" if worker else "in-process", keep_going=keep_going,
                             case_timeout=worker.case_timeout if worker else None)
-    start = time.monotonic()
-    deadline = start + time_budget if time_budget else math.inf
+    clock = {"start": time.monotonic(), "deadline": math.inf}
     saved_found: set[str] = set()     # signatures whose first case is saved
     shrunk: set[str] = set()          # signatures shrunk and saved: later cases are only counted
-    stop_reason: list[str] = []
-    saving = [0]
+    in_kernel = [False]               # a case runs in this process: only an exception can stop it
     last_end = [time.monotonic()]
     current = [_Round()]
 
     def save(verdict: Verdict, case: AttentionCase, *, label: str, **extra) -> None:
-        saving[0] += 1  # an interruption waits for the case to be on disk
-        try:
-            path = save_finding(corpus, verdict, case, label=label)
-            result.findings.append({**_finding_entry(verdict, path, shrunk=label == "shrunk"), **extra})
-        finally:
-            saving[0] -= 1
+        path = save_finding(corpus, verdict, case, label=label)
+        result.findings.append({**_finding_entry(verdict, path, shrunk=label == "shrunk"), **extra})
         if stop_reason == ["interrupted"]:
             raise KeyboardInterrupt
 
     def judge(case: AttentionCase, recipe: Recipe) -> Verdict:
         properties = properties_for(recipe.seed)
-        if worker is None:
+        if worker is not None:
+            return worker.check(case, properties=properties)
+        in_kernel[0] = True
+        try:
             return check(resolved, case, device=device, properties=properties)
-        return worker.check(case, properties=properties)
+        finally:
+            in_kernel[0] = False
 
     def body(recipe: Recipe):
         rnd = current[0]
         shrinking = rnd.signature is not None
         if stop_reason == ["interrupted"]:
             raise KeyboardInterrupt
-        if stop_reason or time.monotonic() > deadline:
+        if stop_reason or time.monotonic() > clock["deadline"]:
             stop_reason[:1] = stop_reason or ["time_budget"]
             if not shrinking:
                 raise _Stop()
@@ -309,10 +308,11 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         save(verdict, case, label="shrunk", shrink_complete=complete)
 
     def on_signal(signum, frame):
-        if stop_reason == ["interrupted"]:
-            return  # already stopping: let the campaign save what it has
+        # Only a flag, read at safe points (the next case, the worker's wait, after a save): an exception
+        # raised anywhere could land in a half-written case or in a callback that swallows it. A kernel
+        # running in this process can only be stopped by one, though.
         stop_reason[:1] = ["interrupted"]
-        if not saving[0]:  # else raised as soon as the case being saved is on disk
+        if in_kernel[0]:
             raise KeyboardInterrupt
 
     handled = (signal.SIGTERM, signal.SIGINT)
@@ -323,6 +323,11 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
     generated = 0
     round_no = 0
     try:
+        if worker is not None:
+            worker.start()  # a kernel that cannot load in the worker is a usage error, before any case runs
+        # The clock starts once the kernel is loaded, as it did when the kernel loaded in this process.
+        clock["start"] = last_end[0] = time.monotonic()
+        clock["deadline"] = clock["start"] + time_budget if time_budget else math.inf
         while True:
             remaining = max_examples - generated
             if remaining <= 0:
@@ -368,7 +373,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         if worker is not None:
             worker.close()
             result.worker_restarts = worker.restarts
-    result.elapsed = time.monotonic() - start
+    result.elapsed = time.monotonic() - clock["start"]
     statuses = [f["status"] for f in result.findings] + list(result.by_status)
     result.verdict = worst_status(s for s in statuses if s in (PASS, SUSPICIOUS, BUG))
     return result

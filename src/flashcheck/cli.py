@@ -102,7 +102,7 @@ def _progress_printer(total: int, enabled: bool):
 
         elapsed = max(_t.monotonic() - update.start, 1e-9)
         bugs = result.by_status.get("BUG", 0)
-        bar.update(task, completed=min(result.cases, total), rate=f"{result.cases / elapsed:.1f} cases/s",
+        bar.update(task, completed=min(result.examples, total), rate=f"{result.cases / elapsed:.1f} cases/s",
                    found=f"findings {len(result.findings) or bugs}")
 
     import time as _t
@@ -155,7 +155,10 @@ def _started(bar, update):
 
     def progress(result):
         if not progress.started:
+            import time
+
             progress.started = True
+            update.start = time.monotonic()
             bar.start()
         update(result)
 
@@ -167,6 +170,8 @@ def _print_summary(result) -> None:
     d = result.as_dict()
     print(f"flashcheck fuzz {result.kernel} on {result.device} (preset {result.preset}): {result.verdict}")
     print(f"  {result.cases} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s), stopped: {result.stopped}")
+    if result.cases != result.examples:
+        print(f"  {result.examples} cases drawn, {result.cases - result.examples} tried while shrinking")
     split = ", ".join(f"{k} {v:.2f} s" for k, v in d["time_split_s"].items())
     print(f"  time: {split}")
     isolation = result.isolation

@@ -133,6 +133,6 @@ class Verdict:
     def from_dict(cls, data: dict) -> "Verdict":
         """The verdict that :meth:`as_dict` wrote, without the kernel's output (which stays where it ran)."""
         return cls(status=data["status"], findings=[Finding.from_dict(f) for f in data.get("findings", [])],
-                   max_ratio=from_json_number(data.get("max_ratio")), kernel=data.get("kernel", ""),
+                   max_ratio=from_json_number(data.get("max_ratio", "nan")), kernel=data.get("kernel", ""),
                    case=data.get("case", ""), regime=data.get("regime"), elapsed=dict(data.get("elapsed") or {}),
                    skipped=data.get("skipped"))

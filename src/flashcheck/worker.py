@@ -71,12 +71,15 @@ class WorkerStartError(FlashcheckError, RuntimeError):
 
 def _exit_text(exitcode: int | None) -> str:
     if exitcode is None:
-        return "still running"
+        return "no exit status yet"
     if exitcode < 0:
         try:
-            return f"killed by signal {signal.Signals(-exitcode).name}"
+            name = signal.Signals(-exitcode).name
         except ValueError:
             return f"killed by signal {-exitcode}"
+        # nothing in flashcheck sends SIGKILL to a worker busy with a case; the kernel or the system did
+        hint = ", maybe by the system's out-of-memory killer" if name == "SIGKILL" else ""
+        return f"killed by signal {name}{hint}"
     return f"exit code {exitcode}"
 
 
@@ -149,11 +152,13 @@ class KernelWorker:
     built-in's options: the worker resolves them itself. ``case_timeout`` (seconds, default
     :func:`default_case_timeout`) bounds one case, kernel runs, oracle and property reruns together.
     ``paths`` go in front of the worker's ``sys.path`` (the current directory by default), so that an
-    import path that resolves here resolves there too.
+    import path that resolves here resolves there too. ``should_stop``, called while waiting, ends the
+    wait with ``KeyboardInterrupt`` when it returns true: a signal handler only sets a flag, and the
+    interruption surfaces here, at a safe point, rather than anywhere in the parent.
     """
 
     def __init__(self, target: str, *, device: str, options: dict | None = None, case_timeout: float | None = None,
-                 paths: list | None = None):
+                 paths: list | None = None, should_stop=None):
         if not isinstance(target, str):
             raise InvalidArgument("target", target, "a worker process resolves its kernel by name",
                                   "Pass a built-in name or 'package.module:function', or check a Kernel object "
@@ -167,6 +172,7 @@ class KernelWorker:
         self.options = dict(options or {})
         self.case_timeout = float(case_timeout) if case_timeout else default_case_timeout(device)
         self.paths = list(paths) if paths is not None else [os.getcwd()]
+        self.should_stop = should_stop
         self.starts = 0
         self.kernel_name: str | None = None
         self._process = None
@@ -195,7 +201,9 @@ class KernelWorker:
         child_end.close()  # so that the parent sees EOF when the child dies
         self._process, self._conn = process, parent_end
         self.starts += 1
+        self._busy = True
         message = self._receive(max(START_TIMEOUT, self.case_timeout))
+        self._busy = False
         if message[0] == "ready":
             self.kernel_name = message[2]
             return
@@ -215,7 +223,7 @@ class KernelWorker:
         """The verdict on ``case``, or a crash / timeout verdict when the worker died or hung on it."""
         self.start()
         started = time.monotonic()
-        self._busy = True  # until the answer is in: an interruption meanwhile leaves the pipe mid-message
+        self._busy = True  # until the answer is in: an interrupted wait leaves the worker mid-case
         try:
             _send(self._conn, (case, tuple(properties)))
         except OSError:  # a broken pipe: it died before reading the case
@@ -264,6 +272,8 @@ class KernelWorker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return _TIMEOUT
+            if self.should_stop is not None and self.should_stop():
+                raise KeyboardInterrupt  # close() then kills the busy worker
             try:
                 if self._conn.poll(min(left, _POLL_S)):
                     return pickle.loads(self._conn.recv_bytes())

@@ -1,0 +1,136 @@
+"""Planted kernels for the robustness tests, importable as tests.robustness._kernels:NAME.
+
+Each misbehaves in one way a real kernel can: kills its process, hangs, runs out of device memory,
+poisons its CUDA context, returns the wrong shape or dtype, or is merely slow. Most misbehave only on
+cases with more than ``BIG`` query rows, so that a campaign meets good and bad cases and must go on.
+"""
+
+import os
+import signal
+import time
+
+import torch
+
+import flashcheck
+from flashcheck.twin import twin_attention
+
+SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
+            fully_masked_rows="zero", precision="flash")
+BIG = 16  # query rows above which the misbehaving kernels misbehave
+
+
+def _attention(q, k, v, *, scale, causal, attn_mask=None):
+    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, block_m=32, block_n=32)
+
+
+def _big(q) -> bool:
+    return q.shape[2] > BIG
+
+
+@flashcheck.kernel(**SPEC)
+def correct(q, k, v, *, scale, causal, attn_mask=None):
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def exits(q, k, v, *, scale, causal, attn_mask=None):
+    """Leaves the process with exit code 3 on big cases (a kernel calling exit, an abort handler)."""
+    if _big(q):
+        os._exit(3)
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def segfaults(q, k, v, *, scale, causal, attn_mask=None):
+    """Dies of SIGSEGV on big cases, as a kernel writing out of bounds does."""
+    if _big(q):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def hangs(q, k, v, *, scale, causal, attn_mask=None):
+    """Never returns on big cases (a kernel spinning on a flag no one sets)."""
+    if _big(q):
+        while True:
+            time.sleep(1)
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
+    """Runs out of device memory on big cases (raised by hand: the CPU has no CUDA allocator)."""
+    if _big(q):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def oom_on_rerun(q, k, v, *, scale, causal, attn_mask=None):
+    """Runs out of device memory on a non-contiguous q: the layout property's rerun, not the first run."""
+    if not q.is_contiguous():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def poisons_cuda(q, k, v, *, scale, causal, attn_mask=None):
+    """Raises what an illegal memory access raises on big cases, and remembers it: like a real poisoned
+    CUDA context, every later call in the same process fails too."""
+    if _big(q) or os.environ.get("_PLANTED_POISONED") == str(os.getpid()):
+        os.environ["_PLANTED_POISONED"] = str(os.getpid())
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def wrong_shape(q, k, v, *, scale, causal, attn_mask=None):
+    """Drops the last query row on big cases."""
+    out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return (out[:, :, :-1], lse[:, :, :-1]) if _big(q) else (out, lse)
+
+
+@flashcheck.kernel(**SPEC)
+def wrong_dtype(q, k, v, *, scale, causal, attn_mask=None):
+    """Returns fp32 output for fp16 input on big cases."""
+    out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return (out.float(), lse) if _big(q) else (out, lse)
+
+
+@flashcheck.kernel(**SPEC)
+def two_bugs(q, k, v, *, scale, causal, attn_mask=None):
+    """Crashes on big cases, and is off by far (a wrong scale) on rows past 8 of the others."""
+    if _big(q):
+        raise IndexError("tile index out of range")
+    out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    if q.shape[2] > 8:
+        bad, _ = twin_attention(q, k, v, scale=scale * 1.25, causal=causal, attn_mask=attn_mask)
+        out = out.clone()
+        out[:, :, 8:] = bad[:, :, 8:]
+    return out, lse
+
+
+CALLS_FILE = "FLASHCHECK_TEST_CALLS"  # environment variable: a file the slow kernels add a line to per call
+
+
+def _slow_call() -> None:
+    time.sleep(0.2)
+    if os.environ.get(CALLS_FILE):  # lets a test see the campaign at work from outside
+        with open(os.environ[CALLS_FILE], "a") as fh:
+            fh.write(".\n")
+
+
+@flashcheck.kernel(**SPEC)
+def slow(q, k, v, *, scale, causal, attn_mask=None):
+    """Correct, but sleeps 0.2 s per call: a campaign that is still running when it is interrupted."""
+    _slow_call()
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def slow_bug(q, k, v, *, scale, causal, attn_mask=None):
+    """Sleeps 0.2 s per call and crashes on big cases: a bug is found before the interruption."""
+    _slow_call()
+    if _big(q):
+        raise IndexError("tile index out of range")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
