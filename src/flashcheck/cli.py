@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--bug-cases", type=int, default=60, help="at most this many cases per planted bug and dtype")
     selftest.add_argument("--max-n", type=int, default=160, help="longest sequence drawn")
     selftest.add_argument("--seed", type=int, default=0)
-    selftest.add_argument("--mutant", action="append", default=None, help="only these planted bugs (repeatable)")
+    selftest.add_argument("--variant", action="append", default=None,
+                          help="only these variants, e.g. torch:math or a planted bug's name (repeatable)")
     selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
     selftest.add_argument("--json", default=None, metavar="PATH")
 
@@ -231,7 +232,7 @@ def _cmd_selftest(args) -> int:
               file=sys.stderr, flush=True)
 
     rows = run_selftest(device=device, dtypes=dtypes, cases=args.cases, bug_cases=args.bug_cases, seed=args.seed,
-                        max_n=args.max_n, mutants=args.mutant, which=args.variants, progress=progress)
+                        max_n=args.max_n, names=args.variant, which=args.variants, progress=progress)
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=2))

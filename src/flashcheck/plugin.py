@@ -52,6 +52,8 @@ class FlashcheckFixture:
         record = verdict.as_dict()
         record["test"] = self._nodeid
         self._config.stash[_STASH].append(record)
+        if getattr(verdict, "skipped", None):
+            pytest.skip(f"flashcheck skipped the case: {verdict.skipped}")
         if verdict.status == "BUG" or (verdict.status == "SUSPICIOUS" and not allow_suspicious):
             pytest.fail(str(verdict), pytrace=False)
         return verdict

@@ -1,8 +1,8 @@
 """Exact properties of a correct attention kernel, checked with no tolerance at all.
 
 - ``determinism``: two identical calls give bit-identical output.
-- ``poison``: keys no query can see (masked out for every row of their kv head), poisoned with the
-  dtype's largest value in K and V, and with NaN when the spec promises ``nan_safe_masking``, leave
+- ``poison``: keys no query can see (masked out for every row of their kv head), poisoned with huge
+  values (2^16 times the largest real key in K, the dtype's largest value in V), and with NaN when the spec promises ``nan_safe_masking``, leave
   the output bit-identical.
 - ``guard_bands``: memory right before and after each input holds NaN; the output stays bit-identical
   (an out-of-bounds read shows up as NaN or as changed bits).
@@ -54,10 +54,10 @@ def hidden_keys(case: AttentionCase) -> torch.Tensor:
     return ~vis.any(dim=2).any(dim=2)
 
 
-def _poisoned(case: AttentionCase, hidden: torch.Tensor, value: float) -> AttentionCase:
+def _poisoned(case: AttentionCase, hidden: torch.Tensor, value_k: float, value_v: float) -> AttentionCase:
     k, v = case.k.clone(), case.v.clone()
-    k[hidden] = value
-    v[hidden] = value
+    k[hidden] = value_k
+    v[hidden] = value_v
     return AttentionCase.create(case.q, k, v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
                                 layout=case.layout, provenance=case.provenance)
 
@@ -110,11 +110,14 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
         if bool(hidden.any()):
             n = int(hidden.sum())
             fmax = format_of(case.q).max_value
+            # Huge but with finite logits: 2^16 times the largest real key (capped by the format), so
+            # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
+            huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
             if nan_safe_masking:
                 compare("poison_leak", f"NaN in {n} masked-out keys of K and V",
-                        run(*_poisoned(case, hidden, float("nan")).to_device(device)))
-            compare("poison_leak", f"{fmax:g} in {n} masked-out keys of K and V",
-                    run(*_poisoned(case, hidden, fmax).to_device(device)))
+                        run(*_poisoned(case, hidden, float("nan"), float("nan")).to_device(device)))
+            compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
+                    run(*_poisoned(case, hidden, huge_k, fmax).to_device(device)))
     if "guard_bands" in properties:
         compare("poison_leak", "NaN in the memory around q, k and v (an out-of-bounds read)",
                 run(*case.to_device(device, guard_bands=True)))

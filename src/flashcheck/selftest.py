@@ -37,10 +37,10 @@ class Variant:
     dtypes: tuple = ("fp16", "bf16", "fp32")  # where a planted bug is a defect at all
 
 
-def variants(device: str, *, mutants: list[str] | None = None, which: str = "all") -> list[Variant]:
+def variants(device: str, *, names: list[str] | None = None, which: str = "all") -> list[Variant]:
     """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs.
 
-    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``.
+    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
     """
     from . import mutants as mutant_module
     from .kernels import resolve_kernel
@@ -55,12 +55,13 @@ def variants(device: str, *, mutants: list[str] | None = None, which: str = "all
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    chosen = mutant_module.MUTANTS if mutants is None else [m for m in mutant_module.MUTANTS if m.name in mutants]
+    chosen = mutant_module.MUTANTS
     out += [Variant(m.name, False, m.area, m.description,
                     lambda m=m: mutant_module.load_mutant(m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1],
                                                           input_precision=precision), dtypes=m.dtypes)
             for m in chosen]
-    return [v for v in out if which == "all" or v.correct == (which == "correct")]
+    return [v for v in out if (which == "all" or v.correct == (which == "correct"))
+            and (names is None or v.name in names)]
 
 
 @dataclass
@@ -161,12 +162,12 @@ def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: 
 
 
 def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
-                 max_n: int = 160, mutants: list[str] | None = None, which: str = "all",
+                 max_n: int = 160, names: list[str] | None = None, which: str = "all",
                  progress=None) -> list[Row]:
     """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired)."""
     rows = []
     recipe_cache: dict = {}
-    for variant in variants(device, mutants=mutants, which=which):
+    for variant in variants(device, names=names, which=which):
         kernel = variant.make()
         for dtype in dtypes:
             if dtype not in kernel.spec.dtypes or dtype not in variant.dtypes:
