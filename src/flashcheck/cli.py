@@ -261,6 +261,9 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _prepare_device(argv)
     args = _parser().parse_args(argv)
+    from .worker import quiet_interpreter
+
+    quiet_interpreter()
     from .errors import FlashcheckError
 
     commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "kernels": _cmd_kernels,

@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 
 import torch
 import torch.multiprocessing as mp
@@ -69,6 +70,12 @@ class WorkerStartError(FlashcheckError, RuntimeError):
     """The worker could not resolve or load the kernel."""
 
 
+def quiet_interpreter() -> None:
+    """The Triton interpreter runs kernels through numpy, which warns on every inf and NaN a kernel
+    makes (masked scores are -inf by design); those warnings say nothing about the kernel."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
+
+
 def _exit_text(exitcode: int | None) -> str:
     if exitcode is None:
         return "no exit status yet"
@@ -109,6 +116,7 @@ def _serve(conn, target: str, device: str, options: dict, paths: list) -> None:
     # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    quiet_interpreter()
     for path in reversed(paths):
         if path not in sys.path:
             sys.path.insert(0, path)
