@@ -23,8 +23,14 @@ MAX_BLOCK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 24}
 
 
 def visible_block(causal: str, attn_mask, shapes: Shapes, b: int, h: int, rows: torch.Tensor,
-                   device) -> torch.Tensor:
-    """Visibility (R, Nk) of the given query rows of head (b, h)."""
+                   device, *, allow_none: bool = False) -> torch.Tensor | None:
+    """Visibility (R, Nk) of the given query rows of head (b, h).
+
+    With ``allow_none``, None stands for "every key visible" (no causal mode, no mask), which spares
+    the caller a pass over the scores.
+    """
+    if allow_none and causal == "none" and attn_mask is None:
+        return None
     fn = masks.causal(causal, shapes.n_q, shapes.n_k)
     q_idx = rows.to(device).view(-1, 1)
     kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
@@ -77,8 +83,9 @@ class _NumpyOps:
             return top + np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True))
 
     @staticmethod
-    def to_torch(x, device):
-        return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    def store(dst: torch.Tensor, index, src) -> None:
+        view = dst.numpy()[index]  # a CPU tensor shares its memory with this array
+        view[...] = src.reshape(view.shape)
 
 
 class _TorchOps:
@@ -126,8 +133,9 @@ class _TorchOps:
         return torch.logsumexp(x, dim=axis, keepdim=True)
 
     @staticmethod
-    def to_torch(x, device):
-        return x
+    def store(dst: torch.Tensor, index, src) -> None:
+        view = dst[index]
+        view.copy_(src.reshape(view.shape))
 
 
 def ops_for(device) -> type:
@@ -149,12 +157,16 @@ class Block:
     Q: object  # (R, D) float64
     K: object  # (Nk, D) float64, shared by the query heads of one kv head
     V: object  # (Nk, Dv) float64
-    vis: object  # (R, Nk) bool
+    vis: object  # (R, Nk) bool, or None when every key is visible
     new_kv: bool  # first block of this (b, kv_head): per-kv precomputation may be refreshed
 
 
-def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor):
-    """Every (b, h, block of rows) of an attention call, with float64 operands."""
+def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor, *,
+                allow_none: bool = False):
+    """Every (b, h, block of rows) of an attention call, with float64 operands.
+
+    ``allow_none``: a block whose keys are all visible gets ``vis=None`` (see :func:`visible_block`).
+    """
     device = q.device
     R = rows_all.numel()
     cap = MAX_BLOCK_ELEMENTS["cuda" if device.type == "cuda" else "cpu"]
@@ -168,7 +180,8 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
                 Qh = ops.asarray(q[b, h])
                 for r0 in range(0, R, step):
                     rows = rows_all[r0:r0 + step]
-                    vis = ops.mask(visible_block(causal, attn_mask, shapes, b, h, rows, device))
+                    vis = visible_block(causal, attn_mask, shapes, b, h, rows, device, allow_none=allow_none)
+                    vis = None if vis is None else ops.mask(vis)
                     yield Block(b, h, kvh, slice(r0, r0 + rows.numel()), Qh[ops.mask(rows.to(device))],
                                 K, V, vis, new_kv)
                     new_kv = False
@@ -177,5 +190,4 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
 def scatter(ops, outputs, block: Block, results, device) -> None:
     """Write one block's per-row results into the (B, H, R, ...) output tensors."""
     for dst, src in zip(outputs, results):
-        view = dst[block.b, block.h, block.sl]
-        view.copy_(ops.to_torch(src, device).reshape(view.shape))
+        ops.store(dst, (block.b, block.h, block.sl), src)

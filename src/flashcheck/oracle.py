@@ -96,18 +96,22 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     if isinstance(dps, bool) or not isinstance(dps, int) or not 20 <= dps <= 10_000:
         raise InvalidArgument("dps", dps, "expected an int from 20 to 10000",
                               "Pass dps=50 (the default) or more digits for extreme inputs.")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not bool(torch.isfinite(t).all()):
-            raise InvalidArgument(name, t, "contains NaN or infinity",
-                                  "The oracle needs finite inputs; replace masked-out padding by any finite value "
-                                  "(it cannot change the exact answer).")
     row_index = _check_rows(rows, shapes.n_q)
     if method == "mpmath":
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_finite(name, t, bool(torch.isfinite(t).all()))
         ref = _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)
     else:
         ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index)
     ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
     return ref
+
+
+def _check_finite(name: str, tensor, finite: bool) -> None:
+    if not finite:
+        raise InvalidArgument(name, tensor, "contains NaN or infinity",
+                              "The oracle needs finite inputs; replace masked-out padding by any finite value "
+                              "(it cannot change the exact answer).")
 
 
 def _check_rows(rows, n_q: int) -> torch.Tensor | None:
@@ -143,28 +147,35 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
     C = abs(scale) * (_gamma(D + 2) + 2 * U64) * (1 + U64)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
-        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all):
+        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
             if blk.new_kv:
                 absV = ops.abs(blk.V)
                 k_norm = ops.sqrt(ops.sum(blk.K * blk.K, 1))
+                # A NaN or inf input shows in its norm: no separate pass over the inputs.
+                _check_finite("k", k, bool((k_norm < math.inf).all()))
+                _check_finite("v", v, bool((ops.amax(absV, 0) < math.inf).all()))
                 # One matmul gives out, w and both bound terms: P @ [V, |V|, ||k|| |V|, ||k||].
                 stacked = ops.concat((blk.V, absV, k_norm * absV, k_norm), 1)
                 # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
                 underflow = (Nk * UNDERFLOW) * ops.amax(absV, 0)
-            res = _float64_block(ops, blk.Q, blk.K, absV, k_norm, stacked, blk.vis, scale, C, underflow, Dv)
+            res = _float64_block(ops, blk.Q, blk.K, absV, k_norm, stacked, blk.vis, scale, C, underflow, Dv, q)
             scatter(ops, outputs, blk, res, device)
     return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
                      method="float64", rows=row_index, shapes=shapes)
 
 
-def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv):
+def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv, q_in):
     """One block of query rows of one head: out, w, bound, lse, lse_bound, empty."""
     neg_inf = -math.inf
-    s = ops.matmul(Q, K.T) * scale
-    if not bool((ops.abs(s) < math.inf).all()):
+    q_norm = ops.sqrt(ops.sum(Q * Q, 1))
+    _check_finite("q", q_in, bool((q_norm < math.inf).all()))
+    # |s_ij| <= |scale| ||q_i|| ||k_j||: checked on the norms, without a pass over the scores.
+    if not abs(scale) * float(ops.amax(q_norm, 0).max()) * float(ops.amax(k_norm, 0).max()) < 1e300:
         raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
                               "(|scale| * |q| * |k| above 1e300)")
-    s = ops.where(vis, s, neg_inf)
+    s = ops.matmul(Q, K.T) * scale
+    if vis is not None:
+        s = ops.where(vis, s, neg_inf)
     m = ops.amax(s, 1)
     empty = m == neg_inf
     m = ops.where(empty, 0.0, m)
@@ -173,7 +184,7 @@ def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, D
     l = ops.where(empty, 1.0, ops.sum(p, 1))
     res = ops.matmul(p, stacked) / l
     out, w, kw, kbar = res[:, :Dv], res[:, Dv:2 * Dv], res[:, 2 * Dv:3 * Dv], res[:, 3 * Dv:]
-    cq = C * ops.sqrt(ops.sum(Q * Q, 1))
+    cq = C * q_norm
     rho = U64 * ops.abs(m) + EPS_EXP
     # r_i = sum_j a~_ij eta_ij; eta_max bounds every eta of the row.
     r = (cq * kbar + rho) * (1 + TINY_ETA)
@@ -184,6 +195,8 @@ def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, D
         shift = (cq * kw + (rho + r) * w) * (1 + 2 * TINY_ETA)
         lse_shift = r
     else:
+        if vis is None:
+            vis = s > neg_inf
         eta = ops.where(vis, cq * k_norm.reshape(1, -1) + rho, 0.0)
         shift, lse_shift = _large_eta_shift(ops, x, l, eta, vis, absV)
     g = _gamma(Nk + 1)

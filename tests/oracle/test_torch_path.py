@@ -42,3 +42,15 @@ def test_large_eta_path_in_torch(monkeypatch):
     v = torch.randn(1, 1, 7, 16)
     ref = reference_attention(q, k, v, scale=1e-3)
     assert bool(torch.isfinite(ref.bound).all())
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_non_finite_inputs_are_refused_by_name(monkeypatch, flag, name):
+    import flashcheck
+
+    monkeypatch.setenv("FLASHCHECK_TORCH_OPS", flag)
+    t = {n: torch.randn(1, 2, 5, 8) for n in "qkv"}
+    t[name][0, 1, 3, 2] = float("nan")
+    with pytest.raises(flashcheck.InvalidArgument, match=f"^{name}=.*NaN or infinity"):
+        reference_attention(t["q"], t["k"], t["v"], scale=0.3)
