@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from typing import Callable
 
@@ -127,7 +128,7 @@ def _triton_unavailable(device: str) -> BackendUnavailable | None:
     return None
 
 
-def _make_triton(device: str, options: dict) -> Kernel:
+def _make_triton(device: str, options: dict, mutant: str | None = None) -> Kernel:
     problem = _triton_unavailable(device)
     if problem is not None:
         raise problem
@@ -138,7 +139,12 @@ def _make_triton(device: str, options: dict) -> Kernel:
     except ImportError as exc:
         raise BackendUnavailable(TRITON, device, f"flashcheck.kernels.triton_flash cannot be imported ({exc})",
                                  "Reinstall flashcheck.") from exc
-    made = make_kernel(**options)
+    if mutant is not None:  # a planted-bug variant of the self-test, by name
+        from ..mutants import load_mutant
+
+        made = load_mutant(mutant, **options)
+    else:
+        made = make_kernel(**options)
     return Kernel(made.fn, made.spec.replace(devices=(device,)), name=made.name)
 
 
@@ -236,6 +242,34 @@ def _import_target(target: str) -> Kernel:
 # ------------------------------------------------------------------------------------------------
 
 
+_NAME_WITH_OPTIONS = re.compile(r"^(?P<base>[^\[~]+)(?:~(?P<mutant>\w+))?(?:\[(?P<options>[^\]]*)\])?$")
+
+
+def _option_value(text: str):
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def parse_kernel_name(name: str) -> tuple[str, str | None, dict]:
+    """``"flashcheck:triton~mutant[block_m=32,block_n=32]"`` -> (base, mutant, options).
+
+    Names of this form are what flashcheck:triton's kernels (and their planted-bug variants) call
+    themselves, so a saved case's kernel name resolves back to the same kernel.
+    """
+    match = _NAME_WITH_OPTIONS.match(name)
+    if not match:
+        return name, None, {}
+    options = {}
+    for item in filter(None, (match["options"] or "").split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise InvalidArgument("kernel", name, f"option {item!r} has no value",
+                                  "Write options as NAME[key=value,...], e.g. flashcheck:triton[block_m=32].")
+        options[key.strip()] = _option_value(value.strip())
+    return match["base"], match["mutant"], options
+
+
 def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **options) -> Kernel:
     """The :class:`Kernel` that ``target`` names, ready to run on ``device``.
 
@@ -246,6 +280,19 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     """
     device = _device_type(device)
     if isinstance(target, str):
+        base, mutant, named = parse_kernel_name(target)
+        if base in BUILTIN_KERNELS and (named or mutant):
+            if mutant is not None and base != TRITON:
+                raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton only",
+                                      "Use flashcheck:triton~NAME (see flashcheck.mutants.mutant_names()).")
+            merged = {**named, **options}
+            if mutant is not None:
+                _check_options(base, merged)
+                problem = _triton_unavailable(device)
+                if problem is not None:
+                    raise problem
+                return _make_triton(device, merged, mutant=mutant)
+            return _make_builtin(base, device, merged)
         if target in BUILTIN_KERNELS:
             return _make_builtin(target, device, options)
         module_name, colon, attr_path = target.partition(":")
