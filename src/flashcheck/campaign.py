@@ -281,7 +281,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                 result.bug_signatures[sig] += 1
             if sig not in saved_found:  # the case as first found, before shrinking
                 saved_found.add(sig)
-                save(verdict, case, label="found")
+                save(verdict, case, label="found", examples_at=result.examples)  # drawn cases so far
             if sig in shrunk or (shrinking and sig != rnd.signature):
                 return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
             failure = (verdict, case)
