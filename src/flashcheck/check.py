@@ -133,7 +133,7 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
             findings.append(Finding(
                 "lse", BUG, f"lse off on {int(bad_lse.sum())} of {int(live_rows.sum())} rows "
                 f"(got {float(got_lse[idx]):.6g}, exact {float(ref.lse[idx]):.6g})",
-                index=idx, error=float(lse_err[idx]), ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf)[idx]),
+                index=idx, error=float(lse_err[idx]), ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf)[idx]),
                 budget={"total": float(budget.lse_total[idx])}, regime=regime))
     return findings, max_ratio
 

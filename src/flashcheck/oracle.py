@@ -310,13 +310,13 @@ def audit_reference(q, k, v, *, scale: float, causal: str = "none", attn_mask=No
     allowed = fast_bound + slow.bound
     ratio = torch.where(live[..., None], err / allowed, torch.zeros_like(err))
     ratio = torch.where(err == 0, torch.zeros_like(ratio), ratio)  # 0/0 on exact answers
-    flat_index = int(torch.argmax(torch.nan_to_num(ratio, nan=math.inf)))
+    flat_index = int(torch.argmax(torch.nan_to_num(ratio, nan=math.inf, posinf=math.inf)))
     worst = tuple(int(i) for i in np.unravel_index(flat_index, ratio.shape))
     lse_err = (fast.lse.cpu() - slow.lse).abs()
     lse_ratio = torch.where(live, lse_err / (fast.lse_bound.cpu() + slow.lse_bound), torch.zeros_like(lse_err))
     lse_ratio = torch.where(lse_err == 0, torch.zeros_like(lse_ratio), lse_ratio)
-    return Audit(worst_ratio=float(torch.nan_to_num(ratio, nan=math.inf).max()),
+    return Audit(worst_ratio=float(torch.nan_to_num(ratio, nan=math.inf, posinf=math.inf).max()),
                  worst_index=worst,
-                 lse_worst_ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf).max()),
+                 lse_worst_ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf).max()),
                  elements=int(live.sum()) * ratio.shape[-1],
                  empty_rows_agree=agree)
