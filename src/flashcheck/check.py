@@ -216,7 +216,8 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
         note = matmul_probe(kern, case.torch_dtype, device)
         if note:
             for f in findings:
-                f.diagnosis += "; " + note
+                if f.kind in ("over_budget", "nonfinite"):
+                    f.diagnosis += "; " + note
     elapsed = {"kernel": run.seconds, "oracle": t_oracle}
     if properties:
         t0 = time.perf_counter()
