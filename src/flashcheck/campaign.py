@@ -75,7 +75,10 @@ class CampaignResult:
     cases: int = 0     # every case checked, shrink candidates included
     examples: int = 0  # the cases hypothesis generated (what max_examples counts)
     elapsed: float = 0.0
-    time_split: dict = field(default_factory=lambda: {"generation": 0.0, "kernel": 0.0, "oracle": 0.0})
+    # generation (hypothesis and the regimes), kernel (the first call), oracle (reference and budget),
+    # properties (the exact properties' reruns), envelope (the twin's tilings, for SUSPICIOUS).
+    time_split: dict = field(default_factory=lambda: dict.fromkeys(
+        ("generation", "kernel", "oracle", "properties", "envelope"), 0.0))
     by_status: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
     by_regime: Counter = field(default_factory=Counter)
@@ -248,8 +251,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                 rnd.partial = True
                 return
             raise _Stop() from None
-        result.time_split["kernel"] += verdict.elapsed.get("kernel", 0.0)
-        result.time_split["oracle"] += verdict.elapsed.get("oracle", 0.0)
+        for part in ("kernel", "oracle", "properties", "envelope"):
+            result.time_split[part] += verdict.elapsed.get(part, 0.0)
         last_end[0] = time.monotonic()
         result.cases += 1
         result.case_log.append(f"{case.describe()} regime={recipe.regime} seed={recipe.seed}")
