@@ -35,26 +35,30 @@ def _attention(q, k, v, scale, visible, *, compute_dtype, softmax_dtype):
     return out.masked_fill(~visible.any(-1, keepdim=True), 0.0)
 
 
+def _on(device, case: AttentionCase):
+    """The case's tensors on the kernel's device: the references run where the kernel ran, as in the
+    test suites these rules come from."""
+    return (case.q.to(device), case.k.to(device), case.v.to(device), case.visible().to(device))
+
+
 def flash_attention_rule(out: torch.Tensor, case: AttentionCase) -> bool | None:
     """True when flash-attention's rule accepts ``out``; None for fp32 (the rule is undefined)."""
     if case.torch_dtype == torch.float32:
         return None
-    vis = case.visible()
-    ref32 = _attention(case.q, case.k, case.v, case.scale, vis, compute_dtype=torch.float32,
-                       softmax_dtype=torch.float32)
-    out_pt = _attention(case.q, case.k, case.v, case.scale, vis, compute_dtype=case.torch_dtype,
+    q, k, v, vis = _on(out.device, case)
+    ref32 = _attention(q, k, v, case.scale, vis, compute_dtype=torch.float32, softmax_dtype=torch.float32)
+    out_pt = _attention(q, k, v, case.scale, vis, compute_dtype=case.torch_dtype,
                         softmax_dtype=case.torch_dtype).float()
-    err = (out.detach().cpu().float() - ref32).abs().max()
+    err = (out.detach().float() - ref32).abs().max()
     allowed = FA_FACTOR * (out_pt - ref32).abs().max()
     return bool(err <= allowed)  # NaN in out fails, as it does in their tests
 
 
 def triton_tutorial_rule(out: torch.Tensor, case: AttentionCase) -> bool:
     """True when the Triton tutorial's ``atol=1e-2`` check accepts ``out``."""
-    ref = _attention(case.q, case.k, case.v, case.scale, case.visible(), compute_dtype=case.torch_dtype,
-                     softmax_dtype=torch.float32)
-    got = out.detach().cpu()
-    return bool(torch.allclose(got.float(), ref.float(), atol=TUTORIAL_ATOL, rtol=0.0))
+    q, k, v, vis = _on(out.device, case)
+    ref = _attention(q, k, v, case.scale, vis, compute_dtype=case.torch_dtype, softmax_dtype=torch.float32)
+    return bool(torch.allclose(out.detach().float(), ref.float(), atol=TUTORIAL_ATOL, rtol=0.0))
 
 
 ANCHORS = {"flash-attention": flash_attention_rule, "triton-tutorial": triton_tutorial_rule}
