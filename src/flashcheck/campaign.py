@@ -92,6 +92,8 @@ class CampaignResult:
     timeouts: int = 0
     worker_restarts: int = 0
     bug_signatures: Counter = field(default_factory=Counter)  # generated cases per bug signature
+    # Information, not findings: e.g. cases whose last sequence gave other bits alone than in its batch.
+    info: Counter = field(default_factory=lambda: Counter(batch_dependent=0, batch_checked=0))
     case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
     notes: list = field(default_factory=list)
 
@@ -108,7 +110,7 @@ class CampaignResult:
             "properties": {"checked": list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
             "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
             "skipped": dict(self.skipped), "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
-            "bug_signatures": dict(self.bug_signatures), "notes": self.notes,
+            "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
             "findings": self.findings,
             "case_log_sha256": log_hash, "case_log": self.case_log,
         }
@@ -269,6 +271,9 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                 progress(result)
             return
         result.by_status[verdict.status] += 1
+        if not shrinking and "batch" in verdict.properties:
+            result.info["batch_checked"] += 1
+            result.info["batch_dependent"] += any(n.startswith("batch-dependent") for n in verdict.notes)
         result.timeouts += any(f.kind == "timeout" for f in verdict.findings)
         if math.isfinite(verdict.max_ratio):
             prev = result.max_ratio_by_dtype.get(recipe.dtype, 0.0)

@@ -219,6 +219,7 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
                 if f.kind in ("over_budget", "nonfinite"):
                     f.diagnosis += "; " + note
     elapsed = {"kernel": run.seconds, "oracle": t_oracle}
+    notes: list[str] = []
     if properties:
         t0 = time.perf_counter()
 
@@ -229,13 +230,16 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
         findings += check_properties(rerun, case, run, device=device, properties=properties,
                                      deterministic=kern.spec.deterministic,
                                      nan_safe_masking=kern.spec.nan_safe_masking,
-                                     fully_masked_rows=kern.spec.fully_masked_rows, regime=regime)
+                                     fully_masked_rows=kern.spec.fully_masked_rows,
+                                     batch_invariant=kern.spec.batch_invariant, notes=notes, regime=regime)
         elapsed["properties"] = time.perf_counter() - t0
     if envelope and not findings and max_ratio > ENVELOPE_FLOOR:
         t0 = time.perf_counter()
         findings += envelope_findings(case, budget, max_ratio, device=device, regime=regime)
         elapsed["envelope"] = time.perf_counter() - t0
-    verdict = Verdict.from_findings(findings, max_ratio=max_ratio, elapsed=elapsed, **meta)
+    checked = [p for p in properties if p != "batch" or case.shapes.batch > 1]
+    verdict = Verdict.from_findings(findings, max_ratio=max_ratio, elapsed=elapsed, notes=notes,
+                                    properties=checked, **meta)
     verdict.output = (run.out, run.lse)
     return verdict
 

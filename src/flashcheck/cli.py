@@ -180,6 +180,9 @@ def _print_summary(result) -> None:
         isolation += (f" process, case timeout {result.case_timeout:g} s, {result.worker_restarts} restarts, "
                       f"{result.timeouts} timeouts")
     print(f"  kernel ran: {isolation}")
+    if result.info["batch_checked"]:
+        print(f"  batch invariance (information): {result.info['batch_dependent']} of {result.info['batch_checked']} "
+              "batched cases gave other bits for a sequence run alone")
     skipped = sum(result.skipped.values())
     if skipped:
         why = ", ".join(f"{n} {'out of memory' if k == 'oom' else k}" for k, n in result.skipped.items() if n)

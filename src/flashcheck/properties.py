@@ -8,6 +8,9 @@
   (an out-of-bounds read shows up as NaN or as changed bits).
 - ``layout``: the same numbers in another memory layout (contiguous, transposed, strided, offset)
   give bit-identical output.
+- ``batch``: the last sequence of a batch, run alone, gives the bits it got inside the batch. Many
+  correct kernels change their split or tiling with the batch size, so this is information (a note
+  on the verdict) unless the spec promises ``batch_invariant``.
 
 Each property reruns the kernel once or twice and compares bits with the first run's output.
 """
@@ -23,7 +26,7 @@ from .verdict import BUG, Finding
 
 __all__ = ["PROPERTIES", "PROPERTY_EVERY", "properties_for", "hidden_keys", "check_properties"]
 
-PROPERTIES = ("determinism", "poison", "guard_bands", "layout")
+PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch")
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4
@@ -69,6 +72,7 @@ def _other_layout(case: AttentionCase) -> str:
 
 def check_properties(run, case: AttentionCase, baseline, *, device, properties=PROPERTIES,
                      deterministic: bool = True, nan_safe_masking: bool = True, fully_masked_rows: str = "any",
+                     batch_invariant: bool = False, notes: list | None = None,
                      regime: str | None = None) -> list[Finding]:
     """Findings of the exact properties; ``run(q, k, v, mask)`` returns a KernelRun.
 
@@ -125,4 +129,25 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
         other = _other_layout(case)
         compare("layout_dependence", f"the same numbers in the {other} layout (case: {case.layout})",
                 run(*case.to_device(device, layout=other)))
+    if "batch" in properties and shapes.batch > 1:
+        alone = _last_sequence(case)
+        rerun = run(*alone.to_device(device))
+        if rerun.error is None and isinstance(rerun.out, torch.Tensor):
+            diff = _differs(baseline.out[-1:], rerun.out)
+            if diff is None or bool(diff.any()):
+                what = (f"the last of {shapes.batch} sequences run alone differs in "
+                        f"{'shape' if diff is None else f'{int(diff.sum())} of {diff.numel()} elements'}")
+                if batch_invariant:
+                    findings.append(Finding("batch_dependence", BUG, what + " (the spec promises batch invariance)",
+                                            regime=regime))
+                elif notes is not None:
+                    notes.append("batch-dependent: " + what)
     return findings
+
+
+def _last_sequence(case: AttentionCase) -> AttentionCase:
+    mask = case.attn_mask
+    if mask is not None and mask.dim() == 4 and mask.shape[0] > 1:
+        mask = mask[-1:]
+    return AttentionCase.create(case.q[-1:], case.k[-1:], case.v[-1:], scale=case.scale, causal=case.causal,
+                                attn_mask=mask, layout=case.layout, provenance=case.provenance)

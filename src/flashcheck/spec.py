@@ -48,7 +48,8 @@ class KernelSpec:
     Promises beyond the output: ``deterministic`` (two identical calls give identical bits) and
     ``nan_safe_masking`` (a NaN stored in a key no query may see never reaches the output: the kernel
     does not read such keys, or masks before it multiplies). Huge finite values in such keys must
-    never leak, whatever the spec says.
+    never leak, whatever the spec says. ``batch_invariant``: a sequence gives the same bits alone and
+    inside a batch (off by default: many correct kernels tile differently by batch size).
 
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
@@ -71,6 +72,7 @@ class KernelSpec:
     devices: tuple = DEVICES
     deterministic: bool = True
     nan_safe_masking: bool = True
+    batch_invariant: bool = False
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)

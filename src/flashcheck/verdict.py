@@ -22,6 +22,7 @@ FINDING_KINDS = (
     "crash",                # the kernel raised, or its worker process died
     "wrong_output",         # wrong shape, dtype or device
     "reordering_outlier",   # inside the budget but far outside legal reorderings (SUSPICIOUS)
+    "batch_dependence",     # a sequence alone differs from itself in a batch (only if the spec promises)
     "timeout",              # the kernel did not return within the campaign's per-case timeout
 )
 
@@ -108,6 +109,9 @@ class Verdict:
     output: object = field(default=None, repr=False, compare=False)  # the kernel's (out, lse), kept in memory
     # Why the case was not judged (e.g. "oom: ..."): no finding, and a campaign counts it apart.
     skipped: str | None = None
+    # Information that is not a finding (e.g. batch dependence a spec does not rule out).
+    notes: list = field(default_factory=list)
+    properties: list = field(default_factory=list)  # the exact properties checked on this case
 
     @classmethod
     def from_findings(cls, findings, **kw) -> "Verdict":
@@ -122,12 +126,14 @@ class Verdict:
         lines += ["  " + f.summary().replace("\n", "\n  ") for f in self.findings]
         if self.skipped:
             lines.append(f"  skipped, not judged: {self.skipped}")
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
         return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,
                 "max_ratio": json_number(self.max_ratio), "elapsed": self.elapsed,
-                "findings": [f.as_dict() for f in self.findings], "skipped": self.skipped}
+                "findings": [f.as_dict() for f in self.findings], "skipped": self.skipped,
+                "notes": list(self.notes), "properties": list(self.properties)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
@@ -135,4 +141,5 @@ class Verdict:
         return cls(status=data["status"], findings=[Finding.from_dict(f) for f in data.get("findings", [])],
                    max_ratio=from_json_number(data.get("max_ratio", "nan")), kernel=data.get("kernel", ""),
                    case=data.get("case", ""), regime=data.get("regime"), elapsed=dict(data.get("elapsed") or {}),
-                   skipped=data.get("skipped"))
+                   skipped=data.get("skipped"), notes=list(data.get("notes") or []),
+                   properties=list(data.get("properties") or []))

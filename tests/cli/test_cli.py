@@ -26,6 +26,7 @@ def test_correct_kernel_passes_with_exit_0(tmp_path):
     assert summary["cases"] == 30 and summary["cases_per_s"] > 0
     assert sum(summary["counts"]["by_dtype"].values()) == 30
     assert set(summary["time_split_s"]) == {"generation", "kernel", "oracle", "properties", "envelope"}
+    assert summary["info"]["batch_checked"] > 0 and summary["info"]["batch_dependent"] == 0
 
 
 def test_planted_bug_exits_1_saves_and_replays(tmp_path, capsys):

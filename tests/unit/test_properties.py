@@ -115,3 +115,25 @@ def test_systematic_error_inside_the_budget_is_suspicious():
 def test_properties_are_optional(properties):
     verdict = check(flashcheck.kernel(twin, **SPEC), padded_case(), device="cpu", properties=properties)
     assert verdict.status == "PASS" and ("properties" in verdict.elapsed) == bool(properties)
+
+
+def test_batch_dependence_is_information_unless_promised():
+    s = Shapes(3, 2, 1, 20, 30, 16, 16)
+    q, k, v = make_values("random", shapes=s, dtype="fp16", seed=2)
+    case = AttentionCase.create(q, k, v, scale=0.25)
+
+    def batch_sized(q, k, v, *, scale, causal, attn_mask=None):
+        out, lse = twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        if q.shape[0] > 1:  # a split chosen by batch size: other rounding, still legal
+            out = out.clone()
+            out.view(torch.int16)[-1, 0, 0, 0] += 1
+        return out, lse
+
+    relaxed = check(flashcheck.kernel(batch_sized, **SPEC), case, device="cpu", properties=("batch",))
+    assert relaxed.status == "PASS" and relaxed.properties == ["batch"]
+    assert relaxed.notes and relaxed.notes[0].startswith("batch-dependent")
+    strict = check(flashcheck.kernel(batch_sized, **SPEC, batch_invariant=True), case, device="cpu",
+                   properties=("batch",))
+    assert kinds(strict) == ["batch_dependence"]
+    assert check(flashcheck.kernel(twin, **SPEC, batch_invariant=True), case, device="cpu",
+                 properties=("batch",)).notes == []
