@@ -460,9 +460,21 @@ class AttentionCase:
             t = getattr(self, name)
             out.append(_materialise(t, layout, layout.applies_to(name), device,
                                     _guard_size(guard_bands, tuple(t.shape))))
-        # A copy even on the CPU: a kernel writing into its mask must not change the case.
-        mask = None if self.attn_mask is None else self.attn_mask.to(device, copy=True).contiguous()
-        return out[0], out[1], out[2], mask
+        return out[0], out[1], out[2], self._mask_on(device)
+
+    def _mask_on(self, device) -> torch.Tensor | None:
+        """A copy of the mask (a kernel writing into it must not change the case) at the start of a
+        buffer of False as large as the full broadcast mask (up to 64 MB): a kernel that misreads a
+        broadcast mask's strides then reads False, the same on every run, so its findings replay."""
+        if self.attn_mask is None:
+            return None
+        mask = self.attn_mask.to(device, copy=True).contiguous()
+        room = min(math.prod(self.attention_shape), 1 << 26)
+        if room <= mask.numel():
+            return mask
+        buffer = torch.zeros(room, dtype=torch.bool, device=device)
+        buffer[:mask.numel()] = mask.reshape(-1)
+        return buffer[:mask.numel()].view(mask.shape)
 
     # ---- saving and loading -----------------------------------------------------------------------
 
