@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import torch
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
@@ -175,8 +174,3 @@ def draw_recipes(count: int, *, seed: int = 0, **options) -> list[Recipe]:
 
     collect()
     return drawn[:count]
-
-
-def empty_row_fraction(case: AttentionCase) -> float:
-    """Share of rows with no visible key (for events and reports)."""
-    return float(case.empty_rows().to(torch.float32).mean())

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .errors import InvalidArgument
-from .floats import FORMATS, format_of
+from .floats import format_of
 
 __all__ = ["CAUSAL_MODES", "Shapes", "as_tensor", "check_attention_inputs", "check_causal", "check_scale"]
 
@@ -126,6 +126,3 @@ def check_attention_inputs(q, k, v, *, scale, causal, attn_mask=None):
             raise InvalidArgument("attn_mask", attn_mask, f"on {attn_mask.device}, q on {q.device}",
                                   "Move the mask to q's device.")
     return q, k, v, scale, causal, attn_mask, shapes
-
-
-SUPPORTED_DTYPES = tuple(FORMATS)

@@ -1,0 +1,54 @@
+"""The public surface, pinned: DESIGN.md's contracts are what other code depends on."""
+
+from __future__ import annotations
+
+import inspect
+
+import flashcheck
+from flashcheck.spec import KernelSpec
+
+PUBLIC = {
+    "AttentionCase", "BUG", "BackendUnavailable", "CaseFormatError", "Finding", "FlashcheckError",
+    "InvalidArgument", "Kernel", "KernelSpec", "PASS", "PRECISIONS", "Precision", "Reference", "SUSPICIOUS",
+    "Verdict", "assert_attention_close", "audit_reference", "check", "kernel", "reference_attention",
+}
+
+
+def test_public_names():
+    assert set(flashcheck.__all__) == PUBLIC
+    assert all(hasattr(flashcheck, name) for name in PUBLIC)
+
+
+def keyword_only(fn) -> set[str]:
+    return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
+
+
+def test_reference_attention_contract():
+    params = inspect.signature(flashcheck.reference_attention).parameters
+    assert list(params)[:3] == ["q", "k", "v"]
+    assert keyword_only(flashcheck.reference_attention) == {"scale", "causal", "attn_mask", "method", "dps", "rows"}
+    assert params["method"].default == "float64" and params["dps"].default == 50 and params["causal"].default == "none"
+    assert {"out", "lse", "w", "bound", "empty_rows"} <= set(flashcheck.Reference.__dataclass_fields__)
+
+
+def test_check_and_assert_contracts():
+    assert list(inspect.signature(flashcheck.check).parameters)[:2] == ["kernel", "case"]
+    assert "precision" in keyword_only(flashcheck.check)
+    assert list(inspect.signature(flashcheck.assert_attention_close).parameters)[:2] == ["out", "reference"]
+    assert "precision" in keyword_only(flashcheck.assert_attention_close)
+
+
+def test_kernel_spec_fields_of_the_design():
+    fields = set(KernelSpec.__dataclass_fields__)
+    assert {"dtypes", "causal", "attn_mask", "gqa", "head_dims", "fully_masked_rows", "precision",
+            "seq_multiple", "equal_lengths", "max_seqlen", "dv_equals_d"} <= fields
+    assert set(flashcheck.PRECISIONS) >= {"flash", "strict", "upcast"}
+
+
+def test_kernel_calling_convention_is_keyword_only():
+    @flashcheck.kernel(causal=("none", "bottom_right"), fully_masked_rows="zero")
+    def attention(q, k, v, *, scale, causal, attn_mask=None):
+        return q
+
+    assert keyword_only(attention.fn) == {"scale", "causal", "attn_mask"}
+    assert attention.spec.causal == ("none", "bottom_right") and attention.spec.fully_masked_rows == "zero"
