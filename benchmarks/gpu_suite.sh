@@ -16,7 +16,7 @@ case "$part" in
   tests)
     python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | tail -15 ;;
   selftest)
-    python3 -m flashcheck.cli selftest --device cuda --cases "$cases" --bug-cases 60 --max-n 1024 --variants "$which" \
+    python3 -m flashcheck.cli selftest --device cuda --cases "$cases" --bug-cases 60 --max-n 1024 --variants "$which" --head-dims 64,128 \
         --json "$out/selftest_gpu_$which.json" > "$out/selftest_gpu_$which.txt" 2> "$out/selftest_gpu_$which.err"
     tail -12 "$out/selftest_gpu_$which.txt" ;;
   bench)

@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--variant", action="append", default=None,
                           help="only these variants, e.g. torch:math or a planted bug's name (repeatable)")
     selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
+    selftest.add_argument("--head-dims", default=None, metavar="D,D,...",
+                          help="draw only these head dims (fewer Triton compilations on a GPU)")
     selftest.add_argument("--json", default=None, metavar="PATH")
 
     sub.add_parser("kernels", help="list the built-in kernels")
@@ -222,6 +224,20 @@ def _cmd_replay(args) -> int:
     return EXIT_BUG if verdict.status == "BUG" else EXIT_OK
 
 
+def _int_list(option: str, text: str | None):
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        from .errors import InvalidArgument
+
+        raise InvalidArgument(option, text, "expected positive integers separated by commas", f"Pass e.g. {option} 64,128.")
+    return values
+
+
 def _cmd_selftest(args) -> int:
     from .selftest import format_table, run_selftest
 
@@ -235,7 +251,8 @@ def _cmd_selftest(args) -> int:
               file=sys.stderr, flush=True)
 
     rows = run_selftest(device=device, dtypes=dtypes, cases=args.cases, bug_cases=args.bug_cases, seed=args.seed,
-                        max_n=args.max_n, names=args.variant, which=args.variants, progress=progress)
+                        max_n=args.max_n, names=args.variant, which=args.variants,
+                        head_dims=_int_list("--head-dims", args.head_dims), progress=progress)
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=2))

@@ -163,7 +163,7 @@ def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: 
 
 def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
                  max_n: int = 160, names: list[str] | None = None, which: str = "all",
-                 progress=None) -> list[Row]:
+                 head_dims=None, progress=None) -> list[Row]:
     """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired)."""
     rows = []
     recipe_cache: dict = {}
@@ -175,7 +175,7 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
             key = (kernel.spec, dtype)
             if key not in recipe_cache:
                 recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
-                                                 max_heads=4)
+                                                 max_heads=4, head_dims=head_dims)
             row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases)
             rows.append(row)
             if progress is not None:
