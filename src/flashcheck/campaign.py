@@ -38,6 +38,7 @@ from .case import AttentionCase
 from .check import check
 from .errors import InvalidArgument
 from .kernels import resolve_kernel
+from .diagnose import growth_with_length
 from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel, as_kernel
@@ -94,6 +95,7 @@ class CampaignResult:
     bug_signatures: Counter = field(default_factory=Counter)  # generated cases per bug signature
     # Information, not findings: e.g. cases whose last sequence gave other bits alone than in its batch.
     info: Counter = field(default_factory=lambda: Counter(batch_dependent=0, batch_checked=0))
+    ratios_by_signature: dict = field(default_factory=dict)  # signature -> [(Nk, err/budget)] of drawn cases
     case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
     notes: list = field(default_factory=list)
 
@@ -287,6 +289,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
             sig = signature(verdict)
             if not shrinking:
                 result.bug_signatures[sig] += 1
+                if math.isfinite(verdict.max_ratio):
+                    result.ratios_by_signature.setdefault(sig, []).append((case.shapes.n_k, verdict.max_ratio))
             if sig not in saved_found:  # the case as first found, before shrinking
                 saved_found.add(sig)
                 save(verdict, case, label="found", examples_at=result.examples)  # drawn cases so far
@@ -382,6 +386,10 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
             worker.close()
             result.worker_restarts = worker.restarts
     result.elapsed = time.monotonic() - clock["start"]
+    for entry in result.findings:  # a defect that accumulates along the keys says so
+        growth = growth_with_length(result.ratios_by_signature.get("+".join(entry["kinds"]), []))
+        if growth:
+            entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
     statuses = [f["status"] for f in result.findings] + list(result.by_status)
     result.verdict = worst_status(s for s in statuses if s in (PASS, SUSPICIOUS, BUG))
     return result

@@ -10,7 +10,7 @@ import torch
 
 from .validation import Shapes
 
-__all__ = ["describe_rows", "diagnose_elements"]
+__all__ = ["describe_rows", "diagnose_elements", "growth_with_length"]
 
 TILES = (16, 32, 64, 128)
 
@@ -78,3 +78,32 @@ def diagnose_elements(bad: torch.Tensor, shapes: Shapes, rows: torch.Tensor | No
     if shapes.n_q != shapes.n_k:
         parts.append(f"Nq={shapes.n_q} != Nk={shapes.n_k}")
     return "; ".join(parts)
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    for rank, i in enumerate(order):
+        ranks[i] = float(rank)
+    return ranks
+
+
+def growth_with_length(points: list[tuple[int, float]], *, min_lengths: int = 4) -> str | None:
+    """Across a campaign's cases of one bug, whether err/budget grows with the number of keys.
+
+    ``points`` are (Nk, err/budget) pairs. A Spearman rank correlation of 0.8 or more over at least
+    ``min_lengths`` distinct lengths says the defect accumulates along the keys (an accumulator, a
+    running sum, a rescale), rather than sitting in one tile.
+    """
+    points = [(n, r) for n, r in points if r == r and r != float("inf")]
+    if len({n for n, _ in points}) < min_lengths:
+        return None
+    xs, ys = _ranks([float(n) for n, _ in points]), _ranks([r for _, r in points])
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+    var = (sum((x - mean_x) ** 2 for x in xs) * sum((y - mean_y) ** 2 for y in ys)) ** 0.5
+    rho = cov / var if var else 0.0
+    if rho < 0.8:
+        return None
+    return (f"grows with the number of keys (Spearman {rho:.2f} over {len(points)} cases, "
+            f"Nk {min(n for n, _ in points)}..{max(n for n, _ in points)})")

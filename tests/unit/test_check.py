@@ -134,3 +134,12 @@ def test_assert_attention_close():
 def test_check_refuses_a_non_case():
     with pytest.raises(flashcheck.InvalidArgument, match="^case="):
         check(twin, "not a case")
+
+
+def test_growth_with_length():
+    from flashcheck.diagnose import growth_with_length
+
+    grows = [(n, n * 0.5 + 1) for n in (16, 33, 64, 100, 200)]
+    assert "grows with the number of keys" in growth_with_length(grows)
+    assert growth_with_length([(n, 3.0 if n % 2 else 9.0) for n in (16, 33, 64, 100, 201)]) is None
+    assert growth_with_length(grows[:3]) is None  # too few lengths to say
