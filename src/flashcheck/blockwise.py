@@ -41,6 +41,11 @@ def visible_block(causal: str, attn_mask, shapes: Shapes, b: int, h: int, rows: 
     return vis
 
 
+def _concat(cat, xs, axis):
+    """Columns side by side; a 1-d operand becomes one column."""
+    return cat([x.reshape(x.shape[0], -1) for x in xs], axis)
+
+
 class _NumpyOps:
     """The few array operations the float64 oracle needs, on numpy (CPU)."""
 
@@ -56,14 +61,7 @@ class _NumpyOps:
     def float64(x):
         return x.astype(np.float64)
 
-    matmul = staticmethod(np.matmul)
-    concat = staticmethod(lambda xs, axis: np.concatenate([x.reshape(x.shape[0], -1) for x in xs], axis))
-    exp = staticmethod(np.exp)
-    expm1 = staticmethod(np.expm1)
-    log = staticmethod(np.log)
-    sqrt = staticmethod(np.sqrt)
-    abs = staticmethod(np.abs)
-    where = staticmethod(np.where)
+    concat = staticmethod(lambda xs, axis: _concat(np.concatenate, xs, axis))
     minimum = staticmethod(np.minimum)
     maximum = staticmethod(np.maximum)
 
@@ -103,14 +101,7 @@ class _TorchOps:
     def float64(x):
         return x.to(torch.float64)
 
-    matmul = staticmethod(torch.matmul)
-    concat = staticmethod(lambda xs, axis: torch.cat([x.reshape(x.shape[0], -1) for x in xs], axis))
-    exp = staticmethod(torch.exp)
-    expm1 = staticmethod(torch.expm1)
-    log = staticmethod(torch.log)
-    sqrt = staticmethod(torch.sqrt)
-    abs = staticmethod(torch.abs)
-    where = staticmethod(torch.where)
+    concat = staticmethod(lambda xs, axis: _concat(torch.cat, xs, axis))
 
     @staticmethod
     def minimum(a, b):
@@ -136,6 +127,12 @@ class _TorchOps:
     def store(dst: torch.Tensor, index, src) -> None:
         view = dst[index]
         view.copy_(src.reshape(view.shape))
+
+
+# Functions with the same name and meaning in numpy and torch are bound once for both.
+for _ops, _xp in ((_NumpyOps, np), (_TorchOps, torch)):
+    for _name in ("matmul", "exp", "expm1", "log", "sqrt", "abs", "where"):
+        setattr(_ops, _name, staticmethod(getattr(_xp, _name)))
 
 
 def ops_for(device) -> type:

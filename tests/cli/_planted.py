@@ -2,6 +2,7 @@
 
 import flashcheck
 from flashcheck.twin import twin_attention
+from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash")
@@ -16,11 +17,7 @@ def correct(q, k, v, *, scale, causal, attn_mask=None):
 def tail_bug(q, k, v, *, scale, causal, attn_mask=None):
     """Rows past the first 32 get a slightly wrong scale: a tail-tile defect."""
     out, lse = correct(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    if q.shape[2] > 32:
-        bad, _ = twin_attention(q, k, v, scale=scale * 1.01, causal=causal, attn_mask=attn_mask)
-        out = out.clone()
-        out[:, :, 32:] = bad[:, :, 32:]
-    return out, lse
+    return wrong_scale_past(out, 32, 1.01, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask), lse
 
 
 @flashcheck.kernel(**SPEC)

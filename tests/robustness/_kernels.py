@@ -13,6 +13,7 @@ import torch
 
 import flashcheck
 from flashcheck.twin import twin_attention
+from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash")
@@ -103,11 +104,7 @@ def two_bugs(q, k, v, *, scale, causal, attn_mask=None):
     if _big(q):
         raise IndexError("tile index out of range")
     out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    if q.shape[2] > 8:
-        bad, _ = twin_attention(q, k, v, scale=scale * 1.25, causal=causal, attn_mask=attn_mask)
-        out = out.clone()
-        out[:, :, 8:] = bad[:, :, 8:]
-    return out, lse
+    return wrong_scale_past(out, 8, 1.25, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask), lse
 
 
 CALLS_FILE = "FLASHCHECK_TEST_CALLS"  # environment variable: a file the slow kernels add a line to per call
