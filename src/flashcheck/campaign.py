@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import signal
 import threading
 import time
@@ -43,7 +42,7 @@ from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel, as_kernel
 from .strategies import Recipe, recipes
-from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, worst_status
+from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, worst_status, write_json
 from .worker import KernelWorker, WorkerStartError
 
 __all__ = ["CampaignResult", "run_campaign", "save_finding", "signature"]
@@ -411,8 +410,4 @@ def _finding_entry(verdict: Verdict, path: Path, *, shrunk: bool) -> dict:
 
 def write_summary(result: CampaignResult, path: str | Path) -> None:
     """Write the JSON summary atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result.as_dict(), indent=2, default=str))
-    os.replace(tmp, path)
+    write_json(path, result.as_dict())

@@ -68,7 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
     selftest.add_argument("--head-dims", default=None, metavar="D,D,...",
                           help="draw only these head dims (fewer Triton compilations on a GPU)")
-    selftest.add_argument("--json", default=None, metavar="PATH")
+    selftest.add_argument("--json", default=None, metavar="PATH",
+                          help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
+    selftest.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                          help="run nothing: print one table from the --json files of earlier (e.g. sharded) runs")
 
     sub.add_parser("kernels", help="list the built-in kernels")
     sub.add_parser("presets", help="list the built-in campaign presets")
@@ -238,13 +241,46 @@ def _int_list(option: str, text: str | None):
     return values
 
 
+def _selftest_exit(rows) -> int:
+    missed = [r for r in rows if not r.correct and not r.flashcheck.first_case]
+    alarms = [r for r in rows if r.correct and r.flashcheck.first_case]
+    return EXIT_BUG if missed or alarms else EXIT_OK
+
+
+def _saved_rows(paths):
+    from .errors import InvalidArgument
+    from .selftest import Row
+
+    rows = []
+    for path in paths:
+        try:
+            saved = json.loads(Path(path).read_text())
+            if not isinstance(saved, list) or not saved:
+                raise ValueError("expected a non-empty list of rows")
+            rows += [Row.from_dict(d) for d in saved]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument("--table", path, f"not a selftest --json file ({type(exc).__name__}: {exc})",
+                                  "Pass files written by `flashcheck selftest --json PATH`.") from None
+    return rows
+
+
 def _cmd_selftest(args) -> int:
     from .selftest import format_table, run_selftest
+    from .verdict import write_json
 
+    if args.table:
+        rows = _saved_rows(args.table)
+        print(format_table(rows))
+        return _selftest_exit(rows)
     device = _device(args.device)
     dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else ["fp16", "bf16", "fp32"])
 
+    done = []
+
     def progress(row):
+        done.append(row)
+        if args.json:
+            write_json(args.json, [r.as_dict() for r in done])
         state = ("ok" if row.flashcheck.first_case is None else "FALSE ALARM") if row.correct else \
             (f"BUG @{row.flashcheck.first_case}" if row.flashcheck.first_case else "MISSED")
         print(f"  {row.variant:28} {row.dtype}  {row.cases:4} cases  {state}  ({row.seconds:.1f} s)",
@@ -254,11 +290,7 @@ def _cmd_selftest(args) -> int:
                         max_n=args.max_n, names=args.variant, which=args.variants,
                         head_dims=_int_list("--head-dims", args.head_dims), progress=progress)
     print(format_table(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=2))
-    missed = [r for r in rows if not r.correct and not r.flashcheck.first_case]
-    alarms = [r for r in rows if r.correct and r.flashcheck.first_case]
-    return EXIT_BUG if missed or alarms else EXIT_OK
+    return _selftest_exit(rows)
 
 
 def _cmd_kernels(args) -> int:

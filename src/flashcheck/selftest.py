@@ -19,7 +19,7 @@ from .check import check
 from .properties import properties_for
 from .spec import Kernel
 from .strategies import Recipe, draw_recipes
-from .verdict import BUG, SUSPICIOUS, json_number
+from .verdict import BUG, SUSPICIOUS, from_json_number, json_number
 
 __all__ = ["Variant", "variants", "run_selftest", "CORRECT_TILES"]
 
@@ -76,6 +76,13 @@ class Detection:
         if self.first_case is None:
             self.first_case, self.how = index, how
 
+    def as_dict(self) -> dict:
+        return {"first_case": self.first_case, "how": self.how, "false_alarms": self.false_alarms}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Detection":
+        return cls(d["first_case"], d["how"], d["false_alarms"])
+
 
 @dataclass
 class Row:
@@ -92,12 +99,18 @@ class Row:
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        det = lambda d: {"first_case": d.first_case, "how": d.how, "false_alarms": d.false_alarms}  # noqa: E731
         return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
-                "cases": self.cases, "flashcheck": det(self.flashcheck),
-                "anchors": {k: det(v) for k, v in self.anchors.items()},
+                "cases": self.cases, "flashcheck": self.flashcheck.as_dict(),
+                "anchors": {k: v.as_dict() for k, v in self.anchors.items()},
                 "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
                 "suspicious": self.suspicious, "seconds": round(self.seconds, 2)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Row":
+        """A row saved by ``as_dict`` (``selftest --json``), so shards of one run print as one table."""
+        return cls(d["variant"], d["correct"], d["area"], d["dtype"], d["cases"],
+                   Detection.from_dict(d["flashcheck"]), {k: Detection.from_dict(v) for k, v in d["anchors"].items()},
+                   from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"])
 
 
 def _randn_twin(recipe: Recipe) -> Recipe:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 __all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number",
            "worst_status"]
@@ -33,6 +36,15 @@ def json_number(x):
         return x
     x = float(x)
     return x if math.isfinite(x) else str(x)
+
+
+def write_json(path, data) -> None:
+    """Write ``data`` as JSON atomically (a temporary file, then a rename), so no reader sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
 
 
 def from_json_number(x):

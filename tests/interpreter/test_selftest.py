@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from flashcheck.selftest import format_table, run_selftest, variants
+from flashcheck.selftest import Row, format_table, run_selftest, variants
 
 pytestmark = pytest.mark.interpreter
 
@@ -30,3 +32,25 @@ def test_selftest_catches_planted_bugs_and_passes_correct_kernels():
                                   "triton-tutorial/randn", "triton-tutorial/adversarial"}
     table = format_table(rows)
     assert "flashcheck" in table and "caught 3/3 planted bugs" in table
+    saved = [Row.from_dict(json.loads(json.dumps(r.as_dict()))) for r in rows]
+    assert format_table(saved) == table
+
+
+def test_sharded_runs_print_as_one_table(tmp_path, capsys):
+    """`selftest --json` keeps each finished row; `--table` prints shards of one run as one table."""
+    from flashcheck.cli import main
+
+    shards = []
+    for name in ("torch:math", "scale_ignored"):
+        path = tmp_path / f"{name.replace(':', '_')}.json"
+        code = main(["selftest", "--device", "cpu", "--dtype", "fp16", "--cases", "3", "--bug-cases", "3",
+                     "--max-n", "32", "--variant", name, "--json", str(path)])
+        assert code == 0 and len(json.loads(path.read_text())) == 1
+        shards.append(str(path))
+    capsys.readouterr()
+    assert main(["selftest", "--table", *shards]) == 0
+    table = capsys.readouterr().out
+    assert "torch:math" in table and "scale_ignored" in table and "caught 1/1 planted bugs" in table
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["selftest", "--table", str(tmp_path / "bad.json")]) == 2
+    assert "--table=" in capsys.readouterr().err
