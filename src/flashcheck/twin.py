@@ -66,8 +66,12 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=q.device)
     lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=q.device)
     qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=q.device)
-    for m0 in range(0, s.n_q, block_m):
-        rows = slice(m0, m0 + block_m)
+    # Rows are independent in the online softmax, so block_m changes no number: rows go through in
+    # multiples of block_m as large as memory allows, and only the key tiling and order shape the rounding.
+    per_row = s.batch * s.heads_q * max(block_n, s.head_dim_v)
+    chunk = block_m * max(1, (1 << 24) // max(per_row * block_m, 1))
+    for m0 in range(0, s.n_q, chunk):
+        rows = slice(m0, m0 + chunk)
         qb = qf[:, :, rows]
         m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=q.device)
         l = torch.zeros_like(m)
@@ -83,8 +87,8 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
             l = l * alpha + p.sum(-1, keepdim=True)
             if precision.p_dtype == "input":
                 p = round_tf32(p, mode=tf32_mode) if tf32 else p.to(dtype).float()
-            # Keys no row of this tile sees are not read (a careful kernel's masked V load): 0 * NaN
-            # from uninitialised padding would otherwise poison the product.
+            # Keys no row sees are not read (a careful kernel's masked V load): 0 * NaN from poisoned or
+            # uninitialised memory would otherwise poison the product.
             seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)
             acc = acc * alpha + p @ torch.where(seen, vq[:, :, cols], 0.0)
             m = m_new
