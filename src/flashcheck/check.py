@@ -206,14 +206,14 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
         budget = error_budget(*ref_inputs, **kw, precision=contract, reference=reference)
     t_oracle = time.perf_counter() - t0
     reference = budget.reference
-    wrong = _output_problems(run.out, run.lse, reference.shapes, case.torch_dtype, device)
+    wrong = _output_problems(run.out, run.lse, reference.shapes, case.torch_dtype, q.device)
     if wrong:
         return Verdict.from_findings(wrong, max_ratio=math.nan,
                                      elapsed={"kernel": run.seconds, "oracle": t_oracle}, **meta)
     findings, max_ratio = compare(run.out, run.lse, budget, fully_masked_rows=kern.spec.fully_masked_rows,
                                   regime=regime)
     if any(f.kind in ("over_budget", "nonfinite") for f in findings):
-        note = matmul_probe(kern, case.torch_dtype, device)
+        note = matmul_probe(kern, case.torch_dtype, q.device)
         if note:
             for f in findings:
                 if f.kind in ("over_budget", "nonfinite"):

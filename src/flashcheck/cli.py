@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
     selftest.add_argument("--head-dims", default=None, metavar="D,D,...",
                           help="draw only these head dims (fewer Triton compilations on a GPU)")
+    selftest.add_argument("--time-budget", type=float, default=None, metavar="S",
+                          help="seconds; rows still running then stop early and are marked stopped")
     selftest.add_argument("--json", default=None, metavar="PATH",
                           help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
     selftest.add_argument("--table", nargs="+", default=None, metavar="JSON",
@@ -242,7 +244,7 @@ def _int_list(option: str, text: str | None):
 
 
 def _selftest_exit(rows) -> int:
-    missed = [r for r in rows if not r.correct and not r.flashcheck.first_case]
+    missed = [r for r in rows if not r.correct and not r.flashcheck.first_case and not r.stopped]
     alarms = [r for r in rows if r.correct and r.flashcheck.first_case]
     return EXIT_BUG if missed or alarms else EXIT_OK
 
@@ -272,6 +274,11 @@ def _cmd_selftest(args) -> int:
         rows = _saved_rows(args.table)
         print(format_table(rows))
         return _selftest_exit(rows)
+    if args.time_budget is not None and not args.time_budget > 0:
+        from .errors import InvalidArgument
+
+        raise InvalidArgument("--time-budget", args.time_budget, "expected a positive number of seconds",
+                              "Pass e.g. --time-budget 600, or leave it out to run every case.")
     device = _device(args.device)
     dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else ["fp16", "bf16", "fp32"])
 
@@ -282,13 +289,14 @@ def _cmd_selftest(args) -> int:
         if args.json:
             write_json(args.json, [r.as_dict() for r in done])
         state = ("ok" if row.flashcheck.first_case is None else "FALSE ALARM") if row.correct else \
-            (f"BUG @{row.flashcheck.first_case}" if row.flashcheck.first_case else "MISSED")
+            (f"BUG @{row.flashcheck.first_case}" if row.flashcheck.first_case else "STOPPED" if row.stopped else "MISSED")
         print(f"  {row.variant:28} {row.dtype}  {row.cases:4} cases  {state}  ({row.seconds:.1f} s)",
               file=sys.stderr, flush=True)
 
     rows = run_selftest(device=device, dtypes=dtypes, cases=args.cases, bug_cases=args.bug_cases, seed=args.seed,
                         max_n=args.max_n, names=args.variant, which=args.variants,
-                        head_dims=_int_list("--head-dims", args.head_dims), progress=progress)
+                        head_dims=_int_list("--head-dims", args.head_dims), time_budget=args.time_budget,
+                        progress=progress)
     print(format_table(rows))
     return _selftest_exit(rows)
 

@@ -97,20 +97,22 @@ class Row:
     min_caught_ratio: float = math.inf  # bug variants: the closest a caught case came to the budget
     suspicious: int = 0
     seconds: float = 0.0
+    stopped: bool = False  # the time budget ran out before the row's cases did
 
     def as_dict(self) -> dict:
         return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
                 "cases": self.cases, "flashcheck": self.flashcheck.as_dict(),
                 "anchors": {k: v.as_dict() for k, v in self.anchors.items()},
                 "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
-                "suspicious": self.suspicious, "seconds": round(self.seconds, 2)}
+                "suspicious": self.suspicious, "seconds": round(self.seconds, 2), "stopped": self.stopped}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Row":
         """A row saved by ``as_dict`` (``selftest --json``), so shards of one run print as one table."""
         return cls(d["variant"], d["correct"], d["area"], d["dtype"], d["cases"],
                    Detection.from_dict(d["flashcheck"]), {k: Detection.from_dict(v) for k, v in d["anchors"].items()},
-                   from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"])
+                   from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"],
+                   d.get("stopped", False))
 
 
 def _randn_twin(recipe: Recipe) -> Recipe:
@@ -119,7 +121,7 @@ def _randn_twin(recipe: Recipe) -> Recipe:
 
 
 def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Recipe], device: str,
-                 bug_cases: int) -> Row:
+                 bug_cases: int, deadline: float | None) -> Row:
     row = Row(variant.name, variant.correct, variant.area, dtype)
     for rule in ANCHORS:
         for inputs in ("randn", "adversarial"):
@@ -127,6 +129,9 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
     start = time.perf_counter()
     limit = len(recipes) if variant.correct else min(bug_cases, len(recipes))
     for index, recipe in enumerate(recipes[:limit], start=1):
+        if deadline is not None and index > 1 and time.monotonic() > deadline:
+            row.stopped = True
+            break
         case = recipe.build(kernel=kernel.name)
         verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=variant.correct)
         row.cases = index
@@ -176,8 +181,13 @@ def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: 
 
 def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
                  max_n: int = 160, names: list[str] | None = None, which: str = "all",
-                 head_dims=None, progress=None) -> list[Row]:
-    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired)."""
+                 head_dims=None, time_budget: float | None = None, progress=None) -> list[Row]:
+    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired).
+
+    ``time_budget`` (seconds) ends the run early: the row in progress and the ones after it stop after
+    their first case and are marked ``stopped``, so a bug not yet caught reads as stopped, not missed.
+    """
+    deadline = None if time_budget is None else time.monotonic() + time_budget
     rows = []
     recipe_cache: dict = {}
     for variant in variants(device, names=names, which=which):
@@ -189,7 +199,7 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
             if key not in recipe_cache:
                 recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
                                                  max_heads=4, head_dims=head_dims)
-            row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases)
+            row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline)
             rows.append(row)
             if progress is not None:
                 progress(row)
@@ -198,12 +208,12 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
 
 def format_table(rows: list[Row]) -> str:
     """One text table: each variant, caught or not, by which check, after how many cases."""
-    def cell(det: "Detection", correct: bool) -> str:
+    def cell(det: "Detection", correct: bool, stopped: bool) -> str:
         if det.how == "n/a" and det.first_case is None:
             return "n/a"
         if correct:
             return "ok" if det.first_case is None else f"FALSE ALARM x{det.false_alarms}"
-        return f"caught @{det.first_case}" if det.first_case else "missed"
+        return f"caught @{det.first_case}" if det.first_case else "stopped" if stopped else "missed"
 
     anchor_keys = list(rows[0].anchors) if rows else []
     head = ["variant", "dtype", "cases", "flashcheck", "check", "ratio"] + anchor_keys
@@ -213,10 +223,10 @@ def format_table(rows: list[Row]) -> str:
             fc = "ok" if r.flashcheck.first_case is None else f"FALSE ALARM x{r.flashcheck.false_alarms}"
             ratio = f"max {r.max_ratio:.3g}" + (f" susp {r.suspicious}" if r.suspicious else "")
         else:
-            fc = f"BUG @{r.flashcheck.first_case}" if r.flashcheck.first_case else "MISSED"
+            fc = f"BUG @{r.flashcheck.first_case}" if r.flashcheck.first_case else "STOPPED" if r.stopped else "MISSED"
             ratio = f"min {r.min_caught_ratio:.3g}" if math.isfinite(r.min_caught_ratio) else "-"
-        lines.append([r.variant, r.dtype, str(r.cases), fc, r.flashcheck.how or "-", ratio]
-                     + [cell(r.anchors[k], r.correct) for k in anchor_keys])
+        lines.append([r.variant, r.dtype, f"{r.cases}{' (stopped)' if r.stopped else ''}", fc, r.flashcheck.how or "-", ratio]
+                     + [cell(r.anchors[k], r.correct, r.stopped) for k in anchor_keys])
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*line) for line in lines]
@@ -229,6 +239,11 @@ def format_table(rows: list[Row]) -> str:
         defined = sum(1 for r in bugs if not (det_of(r).how == "n/a" and det_of(r).first_case is None))
         summary.append(f"{label:28} caught {caught}/{defined} planted bugs (variant x dtype); "
                        f"false alarms on {alarms}/{len(good)} correct rows")
+    stopped = [r for r in rows if r.stopped]
+    if stopped:
+        summary.append(f"time budget: {len(stopped)} rows stopped before their last case "
+                       f"({sum(1 for r in stopped if not r.correct and not r.flashcheck.first_case)} planted bugs "
+                       "not caught by then)")
     cases_correct = sum(r.cases for r in good)
     summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
         f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}"

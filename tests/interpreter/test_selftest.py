@@ -54,3 +54,9 @@ def test_sharded_runs_print_as_one_table(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert main(["selftest", "--table", str(tmp_path / "bad.json")]) == 2
     assert "--table=" in capsys.readouterr().err
+
+
+def test_time_budget_stops_rows_and_marks_them():
+    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=50, max_n=32, names=["torch:math"], time_budget=1e-9)
+    assert [r.cases for r in rows] == [1] and rows[0].stopped
+    assert "(stopped)" in format_table(rows) and "1 rows stopped" in format_table(rows)

@@ -46,6 +46,12 @@ def test_correct_kernel_passes(dtype):
     assert 0 <= verdict.max_ratio <= 1
 
 
+def test_device_with_an_index_is_the_device_of_the_inputs():
+    """device="cuda" puts the inputs on cuda:0; an output there is where it should be (here: cpu:0 vs cpu)."""
+    verdict = check(flashcheck.kernel(twin, **SPEC), make_case(), device="cpu:0")
+    assert verdict.status == "PASS", str(verdict)
+
+
 def test_over_budget_carries_the_worst_element_and_its_terms():
     kernel = variant(lambda out, lse, scale, **_: (out * (1 + 2**-6), lse))
     verdict = check(kernel, make_case(), device="cpu")

@@ -57,6 +57,9 @@ _LOG2E = 1.0 / math.log(2.0)
 # --------------------------------------------------------------------------------------------------
 
 
+_SIZE_ARGUMENTS = ("n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
+
+
 def _flash_attention_fwd(
     Q, K, V, Out, Lse, Mask,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -206,7 +209,9 @@ def _load():
                     "Install triton (pip install 'flashcheck[cpu]' for the CPU interpreter).",
                 ) from exc
             globals()["tl"] = tl  # the kernel's source refers to the global `tl`
-            kernel = triton.jit(_flash_attention_fwd)
+            # Sizes change from call to call: specialising on them (== 1, divisible by 16) would compile
+            # the kernel again for each class of lengths a campaign draws, for no speed worth having.
+            kernel = triton.jit(_flash_attention_fwd, do_not_specialize=_SIZE_ARGUMENTS)
             _JITTED.update(
                 triton=triton,
                 kernel=kernel,
