@@ -4,8 +4,10 @@
 # Usage (on a CUDA machine, repository root):
 #   bash benchmarks/gpu_suite.sh sweep OUTDIR [CASES]  # every GPU test, and the correct variants of the mutation
 #                                                      # suite (bf16/fp16/fp32), one process per variant and dtype
-#   bash benchmarks/gpu_suite.sh bugs  OUTDIR          # campaign throughput (alone on the GPU), then the planted
-#                                                      # bugs in shards beside a long-context campaign
+#   bash benchmarks/gpu_suite.sh bugs  OUTDIR [VARIANT:DTYPE...]  # campaign throughput (alone on the GPU),
+#                                                      # then side by side: every GPU test, the planted bugs in
+#                                                      # shards, campaigns (long-context; PyTorch's fused
+#                                                      # backends) and any extra selftest rows named
 # FLASHCHECK_GPU_LIMIT (seconds, default 480) bounds each process of a part; selftest shards stop their rows
 # in time (--time-budget), the JSON keeps every finished row, and `flashcheck selftest --table` prints the
 # shards as one table.
@@ -28,7 +30,7 @@ shard() { local name=$1; shift
 names() { python3 -c "from flashcheck.selftest import variants; print('\n'.join(v.name for v in variants('cuda', which='$1')))"; }
 pack() {
   ls "$work"/selftest_*.json > /dev/null 2>&1 && fc selftest --table "$work"/selftest_*.json > "$work/selftest_gpu.txt"
-  tar czf "$out/gpu-$part.tgz" -C "$work" .
+  tar czf "$out/gpu-$part.tgz" --exclude='*.npz' -C "$work" .  # case JSONs describe the corpus; the arrays stay
   for f in selftest_gpu.txt gpu_tests.txt bench.txt fuzz_long.txt; do [ -f "$work/$f" ] && cp "$work/$f" "$out/"; done
 }
 case "$part" in
@@ -45,19 +47,30 @@ case "$part" in
   bugs)
     # Throughput first, alone on the GPU.
     for preset in smoke adversarial; do
-      fc fuzz flashcheck:triton --device cuda --preset "$preset" --seed 1 --max-examples 400 --time-budget 45 \
+      fc fuzz flashcheck:triton --device cuda --preset "$preset" --seed 1 --max-examples 400 --time-budget 40 \
           --corpus "$work/corpus-$preset" --json "$work/fuzz_$preset.json" --no-progress 2>&1 | tail -8 | tee -a "$work/bench.txt"
     done
+    # Then, side by side: every GPU test, the planted bugs in shards, a long-context campaign, and
+    # keep-going campaigns on PyTorch's fused backends (their findings, by regime, in the JSON).
+    (timeout "$limit" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE -n 4 > "$work/gpu_tests.txt" 2>&1) &
     (timeout "$limit" python3 -m flashcheck.cli fuzz flashcheck:triton --device cuda --preset long-context --seed 1 \
         --time-budget $((limit - 60)) --corpus "$work/corpus-long" --json "$work/fuzz_long.json" --no-progress \
         > "$work/fuzz_long.txt" 2>&1) &
+    (for k in flash efficient; do
+       timeout "$limit" python3 -m flashcheck.cli fuzz "torch:$k" --device cuda --preset adversarial --seed 1 --keep-going \
+           --time-budget $(((limit - 60) / 2)) --corpus "$work/corpus-$k" --json "$work/fuzz_$k.json" --no-progress \
+           > "$work/fuzz_$k.txt" 2>&1
+     done) &
     mapfile -t bugs < <(names bugs)
     for s in 0 1 2 3 4 5 6 7 8; do
       args=(); for ((j = s; j < ${#bugs[@]}; j += 9)); do args+=(--variant "${bugs[j]}"); done
       shard "bugs$s" --variants bugs --bug-cases 30 "${args[@]}"
     done
+    for v in "$@"; do  # extra rows, as VARIANT:DTYPE
+      shard "extra_${v//[^a-z0-9]/_}" --variant "${v%:*}" --dtype "${v##*:}" --cases 520
+    done
     wait
     pack
-    tail -8 "$work/fuzz_long.txt"; tail -8 "$out/selftest_gpu.txt" ;;
+    tail -3 "$work/gpu_tests.txt"; tail -6 "$work/fuzz_long.txt"; tail -9 "$out/selftest_gpu.txt" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

@@ -227,11 +227,17 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
             return _run_or_skip(kern, q_, k_, v_, scale=case.scale, causal=case.causal, attn_mask=mask_,
                                 what="a property's rerun of the kernel")
 
+        def judge(out, lse):
+            wrong = _output_problems(out, lse, reference.shapes, case.torch_dtype, q.device)
+            return wrong or compare(out, lse, budget, fully_masked_rows=kern.spec.fully_masked_rows, regime=regime)[0]
+
         findings += check_properties(rerun, case, run, device=device, properties=properties,
                                      deterministic=kern.spec.deterministic,
                                      nan_safe_masking=kern.spec.nan_safe_masking,
                                      fully_masked_rows=kern.spec.fully_masked_rows,
-                                     batch_invariant=kern.spec.batch_invariant, notes=notes, regime=regime)
+                                     batch_invariant=kern.spec.batch_invariant,
+                                     layout_invariant=kern.spec.layout_invariant, judge=judge, notes=notes,
+                                     regime=regime)
         elapsed["properties"] = time.perf_counter() - t0
     if envelope and not findings and max_ratio > ENVELOPE_FLOOR:
         t0 = time.perf_counter()

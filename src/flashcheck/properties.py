@@ -7,7 +7,8 @@
 - ``guard_bands``: memory right before and after each input holds NaN; the output stays bit-identical
   (an out-of-bounds read shows up as NaN or as changed bits).
 - ``layout``: the same numbers in another memory layout (contiguous, transposed, strided, offset)
-  give bit-identical output.
+  give output within the error budget, bit-identical when the spec promises ``layout_invariant``
+  (a GPU compiler or library may pick other instructions for other strides: other legal rounding).
 - ``batch``: the last sequence of a batch, run alone, gives the bits it got inside the batch. Many
   correct kernels change their split or tiling with the batch size, so this is information (a note
   on the verdict) unless the spec promises ``batch_invariant``.
@@ -72,9 +73,12 @@ def _other_layout(case: AttentionCase) -> str:
 
 def check_properties(run, case: AttentionCase, baseline, *, device, properties=PROPERTIES,
                      deterministic: bool = True, nan_safe_masking: bool = True, fully_masked_rows: str = "any",
-                     batch_invariant: bool = False, notes: list | None = None,
-                     regime: str | None = None) -> list[Finding]:
+                     batch_invariant: bool = False, layout_invariant: bool = False, judge=None,
+                     notes: list | None = None, regime: str | None = None) -> list[Finding]:
     """Findings of the exact properties; ``run(q, k, v, mask)`` returns a KernelRun.
+
+    ``judge(out, lse)`` returns the findings of an output against the case's budget; another layout's
+    output whose bits differ is judged with it (and must not differ at all under ``layout_invariant``).
 
     ``baseline`` is the KernelRun of the case as given. A rerun that crashes is a crash finding. When
     the spec promises nothing for fully masked rows (``"any"``), those rows are not compared: such a
@@ -127,8 +131,12 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
                 run(*case.to_device(device, guard_bands=True)))
     if "layout" in properties:
         other = _other_layout(case)
-        compare("layout_dependence", f"the same numbers in the {other} layout (case: {case.layout})",
-                run(*case.to_device(device, layout=other)))
+        what = f"the same numbers in the {other} layout (case: {case.layout})"
+        rerun = run(*case.to_device(device, layout=other))
+        if layout_invariant or judge is None or rerun.error is not None:
+            compare("layout_dependence", what, rerun)
+        else:
+            _judge_layout(findings, judge, what, rerun, baseline, notes, regime)
     if "batch" in properties and shapes.batch > 1:
         alone = _last_sequence(case)
         rerun = run(*alone.to_device(device))
@@ -143,6 +151,22 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
                 elif notes is not None:
                     notes.append("batch-dependent: " + what)
     return findings
+
+
+def _judge_layout(findings, judge, what, rerun, baseline, notes, regime) -> None:
+    """Other bits in another layout: a bug if that output breaks the budget, else a note."""
+    diff = _differs(baseline.out, rerun.out)
+    if diff is not None and not bool(diff.any()):
+        return
+    broken = judge(rerun.out, rerun.lse)
+    if broken:
+        worst = max(broken, key=lambda f: f.ratio if f.ratio is not None else float("inf"))
+        findings.append(Finding("layout_dependence", BUG, f"{what}: {worst.kind}: {worst.diagnosis}",
+                                index=worst.index, error=worst.error, budget=worst.budget, ratio=worst.ratio,
+                                regime=regime))
+    elif notes is not None:
+        notes.append(f"layout-dependent bits within the budget: {what} changed "
+                     f"{int(diff.sum())} of {diff.numel()} output elements")
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:

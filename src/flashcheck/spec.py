@@ -50,6 +50,9 @@ class KernelSpec:
     does not read such keys, or masks before it multiplies). Huge finite values in such keys must
     never leak, whatever the spec says. ``batch_invariant``: a sequence gives the same bits alone and
     inside a batch (off by default: many correct kernels tile differently by batch size).
+    ``layout_invariant``: the same numbers in another memory layout give the same bits (off by default:
+    compilers and libraries pick other instructions for other strides). Without it, another layout must
+    still stay within the error budget; with it, it must give identical bits.
 
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
@@ -73,6 +76,7 @@ class KernelSpec:
     deterministic: bool = True
     nan_safe_masking: bool = True
     batch_invariant: bool = False
+    layout_invariant: bool = False
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)

@@ -65,16 +65,40 @@ def test_out_of_bounds_read_shows_in_guard_bands():
     assert kinds(verdict) == ["poison_leak"] and "out-of-bounds" in verdict.findings[0].diagnosis
 
 
-def test_layout_dependence():
-    @flashcheck.kernel(**SPEC)
-    def layout_sensitive(q, k, v, *, scale, causal, attn_mask=None):
-        out, lse = twin(q.contiguous(), k.contiguous(), v.contiguous(), scale=scale, causal=causal, attn_mask=attn_mask)
-        if not k.is_contiguous():  # a different code path for strided inputs, with other rounding
-            out = (out.float() * (1 + 2**-9)).to(out.dtype)
-        return out, lse
+def layout_sensitive(edit):
+    """The twin, with another code path (``edit`` of its output) for strided K."""
 
-    verdict = check(layout_sensitive, padded_case(), device="cpu", properties=("layout",))
+    def kernel(q, k, v, *, scale, causal, attn_mask=None):
+        if k.is_contiguous():
+            return twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        return edit(q.contiguous(), k.contiguous(), v.contiguous(), scale=scale, causal=causal, attn_mask=attn_mask)
+
+    return kernel
+
+
+def test_layout_that_breaks_the_budget_is_a_bug():
+    def wrong(q, k, v, **kw):
+        out, lse = twin(q, k, v, **kw)
+        return (out.float() * 1.01).to(out.dtype), lse
+
+    verdict = check(flashcheck.kernel(layout_sensitive(wrong), **SPEC), padded_case(), device="cpu",
+                    properties=("layout",))
     assert kinds(verdict) == ["layout_dependence"]
+    (finding,) = verdict.findings
+    assert finding.ratio > 1 and "strided layout" in finding.diagnosis and "over_budget" in finding.diagnosis
+
+
+def test_layout_with_other_legal_rounding_is_a_note_unless_invariance_is_promised():
+    def other_tiling(q, k, v, **kw):  # another legal reordering: other bits, inside the budget
+        return twin_attention(q, k, v, block_n=16, key_order=torch.arange(k.shape[2]).flip(0), **kw)
+
+    kernel = layout_sensitive(other_tiling)
+    verdict = check(flashcheck.kernel(kernel, **SPEC), padded_case(), device="cpu", properties=("layout",))
+    assert verdict.status == "PASS", str(verdict)
+    assert any(n.startswith("layout-dependent bits within the budget") for n in verdict.notes), verdict.notes
+    strict = check(flashcheck.kernel(kernel, **SPEC, layout_invariant=True), padded_case(), device="cpu",
+                   properties=("layout",))
+    assert kinds(strict) == ["layout_dependence"]
 
 
 def test_nondeterminism():
