@@ -140,12 +140,25 @@ def _serve(conn, target: str, device: str, options: dict, paths: list) -> None:
         try:
             verdict = check(kernel, case, device=device, properties=properties)
         except Exception as exc:
-            _send(conn, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-            continue
+            text = f"{type(exc).__name__}: {exc}"
+            if not any(marker in text for marker in POISON_MARKERS):
+                _send(conn, ("error", text, traceback.format_exc()))
+                continue
+            # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
+            # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
+            verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
         _send(conn, ("verdict", verdict.as_dict()))
         if poisons_cuda(verdict):
             conn.close()
             os._exit(0)
+
+
+def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:
+    regime = case.provenance.get("strategy") if case.provenance else None
+    crash = Finding("crash", BUG, f"the CUDA context broke while this case ran ({text.splitlines()[0][:200]}); "
+                    "flashcheck's next CUDA call reported it, so the kernel's launch is the likely cause",
+                    regime=regime, details={"traceback": trace})
+    return Verdict.from_findings([crash], max_ratio=math.nan, kernel=kernel_name, case=case.describe(), regime=regime)
 
 
 # ------------------------------------------------------------------------------------------------

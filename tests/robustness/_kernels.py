@@ -84,6 +84,22 @@ def poisons_cuda(q, k, v, *, scale, causal, attn_mask=None):
     return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
 
 
+class _BrokenContext(torch.Tensor):
+    """An output whose every use raises what CUDA raises once a kernel broke the context: the error of
+    an asynchronous launch surfaces at a later call, here in flashcheck's own code."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+@flashcheck.kernel(**SPEC)
+def poisons_cuda_later(q, k, v, *, scale, causal, attn_mask=None):
+    """Returns normally on big cases, but whatever touches the output next fails (see _BrokenContext)."""
+    out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return (out.as_subclass(_BrokenContext), lse) if _big(q) else (out, lse)
+
+
 @flashcheck.kernel(**SPEC)
 def wrong_shape(q, k, v, *, scale, causal, attn_mask=None):
     """Drops the last query row on big cases."""

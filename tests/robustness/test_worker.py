@@ -70,6 +70,15 @@ def test_a_poisoned_cuda_context_ends_the_worker_after_its_finding():
         assert worker.check(SMALL).status == PASS and worker.restarts == 1
 
 
+def test_a_cuda_error_that_surfaces_in_flashcheck_is_the_kernels_crash():
+    with KernelWorker(f"{K}:poisons_cuda_later", device="cpu") as worker:
+        verdict = worker.check(BIG)
+        assert kinds(verdict) == ["crash"] and "CUDA context broke" in verdict.findings[0].diagnosis
+        assert "illegal memory access" in verdict.findings[0].diagnosis
+        assert not worker.alive
+        assert worker.check(SMALL).status == PASS and worker.restarts == 1
+
+
 def test_out_of_memory_skips_the_case_in_process_and_in_the_worker():
     kernel = resolve_kernel(f"{K}:out_of_memory", device="cpu")
     verdict = check(kernel, BIG, device="cpu")

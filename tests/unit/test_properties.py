@@ -161,3 +161,18 @@ def test_batch_dependence_is_information_unless_promised():
     assert kinds(strict) == ["batch_dependence"]
     assert check(flashcheck.kernel(twin, **SPEC, batch_invariant=True), case, device="cpu",
                  properties=("batch",)).notes == []
+
+
+def test_no_property_runs_after_a_rerun_crashed():
+    """A crashed rerun may leave the process unusable (a sticky CUDA error): the other properties wait."""
+    calls = []
+
+    @flashcheck.kernel(**SPEC)
+    def crashes_on_its_second_call(q, k, v, *, scale, causal, attn_mask=None):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+    verdict = check(crashes_on_its_second_call, padded_case(), device="cpu")
+    assert kinds(verdict) == ["crash"] and len(calls) == 2
