@@ -17,7 +17,7 @@ import torch
 
 from .budget import Budget, error_budget
 from .case import AttentionCase
-from .diagnose import diagnose_elements
+from .diagnose import diagnose_elements, which_keys
 from .errors import InvalidArgument
 from .oracle import Reference, reference_attention
 from .precision import Precision, precision_named
@@ -101,10 +101,14 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
     over = ratio > 1
     if bool(over.any()):
         idx = tuple(int(i) for i in torch.nonzero(ratio == ratio.max())[0])
+        diagnosis = diagnose_elements(over, shapes, rows, empty)
+        keys = None if ref.inputs is None else which_keys(got[idx[:3]], ref.inputs, idx, budget.total[idx[:3]],
+                                                          row=None if rows is None else int(rows[idx[2]]))
+        diagnosis += f"; {keys}" if keys else ""
         findings.append(Finding(
-            "over_budget", BUG, diagnose_elements(over, shapes, rows, empty),
+            "over_budget", BUG, diagnosis,
             index=idx, error=float(err[idx]), budget=budget.breakdown(idx), ratio=float(ratio[idx]),
-            regime=regime, details={"elements_over": int(over.sum())}))
+            regime=regime, details={"elements_over": int(over.sum()), "keys": keys}))
 
     if bool(empty.any()) and fully_masked_rows != "any":
         rows_out = got[empty]
@@ -212,12 +216,13 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
                                      elapsed={"kernel": run.seconds, "oracle": t_oracle}, **meta)
     findings, max_ratio = compare(run.out, run.lse, budget, fully_masked_rows=kern.spec.fully_masked_rows,
                                   regime=regime)
-    if any(f.kind in ("over_budget", "nonfinite") for f in findings):
+    # A row already explained by a wrong set of keys needs no probe of the matmul.
+    unexplained = [f for f in findings if f.kind in ("over_budget", "nonfinite") and not (f.details or {}).get("keys")]
+    if unexplained:
         note = matmul_probe(kern, case.torch_dtype, q.device)
         if note:
-            for f in findings:
-                if f.kind in ("over_budget", "nonfinite"):
-                    f.diagnosis += "; " + note
+            for f in unexplained:
+                f.diagnosis += "; " + note
     elapsed = {"kernel": run.seconds, "oracle": t_oracle}
     notes: list[str] = []
     if properties:

@@ -11,6 +11,7 @@ import flashcheck
 from flashcheck.budget import TERMS
 from flashcheck.case import AttentionCase
 from flashcheck.check import assert_attention_close, check
+from flashcheck.masks import visible
 from flashcheck.regimes import make_mask, make_values
 from flashcheck.twin import twin_attention
 from flashcheck.validation import Shapes
@@ -72,6 +73,49 @@ def test_tail_tile_defect_is_diagnosed_as_tail():
     verdict = check(variant(corrupt_tail), make_case(), device="cpu")
     (finding,) = [f for f in verdict.findings if f.kind == "over_budget"]
     assert "partial tail tile (rows 64..69; tiles of 16, 32, 64)" in finding.diagnosis
+
+
+def over_keys(keys):
+    """The twin over other keys: ``keys(visible)`` returns the (B, H, Nq, Nk) keys it really attends."""
+
+    def kernel(q, k, v, *, scale, causal, attn_mask=None):
+        shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        return twin(q, k, v, scale=scale, causal="none", attn_mask=keys(visible(causal, attn_mask, shape)))
+
+    return flashcheck.kernel(kernel, **SPEC)
+
+
+def without_tail_keys(vis):
+    vis = vis.clone()
+    vis[..., -5:] = False  # a kernel that never reads its last partial key tile
+    return vis
+
+
+def without_diagonal(vis):
+    return vis & ~torch.eye(vis.shape[-2], vis.shape[-1], dtype=torch.bool)
+
+
+def without_mask(vis):
+    return torch.ones_like(vis)
+
+
+@pytest.mark.parametrize("keys, case, words", [
+    (without_tail_keys, dict(), "keys 85..89 (5 visible) left out"),
+    (without_diagonal, dict(causal="top_left"), "(the causal diagonal) left out"),
+    (without_mask, dict(mask="key_padding_right"), "let in"),
+])
+def test_attention_over_other_keys_is_named(keys, case, words):
+    verdict = check(over_keys(keys), make_case("fp32", **case), device="cpu", properties=())
+    (finding,) = [f for f in verdict.findings if f.kind == "over_budget"]
+    assert words in finding.diagnosis, finding.diagnosis
+    assert " matches attention with " in finding.diagnosis
+
+
+def test_no_key_set_is_claimed_for_a_defect_outside_the_softmax():
+    verdict = check(variant(lambda out, lse, **_: (out * 1.05, lse)), make_case(), device="cpu",
+                    properties=())
+    (finding,) = [f for f in verdict.findings if f.kind == "over_budget"]
+    assert "matches attention with" not in finding.diagnosis
 
 
 def test_crash_is_a_finding_with_traceback():
