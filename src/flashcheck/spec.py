@@ -23,10 +23,10 @@ FULLY_MASKED_PROMISES = ("zero", "nan", "any")
 DEVICES = ("cuda", "cpu")
 
 
-def _tuple_of(argument: str, value, allowed) -> tuple:
+def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tuple:
     items = (value,) if isinstance(value, str) else tuple(value)
     bad = [x for x in items if x not in allowed]
-    if bad or not items:
+    if bad or not (items or allow_empty):
         raise InvalidArgument(argument, value, f"unknown value(s) {bad}" if bad else "empty",
                               f"Choose from {list(allowed)}.")
     return items
@@ -41,6 +41,15 @@ def _positive_int(argument: str, value, *, allow_none: bool = False):
     return value
 
 
+# Input classes a spec can keep campaigns away from: known defects of a kernel that every campaign
+# would otherwise find again, each with a test that keeps it visible (see the PyTorch adapters).
+EXCLUSIONS = {
+    "negative_scale": "a negative softmax scale",
+    "bottom_right_more_queries": "causal='bottom_right' with Nq > Nk (rows with no visible key)",
+    "stride0_heads": "K and V heads as stride-0 views (the 'expanded' layout)",
+}
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """What a kernel supports (inputs it accepts) and promises (outputs it guarantees).
@@ -50,6 +59,9 @@ class KernelSpec:
     does not read such keys, or masks before it multiplies). Huge finite values in such keys must
     never leak, whatever the spec says. ``batch_invariant``: a sequence gives the same bits alone and
     inside a batch (off by default: many correct kernels tile differently by batch size).
+    ``excludes`` names input classes of :data:`EXCLUSIONS` that strategies do not draw: a kernel's known
+    defects, kept out of campaigns so that they find something new (the verdict on such an input, when
+    given one, is still the real one).
     ``layout_invariant``: the same numbers in another memory layout give the same bits (off by default:
     compilers and libraries pick other instructions for other strides). Without it, another layout must
     still stay within the error budget; with it, it must give identical bits.
@@ -77,12 +89,14 @@ class KernelSpec:
     nan_safe_masking: bool = True
     batch_invariant: bool = False
     layout_invariant: bool = False
+    excludes: tuple = ()
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
         put("dtypes", _tuple_of("dtypes", self.dtypes, tuple(FORMATS)))
         put("causal", _tuple_of("causal", self.causal, CAUSAL_MODES))
         put("devices", _tuple_of("devices", self.devices, DEVICES))
+        put("excludes", _tuple_of("excludes", self.excludes, tuple(EXCLUSIONS), allow_empty=True))
         if self.head_dims is not None:
             dims = (self.head_dims,) if isinstance(self.head_dims, int) else tuple(self.head_dims)
             for d in dims:

@@ -135,18 +135,31 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
     masks_pool = _subset("mask_regimes", mask_regimes, MASK_ORDER)
     if not spec.attn_mask:
         masks_pool = [m for m in masks_pool if m == "none"] or ["none"]
+    scales_pool = _allowed("scale_regimes", _subset("scale_regimes", scale_regimes, SCALE_REGIMES), "negative",
+                           "negative_scale", spec)
+    layouts_pool = _allowed("layouts", _subset("layouts", layouts, LAYOUT_ORDER), "expanded", "stride0_heads", spec)
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
                     head_dims=head_dims))
-    return Recipe(
-        shapes=s,
-        dtype=draw(st.sampled_from(dtype_pool)),
-        values=draw(st.sampled_from(_subset("value_regimes", value_regimes, VALUE_ORDER))),
-        mask=draw(st.sampled_from(masks_pool)),
-        causal=draw(st.sampled_from(list(spec.causal))),
-        scale=draw(st.sampled_from(_subset("scale_regimes", scale_regimes, SCALE_REGIMES))),
-        layout=draw(st.sampled_from(_subset("layouts", layouts, LAYOUT_ORDER))),
-        seed=draw(st.integers(0, 2**32 - 1)),
-    )
+    dtype = draw(st.sampled_from(dtype_pool))
+    values = draw(st.sampled_from(_subset("value_regimes", value_regimes, VALUE_ORDER)))
+    mask = draw(st.sampled_from(masks_pool))
+    causal = draw(st.sampled_from(list(spec.causal)))
+    if causal == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
+        s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
+    return Recipe(shapes=s, dtype=dtype, values=values, mask=mask, causal=causal,
+                  scale=draw(st.sampled_from(scales_pool)), layout=draw(st.sampled_from(layouts_pool)),
+                  seed=draw(st.integers(0, 2**32 - 1)))
+
+
+def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:
+    """``pool`` without ``regime`` when the spec excludes it; an error when nothing is left."""
+    if exclusion not in spec.excludes:
+        return pool
+    kept = [x for x in pool if x != regime]
+    if not kept:
+        raise InvalidArgument(argument, pool, f"the kernel spec excludes {exclusion!r}",
+                              f"Choose {argument} other than {regime!r} for this kernel.")
+    return kept
 
 
 def cases(**options) -> st.SearchStrategy[AttentionCase]:

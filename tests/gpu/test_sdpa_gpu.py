@@ -171,3 +171,28 @@ def test_flex_returns_natural_log_lse():
     ref = torch.logsumexp(0.125 * q.double() @ k.double().transpose(-1, -2), dim=-1)
     assert lse.dtype == torch.float32
     assert torch.allclose(lse.double(), ref, rtol=0, atol=1e-4)
+
+
+def _shrunk(causal, scale, layout, n_q, n_k):
+    """A case as the H200 campaigns shrank it (torch 2.11): B = H = 1, D = Dv = 16, fp16, seed 0."""
+    from flashcheck.strategies import Recipe
+
+    return Recipe.from_dict({"shapes": {"batch": 1, "heads_q": 1, "heads_kv": 1, "n_q": n_q, "n_k": n_k,
+                                        "head_dim": 16, "head_dim_v": 16}, "dtype": "fp16", "values": "random",
+                             "mask": "none", "causal": causal, "scale": scale, "layout": layout, "seed": 0}).build()
+
+
+@pytest.mark.parametrize("name, exclusion, case", [
+    ("torch:flash", "negative_scale", lambda: _shrunk("none", "negative", "contiguous", 1, 1)),
+    ("torch:efficient", "bottom_right_more_queries", lambda: _shrunk("bottom_right", "default", "contiguous", 3, 2)),
+    ("torch:efficient", "stride0_heads", lambda: _shrunk("top_left", "default", "expanded", 1, 2)),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_known_defects_are_excluded_and_still_there(name, exclusion, case):
+    """Each exclusion in a PyTorch spec is a defect flashcheck found; when this fails, PyTorch fixed it
+    (drop the exclusion) or the defect moved (look again)."""
+    from flashcheck.check import check
+
+    kernel = resolve_kernel(name, device="cuda")
+    assert exclusion in kernel.spec.excludes
+    verdict = check(kernel, case(), device="cuda", properties=())
+    assert verdict.status == "BUG", str(verdict)

@@ -141,6 +141,25 @@ def test_cpu_flash_spec_is_honest():
     assert spec.precision.name == "flash"
 
 
+def test_cpu_flash_negative_scale_defect_is_still_there():
+    """The spec excludes negative scales because PyTorch's CPU flash kernel gives NaN for them under
+    causal masking. flashcheck must still say so when given such a case; when this fails, PyTorch
+    fixed it: drop the exclusion."""
+    from flashcheck.check import check
+    from flashcheck.strategies import Recipe
+
+    kernel = resolve_kernel("torch:flash", device="cpu")
+    assert "negative_scale" in kernel.spec.excludes
+    recipe = Recipe.from_dict({"shapes": {"batch": 1, "heads_q": 1, "heads_kv": 1, "n_q": 1, "n_k": 2,
+                                          "head_dim": 16, "head_dim_v": 16}, "dtype": "fp16", "values": "random",
+                               "mask": "none", "causal": "top_left", "scale": "negative", "layout": "contiguous",
+                               "seed": 0})
+    verdict = check(kernel, recipe.build(kernel=kernel.name), device="cpu", properties=())
+    assert verdict.status == "BUG" and [f.kind for f in verdict.findings] == ["nonfinite"]
+    without_causal = Recipe.from_dict({**recipe.as_dict(), "causal": "none"})
+    assert check(kernel, without_causal.build(), device="cpu", properties=()).status == "PASS"
+
+
 def test_flex_spec_is_honest():
     for compile in (False, True):
         spec = resolve_kernel("torch:flex", device="cpu", compile=compile).spec

@@ -66,3 +66,25 @@ def test_bad_options_are_named(kwargs, name):
 def test_spec_without_the_requested_dtype():
     with pytest.raises(InvalidArgument, match="supports only"):
         recipes(spec=NARROW, dtypes=["bf16"]).example()
+
+
+EXCLUDING = KernelSpec(causal=("bottom_right",), attn_mask=True, gqa=True,
+                       excludes=("negative_scale", "bottom_right_more_queries", "stride0_heads"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(recipe=recipes(spec=EXCLUDING, max_n=64))
+def test_excluded_input_classes_are_not_drawn(recipe):
+    assert recipe.scale != "negative" and recipe.layout != "expanded"
+    assert recipe.shapes.n_q <= recipe.shapes.n_k
+
+
+def test_unknown_exclusion_is_named():
+    with pytest.raises(InvalidArgument, match="^excludes="):
+        KernelSpec(excludes=("negative_scales",))
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
+def test_asking_only_for_an_excluded_regime_is_an_error():
+    with pytest.raises(InvalidArgument, match="^scale_regimes=.*excludes 'negative_scale'"):
+        recipes(spec=EXCLUDING, scale_regimes=["negative"]).example()

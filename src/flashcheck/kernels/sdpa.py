@@ -121,6 +121,9 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=True, fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            # Known defect (torch 2.13): NaN for a negative scale with causal masking.
+            # tests/unit/test_sdpa_adapters.py keeps it visible.
+            excludes=("negative_scale",),
         )
     if name == "torch:flash":
         # FA2: no fp32, no mask, D == Dv <= 256 (SDPA pads D to a multiple of 8). is_causal with
@@ -131,6 +134,9 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             min_head_dim=1, max_head_dim=256, dv_equals_d=True, fully_masked_rows="zero",
             precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            # Known defect (torch 2.11, H200): NaN output for any negative scale (the row max is taken
+            # before scaling). tests/gpu/test_sdpa_gpu.py keeps it visible.
+            excludes=("negative_scale",),
         )
     if name == "torch:efficient":
         # D and Dv must be multiples of 8 (fp16/bf16; 4 for fp32), seen up to 512.
@@ -139,6 +145,9 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             head_dims=_MULTIPLES_OF_8(512), max_head_dim=512, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            # Known defects (torch 2.11, H200): wrong rows with causal_lower_right when Nq > Nk, and wrong,
+            # nondeterministic rows when K/V heads are stride-0 views. tests/gpu/test_sdpa_gpu.py keeps them.
+            excludes=("bottom_right_more_queries", "stride0_heads"),
         )
     if name == "torch:cudnn":
         # fp16/bf16, D and Dv multiples of 8 up to 256; refuses Nk == 1 at call time.
