@@ -154,3 +154,21 @@ def test_deterministic():
     a = triton_attention(q, k, v, scale=0.1, causal="top_left")
     b = triton_attention(q, k, v, scale=0.1, causal="top_left")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_smoke_preset_cases_with_every_property():
+    """The smoke preset's kinds of case (every layout, D and Dv from 16 to 64, guard bands, poisoned keys)
+    through check() with every property: the first GPU smoke campaign stopped on an illegal memory
+    access raised after a kernel run, so each property's rerun is exercised here one case at a time."""
+    from flashcheck.check import check as judge
+    from flashcheck.presets import load_preset
+    from flashcheck.properties import PROPERTIES
+    from flashcheck.strategies import draw_recipes
+
+    preset = load_preset("smoke")
+    kernel = make_kernel()
+    recipes = draw_recipes(80, seed=1, spec=kernel.spec, dtypes=list(preset.dtypes), **preset.strategy_options())
+    for recipe in recipes:
+        verdict = judge(kernel, recipe.build(kernel=kernel.name), device="cuda", properties=PROPERTIES)
+        torch.cuda.synchronize()
+        assert verdict.status != "BUG", f"{recipe}: {verdict}"
