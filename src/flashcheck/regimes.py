@@ -85,6 +85,13 @@ def flat(gen, s: Shapes, fmax: float) -> Values:
     return q * 1e-2, k * 1e-2, v
 
 
+def flat_large_v(gen, s: Shapes, fmax: float) -> Values:
+    """Flat attention over V near 1000: the unnormalised sum of P @ V is about Nk * 1000, past fp16's
+    65504 from 66 keys on, while the output stays near 1000 (an accumulator kept in half precision)."""
+    q, k, v = flat(gen, s, fmax)
+    return q, k, 1000.0 + 16.0 * v
+
+
 def cancelling_v(gen, s: Shapes, fmax: float) -> Values:
     """V columns of large opposite values: outputs near zero while the weight scale stays large."""
     q, k, v = random(gen, s, fmax)
@@ -116,7 +123,7 @@ def tiny_values(gen, s: Shapes, fmax: float) -> Values:
 
 
 VALUE_REGIMES: dict[str, Callable[..., Values]] = {
-    f.__name__: f for f in (random, peaked, growing_max, huge_logits, ties, near_ties, flat,
+    f.__name__: f for f in (random, peaked, growing_max, huge_logits, ties, near_ties, flat, flat_large_v,
                             cancelling_v, positive_v, subnormal_p, tiny_values)
 }
 
