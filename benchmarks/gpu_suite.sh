@@ -46,8 +46,9 @@ case "$part" in
     tail -4 "$work/gpu_tests.txt"; tail -8 "$out/selftest_gpu.txt" ;;
   bugs)
     # Throughput first, alone on the GPU.
+    # --keep-going: a crash (a broken CUDA context among them) is saved and the campaign goes on.
     for preset in smoke adversarial; do
-      fc fuzz flashcheck:triton --device cuda --preset "$preset" --seed 1 --max-examples 400 --time-budget 40 \
+      fc fuzz flashcheck:triton --device cuda --preset "$preset" --seed 1 --max-examples 400 --time-budget 40 --keep-going \
           --corpus "$work/corpus-$preset" --json "$work/fuzz_$preset.json" --no-progress 2>&1 | tail -8 | tee -a "$work/bench.txt"
     done
     # Then, side by side: every GPU test, the planted bugs in shards, a long-context campaign, and
@@ -64,7 +65,7 @@ case "$part" in
     mapfile -t bugs < <(names bugs)
     for s in 0 1 2 3 4 5 6 7 8; do
       args=(); for ((j = s; j < ${#bugs[@]}; j += 9)); do args+=(--variant "${bugs[j]}"); done
-      shard "bugs$s" --variants bugs --bug-cases 30 "${args[@]}"
+      shard "bugs$s" --variants bugs --bug-cases "${FLASHCHECK_BUG_CASES:-60}" "${args[@]}"
     done
     for v in "$@"; do  # extra rows, as VARIANT:DTYPE
       shard "extra_${v//[^a-z0-9]/_}" --variant "${v%:*}" --dtype "${v##*:}" --cases 520
