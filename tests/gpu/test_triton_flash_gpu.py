@@ -49,7 +49,7 @@ def check(q, k, v, *, causal="none", attn_mask=None, scale=None, block_m=64, blo
     # fp32 matmuls run as tf32 unless input_precision="ieee".
     tf32 = q.dtype == torch.float32 and input_precision == "tf32"
     assert_close_to_reference(out, lse, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
-                              tf32=tf32, block_n=block_n)
+                              tf32=tf32)
     return out, lse
 
 
