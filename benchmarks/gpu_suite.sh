@@ -30,7 +30,7 @@ shard() { local name=$1; shift
 names() { python3 -c "from flashcheck.selftest import variants; print('\n'.join(v.name for v in variants('cuda', which='$1')))"; }
 pack() {
   ls "$work"/selftest_*.json > /dev/null 2>&1 && fc selftest --table "$work"/selftest_*.json > "$work/selftest_gpu.txt"
-  tar czf "$out/gpu-$part.tgz" --exclude='*.npz' -C "$work" .  # case JSONs describe the corpus; the arrays stay
+  tar czf "$out/gpu-$part.tgz" --exclude='corpus-*/*.npz' -C "$work" .  # case JSONs describe the corpus; its arrays stay
   for f in selftest_gpu.txt gpu_tests.txt bench.txt fuzz_long.txt; do [ -f "$work/$f" ] && cp "$work/$f" "$out/"; done
 }
 case "$part" in
@@ -51,6 +51,24 @@ case "$part" in
       fc fuzz flashcheck:triton --device cuda --preset "$preset" --seed 1 --max-examples 400 --time-budget 40 --keep-going \
           --corpus "$work/corpus-$preset" --json "$work/fuzz_$preset.json" --no-progress 2>&1 | tail -8 | tee -a "$work/bench.txt"
     done
+    # Any crash the throughput runs found: its case (arrays too) and a replay with synchronous launches, then
+    # under compute-sanitizer, so the failing access is named (in the background, beside the rest).
+    (python3 - "$work" <<'PY'
+import json, pathlib, sys
+work = pathlib.Path(sys.argv[1])
+for summary in sorted(work.glob("fuzz_*.json")):
+    for f in json.loads(summary.read_text()).get("findings", []):
+        if "crash" in f["kinds"]:
+            print(f["path"])
+PY
+    ) > "$work/crash_cases.txt"
+    (mkdir -p "$work/crashes"; i=0
+     while read -r c; do i=$((i + 1)); stem=${c%.json}; stem=${stem%.npz}
+       cp "$stem".* "$work/crashes/" 2>/dev/null
+       CUDA_LAUNCH_BLOCKING=1 timeout 120 python3 -m flashcheck.cli replay "$stem" > "$work/crashes/replay$i.txt" 2>&1
+       timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 -m flashcheck.cli replay "$stem" \
+           > "$work/crashes/sanitizer$i.txt" 2>&1
+     done < "$work/crash_cases.txt") &
     # Then, side by side: every GPU test, the planted bugs in shards, a long-context campaign, and
     # keep-going campaigns on PyTorch's fused backends (their findings, by regime, in the JSON).
     (timeout "$limit" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE -n 4 > "$work/gpu_tests.txt" 2>&1) &
@@ -72,6 +90,7 @@ case "$part" in
     done
     wait
     pack
-    tail -3 "$work/gpu_tests.txt"; tail -6 "$work/fuzz_long.txt"; tail -9 "$out/selftest_gpu.txt" ;;
+    tail -3 "$work/gpu_tests.txt"; tail -6 "$work/fuzz_long.txt"; tail -9 "$out/selftest_gpu.txt"
+    for f in "$work"/crashes/*.txt; do [ -f "$f" ] && { echo "== $f"; tail -25 "$f"; }; done ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
