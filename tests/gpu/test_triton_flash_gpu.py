@@ -94,12 +94,12 @@ def test_head_dims(d, dv, dtype):
     check(q, k, v, causal="bottom_right", block_m=32, block_n=32)
 
 
-@pytest.mark.parametrize("d,dv", [(24, 16), (32, 16), (32, 8), (16, 16), (64, 16)])
-@pytest.mark.parametrize("block_m,block_n", [(64, 64), (128, 64), (32, 32)])
+@pytest.mark.parametrize("d,dv", [(16, 16), (24, 16), (32, 8), (40, 32), (64, 16), (128, 24)])
+@pytest.mark.parametrize("block_m,block_n", [(64, 64), (128, 64), (64, 128)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_small_value_head_dims(d, dv, block_m, block_n, dtype):
-    # With 16-column V tiles, Triton 3.6 on Hopper read the V operand past its shared-memory buffer:
-    # wrong outputs from 63 keys on, and illegal memory accesses on repeated calls with one key.
+def test_value_head_dims_smaller_than_d(d, dv, block_m, block_n, dtype):
+    # V tiles of 32 columns or fewer, narrower than the Q/K tile, were miscompiled by Triton 3.6 on
+    # Hopper: wrong outputs from 63 keys on, illegal memory accesses on repeated calls.
     for nk in (1, 2, 63, 200):
         q, k, v = qkv(Hq=4, Hkv=1, Nq=52, Nk=nk, D=d, Dv=dv, dtype=dtype, seed=nk)
         first, _ = check(q, k, v, block_m=block_m, block_n=block_n)

@@ -258,16 +258,21 @@ def _check_head_dim(name: str, tensor: torch.Tensor, dim: int, what: str, low: i
         )
 
 
-def _padded(dim: int, least: int = MIN_BLOCK) -> int:
-    """The next power of two >= dim (and >= ``least``; 16 is tl.dot's minimum)."""
-    return max(least, 1 << (dim - 1).bit_length())
+def _padded(dim: int) -> int:
+    """The next power of two >= dim (and >= 16, tl.dot's minimum)."""
+    return max(MIN_BLOCK, 1 << (dim - 1).bit_length())
 
 
-# Value tiles are at least 32 columns wide. With 16 (Dv <= 16), Triton 3.6 on Hopper (H200) builds a
-# wgmma whose V operand is read past its shared-memory buffer: a flashcheck campaign found wrong outputs
-# on every element (Nk >= 63) and illegal memory accesses (D = 24 or 32, 64x64 and 128x64 tiles, fp16
-# and bf16). The padded columns are masked on load and store, so nothing else changes.
-_MIN_BLOCK_DV = 32
+def _value_tile(head_dim_v: int, block_d: int) -> int:
+    """Columns of the V tile: Dv padded, and never narrower than the Q/K tile unless 64 wide or more.
+
+    Triton 3.6 on Hopper (H200) miscompiles P @ V for fp16/bf16 when the V tile is at most 32 columns
+    and narrower than the Q/K tile, with 64 x 64, 128 x 64 and 64 x 128 tiles: every output element
+    wrong from 63 keys on, and wgmma reads past the V buffer in shared memory (illegal memory access).
+    A flashcheck campaign found it (reports/gpu-h200-2026-11-29/triton-small-value-tiles.txt). The
+    padded columns are masked on load and store, so only the speed of P @ V changes.
+    """
+    return max(_padded(head_dim_v), min(block_d, 64))
 
 
 def _default_num_stages(device: torch.device, *, block_m, block_n, block_d, block_dv, itemsize) -> int:
@@ -319,7 +324,7 @@ def triton_attention(
     _check_options(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                    input_precision=input_precision)
     _check_head_dim("q", q, shapes.head_dim, "head dim D", MIN_HEAD_DIM)
-    # Dv only sizes the P @ V output; padding the tile (to 32 columns) makes any Dv >= 1 work.
+    # Dv only sizes the P @ V output; the padded V tile makes any Dv >= 1 work.
     _check_head_dim("v", v, shapes.head_dim_v, "value head dim Dv", 1)
     B, Hq, Nq, Nk = shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k
     if B * Hq > _MAX_GRID_Y:
@@ -345,7 +350,8 @@ def triton_attention(
         mask, mask_strides = q, (0, 0, 0, 0)  # never read: HAS_MASK is False
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
 
-    block_d, block_dv = _padded(shapes.head_dim), _padded(shapes.head_dim_v, _MIN_BLOCK_DV)
+    block_d = _padded(shapes.head_dim)
+    block_dv = _value_tile(shapes.head_dim_v, block_d)
     launch = {}
     if num_warps is not None:
         launch["num_warps"] = num_warps
