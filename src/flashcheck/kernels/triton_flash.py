@@ -269,7 +269,7 @@ def _value_tile(head_dim_v: int, block_d: int) -> int:
     Triton 3.6 on Hopper (H200) miscompiles P @ V for fp16/bf16 when the V tile is at most 32 columns
     and narrower than the Q/K tile, with 64 x 64, 128 x 64 and 64 x 128 tiles: every output element
     wrong from 63 keys on, and wgmma reads past the V buffer in shared memory (illegal memory access).
-    A flashcheck campaign found it (reports/gpu-h200-2026-11-29/triton-small-value-tiles.txt). The
+    A flashcheck campaign found it (reports/gpu-h200-2026-11-29-run2/triton-small-value-tiles.txt). The
     padded columns are masked on load and store, so only the speed of P @ V changes.
     """
     return max(_padded(head_dim_v), min(block_d, 64))
