@@ -168,7 +168,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "p_rounded_to_bf16", "precision",
         "P is rounded through bf16 (8 significant bits) before P @ V instead of to the fp16 input dtype.",
         (("p_lo = p.to(V.dtype.element_ty)", "p_lo = p.to(tl.bfloat16).to(V.dtype.element_ty)"),),
-        "fp16, diffuse attention (random Q, K, V): errors about 8x fp16's P rounding.",
+        "fp16, diffuse attention (random Q, K, V): errors about 8x fp16's P rounding; fp32 under tf32, "
+        "only where every weight rounds the same way (coherent_p_rounding): about 1.6x the budget.",
         dtypes=("fp16", "fp32"),
     ),
     # -- the softmax scale -------------------------------------------------------------------------------

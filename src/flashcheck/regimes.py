@@ -92,6 +92,31 @@ def flat_large_v(gen, s: Shapes, fmax: float) -> Values:
     return q, k, 1000.0 + 16.0 * v
 
 
+def coherent_p_rounding(gen, s: Shapes, fmax: float) -> Values:
+    """Key 0 on top and every other key one logit level lower, with P = 0.5016 for all of them; V is
+    constant along the keys.
+
+    Under the default scale, P = 0.5 + 0.8 * 2^-9 sits just under a bf16 rounding midpoint: rounding P
+    more coarsely than the contract allows moves every weight the same way. The errors then add up instead
+    of averaging out, and no logit term of the budget covers them (V does not vary along the keys).
+    Q and K hold numbers with 11 significant bits, exact in fp16, tf32 and fp32, so the logits are exact
+    in any of those. A legal tf32 P moves by at most 0.2 of its own spacing here.
+    """
+    qs, ks, vs = _qkv_shapes(s)
+    exact = lambda x: torch.as_tensor(x, dtype=torch.float32).to(torch.float16).to(torch.float32)  # noqa: E731
+    scale = 1.0 / math.sqrt(s.head_dim)  # the default scale regime
+    a = exact(math.sqrt(s.head_dim))
+    gap = exact(math.log(0.5 + 0.8 * 2.0**-9) / (scale * float(a)))
+    q = exact(_randn(gen, *qs))
+    q[..., 0] = a
+    k = torch.zeros(ks)
+    k[:, :, 1:, 0] = gap
+    # Q's other columns meet zeros in K: they vary the rows without touching the logits.
+    columns = exact(1000.0 + 8.0 * torch.randint(0, 64, (s.head_dim_v,), generator=gen).float())
+    v = columns.expand(vs).clone()
+    return q, k, v
+
+
 def cancelling_v(gen, s: Shapes, fmax: float) -> Values:
     """V columns of large opposite values: outputs near zero while the weight scale stays large."""
     q, k, v = random(gen, s, fmax)
@@ -124,7 +149,7 @@ def tiny_values(gen, s: Shapes, fmax: float) -> Values:
 
 VALUE_REGIMES: dict[str, Callable[..., Values]] = {
     f.__name__: f for f in (random, peaked, growing_max, huge_logits, ties, near_ties, flat, flat_large_v,
-                            cancelling_v, positive_v, subnormal_p, tiny_values)
+                            coherent_p_rounding, cancelling_v, positive_v, subnormal_p, tiny_values)
 }
 
 

@@ -27,7 +27,7 @@ SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 
                    320, 449, 509, 1021, 1024, 1025, 2039, 4096, 8191, 16384)
 # Simplest first: hypothesis shrinks towards the start of each list.
 VALUE_ORDER = ("random", "flat", "peaked", "growing_max", "positive_v", "cancelling_v", "ties",
-               "near_ties", "huge_logits", "subnormal_p", "tiny_values", "flat_large_v")
+               "near_ties", "huge_logits", "subnormal_p", "tiny_values", "flat_large_v", "coherent_p_rounding")
 MASK_ORDER = ("none", "key_padding_right", "key_padding_left", "sliding_window", "random", "fully_masked_rows")
 LAYOUT_ORDER = ("contiguous", "transposed", "strided", "offset", "expanded")
 assert set(VALUE_ORDER) == set(VALUE_REGIMES) and set(MASK_ORDER) == set(MASK_REGIMES)

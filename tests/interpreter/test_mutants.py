@@ -21,10 +21,12 @@ import torch
 from flashcheck import mutants
 from flashcheck.budget import error_budget
 from flashcheck.case import AttentionCase, Layout
-from flashcheck.check import compare
+from flashcheck.check import check, compare
 from flashcheck.errors import InvalidArgument
 from flashcheck.kernels.triton_flash import BACKEND_NAME, make_kernel
 from flashcheck.mutants import AREAS, MUTANTS, MutantSourceError, load_mutant, mutant_names, mutant_source
+from flashcheck.regimes import VALUE_REGIMES
+from flashcheck.validation import Shapes
 
 pytestmark = pytest.mark.interpreter
 
@@ -288,3 +290,17 @@ def test_error_model_flags_the_mutant_and_not_the_correct_kernel(name):
     mutant_findings, _ = compare(*got, budget, fully_masked_rows="zero")
     assert not correct_findings, [f.summary() for f in correct_findings]
     assert mutant_findings, f"{name} passed flashcheck's budget on its probe"
+
+
+@pytest.mark.parametrize("n_k", [40, 300])
+def test_p_rounded_to_bf16_over_budget_in_fp32_on_coherent_p_rounding(n_k):
+    # In fp32 the flash contract lets P @ V run as tf32 (P off by up to 2^-10), so bf16's 2^-8 shows only
+    # when every weight rounds the same way: the coherent_p_rounding regime.
+    s = Shapes(1, 2, 1, 9, n_k, 24, 40)
+    q, k, v = VALUE_REGIMES["coherent_p_rounding"](torch.Generator().manual_seed(n_k), s, 3.4e38)
+    case = AttentionCase.create(q, k, v, scale=1 / math.sqrt(24))
+    bug = check(load_mutant("p_rounded_to_bf16", block_m=16, block_n=16), case, device="cpu", properties=(),
+                envelope=False)
+    correct = check(make_kernel(block_m=16, block_n=16), case, device="cpu", properties=(), envelope=False)
+    assert bug.status == "BUG" and {f.kind for f in bug.findings} == {"over_budget"}, str(bug)
+    assert correct.status == "PASS" and correct.max_ratio < 0.5 < 1.5 < bug.max_ratio

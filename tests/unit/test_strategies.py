@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import torch
 from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
+from flashcheck.regimes import VALUE_REGIMES
 from flashcheck.strategies import Recipe, cases, recipes, shapes
+from flashcheck.validation import Shapes
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
                     seq_multiple=16, equal_lengths=True, max_seqlen=256)
@@ -88,3 +93,18 @@ def test_unknown_exclusion_is_named():
 def test_asking_only_for_an_excluded_regime_is_an_error():
     with pytest.raises(InvalidArgument, match="^scale_regimes=.*excludes 'negative_scale'"):
         recipes(spec=EXCLUDING, scale_regimes=["negative"]).example()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("head_dim", [16, 17, 24, 40, 64, 100, 128, 200, 256])
+def test_coherent_p_rounding_puts_every_weight_under_a_bf16_midpoint(dtype, head_dim):
+    # P = 0.5 + f 2^-9 with f in (0.6, 1): bf16 rounds every such P down by most of its half-spacing,
+    # while a legal fp16 or tf32 P (spacing 2^-11) moves by a fifth of that at most.
+    s = Shapes(1, 1, 2, 1, 50, head_dim, 8)
+    q, k, v = (t.to(dtype).double() for t in VALUE_REGIMES["coherent_p_rounding"](torch.Generator().manual_seed(3), s, 65504.0))
+    logits = q[0, 0] @ k[0, 0].T / math.sqrt(head_dim)
+    p = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    assert bool((p[:, 0] == 1).all())
+    f = (p[:, 1:] - 0.5) / 2.0**-9
+    assert 0.6 < float(f.min()) and float(f.max()) < 1.0
+    assert bool((v == v[..., :1, :]).all())  # V constant along the keys
