@@ -19,6 +19,7 @@ from .budget import Budget, error_budget
 from .case import AttentionCase
 from .diagnose import diagnose_elements, which_keys
 from .errors import InvalidArgument
+from .kernels import resolve_kernel
 from .oracle import Reference, reference_attention
 from .precision import Precision, precision_named
 from .spec import Kernel, as_kernel
@@ -147,7 +148,8 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
           budget: Budget | None = None, properties=PROPERTIES, envelope: bool = True) -> Verdict:
     """Run ``kernel`` on ``case`` and judge its output element by element.
 
-    ``precision`` overrides the kernel spec's contract; ``device`` defaults to CUDA when available.
+    ``kernel`` is a kernel, a callable or a kernel name as the command line takes it. ``precision``
+    overrides the kernel spec's contract; ``device`` defaults to CUDA when available.
     ``properties`` names the exact properties to check (each reruns the kernel; ``()`` for none);
     ``envelope`` compares an output inside the budget with the precision-faithful twin's reordering
     envelope and calls it SUSPICIOUS when it sits far outside.
@@ -155,11 +157,12 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     if not isinstance(case, AttentionCase):
         raise InvalidArgument("case", case, "expected a flashcheck AttentionCase",
                               "Build one with AttentionCase.create(q, k, v, scale=...) or load a saved one.")
-    kern: Kernel = as_kernel(kernel)
-    contract = precision_named(precision) if precision is not None else kern.spec.precision
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
+    # A name ("torch:math", "flashcheck:triton[block_m=32]", "pkg.mod:fn") resolves as on the command line.
+    kern: Kernel = resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
+    contract = precision_named(precision) if precision is not None else kern.spec.precision
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
     try:

@@ -53,6 +53,13 @@ def test_device_with_an_index_is_the_device_of_the_inputs():
     assert verdict.status == "PASS", str(verdict)
 
 
+def test_a_kernel_name_resolves_as_on_the_command_line():
+    verdict = check("torch:math", make_case(), device="cpu")
+    assert verdict.status == "PASS" and verdict.kernel == "torch:math", str(verdict)
+    with pytest.raises(flashcheck.InvalidArgument, match="torch:nope"):
+        check("torch:nope", make_case(), device="cpu")
+
+
 def test_over_budget_carries_the_worst_element_and_its_terms():
     kernel = variant(lambda out, lse, scale, **_: (out * (1 + 2**-6), lse))
     verdict = check(kernel, make_case(), device="cpu")
