@@ -8,6 +8,8 @@
 #                                                      # then side by side: every GPU test, the planted bugs in
 #                                                      # shards, campaigns (long-context; PyTorch's fused
 #                                                      # backends) and any extra selftest rows named
+# FLASHCHECK_GPU_TESTS=0 leaves the GPU tests out (more of the machine for the self-test), FLASHCHECK_SEED
+# (default 0) seeds the self-test's cases.
 # FLASHCHECK_GPU_LIMIT (seconds, default 480) bounds each process of a part; selftest shards stop their rows
 # in time (--time-budget), the JSON keeps every finished row, and `flashcheck selftest --table` prints the
 # shards as one table.
@@ -16,6 +18,7 @@ part=${1:?sweep or bugs}
 out=${2:-${OUT:-/tmp/flashcheck-gpu}}
 shift 2 || true
 limit=${FLASHCHECK_GPU_LIMIT:-480}
+seed=${FLASHCHECK_SEED:-0}
 work=$(mktemp -d)
 mkdir -p "$out"
 # Many processes share 16 cores: one thread each for their small CPU-side tensor work.
@@ -24,9 +27,11 @@ python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'trit
 fc() { python3 -m flashcheck.cli "$@"; }
 # One selftest shard in the background: NAME, then selftest options.
 shard() { local name=$1; shift
-  timeout "$limit" nice -n 5 python3 -m flashcheck.cli selftest --device cuda --max-n 1024 --head-dims 64,128 \
+  timeout "$limit" nice -n 5 python3 -m flashcheck.cli selftest --device cuda --max-n 1024 --head-dims 64,128 --seed "$seed" \
       --time-budget $((limit - 40)) \
       --json "$work/selftest_$name.json" "$@" > "$work/selftest_$name.txt" 2> "$work/selftest_$name.err" & }
+gpu_tests() { [ "${FLASHCHECK_GPU_TESTS:-1}" = 0 ] && return
+  (timeout "$limit" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE -n 4 > "$work/gpu_tests.txt" 2>&1) & }
 names() { python3 -c "from flashcheck.selftest import variants; print('\n'.join(v.name for v in variants('cuda', which='$1')))"; }
 pack() {
   ls "$work"/selftest_*.json > /dev/null 2>&1 && fc selftest --table "$work"/selftest_*.json > "$work/selftest_gpu.txt"
@@ -36,14 +41,14 @@ pack() {
 case "$part" in
   sweep)
     cases=${1:-500}
-    (timeout "$limit" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE -n 4 > "$work/gpu_tests.txt" 2>&1) &
+    gpu_tests
     i=0
     for dtype in fp16 bf16 fp32; do
       while read -r v; do i=$((i + 1)); shard "correct$i" --variants correct --variant "$v" --dtype "$dtype" --cases "$cases"; done < <(names correct)
     done
     wait
     pack
-    tail -4 "$work/gpu_tests.txt"; tail -8 "$out/selftest_gpu.txt" ;;
+    tail -4 "$work/gpu_tests.txt" 2>/dev/null; tail -8 "$out/selftest_gpu.txt" ;;
   bugs)
     # Throughput first, alone on the GPU.
     # --keep-going: a crash (a broken CUDA context among them) is saved and the campaign goes on.
@@ -71,7 +76,7 @@ PY
      done < "$work/crash_cases.txt") &
     # Then, side by side: every GPU test, the planted bugs in shards, a long-context campaign, and
     # keep-going campaigns on PyTorch's fused backends (their findings, by regime, in the JSON).
-    (timeout "$limit" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE -n 4 > "$work/gpu_tests.txt" 2>&1) &
+    gpu_tests
     (timeout "$limit" python3 -m flashcheck.cli fuzz flashcheck:triton --device cuda --preset long-context --seed 1 \
         --time-budget $((limit - 60)) --corpus "$work/corpus-long" --json "$work/fuzz_long.json" --no-progress \
         > "$work/fuzz_long.txt" 2>&1) &
@@ -90,7 +95,7 @@ PY
     done
     wait
     pack
-    tail -3 "$work/gpu_tests.txt"; tail -6 "$work/fuzz_long.txt"; tail -9 "$out/selftest_gpu.txt"
+    tail -3 "$work/gpu_tests.txt" 2>/dev/null; tail -6 "$work/fuzz_long.txt"; tail -9 "$out/selftest_gpu.txt"
     for f in "$work"/crashes/*.txt; do [ -f "$f" ] && { echo "== $f"; tail -25 "$f"; }; done ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
