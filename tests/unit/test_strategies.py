@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
 from flashcheck.regimes import VALUE_REGIMES
-from flashcheck.strategies import Recipe, cases, recipes, shapes
+from flashcheck.strategies import VALUE_ORDER, Recipe, cases, draw_recipes, recipes, shapes
 from flashcheck.validation import Shapes
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
@@ -108,3 +108,10 @@ def test_coherent_p_rounding_puts_every_weight_under_a_bf16_midpoint(dtype, head
     f = (p[:, 1:] - 0.5) / 2.0**-9
     assert 0.6 < float(f.min()) and float(f.max()) < 1.0
     assert bool((v == v[..., :1, :]).all())  # V constant along the keys
+
+
+def test_fixed_case_lists_hold_every_value_regime_early():
+    drawn = draw_recipes(2 * len(VALUE_ORDER), seed=0, max_n=64)
+    assert [r.values for r in drawn[:len(VALUE_ORDER)]] == list(VALUE_ORDER)
+    assert draw_recipes(2 * len(VALUE_ORDER), seed=0, max_n=64) == drawn  # the same list for the same seed
+    assert {r.values for r in draw_recipes(4, seed=0, max_n=64, value_regimes=["ties"])} == {"ties"}
