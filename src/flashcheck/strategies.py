@@ -171,8 +171,10 @@ def draw_recipes(count: int, *, seed: int = 0, **options) -> list[Recipe]:
     """``count`` recipes drawn by hypothesis from :func:`recipes`, the same list for the same seed.
 
     For fixed case lists (self-tests, benchmarks) that still follow hypothesis's distribution: small
-    and edge-case shapes early, larger ones later. The value regimes come in turn, so the first
-    len(regimes) recipes hold each one: hypothesis's own choice is lumpy (200 draws can miss a regime).
+    and edge-case shapes early, larger ones later. The value regimes come in turn: the first round
+    holds each one as drawn, the second each one as it was designed (default scale, no mask).
+    Hypothesis's own choice is lumpy (200 draws can miss a regime), and a regime built for the
+    default scale says little under another.
     """
     from hypothesis import Phase, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -188,4 +190,11 @@ def draw_recipes(count: int, *, seed: int = 0, **options) -> list[Recipe]:
 
     collect()
     regimes = _subset("value_regimes", options.get("value_regimes"), VALUE_ORDER)
-    return [dataclasses.replace(r, values=regimes[i % len(regimes)]) for i, r in enumerate(drawn[:count])]
+    designed = {}
+    if "default" in _subset("scale_regimes", options.get("scale_regimes"), SCALE_REGIMES):
+        designed["scale"] = "default"
+    if "none" in _subset("mask_regimes", options.get("mask_regimes"), MASK_ORDER):
+        designed["mask"] = "none"
+    n = len(regimes)
+    return [dataclasses.replace(r, values=regimes[i % n], **(designed if n <= i < 2 * n else {}))
+            for i, r in enumerate(drawn[:count])]

@@ -111,7 +111,12 @@ def test_coherent_p_rounding_puts_every_weight_under_a_bf16_midpoint(dtype, head
 
 
 def test_fixed_case_lists_hold_every_value_regime_early():
-    drawn = draw_recipes(2 * len(VALUE_ORDER), seed=0, max_n=64)
-    assert [r.values for r in drawn[:len(VALUE_ORDER)]] == list(VALUE_ORDER)
-    assert draw_recipes(2 * len(VALUE_ORDER), seed=0, max_n=64) == drawn  # the same list for the same seed
+    n = len(VALUE_ORDER)
+    drawn = draw_recipes(2 * n, seed=0, max_n=64)
+    assert [r.values for r in drawn] == 2 * list(VALUE_ORDER)
+    assert len({r.scale for r in drawn[:n]}) > 1  # first round as drawn
+    assert {(r.scale, r.mask) for r in drawn[n:]} == {("default", "none")}  # second round as designed
+    assert draw_recipes(2 * n, seed=0, max_n=64) == drawn  # the same list for the same seed
     assert {r.values for r in draw_recipes(4, seed=0, max_n=64, value_regimes=["ties"])} == {"ties"}
+    masked = draw_recipes(4, seed=0, max_n=64, mask_regimes=["random"], spec=KernelSpec(attn_mask=True))
+    assert {r.mask for r in masked} == {"random"}
