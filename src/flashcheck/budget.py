@@ -8,9 +8,10 @@ element (i, k) under any legal order of operations is at most (DESIGN.md)
            + w_ik (u_p + u_v + gamma_K + c u_32)                        P cast, tf32 V, accumulation
            + s_p sum_j |v_jk| / l_i  over keys with P_ij below P's smallest normal   subnormal P
 
-with eta_ij = |scale| (gamma_d + 2 u_in + u_in^2) sum_d |q_id||k_jd| + u_32 (c' |s_ij| + 2 |m_i|)
+with eta_ij = |scale| ((1 + gamma_d') (1 + u_in)^2 - 1) sum_d |q_id||k_jd| + u_32 (c' |s_ij| + 2 |m_i|)
 bounding the error of logit (i, j), and delta_ij the largest move of weight a_ij when every logit j
-moves by at most eta_ij. Every tolerance flashcheck applies comes from this module.
+moves by at most eta_ij; d' = d, or d + 2 where the contract lets the scale multiply Q and K before the
+product (PyTorch's math backend scales each by sqrt(scale)). Every tolerance flashcheck applies comes from this module.
 
 Where the budget is tight on purpose: with huge logits and a near tie, a legal rounding (tf32 Q and K,
 say) can hand the whole weight from key A to key B. Then delta_A = delta_B = 1, the budget's logit term
@@ -129,7 +130,10 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
     lse_shift = torch.zeros_like(delta_sum)
     D, Nk = shapes.head_dim, shapes.n_k
     u = terms.u_32
-    logit_factor = abs(scale) * (_gamma(D, u) + 2 * terms.u_in + terms.u_in**2)
+    # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands that
+    # tf32 may have rounded.
+    dot_len = D + 2 * precision.scale_on_inputs
+    logit_factor = abs(scale) * ((1 + _gamma(dot_len, u)) * (1 + terms.u_in) ** 2 - 1)
     accumulation_len = Nk + math.ceil(Nk / MIN_TILE) + 1
     w_factor = terms.u_p + terms.u_v + _gamma(accumulation_len, u) + (terms.exp_ulps + EXTRA_ULPS) * u
     outputs = (parts["output_rounding"], parts["logit"], parts["accumulation"], parts["subnormal_p"], delta_sum,

@@ -262,24 +262,35 @@ def _check(kern: Kernel, case: AttentionCase, contract, device, reference, budge
 ENVELOPE_FACTOR = 8.0
 # Below this err/budget nothing is suspicious: the budget is loose there and the envelope is noise.
 ENVELOPE_FLOOR = 0.05
-# Tile shapes and key orders of the twin whose spread is the envelope.
+# The twin's runs whose spread is the envelope: for a tiled contract, tile shapes and key orders
+# (block_m, block_n, keys shuffled); for a one-pass contract, where tiles change nothing, the orders
+# of operations a kernel may pick (scale on Q and K, softmax before P @ V, keys shuffled).
 ENVELOPE_TILINGS = ((16, 16, False), (64, 64, False), (32, 128, True), (128, 32, True))
+ENVELOPE_ONE_PASS = ((False, False, False), (True, True, False), (True, False, True), (False, True, True))
+
+
+def _envelope_runs(precision, dtype: str):
+    tf32_modes = ("nearest", "truncate") if precision.tf32 and dtype == "fp32" else ("nearest",)
+    if precision.rescales_per_tile:
+        runs = [dict(block_m=m, block_n=n, shuffled=shuffled) for m, n, shuffled in ENVELOPE_TILINGS]
+    else:
+        runs = [dict(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first, shuffled=shuffled)
+                for scaled, first, shuffled in ENVELOPE_ONE_PASS]
+    return [dict(run, tf32_mode=mode) for run in runs for mode in tf32_modes]
 
 
 def reordering_envelope(case: AttentionCase, budget: Budget, *, device) -> float:
-    """The largest err/budget of the precision-faithful twin over several tilings and key orders."""
+    """The largest err/budget of the precision-faithful twin over the legal orders of operations."""
     q, k, v = (t.to(device) for t in (case.q, case.k, case.v))
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
-    for block_m, block_n, shuffled in ENVELOPE_TILINGS:
-        order = torch.randperm(case.shapes.n_k, generator=gen) if shuffled else None
-        for tf32_mode in (("nearest", "truncate") if budget.precision.tf32 and case.dtype == "fp32" else ("nearest",)):
-            out, lse = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
-                                      precision=budget.precision, block_m=block_m, block_n=block_n,
-                                      key_order=order, tf32_mode=tf32_mode)
-            _, ratio = compare(out, lse, budget)
-            worst = max(worst, ratio)
+    for run in _envelope_runs(budget.precision, case.dtype):
+        order = torch.randperm(case.shapes.n_k, generator=gen) if run.pop("shuffled") else None
+        out, lse = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
+                                  precision=budget.precision, key_order=order, **run)
+        _, ratio = compare(out, lse, budget)
+        worst = max(worst, ratio)
     return worst
 
 
@@ -292,8 +303,8 @@ def envelope_findings(case: AttentionCase, budget: Budget, max_ratio: float, *, 
     return [Finding(
         "reordering_outlier", SUSPICIOUS,
         f"inside the hard budget (max error/budget {max_ratio:.3g}) but {max_ratio / max(envelope, 1e-300):.3g} "
-        f"times the worst legal reordering of the twin ({envelope:.3g} over {len(ENVELOPE_TILINGS)} tilings "
-        f"and key orders); a systematic error below the budget, or a kernel outside its precision contract",
+        f"times the worst legal reordering of the twin ({envelope:.3g} over its orders of operations: tilings, "
+        f"key orders, where the scale and the normalisation apply); a systematic error below the budget, or a kernel outside its precision contract",
         ratio=max_ratio, regime=regime, details={"envelope": envelope, "factor": ENVELOPE_FACTOR})]
 
 

@@ -25,6 +25,8 @@ class Precision:
       ``"fp32"`` if it stays in fp32.
     - ``rescales_per_tile``: the accumulator may be rescaled once per key tile (online softmax).
     - ``exp_ulps``: accuracy of the fp32 exp/exp2 the kernel uses, in fp32 ulps.
+    - ``scale_on_inputs``: the scale may multiply Q and K (each by sqrt(|scale|), in fp32) before the
+      product instead of the scores, as PyTorch's math backend does: two more roundings per logit.
     """
 
     name: str = "custom"
@@ -32,6 +34,7 @@ class Precision:
     p_dtype: str = "input"
     rescales_per_tile: bool = True
     exp_ulps: float = 2.0
+    scale_on_inputs: bool = False
 
     def __post_init__(self):
         if self.p_dtype not in _P_DTYPES:
@@ -51,7 +54,7 @@ PRESETS: dict[str, Precision] = {
     # IEEE fp32 everywhere: no tf32, P still rounded to the input dtype for the second matmul.
     "strict": Precision("strict", tf32=False, p_dtype="input", rescales_per_tile=True),
     # Upcast: computed in fp32 and rounded once at the end (PyTorch's math backend).
-    "upcast": Precision("upcast", tf32=False, p_dtype="fp32", rescales_per_tile=False),
+    "upcast": Precision("upcast", tf32=False, p_dtype="fp32", rescales_per_tile=False, scale_on_inputs=True),
 }
 
 

@@ -36,9 +36,13 @@ def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
 
 def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                    precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
-                   key_order: torch.Tensor | None = None, tf32_mode: str = "nearest"):
+                   key_order: torch.Tensor | None = None, tf32_mode: str = "nearest",
+                   scale_inputs: bool = False, softmax_first: bool = False):
     """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``.
 
+    ``scale_inputs`` multiplies Q and K by sqrt(|scale|) before the product instead of scaling the
+    scores (PyTorch's math backend does). ``softmax_first`` (one-pass contracts only) normalises the
+    weights before P @ V, as softmax-then-matmul does, instead of dividing the output by l.
     Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
     """
     q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
@@ -47,12 +51,23 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgument(name, value, "expected a positive tile size", f"Pass {name}=16, 32, 64, ...")
+    if scale_inputs and not precision.scale_on_inputs:
+        raise InvalidArgument("scale_inputs", scale_inputs, f"the {precision.name!r} contract scales the scores, "
+                              "not Q and K", "Pass scale_inputs only with a contract that has scale_on_inputs=True.")
+    if softmax_first and precision.rescales_per_tile:
+        raise InvalidArgument("softmax_first", softmax_first, f"the {precision.name!r} contract rescales per tile, "
+                              "so no kernel under it can normalise the weights before P @ V",
+                              "Pass softmax_first only with a one-pass contract such as 'upcast'.")
     dtype = q.dtype
     tf32 = precision.tf32 and dtype == torch.float32
     vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device)
     kq = k.repeat_interleave(s.group, dim=1).float()
     vq = v.repeat_interleave(s.group, dim=1).float()
     qf = q.float()
+    if scale_inputs:
+        root = math.sqrt(abs(scale))
+        qf, kq = qf * math.copysign(root, scale), kq * root
+        scale = 1.0
     if key_order is not None:
         order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
         if sorted(order.tolist()) != list(range(s.n_k)):
@@ -62,7 +77,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
-        return _upcast(qf, kq, vq, vis, scale, dtype)
+        return _upcast(qf, kq, vq, vis, scale, dtype, softmax_first)
     out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=q.device)
     lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=q.device)
     qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=q.device)
@@ -99,7 +114,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     return out, lse
 
 
-def _upcast(qf, kq, vq, vis, scale, dtype):
+def _upcast(qf, kq, vq, vis, scale, dtype, softmax_first):
     """Computed in fp32 and rounded once (PyTorch's math backend)."""
     s = (qf @ kq.transpose(-1, -2)) * torch.tensor(scale, dtype=torch.float32, device=qf.device)
     s = torch.where(vis, s, -math.inf)
@@ -108,6 +123,10 @@ def _upcast(qf, kq, vq, vis, scale, dtype):
     p = torch.exp(s - torch.where(empty, 0.0, m))
     l = p.sum(-1, keepdim=True)
     seen = vis.any(dim=2, keepdim=True).transpose(-1, -2)
-    out = torch.where(empty, 0.0, (p @ torch.where(seen, vq, 0.0)) / torch.where(empty, 1.0, l))
+    vq = torch.where(seen, vq, 0.0)
+    if softmax_first:
+        out = torch.where(empty, 0.0, (p / torch.where(empty, 1.0, l)) @ vq)
+    else:
+        out = torch.where(empty, 0.0, (p @ vq) / torch.where(empty, 1.0, l))
     lse = torch.where(empty, -math.inf, m + torch.log(torch.where(empty, 1.0, l)))[..., 0]
     return out.to(dtype), lse

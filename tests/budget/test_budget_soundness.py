@@ -27,13 +27,20 @@ SWEEP = settings(max_examples=150, deadline=None, derandomize=True, suppress_hea
 @given(recipe=recipes(spec=ALL, max_n=80, max_heads=2, layouts=["contiguous"]),
        tiles=st.sampled_from([(16, 16), (32, 64), (64, 32), (64, 128)]),
        precision=st.sampled_from(sorted(PRESETS)),
-       shuffle=st.booleans(), tf32_mode=st.sampled_from(["nearest", "truncate"]))
-def test_legal_reorderings_stay_inside_the_budget(recipe, tiles, precision, shuffle, tf32_mode):
+       shuffle=st.booleans(), tf32_mode=st.sampled_from(["nearest", "truncate"]),
+       scale_inputs=st.booleans(), softmax_first=st.booleans())
+def test_legal_reorderings_stay_inside_the_budget(recipe, tiles, precision, shuffle, tf32_mode, scale_inputs,
+                                                  softmax_first):
     case = recipe.build()
+    contract = PRESETS[precision]
+    # The orders of operations this contract allows (a one-pass contract: where scale and softmax apply).
+    scale_inputs &= contract.scale_on_inputs
+    softmax_first &= not contract.rescales_per_tile
     order = torch.randperm(case.shapes.n_k, generator=torch.Generator().manual_seed(recipe.seed)) if shuffle else None
     out, lse = twin_attention(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
                               attn_mask=case.attn_mask, precision=precision, block_m=tiles[0],
-                              block_n=tiles[1], key_order=order, tf32_mode=tf32_mode)
+                              block_n=tiles[1], key_order=order, tf32_mode=tf32_mode,
+                              scale_inputs=scale_inputs, softmax_first=softmax_first)
     budget = error_budget(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
                           attn_mask=case.attn_mask, precision=precision)
     findings, ratio = compare(out, lse, budget, fully_masked_rows="zero")

@@ -227,6 +227,38 @@ def test_math_upcasts_and_rounds_once(dtype):
     assert_matches_reference(kernel, out, q, k, v, scale=0.2, causal="none")
 
 
+def test_math_backend_orders_of_operations_are_inside_its_envelope():
+    """The math backend scales Q and K by sqrt(scale) and normalises P before P @ V. On coherent P
+    rounding with key padding the twin that divides at the end has zero error, so without those
+    orders in the envelope a correct backend read as SUSPICIOUS (13 times on the H200)."""
+    from flashcheck import check
+    from flashcheck.case import Shapes
+    from flashcheck.check import reordering_envelope
+    from flashcheck.strategies import Recipe
+    from flashcheck.twin import twin_attention
+
+    recipe = Recipe(shapes=Shapes(2, 1, 1, 131, 131, 128, 128), dtype="fp32", values="coherent_p_rounding",
+                    mask="key_padding_left", causal="none", scale="tiny", layout="contiguous", seed=0)
+    case = recipe.build(kernel="torch:math")
+    verdict = check("torch:math", case, device="cpu", properties=(), envelope=True)
+    assert verdict.status == "PASS" and verdict.max_ratio > 0.1, str(verdict)
+    budget = error_budget(case.q, case.k, case.v, scale=case.scale, attn_mask=case.attn_mask, precision="upcast")
+    divide_last, _ = twin_attention(case.q, case.k, case.v, scale=case.scale, attn_mask=case.attn_mask,
+                                    precision="upcast")
+    assert compare(divide_last, None, budget)[1] == 0.0  # the old envelope: nothing to compare with
+    assert reordering_envelope(case, budget, device="cpu") * 8 > verdict.max_ratio
+
+
+def test_orders_of_operations_a_contract_does_not_allow_are_refused():
+    from flashcheck.twin import twin_attention
+
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(InvalidArgument, match="softmax_first"):
+        twin_attention(q, q, q, scale=0.3, precision="flash", softmax_first=True)
+    with pytest.raises(InvalidArgument, match="scale_inputs"):
+        twin_attention(q, q, q, scale=0.3, precision="strict", scale_inputs=True)
+
+
 @pytest.fixture
 def restore_matmul_precision():
     before = torch.get_float32_matmul_precision()

@@ -59,7 +59,7 @@ NO_CUDA_FIX = "Run on a GPU machine or use --device cpu with torch:math or flash
 # The math backend computes in fp32 and rounds once, but its fp32 matmuls obey the global TF32
 # switch, and so do the upcast copies of fp16/bf16 inputs: with TF32 on, Q*sqrt(scale), K*sqrt(scale)
 # and P are all rounded to tf32 inside the matmuls, whatever the input dtype.
-UPCAST_TF32 = Precision("upcast-tf32", tf32=True, p_dtype="fp32", rescales_per_tile=False)
+UPCAST_TF32 = Precision("upcast-tf32", tf32=True, p_dtype="fp32", rescales_per_tile=False, scale_on_inputs=True)
 
 _MULTIPLES_OF_8 = lambda top: tuple(range(8, top + 1, 8))  # noqa: E731
 
