@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -120,3 +121,17 @@ def test_fixed_case_lists_hold_every_value_regime_early():
     assert {r.values for r in draw_recipes(4, seed=0, max_n=64, value_regimes=["ties"])} == {"ties"}
     masked = draw_recipes(4, seed=0, max_n=64, mask_regimes=["random"], spec=KernelSpec(attn_mask=True))
     assert {r.mask for r in masked} == {"random"}
+
+
+def test_fixed_case_lists_do_not_depend_on_the_modules_loaded(tmp_path, monkeypatch):
+    """Hypothesis mixes literals from loaded local modules into its draws; a case list must be the
+    same from the command line, from a test and from a user's script."""
+    before = draw_recipes(60, seed=3, max_n=1024)
+    literals = ", ".join(str(n) for n in range(5, 1100, 7))
+    (tmp_path / "constants_of_some_script.py").write_text(f"SIZES = ({literals})\nSCALES = (0.37, -2.5, 1e-5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("constants_of_some_script")
+    try:
+        assert draw_recipes(60, seed=3, max_n=1024) == before
+    finally:
+        del sys.modules["constants_of_some_script"]
