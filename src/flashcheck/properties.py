@@ -13,7 +13,8 @@
   correct kernels change their split or tiling with the batch size, so this is information (a note
   on the verdict) unless the spec promises ``batch_invariant``.
 
-Each property reruns the kernel once or twice and compares bits with the first run's output.
+Each property reruns the kernel once or twice and compares bits with the first run's output (+0 and
+-0 count as one value).
 """
 
 from __future__ import annotations
@@ -45,10 +46,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _differs(a, b) -> torch.Tensor | None:
-    """Element map where two outputs differ in bits (None when shapes or dtypes differ)."""
+    """Element map where two outputs differ in bits (None when shapes or dtypes differ).
+
+    +0 and -0 are the same value here: 0 * v takes the sign of v, so a zero weight on a poisoned key
+    may flip a zero's sign without anything of that key reaching the output.
+    """
     if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
         return None
-    return _bits(a) != _bits(b)
+    return (_bits(a) != _bits(b)) & ~((a == 0) & (b == 0))
 
 
 def hidden_keys(case: AttentionCase) -> torch.Tensor:

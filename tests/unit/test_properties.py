@@ -50,6 +50,24 @@ def test_nan_in_masked_keys_leaks_through_a_full_product():
     assert kinds(verdict) == ["poison_leak"] and "masked-out keys" in verdict.findings[0].diagnosis
 
 
+def test_the_sign_of_a_zero_is_not_a_leak():
+    """0 * v keeps the sign of v: PyTorch's math backend on CUDA writes -0 on a fully masked row whose
+    hidden key has v < 0, and +0 once that key is poisoned with a huge positive value."""
+    s = Shapes(1, 2, 2, 1, 1, 16, 16)
+    q, k, v = make_values("random", shapes=s, dtype="fp32", seed=1)
+    case = AttentionCase.create(q, k, v, scale=0.25, attn_mask=torch.tensor([True, False]).view(1, 2, 1, 1))
+
+    @flashcheck.kernel(**SPEC, nan_safe_masking=False)
+    def zero_times_v(q, k, v, *, scale, causal, attn_mask=None):
+        out, lse = twin(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        return torch.where(out == 0, 0.0 * v[:, :, -1:].clamp(-1, 1), out), lse
+
+    out, _ = zero_times_v(case.q, case.k, case.v, scale=case.scale, causal="none", attn_mask=case.attn_mask)
+    assert bool(torch.signbit(out[0, 1]).any()) and bool((out[0, 1] == 0).all())  # -0 on the masked row
+    verdict = check(zero_times_v, case, device="cpu", properties=("poison",))
+    assert verdict.status == "PASS", str(verdict)
+
+
 def test_out_of_bounds_read_shows_in_guard_bands():
     @flashcheck.kernel(**SPEC)
     def reads_one_row_past_v(q, k, v, *, scale, causal, attn_mask=None):
