@@ -1,0 +1,128 @@
+"""Merge the JSON summaries of campaigns run side by side (several machines, or ``fuzz --jobs N``).
+
+The merged summary has the keys of one campaign's summary, so whatever reads one reads the other:
+counts and times are summed, the largest error/budget per dtype is kept, findings are concatenated and
+tagged with their source, the verdict is the worst. The campaigns ran at the same time, so the elapsed
+time is the longest one and the throughput is the total cases over it. Case logs are not merged; each
+source's log hash stays in ``sources``, with its own counts.
+
+A merge in which no case was judged (no cases, or every one skipped) says ``NO_CASES``, never PASS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+
+from .errors import InvalidArgument
+from .verdict import BUG, PASS, SUSPICIOUS, from_json_number, json_number, worst_status
+
+__all__ = ["NO_CASES", "merge_summaries", "validate_summary"]
+
+NO_CASES = "NO_CASES"
+_REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "preset": (str, list), "cases": int,
+             "examples": int, "elapsed_s": (int, float), "counts": dict, "findings": list}
+_SUMMED_DICTS = ("time_split_s", "skipped", "bug_signatures", "info")
+_SUMMED_INTS = ("cases", "examples", "timeouts", "worker_restarts")
+_SHARED = ("kernel", "device", "preset")  # a merge of different ones says so in its notes
+_KEPT = ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going")
+
+
+def validate_summary(summary, source: str) -> None:
+    """Raise :class:`InvalidArgument` naming ``source`` unless ``summary`` is a flashcheck campaign summary."""
+    fix = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
+    if not isinstance(summary, dict):
+        raise InvalidArgument("summary", source, f"not a flashcheck summary (a JSON {type(summary).__name__}, "
+                              "expected an object)", fix)
+    missing = sorted(k for k in _REQUIRED if k not in summary)
+    if missing:
+        raise InvalidArgument("summary", source, f"not a flashcheck summary (no {', '.join(missing)})", fix)
+    wrong = sorted(k for k, t in _REQUIRED.items() if not isinstance(summary[k], t) or isinstance(summary[k], bool))
+    if wrong:
+        raise InvalidArgument("summary", source, f"not a flashcheck summary (wrong type of {', '.join(wrong)})", fix)
+
+
+def _judged(summary: dict) -> int:
+    return sum(summary["counts"].get("by_status", {}).values())
+
+
+def merged_verdict(summaries: list[dict]) -> str:
+    """The campaign's rule (the worst status of its findings and judged cases), or NO_CASES if none was judged."""
+    statuses = [f.get("status") for s in summaries for f in s["findings"]]
+    statuses += [k for s in summaries for k, n in s["counts"].get("by_status", {}).items() if n]
+    statuses = [x for x in statuses if x in (PASS, SUSPICIOUS, BUG)]
+    return worst_status(statuses) if statuses else NO_CASES
+
+
+def _sum_dicts(dicts) -> dict:
+    total = Counter()
+    for d in dicts:
+        total.update(d or {})
+    return dict(total)
+
+
+def _one_or_list(values):
+    # The value the sources share, or the distinct values in order (a merged input may hold a list already).
+    flat = []
+    for v in values:
+        for x in (v if isinstance(v, list) else [v]):
+            if x not in flat:
+                flat.append(x)
+    return flat[0] if len(flat) == 1 else flat
+
+
+def _max_ratios(summaries: list[dict]) -> dict:
+    out: dict = {}
+    for s in summaries:
+        for dtype, ratio in (s.get("max_ratio_by_dtype") or {}).items():
+            ratio = from_json_number(ratio)
+            prev = out.get(dtype)
+            out[dtype] = ratio if prev is None or math.isnan(ratio) or ratio > prev else prev  # NaN is the worst
+    return {k: json_number(v) for k, v in out.items()}
+
+
+def _source_entries(summary: dict, name: str) -> list[dict]:
+    if summary.get("sources"):  # an earlier merge: keep its sources, named after it
+        return [{**entry, "source": f"{name}/{entry['source']}"} for entry in summary["sources"]]
+    elapsed = summary["elapsed_s"]
+    return [{"source": name, "kernel": summary["kernel"], "device": summary["device"], "seed": summary.get("seed"),
+             "verdict": summary["verdict"], "cases": summary["cases"], "examples": summary["examples"],
+             "judged": _judged(summary), "findings": len(summary["findings"]), "elapsed_s": elapsed,
+             "cases_per_s": round(summary["cases"] / elapsed, 3) if elapsed > 0 else None,
+             "case_log_sha256": summary.get("case_log_sha256")}]
+
+
+def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None) -> dict:
+    """One summary from the summaries of campaigns that ran side by side; ``sources`` names each (file
+    paths, worker names; default ``summary[i]``). Inputs are not modified."""
+    if sources is None:
+        sources = [f"summary[{i}]" for i in range(len(summaries))]
+    if len(sources) != len(summaries):
+        raise InvalidArgument("sources", sources, f"{len(sources)} names for {len(summaries)} summaries",
+                              "Pass one name per summary, or none.")
+    for summary, name in zip(summaries, sources):
+        validate_summary(summary, name)
+    merged = {key: _one_or_list([s.get(key) for s in summaries]) for key in _SHARED + _KEPT}
+    notes = [f"these campaigns ran different {key}s: {', '.join(map(str, merged[key]))}"
+             for key in _SHARED if isinstance(merged[key], list)]
+    merged.update({key: sum(s.get(key) or 0 for s in summaries) for key in _SUMMED_INTS})
+    merged.update({key: _sum_dicts(s.get(key) for s in summaries) for key in _SUMMED_DICTS})
+    merged["time_split_s"] = {k: round(v, 3) for k, v in merged["time_split_s"].items()}
+    merged["counts"] = {key: _sum_dicts(s["counts"].get(key) for s in summaries)
+                        for key in ("by_status", "by_dtype", "by_regime")}
+    elapsed = max((s["elapsed_s"] for s in summaries), default=0.0)
+    entries = [e for s, name in zip(summaries, sources) for e in _source_entries(s, name)]
+    merged.update(
+        verdict=merged_verdict(summaries), elapsed_s=elapsed,
+        cases_per_s=round(merged["cases"] / elapsed, 3) if elapsed > 0 else None,
+        max_ratio_by_dtype=_max_ratios(summaries),
+        notes=notes + [f"{name}: {n}" for s, name in zip(summaries, sources) for n in s.get("notes") or []],
+        findings=[{**f, "source": f"{name}/{f['source']}" if "source" in f else name}
+                  for s, name in zip(summaries, sources) for f in s["findings"]],
+        # No merged log; the hash of the sources' hashes, in order, still tells two merges apart.
+        case_log=None, case_log_sha256=hashlib.sha256(
+            "\n".join(str(e["case_log_sha256"]) for e in entries).encode()).hexdigest(),
+        sources=entries,
+    )
+    return {"verdict": merged.pop("verdict"), **merged}  # the verdict first, as in one campaign's summary
