@@ -1,7 +1,7 @@
 """flashcheck: numerical property testing for tiled ("flash") attention kernels."""
 
 from .case import AttentionCase
-from .errors import BackendUnavailable, CaseFormatError, FlashcheckError, InvalidArgument
+from .errors import BackendUnavailable, CaseFormatError, FlashcheckError, InvalidArgument, Unsupported
 from .check import assert_attention_close, check
 from .oracle import Reference, audit_reference, reference_attention
 from .precision import PRESETS as PRECISIONS
@@ -26,6 +26,7 @@ __all__ = [
     "CaseFormatError",
     "FlashcheckError",
     "InvalidArgument",
+    "Unsupported",
     "Kernel",
     "KernelSpec",
     "Precision",

@@ -18,7 +18,7 @@ import torch
 from .budget import Budget, error_budget
 from .case import AttentionCase
 from .diagnose import diagnose_elements, which_keys
-from .errors import InvalidArgument
+from .errors import InvalidArgument, Unsupported
 from .kernels import resolve_kernel
 from .oracle import Reference, reference_attention
 from .precision import Precision, precision_named
@@ -167,32 +167,39 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
     try:
         return _check(kern, case, contract, device, reference, budget, properties, envelope, regime, meta)
-    except _OutOfMemory as oom:
-        return _skipped_out_of_memory(str(oom), device, meta)
+    except _Skip as skip:
+        return _skipped(skip, device, meta)
     except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
-        return _skipped_out_of_memory(_one_line("flashcheck's inputs or oracle", exc), device, meta)
+        return _skipped(_Skip("oom", _one_line("flashcheck's inputs or oracle", exc)), device, meta)
 
 
 def _one_line(where: str, error: BaseException) -> str:
     return f"{where}: {type(error).__name__}: {error}".splitlines()[0][:300]
 
 
-class _OutOfMemory(Exception):
-    """A run of the kernel (the first or a property's rerun) ran out of device memory."""
+class _Skip(Exception):
+    """A run of the kernel (the first or a property's rerun) cannot be judged: ``kind`` is ``"oom"``
+    (out of device memory) or ``"unsupported"`` (the kernel raised :class:`Unsupported`)."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(f"{kind}: {reason}")
+        self.kind = kind
 
 
-def _skipped_out_of_memory(reason: str, device, meta: dict) -> Verdict:
-    # Too big for this device is not a defect of the kernel: skip the case, say so, and give the memory
-    # back so the next case starts clean.
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return Verdict.from_findings([], max_ratio=math.nan, skipped=f"oom: {reason}", **meta)
+def _skipped(skip: _Skip, device, meta: dict) -> Verdict:
+    # Neither too big for this device nor outside what the kernel does is a defect: skip the case and
+    # say why ("<kind>: <reason>", which campaigns count per kind).
+    if skip.kind == "oom" and device.type == "cuda":
+        torch.cuda.empty_cache()  # so that the next case starts clean
+    return Verdict.from_findings([], max_ratio=math.nan, skipped=str(skip), **meta)
 
 
 def _run_or_skip(kern, q, k, v, *, scale, causal, attn_mask, what: str) -> KernelRun:
     run = run_kernel(kern, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     if isinstance(run.error, torch.cuda.OutOfMemoryError):
-        raise _OutOfMemory(_one_line(what, run.error))
+        raise _Skip("oom", _one_line(what, run.error))
+    if isinstance(run.error, Unsupported):
+        raise _Skip("unsupported", run.error.reason)
     return run
 
 

@@ -10,6 +10,7 @@ __all__ = [
     "FlashcheckError",
     "InvalidArgument",
     "BackendUnavailable",
+    "Unsupported",
     "CaseFormatError",
     "describe",
 ]
@@ -66,6 +67,22 @@ class BackendUnavailable(FlashcheckError, RuntimeError):
         if fix:
             message += f" {fix}"
         super().__init__(message)
+
+
+class Unsupported(FlashcheckError):
+    """Raised by a kernel for an input it does not handle and its spec cannot express.
+
+    A spec declares most limits (dtypes, head dims, lengths), so that strategies never draw what a
+    kernel refuses; some limits show only at call time (a fused backend that refuses one key, or a
+    combination of options no spec field describes). ``raise flashcheck.Unsupported("why")`` from the
+    kernel says "outside what I do, not a defect": :func:`flashcheck.check` skips the case, with
+    ``verdict.skipped == "unsupported: why"``, and a campaign counts the skip instead of a finding.
+    Any other exception a kernel raises is a crash, judged as a BUG.
+    """
+
+    def __init__(self, reason: str):
+        self.reason = str(reason)
+        super().__init__(self.reason)
 
 
 class CaseFormatError(FlashcheckError, ValueError):

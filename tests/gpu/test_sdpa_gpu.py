@@ -1,6 +1,6 @@
 """The PyTorch SDPA backends and FlexAttention on CUDA against a float64 reference.
 
-Every case is one the kernel's spec declares; a refusal (BackendUnavailable) of a declared input
+Every case is one the kernel's spec declares; a refusal (Unsupported) of a declared input
 fails the test, since then the spec is wrong. Comparison: the provisional per-element tolerance of
 tests/unit/test_sdpa_adapters.py.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashcheck import BackendUnavailable
+from flashcheck import AttentionCase, BackendUnavailable, Unsupported, check
 from flashcheck.kernels import resolve_kernel
 from tests.unit.test_sdpa_adapters import assert_matches_reference, make_inputs, make_mask
 
@@ -132,17 +132,31 @@ def test_flash_top_left_only_when_lengths_match():
     q, k, v = make_inputs(1, 2, 2, 64, 64, 64, 64, torch.float16, seed=29, device="cuda")
     run(kernel, q, k, v, scale=0.125, causal="top_left")  # Nq == Nk: allowed, though undeclared
     k, v = k[:, :, :50], v[:, :, :50]
-    with pytest.raises(BackendUnavailable) as info:
+    with pytest.raises(Unsupported) as info:
         kernel(q, k, v, scale=0.125, causal="top_left")
-    assert info.value.device == "cuda" and "is_causal" in info.value.reason
+    assert "is_causal" in info.value.reason
 
 
 def test_flash_refuses_fp32_with_torchs_reason():
     kernel = resolve_kernel("torch:flash", device="cuda")
     q, k, v = make_inputs(1, 2, 2, 32, 32, 64, 64, torch.float32, seed=31, device="cuda")
-    with pytest.raises(BackendUnavailable) as info:
+    with pytest.raises(Unsupported) as info:
         kernel(q, k, v, scale=0.125, causal="none")
-    assert info.value.backend == "torch:flash" and "dtype" in info.value.reason
+    assert "dtype" in info.value.reason
+
+
+def test_cudnn_refusing_one_key_skips_the_case():
+    """cuDNN refuses Nk = 1 at call time, a limit no spec field expresses: check() skips the case
+    with PyTorch's reason instead of reporting a crash."""
+    try:
+        kernel = resolve_kernel("torch:cudnn", device="cuda")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    q, k, v = make_inputs(1, 2, 2, 16, 1, 64, 64, torch.float16, seed=37, device="cuda")
+    with pytest.raises(Unsupported) as info:
+        kernel(q, k, v, scale=0.125, causal="none")
+    verdict = check(kernel, AttentionCase.create(q.cpu(), k.cpu(), v.cpu(), scale=0.125), device="cuda")
+    assert verdict.findings == [] and verdict.skipped == f"unsupported: {info.value.reason}"
 
 
 @pytest.fixture

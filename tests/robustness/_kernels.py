@@ -147,3 +147,27 @@ def slow_bug(q, k, v, *, scale, causal, attn_mask=None):
     if _big(q):
         raise IndexError("tile index out of range")
     return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def odd_keys_unsupported(q, k, v, *, scale, causal, attn_mask=None):
+    """Declines an odd number of keys, a limit its spec cannot express: such cases are skipped, not failed."""
+    if k.shape[2] % 2:
+        raise flashcheck.Unsupported(f"an odd number of keys ({k.shape[2]})")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def strided_q_unsupported(q, k, v, *, scale, causal, attn_mask=None):
+    """Declines a non-contiguous q: only the layout property's rerun meets it."""
+    if not q.is_contiguous():
+        raise flashcheck.Unsupported(reason="q must be contiguous")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def raises_value_error(q, k, v, *, scale, causal, attn_mask=None):
+    """Raises an ordinary exception on odd key counts: a crash, unlike Unsupported."""
+    if k.shape[2] % 2:
+        raise ValueError(f"cannot handle {k.shape[2]} keys")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)

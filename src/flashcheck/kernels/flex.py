@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from ..errors import BackendUnavailable, InvalidArgument
+from ..errors import BackendUnavailable, InvalidArgument, Unsupported
 from ..masks import from_tensor
 from ..spec import Kernel, KernelSpec
 from ..validation import CAUSAL_MODES
@@ -193,8 +193,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
                 reason = _unsupported(exc)
                 if reason is None:
                     raise
-                raise BackendUnavailable(NAME, device, f"FlexAttention refused this input: {reason}",
-                                         "The kernel's spec cannot express this limit; skip such inputs.") from exc
+                raise Unsupported(f"FlexAttention: {reason}") from exc
         if not returns_lse:
             return result
         out, aux = result

@@ -2,9 +2,10 @@
 
 ``torch:math``, ``torch:flash``, ``torch:efficient`` and ``torch:cudnn`` call the public SDPA function
 inside ``torch.nn.attention.sdpa_kernel(SDPBackend.X)``, so exactly one backend may run. Each gets
-an honest :class:`~flashcheck.spec.KernelSpec` for the device it was made for; what a spec cannot
-express (cuDNN refusing Nk = 1, say) is refused at call time as :class:`BackendUnavailable` with
-PyTorch's own reason.
+an honest :class:`~flashcheck.spec.KernelSpec` for the device it was made for. What a spec cannot
+express (cuDNN refusing Nk = 1, say) the forced backend refuses at call time: the adapter raises
+:class:`~flashcheck.errors.Unsupported` with PyTorch's own reason, so the case is skipped, not failed.
+:class:`BackendUnavailable` is kept for a backend that cannot run here at all (no CUDA, not built).
 
 How the calling convention maps onto SDPA:
 
@@ -35,7 +36,7 @@ import warnings
 
 import torch
 
-from ..errors import BackendUnavailable, InvalidArgument
+from ..errors import BackendUnavailable, InvalidArgument, Unsupported
 from ..masks import causal as causal_mask_fn
 from ..masks import materialize
 from ..precision import Precision
@@ -271,10 +272,7 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
             except RuntimeError as exc:
                 text = str(exc)
                 if "No available kernel" in text or "No viable backend" in text:
-                    raise BackendUnavailable(
-                        name, device, f"PyTorch refused this input: {_refusal_reason(caught, exc)}",
-                        "The kernel's spec cannot express this limit; skip such inputs for this backend.",
-                    ) from exc
+                    raise Unsupported(_refusal_reason(caught, exc)) from exc
                 raise
 
     attention.__name__ = attention.__qualname__ = name.split(":")[1]
