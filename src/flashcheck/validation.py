@@ -70,6 +70,11 @@ def check_scale(scale: object, argument: str = "scale") -> float:
     return value
 
 
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    # By hand: torch.broadcast_shapes imports sympy (through torch.fx) on its first call, ~0.25 s.
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
 def check_attention_inputs(q, k, v, *, scale, causal, attn_mask=None):
     """Validate one attention call; return ``(q, k, v, scale, causal, attn_mask, shapes)``.
 
@@ -117,11 +122,9 @@ def check_attention_inputs(q, k, v, *, scale, causal, attn_mask=None):
         if attn_mask.dim() > 4:
             raise InvalidArgument("attn_mask", attn_mask, "more than 4 dimensions",
                                   "The mask must broadcast to (B, Hq, Nq, Nk).")
-        try:
-            torch.broadcast_shapes(tuple(attn_mask.shape), (B, Hq, Nq, Nk))
-        except RuntimeError:
+        if not _broadcasts_to(tuple(attn_mask.shape), (B, Hq, Nq, Nk)):
             raise InvalidArgument("attn_mask", attn_mask, f"does not broadcast to {(B, Hq, Nq, Nk)}",
-                                  "The mask must broadcast to (B, Hq, Nq, Nk).") from None
+                                  "The mask must broadcast to (B, Hq, Nq, Nk).")
         if attn_mask.device != q.device:
             raise InvalidArgument("attn_mask", attn_mask, f"on {attn_mask.device}, q on {q.device}",
                                   "Move the mask to q's device.")

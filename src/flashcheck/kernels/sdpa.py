@@ -9,9 +9,11 @@ express (cuDNN refusing Nk = 1, say) the forced backend refuses at call time: th
 
 How the calling convention maps onto SDPA:
 
-- ``causal="top_left"`` is ``is_causal=True``; ``"bottom_right"`` is
-  ``torch.nn.attention.bias.causal_lower_right(Nq, Nk)`` (plain ``is_causal`` when Nq == Nk, where
-  the two alignments coincide). With an ``attn_mask`` the causal mask is materialised and and-ed
+- ``causal="top_left"`` is ``is_causal=True``, and so is ``"bottom_right"`` when Nq == Nk (the two
+  alignments coincide). Otherwise ``"bottom_right"`` is ``torch.nn.attention.bias.causal_lower_right``
+  for CUDA's flash and efficient backends (their native bottom-right mode) and, for the others, the
+  boolean mask PyTorch would build from it (importing that module costs ~1 s: it imports
+  torch._dynamo and triton). With an ``attn_mask`` the causal mask is materialised and and-ed
   with it, since SDPA takes only one of the two.
 - A boolean ``attn_mask`` is passed as is (True = attend, SDPA's convention), reshaped to 4-d
   because some backends take only 2-d or 4-d masks.
@@ -227,6 +229,9 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
     spec = _spec(name, device, fp32_mode)
     native_gqa = name != "torch:efficient"  # measured: efficient refuses enable_gqa
     fused = name != "torch:math"
+    # Only CUDA's flash and efficient kernels have a bottom-right causal mode of their own, reached
+    # through causal_lower_right; every other backend gets the boolean mask it would build from it.
+    native_lower_right = device == "cuda" and name in ("torch:flash", "torch:efficient")
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None):
         q, k, v, scale, causal, attn_mask, shapes = validated_call(
@@ -262,10 +267,12 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
                 kwargs["attn_mask"] = mask
             elif causal == "top_left" or (causal == "bottom_right" and Nq == Nk):
                 kwargs["is_causal"] = True  # where Nq == Nk the two alignments coincide
-            elif causal == "bottom_right":
-                from torch.nn.attention.bias import causal_lower_right
+            elif causal == "bottom_right" and native_lower_right:
+                from torch.nn.attention.bias import causal_lower_right  # imports torch._dynamo: ~1 s
 
                 kwargs["attn_mask"] = causal_lower_right(Nq, Nk)
+            elif causal == "bottom_right":  # the mask causal_lower_right materialises for these backends
+                kwargs["attn_mask"] = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril(Nk - Nq)
             try:
                 with torch.no_grad(), sdpa_kernel(backend):
                     return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
