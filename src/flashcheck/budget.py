@@ -30,7 +30,7 @@ import torch
 
 from .blockwise import iter_blocks, ops_for, scatter
 from .floats import FORMATS, TF32, format_of
-from .oracle import Reference, reference_attention
+from .oracle import Reference, block_softmax, float64_reference_walk
 from .precision import Precision, precision_named
 from .validation import check_attention_inputs
 
@@ -113,81 +113,99 @@ class Budget:
 def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                  precision: Precision | str = "flash", reference: Reference | None = None,
                  rows=None) -> Budget:
-    """The per-element budget of a kernel honouring ``precision`` on this input."""
+    """The per-element budget of a kernel honouring ``precision`` on this input.
+
+    Without a ``reference``, the oracle and the budget share one walk over the scores.
+    """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
-    if reference is None:
-        reference = reference_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, rows=rows)
-    rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)
-    terms = contract_terms(precision, q.dtype)
-    device = q.device
-    ops = ops_for(device)
-    shape = reference.out.shape
-    names = ("output_rounding", "logit", "accumulation", "subnormal_p")
-    parts = {n: torch.zeros(shape, dtype=torch.float64, device=device) for n in names}
-    delta_sum = torch.zeros(shape[:-1], dtype=torch.float64, device=device)
-    lse_shift = torch.zeros_like(delta_sum)
-    D, Nk = shapes.head_dim, shapes.n_k
-    u = terms.u_32
-    # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands that
-    # tf32 may have rounded.
-    dot_len = D + 2 * precision.scale_on_inputs
-    logit_factor = abs(scale) * ((1 + _gamma(dot_len, u)) * (1 + terms.u_in) ** 2 - 1)
-    accumulation_len = Nk + math.ceil(Nk / MIN_TILE) + 1
-    w_factor = terms.u_p + terms.u_v + _gamma(accumulation_len, u) + (terms.exp_ulps + EXTRA_ULPS) * u
-    outputs = (parts["output_rounding"], parts["logit"], parts["accumulation"], parts["subnormal_p"], delta_sum,
-               lse_shift)
+    model = _Model(shapes, scale, precision, contract_terms(precision, q.dtype))
+    ops = ops_for(q.device)
+    parts = None
+
+    def add(blk, sm, o, w):
+        scatter(ops, parts.outputs, blk, _budget_block(ops, blk, sm, o, w, model))
+
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all):
-            if blk.new_kv:
-                absV = ops.abs(blk.V)
-                absK = ops.abs(blk.K)
-                centre = ops.sum(blk.V, 0) / Nk
-                dev_v = ops.abs(blk.V - centre)
-            res = _budget_block(ops, blk, absV, absK, centre, dev_v, scale, logit_factor, w_factor, terms)
-            scatter(ops, outputs, blk, res, device)
-    empty = reference.empty_rows[..., None]
-    for n in names:
-        parts[n] = parts[n].masked_fill(empty, 0.0)
-    parts["oracle"] = torch.nan_to_num(reference.bound, nan=0.0)
-    total = sum(parts[n] for n in TERMS)
-    # lse: the logit shift of the row, fp32 rounding of m + log(l), and l's accumulation.
-    lse_total = (lse_shift + u * (LOGIT_ULPS * reference.lse.abs() + LOGIT_ULPS)
-                 + _gamma(accumulation_len, u) + reference.lse_bound)
-    return Budget(total=total, terms=parts, reference=reference, contract=terms, precision=precision,
-                  delta_sum=delta_sum.masked_fill(reference.empty_rows, 0.0),
-                  lse_total=lse_total.masked_fill(reference.empty_rows, 0.0))
+        if reference is None:
+            rows_n = shapes.n_q if rows is None else len(rows)
+            parts = _Parts((shapes.batch, shapes.heads_q, rows_n, shapes.head_dim_v), q.device)
+            reference = float64_reference_walk(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                                               rows=rows, on_block=add)
+        else:
+            parts = _Parts(reference.out.shape, q.device)
+            rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)
+            for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
+                sm = block_softmax(ops, blk.Q, blk.K, blk.vis, scale)
+                o_w = ops.matmul(sm.p, ops.concat((blk.V, ops.abs(blk.V)), -1)) / sm.l
+                add(blk, sm, o_w[..., :shapes.head_dim_v], o_w[..., shapes.head_dim_v:])
+    return parts.budget(reference, model)
 
 
-def _budget_block(ops, blk, absV, absK, centre, dev_v, scale, logit_factor, w_factor, t: BudgetTerms):
-    neg_inf = -math.inf
-    vis = blk.vis
-    s = ops.matmul(blk.Q, blk.K.T) * scale
-    s_vis = ops.where(vis, s, neg_inf)
-    m = ops.amax(s_vis, 1)
-    empty = m == neg_inf
-    m = ops.where(empty, 0.0, m)
-    x = s_vis - m
-    p = ops.exp(x)  # unnormalised weights relative to the final max, as a kernel ends with them
-    l = ops.where(empty, 1.0, ops.sum(p, 1))
-    log_a = x - ops.log(l)
-    a = p / l
-    both = ops.matmul(a, ops.concat((blk.V, absV), 1))
-    Dv = absV.shape[1]
-    o, w = both[:, :Dv], both[:, Dv:]
+@dataclass
+class _Model:
+    """The per-call constants of the budget: its contract's roundoffs and the factors they give."""
+
+    shapes: object
+    scale: float
+    precision: Precision
+    terms: BudgetTerms
+
+    def __post_init__(self):
+        u = self.terms.u_32
+        # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands
+        # that tf32 may have rounded.
+        dot_len = self.shapes.head_dim + 2 * self.precision.scale_on_inputs
+        self.logit_factor = abs(self.scale) * ((1 + _gamma(dot_len, u)) * (1 + self.terms.u_in) ** 2 - 1)
+        self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1
+        self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
+                         + (self.terms.exp_ulps + EXTRA_ULPS) * u)
+
+
+class _Parts:
+    """The budget's output tensors, filled block by block."""
+
+    NAMES = ("output_rounding", "logit", "accumulation", "subnormal_p")
+
+    def __init__(self, shape, device):
+        self.terms = {n: torch.zeros(shape, dtype=torch.float64, device=device) for n in self.NAMES}
+        self.delta_sum = torch.zeros(shape[:-1], dtype=torch.float64, device=device)
+        self.lse_shift = torch.zeros_like(self.delta_sum)
+        self.outputs = (*self.terms.values(), self.delta_sum, self.lse_shift)
+
+    def budget(self, reference: Reference, model: _Model) -> Budget:
+        empty = reference.empty_rows
+        parts = {n: t.masked_fill(empty[..., None], 0.0) for n, t in self.terms.items()}
+        parts["oracle"] = torch.nan_to_num(reference.bound, nan=0.0)
+        total = sum(parts[n] for n in TERMS)
+        u = model.terms.u_32
+        # lse: the logit shift of the row, fp32 rounding of m + log(l), and l's accumulation.
+        lse_total = (self.lse_shift + u * (LOGIT_ULPS * reference.lse.abs() + LOGIT_ULPS)
+                     + _gamma(model.accumulation_len, u) + reference.lse_bound)
+        return Budget(total=total, terms=parts, reference=reference, contract=model.terms,
+                      precision=model.precision, delta_sum=self.delta_sum.masked_fill(empty, 0.0),
+                      lse_total=lse_total.masked_fill(empty, 0.0))
+
+
+def _budget_block(ops, blk, sm, o, w, model: _Model):
+    """The budget's terms on one block, from the softmax the oracle computed (o, w: its out and w)."""
+    t, vis = model.terms, blk.vis
+    absV = ops.abs(blk.V)
     # eta: how far a legal kernel's logit j may sit from the exact one (0 on masked keys).
-    qk = ops.matmul(ops.abs(blk.Q), absK.T)
-    eta = logit_factor * qk + t.u_32 * (LOGIT_ULPS * ops.abs(ops.where(vis, s, 0.0)) + 2 * ops.abs(m))
-    eta = ops.where(vis, eta, 0.0)
-    delta, lse_shift = _weight_shift(ops, log_a, eta, vis)
-    delta_sum = ops.sum(delta, 1)
-    logit = ops.matmul(delta, dev_v) + ops.abs(centre - o) * delta_sum
-    accumulation = w * w_factor
+    qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
+    s_abs = ops.abs(sm.s) if vis is None else ops.abs(ops.where(vis, sm.s, 0.0))
+    eta = model.logit_factor * qk + t.u_32 * (LOGIT_ULPS * s_abs + 2 * ops.abs(sm.m))
+    eta = eta if vis is None else ops.where(vis, eta, 0.0)
+    delta, lse_shift = _weight_shift(ops, sm.x - ops.log(sm.l), eta, vis)
+    delta_sum = ops.sum(delta, -1)
+    centre = ops.sum(blk.V, -2) / blk.V.shape[-2]
+    logit = ops.matmul(delta, ops.abs(blk.V - centre)) + ops.abs(centre - o) * delta_sum
     output_rounding = t.u_o * ops.abs(o) + t.s_o
-    small = ops.float64(vis & (p < t.p_min_normal))
-    subnormal_p = ops.matmul(small, absV) * (t.s_p / l)
-    return output_rounding, logit, accumulation, subnormal_p, delta_sum, lse_shift
+    small = sm.p < t.p_min_normal  # unnormalised weights relative to the final max, as a kernel ends with them
+    small = ops.float64(small if vis is None else vis & small)
+    subnormal_p = ops.matmul(small, absV) * (t.s_p / sm.l)
+    return output_rounding, logit, w * model.w_factor, subnormal_p, delta_sum, lse_shift
 
 
 def _weight_shift(ops, log_a, eta, vis):
@@ -196,10 +214,8 @@ def _weight_shift(ops, log_a, eta, vis):
     Rmin = sum_j a_j e^-eta_j and Rmax = sum_j a_j e^eta_j: the weights sum to one, so when every
     logit j moves by at most eta_j, weight j moves by at most delta_j (per key, not per row).
     """
-    neg_inf = -math.inf
-    log_a = ops.where(vis, log_a, neg_inf)
-    log_rmax = ops.logsumexp(log_a + eta, 1)
-    log_rmin = ops.logsumexp(log_a - eta, 1)
+    log_rmax = ops.logsumexp(log_a + eta, -1)  # masked keys have log_a = -inf already
+    log_rmin = ops.logsumexp(log_a - eta, -1)
     a = ops.exp(log_a)
     up = eta - log_rmin
     down = -eta - log_rmax
@@ -207,7 +223,8 @@ def _weight_shift(ops, log_a, eta, vis):
     upper = ops.where(up < 0.5, a * ops.expm1(up), ops.exp(log_a + up) - a)
     lower = -a * ops.expm1(down)
     delta = ops.minimum(ops.maximum(upper, lower), 1.0)
-    delta = ops.where(vis, ops.where(delta == delta, delta, 1.0), 0.0)
+    delta = ops.where(delta == delta, delta, 1.0)
+    delta = delta if vis is None else ops.where(vis, delta, 0.0)
     # The row's log-sum-exp moves by at most max(log Rmax, -log Rmin).
     lse_shift = ops.maximum(log_rmax, -log_rmin)
     return delta, ops.where(lse_shift == lse_shift, lse_shift, 0.0)

@@ -107,6 +107,15 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     return ref
 
 
+def float64_reference_walk(q, k, v, *, scale: float, causal: str, attn_mask, rows, on_block) -> Reference:
+    """The float64 oracle of :func:`reference_attention` with a hook on every block (for the budget)."""
+    q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
+        q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, _check_rows(rows, shapes.n_q), on_block)
+    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return ref
+
+
 def _check_finite(name: str, tensor, finite: bool) -> None:
     if not finite:
         raise InvalidArgument(name, tensor, "contains NaN or infinity",
@@ -130,11 +139,46 @@ def _check_rows(rows, n_q: int) -> torch.Tensor | None:
 
 # --- float64 ----------------------------------------------------------------------------------------
 
-def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index) -> Reference:
+@dataclass
+class Softmax:
+    """One block's scaled logits and unnormalised weights, shared by the oracle and the budget.
+
+    Arrays are (p, G, R, Nk) or, reduced over the keys, (p, G, R, 1); masked keys have s = -inf, p = 0.
+    """
+
+    s: object  # scaled logits
+    m: object  # row max (0 on empty rows)
+    empty: object  # rows with no visible key
+    x: object  # s - m
+    p: object  # exp(x)
+    l: object  # sum of p (1 on empty rows)
+
+
+def block_softmax(ops, Q, K, vis, scale: float) -> Softmax:
+    s = ops.matmul(Q, ops.swap(K)) * scale
+    if vis is not None:
+        s = ops.where(vis, s, -math.inf)
+    m = ops.amax(s, -1)
+    empty = m == -math.inf
+    m = ops.where(empty, 0.0, m)
+    x = s - m
+    p = ops.exp(x)
+    return Softmax(s, m, empty, x, p, ops.where(empty, 1.0, ops.sum(p, -1)))
+
+
+def _check_inputs_finite(q, k, v) -> None:
+    # One pass over the inputs (never over the scores) and one host sync.
+    finite = torch.stack([torch.isfinite(t).all() for t in (q, k, v)]).tolist()
+    for name, t, ok in zip("qkv", (q, k, v), finite):
+        _check_finite(name, t, ok)
+
+
+def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None) -> Reference:
+    """The float64 oracle; ``on_block(block, softmax, out, w)`` sees each block's intermediates (the
+    budget uses them, so that one walk over the scores gives both)."""
     device = q.device
     ops = ops_for(device)
-    B, Hq, Nq, Nk, D, Dv = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k,
-                            shapes.head_dim, shapes.head_dim_v)
+    B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
     rows_all = row_index if row_index is not None else torch.arange(Nq)
     R = rows_all.numel()
     out = torch.empty((B, Hq, R, Dv), dtype=torch.float64, device=device)
@@ -143,86 +187,72 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     lse_bound = torch.empty_like(lse)
     empty = torch.empty((B, Hq, R), dtype=torch.bool, device=device)
     outputs = (out, w, bound, lse, lse_bound, empty)
+    _check_inputs_finite(q, k, v)
     # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
-    C = abs(scale) * (_gamma(D + 2) + 2 * U64) * (1 + U64)
+    C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
         for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
-            if blk.new_kv:
-                absV = ops.abs(blk.V)
-                k_norm = ops.sqrt(ops.sum(blk.K * blk.K, 1))
-                # A NaN or inf input shows in its norm: no separate pass over the inputs.
-                _check_finite("k", k, bool((k_norm < math.inf).all()))
-                _check_finite("v", v, bool((ops.amax(absV, 0) < math.inf).all()))
-                # One matmul gives out, w and both bound terms: P @ [V, |V|, ||k|| |V|, ||k||].
-                stacked = ops.concat((blk.V, absV, k_norm * absV, k_norm), 1)
-                # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
-                underflow = (Nk * UNDERFLOW) * ops.amax(absV, 0)
-            res = _float64_block(ops, blk.Q, blk.K, absV, k_norm, stacked, blk.vis, scale, C, underflow, Dv, q)
-            scatter(ops, outputs, blk, res, device)
+            sm, (out_b, w_b), res = _float64_block(ops, blk, scale, C)
+            scatter(ops, outputs, blk, res)
+            if on_block is not None:
+                on_block(blk, sm, out_b, w_b)
     return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
                      method="float64", rows=row_index, shapes=shapes)
 
 
-def _float64_block(ops, Q, K, absV, k_norm, stacked, vis, scale, C, underflow, Dv, q_in):
-    """One block of query rows of one head: out, w, bound, lse, lse_bound, empty."""
-    neg_inf = -math.inf
-    q_norm = ops.sqrt(ops.sum(Q * Q, 1))
-    _check_finite("q", q_in, bool((q_norm < math.inf).all()))
+def _float64_block(ops, blk, scale, C):
+    """One block: its softmax, (out, w) as computed, and the results out, w, bound, lse, lse_bound and
+    empty, each (p, G, R, .), with empty rows marked."""
+    Q, K, V, vis = blk.Q, blk.K, blk.V, blk.vis
+    absV = ops.abs(V)
+    k_norm = ops.sqrt(ops.sum(K * K, -1))  # (p, 1, Nk, 1)
+    q_norm = ops.sqrt(ops.sum(Q * Q, -1))  # (p, G, R, 1)
+    k_max = ops.amax(k_norm, -2)
     # |s_ij| <= |scale| ||q_i|| ||k_j||: checked on the norms, without a pass over the scores.
-    if not abs(scale) * float(ops.amax(q_norm, 0).max()) * float(ops.amax(k_norm, 0).max()) < 1e300:
+    if not abs(scale) * float((ops.amax(q_norm, -2) * k_max).max()) < 1e300:
         raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
                               "(|scale| * |q| * |k| above 1e300)")
-    s = ops.matmul(Q, K.T) * scale
-    if vis is not None:
-        s = ops.where(vis, s, neg_inf)
-    m = ops.amax(s, 1)
-    empty = m == neg_inf
-    m = ops.where(empty, 0.0, m)
-    x = s - m
-    p = ops.exp(x)
-    l = ops.where(empty, 1.0, ops.sum(p, 1))
-    res = ops.matmul(p, stacked) / l
-    out, w, kw, kbar = res[:, :Dv], res[:, Dv:2 * Dv], res[:, 2 * Dv:3 * Dv], res[:, 3 * Dv:]
+    sm = block_softmax(ops, Q, K, vis, scale)
+    Dv = V.shape[-1]
+    # One matmul gives out, w and both bound terms: P @ [V, |V|, ||k|| |V|, ||k||].
+    res = ops.matmul(sm.p, ops.concat((V, absV, k_norm * absV, k_norm), -1)) / sm.l
+    out, w, kw, kbar = res[..., :Dv], res[..., Dv:2 * Dv], res[..., 2 * Dv:3 * Dv], res[..., 3 * Dv:]
     cq = C * q_norm
-    rho = U64 * ops.abs(m) + EPS_EXP
+    rho = U64 * ops.abs(sm.m) + EPS_EXP
     # r_i = sum_j a~_ij eta_ij; eta_max bounds every eta of the row.
     r = (cq * kbar + rho) * (1 + TINY_ETA)
-    eta_max = cq * ops.amax(k_norm, 0) + rho
-    Nk = K.shape[0]
-    if bool((eta_max + r <= TINY_ETA).all()):
+    if bool(((cq * k_max + rho) + r <= TINY_ETA).all()):
         # sum_j a~_ij (eta_ij + r_i) |v_jk| with eta_ij = cq_i ||k_j|| + rho_i
         shift = (cq * kw + (rho + r) * w) * (1 + 2 * TINY_ETA)
         lse_shift = r
     else:
-        if vis is None:
-            vis = s > neg_inf
-        eta = ops.where(vis, cq * k_norm.reshape(1, -1) + rho, 0.0)
-        shift, lse_shift = _large_eta_shift(ops, x, l, eta, vis, absV)
-    g = _gamma(Nk + 1)
+        eta = cq * ops.swap(k_norm) + rho
+        eta = eta if vis is None else ops.where(vis, eta, 0.0)
+        shift, lse_shift = _large_eta_shift(ops, sm, eta, vis, absV)
+    # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
+    underflow = (K.shape[-2] * UNDERFLOW) * ops.amax(absV, -2)
+    g = _gamma(K.shape[-2] + 1)
     bound = (shift + 2 * g * w * (1 + 2 * g) + underflow) * SAFETY
-    log_l = ops.log(l)
-    lse = m + log_l
+    log_l = ops.log(sm.l)
+    lse = sm.m + log_l
     lse_bound = (lse_shift + g + 4 * U64 * ops.abs(log_l) + 2 * U64 * ops.abs(lse)) * SAFETY
-    nan = math.nan
-    out = ops.where(empty, nan, out)
-    bound = ops.where(empty, nan, bound)
-    w = ops.where(empty, 0.0, w)
-    lse = ops.where(empty, neg_inf, lse)
-    lse_bound = ops.where(empty, 0.0, lse_bound)
-    return out, w, bound, lse, lse_bound, empty
+    empty = sm.empty
+    return sm, (out, w), (ops.where(empty, math.nan, out), ops.where(empty, 0.0, w), ops.where(empty, math.nan, bound),
+                ops.where(empty, -math.inf, lse), ops.where(empty, 0.0, lse_bound), empty)
 
 
-def _large_eta_shift(ops, x, l, eta, vis, absV):
+def _large_eta_shift(ops, sm: Softmax, eta, vis, absV):
     """Exact per-key weight shift (DESIGN.md's delta) in the log domain, for rows with large eta."""
     neg_inf = -math.inf
-    log_a = ops.where(vis, x - ops.log(l), neg_inf)
-    log_rmax = ops.logsumexp(log_a + eta, 1)
-    log_rmin = ops.logsumexp(log_a - eta, 1)
+    log_a = sm.x - ops.log(sm.l)  # -inf on masked keys already
+    log_rmax = ops.logsumexp(log_a + eta, -1)
+    log_rmin = ops.logsumexp(log_a - eta, -1)
     a = ops.exp(log_a)
     upper = ops.exp(log_a + eta - log_rmin) - a
     lower = a - ops.exp(log_a - eta - log_rmax)
-    delta = ops.where(vis, ops.minimum(ops.maximum(upper, lower), 1.0), 0.0)
+    delta = ops.minimum(ops.maximum(upper, lower), 1.0)
+    delta = ops.where(log_a > neg_inf, delta, 0.0)
     # The lse of the exact logits lies within max(log Rmax, -log Rmin) of the computed one.
     lse_shift = ops.maximum(log_rmax, -log_rmin)
     return ops.matmul(delta, absV), ops.where(lse_shift == lse_shift, lse_shift, 0.0)
@@ -245,12 +275,14 @@ def _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_ind
     ctx.dps = dps
     mp_scale = ctx.mpf(scale)
     to_mp = np.frompyfunc(ctx.mpf, 1, 1)
+    visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, rows_all, "cpu")
+    visible = torch.broadcast_to(visible, (B * shapes.heads_kv, shapes.group, R, shapes.n_k)).numpy()
     for b in range(B):
         for kvh in range(shapes.heads_kv):
             K = to_mp(kd[b, kvh])
             V = to_mp(vd[b, kvh])
             for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
-                vis = visible_block(causal, attn_mask, shapes, b, h, rows_all, "cpu").numpy()
+                vis = visible[b * shapes.heads_kv + kvh, h - kvh * shapes.group]
                 for r, i in enumerate(rows_all.tolist()):
                     keys = np.flatnonzero(vis[r])
                     if keys.size == 0:
