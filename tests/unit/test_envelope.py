@@ -1,0 +1,54 @@
+"""The reordering envelope runs the twin only as far as the verdict needs it."""
+
+from __future__ import annotations
+
+import torch
+
+from flashcheck.budget import error_budget
+from flashcheck.case import AttentionCase
+from flashcheck.check import envelope_findings, error_ratios, reordering_envelope
+from flashcheck.twin import twin_attention
+
+
+def _case(dtype=torch.float16, precision="flash"):
+    gen = torch.Generator().manual_seed(5)
+    q = (torch.randn(2, 3, 40, 16, generator=gen) * 2).to(dtype)
+    k = (torch.randn(2, 3, 70, 16, generator=gen) * 2).to(dtype)
+    v = torch.randn(2, 3, 70, 16, generator=gen).to(dtype)
+    case = AttentionCase.create(q, k, v, scale=0.25, causal="bottom_right")
+    budget = error_budget(q, k, v, scale=0.25, causal="bottom_right", precision=precision)
+    return case, budget
+
+
+def test_one_head_envelope_is_that_head_of_the_whole_envelope():
+    case, budget = _case()
+    whole = reordering_envelope(case, budget, device="cpu")
+    heads = [reordering_envelope(case, budget, device="cpu", head=(b, h)) for b in range(2) for h in range(3)]
+    assert max(heads) == whole  # rows are independent: the case's envelope is its worst head's
+    assert min(heads) < whole
+
+
+def test_the_envelope_stops_once_the_verdict_is_settled():
+    case, budget = _case()
+    whole = reordering_envelope(case, budget, device="cpu")
+    first_run = reordering_envelope(case, budget, device="cpu", enough=1e-300)
+    assert 0 < first_run <= whole
+
+
+def test_an_outlier_on_one_head_is_still_suspicious():
+    """The twin on the worst head alone cannot hide an outlier: only a head whose envelope settles
+    the verdict ends the search early."""
+    case, budget = _case(torch.float32, "strict")  # fp32 without tf32: legal reorderings stay far inside
+    out, _ = twin_attention(case.q, case.k, case.v, scale=case.scale, causal=case.causal, precision="strict")
+    ref = budget.reference
+    # A systematic error inside the budget but far past any legal reordering, on head (1, 2) only.
+    biased = ref.out.clone()
+    biased[1, 2] += 0.5 * budget.total[1, 2]
+    ratio, _ = error_ratios(biased, ref.out, budget.total, ref.empty_rows)
+    max_ratio = float(ratio.max())
+    assert 0.4 < max_ratio < 1
+    found = envelope_findings(case, budget, max_ratio, device="cpu", out=biased.float())
+    assert [f.kind for f in found] == ["reordering_outlier"]
+    # The twin's own output is inside its envelope.
+    twin_ratio = float(error_ratios(out.double(), ref.out, budget.total, ref.empty_rows)[0].max())
+    assert envelope_findings(case, budget, twin_ratio, device="cpu", out=out) == []
