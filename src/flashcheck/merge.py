@@ -12,35 +12,54 @@ A merge in which no case was judged (no cases, or every one skipped) says ``NO_C
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import Counter
+from pathlib import Path
 
 from .errors import InvalidArgument
 from .verdict import BUG, PASS, SUSPICIOUS, from_json_number, json_number, worst_status
 
-__all__ = ["NO_CASES", "merge_summaries", "validate_summary"]
+__all__ = ["NO_CASES", "load_summary", "merge_summaries", "merged_verdict", "validate_summary"]
 
 NO_CASES = "NO_CASES"
 _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "preset": (str, list), "cases": int,
-             "examples": int, "elapsed_s": (int, float), "counts": dict, "findings": list}
-_SUMMED_DICTS = ("time_split_s", "skipped", "bug_signatures", "info")
-_SUMMED_INTS = ("cases", "examples", "timeouts", "worker_restarts")
+             "examples": int, "elapsed_s": (int, float), "counts": dict, "findings": list, "stopped": (str, list),
+             "time_split_s": dict, "max_ratio_by_dtype": dict, "skipped": dict, "bug_signatures": dict,
+             "info": dict, "notes": list, "isolation": (str, list), "timeouts": int, "worker_restarts": int}
 _SHARED = ("kernel", "device", "preset")  # a merge of different ones says so in its notes
-_KEPT = ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going")
+# Kept as one value, or the list of the different ones. Other keys merge by their type (_merge_values):
+# numbers and counts (dicts of numbers) are summed, lists concatenated.
+_KEPT = _SHARED + ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going")
+_FIX = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
+
+
+def load_summary(path: str | Path) -> dict:
+    """The campaign summary in the JSON file ``path``; :class:`InvalidArgument` naming it if it is not one."""
+    try:
+        summary = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InvalidArgument("summary", str(path), f"cannot be read ({exc.strerror or exc})", _FIX) from None
+    except ValueError as exc:  # not JSON, or not UTF-8 text
+        raise InvalidArgument("summary", str(path), f"not JSON ({exc})", _FIX) from None
+    validate_summary(summary, str(path))
+    return summary
 
 
 def validate_summary(summary, source: str) -> None:
     """Raise :class:`InvalidArgument` naming ``source`` unless ``summary`` is a flashcheck campaign summary."""
-    fix = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
     if not isinstance(summary, dict):
         raise InvalidArgument("summary", source, f"not a flashcheck summary (a JSON {type(summary).__name__}, "
-                              "expected an object)", fix)
+                              "expected an object)", _FIX)
     missing = sorted(k for k in _REQUIRED if k not in summary)
     if missing:
-        raise InvalidArgument("summary", source, f"not a flashcheck summary (no {', '.join(missing)})", fix)
+        raise InvalidArgument("summary", source, f"not a flashcheck summary (no {', '.join(missing)})", _FIX)
     wrong = sorted(k for k, t in _REQUIRED.items() if not isinstance(summary[k], t) or isinstance(summary[k], bool))
+    if not wrong:  # and inside: one object per finding, one per count
+        wrong += ["findings"] if not all(isinstance(f, dict) for f in summary["findings"]) else []
+        wrong += ["counts"] if not all(isinstance(c, dict) for c in summary["counts"].values()) else []
     if wrong:
-        raise InvalidArgument("summary", source, f"not a flashcheck summary (wrong type of {', '.join(wrong)})", fix)
+        raise InvalidArgument("summary", source, f"not a flashcheck summary (wrong type of {', '.join(wrong)})", _FIX)
 
 
 def _judged(summary: dict) -> int:
@@ -60,6 +79,25 @@ def _sum_dicts(dicts) -> dict:
     for d in dicts:
         total.update(d or {})
     return dict(total)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _merge_values(key: str, values: list):
+    """The sources' values of a key the merge has no rule for, merged by their type; unknown keys too, so
+    that a key added to the campaign's summary is merged without a change here."""
+    present = [v for v in values if v is not None]
+    if key in _KEPT or not present:
+        return _one_or_list(values)
+    if all(_is_number(v) for v in present):
+        return sum(present)
+    if all(isinstance(v, dict) and all(_is_number(x) for x in v.values()) for v in present):
+        return _sum_dicts(present)
+    if all(isinstance(v, list) for v in present):
+        return [x for v in present for x in v]
+    return _one_or_list(values)
 
 
 def _one_or_list(values):
@@ -87,8 +125,9 @@ def _source_entries(summary: dict, name: str) -> list[dict]:
         return [{**entry, "source": f"{name}/{entry['source']}"} for entry in summary["sources"]]
     elapsed = summary["elapsed_s"]
     return [{"source": name, "kernel": summary["kernel"], "device": summary["device"], "seed": summary.get("seed"),
-             "verdict": summary["verdict"], "cases": summary["cases"], "examples": summary["examples"],
-             "judged": _judged(summary), "findings": len(summary["findings"]), "elapsed_s": elapsed,
+             "verdict": summary["verdict"], "stopped": summary["stopped"], "cases": summary["cases"],
+             "examples": summary["examples"], "judged": _judged(summary), "findings": len(summary["findings"]),
+             "elapsed_s": elapsed,
              "cases_per_s": round(summary["cases"] / elapsed, 3) if elapsed > 0 else None,
              "case_log_sha256": summary.get("case_log_sha256")}]
 
@@ -103,19 +142,19 @@ def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None) 
                               "Pass one name per summary, or none.")
     for summary, name in zip(summaries, sources):
         validate_summary(summary, name)
-    merged = {key: _one_or_list([s.get(key) for s in summaries]) for key in _SHARED + _KEPT}
+    keys = list(dict.fromkeys(k for s in summaries for k in s if k != "sources"))
+    merged = {key: _merge_values(key, [s.get(key) for s in summaries]) for key in keys}
     notes = [f"these campaigns ran different {key}s: {', '.join(map(str, merged[key]))}"
-             for key in _SHARED if isinstance(merged[key], list)]
-    merged.update({key: sum(s.get(key) or 0 for s in summaries) for key in _SUMMED_INTS})
-    merged.update({key: _sum_dicts(s.get(key) for s in summaries) for key in _SUMMED_DICTS})
-    merged["time_split_s"] = {k: round(v, 3) for k, v in merged["time_split_s"].items()}
-    merged["counts"] = {key: _sum_dicts(s["counts"].get(key) for s in summaries)
-                        for key in ("by_status", "by_dtype", "by_regime")}
+             for key in _SHARED if isinstance(merged.get(key), list)]
+    merged["time_split_s"] = {k: round(v, 3) for k, v in (merged.get("time_split_s") or {}).items()}
+    count_keys = dict.fromkeys(["by_status", "by_dtype", "by_regime"] + [k for s in summaries for k in s["counts"]])
+    merged["counts"] = {key: _sum_dicts(s["counts"].get(key) for s in summaries) for key in count_keys}
     elapsed = max((s["elapsed_s"] for s in summaries), default=0.0)
+    cases = sum(s["cases"] for s in summaries)
     entries = [e for s, name in zip(summaries, sources) for e in _source_entries(s, name)]
     merged.update(
-        verdict=merged_verdict(summaries), elapsed_s=elapsed,
-        cases_per_s=round(merged["cases"] / elapsed, 3) if elapsed > 0 else None,
+        verdict=merged_verdict(summaries), cases=cases, examples=sum(s["examples"] for s in summaries),
+        elapsed_s=elapsed, cases_per_s=round(cases / elapsed, 3) if elapsed > 0 else None,
         max_ratio_by_dtype=_max_ratios(summaries),
         notes=notes + [f"{name}: {n}" for s, name in zip(summaries, sources) for n in s.get("notes") or []],
         findings=[{**f, "source": f"{name}/{f['source']}" if "source" in f else name}
