@@ -1,0 +1,121 @@
+"""Benchmark: campaign throughput, with the time split per case, and the time to the first case.
+
+Each row runs `flashcheck fuzz` as a user would (a fresh process, `--json`), for a fixed time budget,
+and reads its summary: cases/s, and the milliseconds per case spent generating, in the kernel, in the
+oracle and budget, in the exact properties and in the envelope. Rows run one after another in one
+call, so their ratios are comparable; `--src` runs the same rows on another checkout's `src/` (an
+older commit, say) for a before/after table in the same run (rows that need an option the older code
+lacks are left out there).
+
+    python benchmarks/bench_campaign.py --device cuda --rows flash-1,flash-8,triton-8-cold,triton-8-warm
+    python benchmarks/bench_campaign.py --device cpu --rows cpu-smoke-1,cpu-smoke-2 --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+PARTS = ("generation", "kernel", "oracle", "properties", "envelope")
+
+# name -> (fuzz arguments, needs --jobs support, fresh Triton cache)
+ROWS = {
+    "startup-math": (["torch:math", "--preset", "smoke", "--max-examples", "1", "--no-isolation"], False, False),
+    "startup-flash": (["torch:flash", "--preset", "smoke", "--max-examples", "1", "--no-isolation"], False, False),
+    "flash-1": (["torch:flash", "--preset", "adversarial", "--keep-going", "--no-isolation"], False, False),
+    "flash-1-worker": (["torch:flash", "--preset", "adversarial", "--keep-going"], False, False),
+    "flash-8": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "8"], True, False),
+    "efficient-1": (["torch:efficient", "--preset", "adversarial", "--keep-going", "--no-isolation"], False, False),
+    "triton-1": (["flashcheck:triton", "--preset", "smoke", "--keep-going"], False, False),
+    "triton-8-cold": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "8"], True, True),
+    "triton-8-warm": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "8"], True, False),
+    "cpu-smoke-1": (["flashcheck:triton", "--preset", "smoke", "--max-examples", "40"], False, False),
+    "cpu-smoke-2": (["flashcheck:triton", "--preset", "smoke", "--max-examples", "40", "--jobs", "2"], True, False),
+}
+
+
+def run_row(name: str, *, src: Path, device: str, seconds: float, seed: int, cache: Path, work: Path) -> dict:
+    args, _, fresh_cache = ROWS[name]
+    if fresh_cache and cache.exists():
+        subprocess.run(["rm", "-rf", str(cache)], check=True)
+    work.mkdir(parents=True, exist_ok=True)
+    summary = work / f"{name}.json"
+    cmd = [sys.executable, "-m", "flashcheck.cli", "fuzz", *args, "--device", device, "--seed", str(seed),
+           "--no-progress", "--corpus", str(work / f"corpus-{name}"), "--json", str(summary)]
+    if "--max-examples" not in args:
+        cmd += ["--time-budget", str(seconds), "--max-examples", "100000"]
+    env = dict(os.environ, PYTHONPATH=str(src), FLASHCHECK_TRITON_CACHE=str(cache), TRITON_CACHE_DIR=str(cache))
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if not summary.exists():
+        return {"row": name, "error": (proc.stderr or proc.stdout)[-400:], "wall_s": wall}
+    d = json.loads(summary.read_text())
+    cases = max(d.get("cases", 0), 1)
+    split = d.get("time_split_s", {})
+    return {"row": name, "verdict": d.get("verdict"), "cases": d.get("cases", 0), "wall_s": round(wall, 2),
+            "cases_per_s": d.get("cases_per_s"), "compilations": d.get("compilations"),
+            "compile_s": split.get("compile"),
+            "ms_per_case": {p: round(1000 * split.get(p, 0.0) / cases, 2) for p in PARTS}}
+
+
+def _table(results: list[dict]) -> str:
+    head = f"{'label':8} {'row':15} {'cases':>6} {'cases/s':>8} {'wall s':>7} " + \
+           " ".join(f"{p[:6]:>7}" for p in PARTS) + f" {'compiles':>9}  verdict"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['label']:8} {r['row']:15} failed: {r['error'].splitlines()[-1] if r['error'] else '?'}")
+            continue
+        ms = " ".join(f"{r['ms_per_case'][p]:7.1f}" for p in PARTS)
+        comp = "" if r.get("compilations") is None else f"{r['compilations']} / {r.get('compile_s') or 0:.0f}s"
+        lines.append(f"{r['label']:8} {r['row']:15} {r['cases']:6} {r['cases_per_s'] or 0:8.2f} {r['wall_s']:7.1f} "
+                     f"{ms} {comp:>9}  {r['verdict']}")
+    return "\n".join(lines) + "\n(ms per case: generation, kernel, oracle+budget, properties, envelope)"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--rows", default="cpu-smoke-1,cpu-smoke-2", help=f"comma-separated, from {sorted(ROWS)}")
+    parser.add_argument("--seconds", type=float, default=60.0, help="time budget of each timed row")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1, help="run the row list this many times, interleaved")
+    parser.add_argument("--src", action="append", default=[], metavar="LABEL=PATH",
+                        help="also run the rows on another checkout's src/ (repeatable), e.g. before=/tmp/old/src")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"--rows: unknown {unknown}; pick from {sorted(ROWS)}")
+    sources = [("now", HERE / "src")] + [(s.split("=", 1)[0], Path(s.split("=", 1)[1])) for s in args.src]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for _ in range(args.repeat):
+            for label, src in sources:
+                cache = work / f"triton-cache-{label}"
+                for row in rows:
+                    if label != "now" and ROWS[row][1]:
+                        continue  # older code has no --jobs
+                    r = run_row(row, src=src, device=args.device, seconds=args.seconds, seed=args.seed,
+                                cache=cache, work=work / label)
+                    r["label"] = label
+                    results.append(r)
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+    print(_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
