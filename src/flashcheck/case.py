@@ -13,6 +13,7 @@ file never passes for a valid case.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -180,7 +181,9 @@ def _heads_identical(t: torch.Tensor) -> bool:
     return bool((bits == bits[:, :1]).all())
 
 
-def _versions() -> dict:
+@functools.lru_cache(maxsize=1)
+def _installed_versions() -> tuple:
+    # Reading package metadata costs ~1 ms a package: once a process, not once a case.
     def version(dist: str):
         try:
             return importlib.metadata.version(dist)
@@ -188,8 +191,12 @@ def _versions() -> dict:
             return None
 
     # Metadata only: importing triton here would fix TRITON_INTERPRET before the user sets it.
-    return {"flashcheck": version("flashcheck"), "torch": torch.__version__, "numpy": np.__version__,
-            "triton": version("triton")}
+    return (("flashcheck", version("flashcheck")), ("torch", torch.__version__), ("numpy", np.__version__),
+            ("triton", version("triton")))
+
+
+def _versions() -> dict:
+    return dict(_installed_versions())
 
 
 def _jsonable(value):
