@@ -7,7 +7,9 @@ verdict, counts per regime and dtype, throughput and one entry per finding with 
 
 A kernel given by name runs in a worker process (:mod:`flashcheck.worker`): a kernel that kills its
 process, hangs past the case timeout or poisons its CUDA context is a finding, and the campaign goes on
-with a fresh worker. A case too big for the device's memory is skipped and counted, not a finding.
+with a fresh worker. A case too big for the device's memory, or one the kernel refuses with
+:class:`flashcheck.Unsupported`, is skipped and counted (by kind and by reason), not a finding; a campaign
+that judged no case at all says ``NO_CASES``, never PASS.
 
 With ``keep_going`` the campaign does not stop at the first bug: each distinct bug (its signature is
 the sorted finding kinds, e.g. ``crash`` or ``over_budget``) is shrunk and saved once, later cases with
@@ -30,22 +32,29 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
-from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
 from .case import AttentionCase
 from .check import check
+from .database import open_database
 from .errors import InvalidArgument
 from .kernels import resolve_kernel
 from .diagnose import growth_with_length
+from .merge import NO_CASES, merged_verdict
 from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel, as_kernel
 from .strategies import Recipe, recipes
-from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, worst_status, write_json
+from .verdict import BUG, PASS, Verdict, json_number, write_json
 from .worker import KernelWorker, WorkerStartError
 
-__all__ = ["CampaignResult", "run_campaign", "save_finding", "signature"]
+__all__ = ["CampaignResult", "NO_CASES", "count_skip_reasons", "prepare_campaign", "run_campaign", "save_finding",
+           "signature"]
+
+# The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
+_TIMED_PARTS = ("kernel", "compile", "oracle", "properties", "envelope")
+MAX_SKIP_REASONS = 20  # distinct skip reasons a summary keeps; the others count together
+OTHER_SKIP_REASONS = "(other reasons)"
 
 
 class _FoundBug(Exception):
@@ -75,10 +84,10 @@ class CampaignResult:
     cases: int = 0     # every case checked, shrink candidates included
     examples: int = 0  # the cases hypothesis generated (what max_examples counts)
     elapsed: float = 0.0
-    # generation (hypothesis and the regimes), kernel (the first call), oracle (reference and budget),
-    # properties (the exact properties' reruns), envelope (the twin's tilings, for SUSPICIOUS).
-    time_split: dict = field(default_factory=lambda: dict.fromkeys(
-        ("generation", "kernel", "oracle", "properties", "envelope"), 0.0))
+    # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
+    # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
+    # envelope (the twin's tilings, for SUSPICIOUS).
+    time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + _TIMED_PARTS, 0.0))
     by_status: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
     by_regime: Counter = field(default_factory=Counter)
@@ -88,7 +97,9 @@ class CampaignResult:
     isolation: str = "in-process"
     case_timeout: float | None = None
     keep_going: bool = False
-    skipped: Counter = field(default_factory=lambda: Counter(oom=0))
+    skipped: Counter = field(default_factory=lambda: Counter(oom=0))  # by kind: "oom", "unsupported"
+    skipped_reasons: Counter = field(default_factory=Counter)  # "kind: reason" -> cases (count_skip_reasons)
+    compilations: int = 0  # Triton compilations during the kernel's calls
     timeouts: int = 0
     worker_restarts: int = 0
     bug_signatures: Counter = field(default_factory=Counter)  # generated cases per bug signature
@@ -110,7 +121,8 @@ class CampaignResult:
             "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
             "properties": {"checked": list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
             "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
-            "skipped": dict(self.skipped), "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
+            "skipped": dict(self.skipped), "skipped_reasons": dict(self.skipped_reasons),
+            "compilations": self.compilations, "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
             "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
             "findings": self.findings,
             "case_log_sha256": log_hash, "case_log": self.case_log,
@@ -160,20 +172,19 @@ def _round_seed(seed: int | None, round_no: int) -> int | None:
     return int(hashlib.sha256(f"{seed}/{round_no}".encode()).hexdigest()[:16], 16)
 
 
-def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, max_examples: int | None = None,
-                 time_budget: float | None = None, seed: int | None = None, corpus: str | Path = "flashcheck-corpus",
-                 database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
-                 case_timeout: float | None = None, kernel_options: dict | None = None) -> CampaignResult:
-    """Run one campaign; never raises for what the kernel does (that is a finding).
+def count_skip_reasons(counter: Counter, reasons: dict) -> None:
+    """Add ``reasons`` (reason -> cases) to ``counter``, keeping at most ``MAX_SKIP_REASONS`` distinct ones:
+    reasons past that count under ``OTHER_SKIP_REASONS`` (an OOM message naming its size differs per case)."""
+    for reason, n in reasons.items():
+        reason = reason[:200]
+        key = reason if reason in counter or len(counter.keys() - {OTHER_SKIP_REASONS}) < MAX_SKIP_REASONS \
+            else OTHER_SKIP_REASONS
+        counter[key] += n
 
-    ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
-    built-in) runs in a worker process, restarted whenever it dies or hangs, unless ``isolate=False``;
-    a :class:`Kernel` or a callable runs in this process. ``case_timeout`` bounds one case in the worker
-    (default 300 s on a GPU, 600 s on the CPU). ``keep_going`` goes on past the first bug.
-    """
-    corpus = Path(corpus)
-    max_examples = max_examples or preset.max_examples
-    time_budget = time_budget if time_budget is not None else preset.time_budget
+
+def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, isolate: bool = True,
+                     case_timeout: float | None = None, kernel_options: dict | None = None) -> tuple:
+    """Resolve the kernel and check the options: ``(kernel, isolate, dtypes)``, or :class:`InvalidArgument`."""
     if isinstance(kernel, str):
         resolved = resolve_kernel(kernel, device=device, **(kernel_options or {}))
     else:
@@ -186,212 +197,291 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                               "hangs, and this kernel runs in-process",
                               "Pass the kernel by name with isolate=True (CLI: drop --no-isolation), or drop "
                               "the timeout.")
-    if dtypes is None:
-        dtypes = preset.dtypes
-    dtypes = [d for d in dtypes if d in resolved.spec.dtypes]
+    wanted = list(preset.dtypes if dtypes is None else dtypes)
+    dtypes = [d for d in wanted if d in resolved.spec.dtypes]
     if not dtypes:
-        raise InvalidArgument("dtype", list(dtypes), f"kernel {resolved.name} supports only {resolved.spec.dtypes}",
+        raise InvalidArgument("dtype", wanted, f"kernel {resolved.name} supports only {resolved.spec.dtypes}",
                               "Pick a dtype the kernel supports.")
+    return resolved, isolate, dtypes
+
+
+def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, max_examples: int | None = None,
+                 time_budget: float | None = None, seed: int | None = None, corpus: str | Path = "flashcheck-corpus",
+                 database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
+                 case_timeout: float | None = None, kernel_options: dict | None = None, on_finding=None,
+                 reuse: bool = True) -> CampaignResult:
+    """Run one campaign; never raises for what the kernel does (that is a finding).
+
+    ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
+    built-in) runs in a worker process, restarted whenever it dies or hangs, unless ``isolate=False``;
+    a :class:`Kernel` or a callable runs in this process. ``case_timeout`` bounds one case in the worker
+    (default 300 s on a GPU, 600 s on the CPU). ``keep_going`` goes on past the first bug.
+    ``progress(result)`` is called after each case, ``on_finding(entry)`` with each finding's summary
+    entry as soon as its case is saved. ``reuse=False`` leaves out hypothesis's replay of the example
+    database (it is still written), so that the seed alone fixes the cases (:mod:`flashcheck.parallel`).
+    """
+    corpus = Path(corpus)
+    resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes, isolate=isolate,
+                                                 case_timeout=case_timeout, kernel_options=kernel_options)
     strategy = recipes(spec=resolved.spec, dtypes=dtypes, **preset.strategy_options())
     corpus.mkdir(parents=True, exist_ok=True)
-    stop_reason: list[str] = []
-    worker = None
-    if isolate:
-        worker = KernelWorker(kernel, device=device, options=kernel_options, case_timeout=case_timeout,
-                              should_stop=lambda: stop_reason == ["interrupted"])
-    result = CampaignResult(verdict=PASS, kernel=resolved.name, device=str(device), preset=preset.name, seed=seed,
-                            isolation="worker" if worker else "in-process", keep_going=keep_going,
-                            case_timeout=worker.case_timeout if worker else None)
-    clock = {"start": time.monotonic(), "deadline": math.inf}
-    saved_found: set[str] = set()     # signatures whose first case is saved
-    shrunk: set[str] = set()          # signatures shrunk and saved: later cases are only counted
-    in_kernel = [False]               # a case runs in this process: only an exception can stop it
-    last_end = [time.monotonic()]
-    current = [_Round()]
+    example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
+    worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout) \
+        if isolate else None
+    campaign = _Campaign(resolved, strategy, device=device, preset=preset, seed=seed, corpus=corpus,
+                         database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
+                         on_finding=on_finding, reuse=reuse)
+    return campaign.run(max_examples=max_examples or preset.max_examples,
+                        time_budget=time_budget if time_budget is not None else preset.time_budget)
 
-    def save(verdict: Verdict, case: AttentionCase, *, label: str, **extra) -> None:
-        path = save_finding(corpus, verdict, case, label=label)
-        result.findings.append({**_finding_entry(verdict, path, shrunk=label == "shrunk"), **extra})
-        if stop_reason == ["interrupted"]:
-            raise KeyboardInterrupt
 
-    def judge(case: AttentionCase, recipe: Recipe) -> Verdict:
-        properties = properties_for(recipe.seed)
-        if worker is not None:
-            return worker.check(case, properties=properties)
-        in_kernel[0] = True
-        try:
-            return check(resolved, case, device=device, properties=properties)
-        finally:
-            in_kernel[0] = False
+class _Campaign:
+    """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
-    def body(recipe: Recipe):
-        rnd = current[0]
+    def __init__(self, resolved: Kernel, strategy, *, device: str, preset: Preset, seed: int | None, corpus: Path,
+                 database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool):
+        self.resolved, self.strategy, self.device, self.seed = resolved, strategy, device, seed
+        self.corpus, self.database, self.reuse = corpus, database, reuse
+        self.keep_going, self.progress, self.on_finding = keep_going, progress, on_finding
+        self.worker = KernelWorker(**worker_args, should_stop=self.interrupted) if worker_args is not None else None
+        self.result = CampaignResult(verdict=PASS, kernel=resolved.name, device=str(device), preset=preset.name,
+                                     seed=seed, isolation="worker" if self.worker else "in-process",
+                                     keep_going=keep_going,
+                                     case_timeout=self.worker.case_timeout if self.worker else None)
+        self.stop_reason: str | None = None  # "interrupted", "time_budget" or "worker_failed"
+        self.in_kernel = False               # a case runs in this process: only an exception can stop it
+        self.start = self.last_end = time.monotonic()
+        self.deadline = math.inf
+        self.round = _Round()
+        self.saved_found: set[str] = set()   # signatures whose first case is saved
+        self.shrunk: set[str] = set()        # signatures shrunk and saved: later cases are only counted
+
+    def interrupted(self) -> bool:
+        return self.stop_reason == "interrupted"
+
+    # ---- hypothesis's test body ---------------------------------------------------------------------
+
+    def body(self, recipe: Recipe) -> None:
+        rnd = self.round
         shrinking = rnd.signature is not None
-        if stop_reason == ["interrupted"]:
+        if self.interrupted():
             raise KeyboardInterrupt
-        if stop_reason or time.monotonic() > clock["deadline"]:
-            stop_reason[:1] = stop_reason or ["time_budget"]
-            if not shrinking:
-                raise _Stop()
-            # Out of time while shrinking: failures replay from memory and anything else passes, so that
-            # hypothesis ends the shrink at once with the smallest failing case so far.
-            rnd.partial = True
-            if recipe in rnd.failures:
-                _fail(rnd.failures[recipe])
+        if self.stop_reason or time.monotonic() > self.deadline:
+            self._out_of_time(recipe, shrinking)
             return
         if recipe in rnd.failures:  # hypothesis's final replay: the kernel need not run (or die) again
             _fail(rnd.failures[recipe])
-        t0 = time.monotonic()
-        case = recipe.build(kernel=resolved.name)
-        result.time_split["generation"] += time.monotonic() - t0 + (t0 - last_end[0])
-        try:
-            verdict = judge(case, recipe)
-        except WorkerStartError as exc:  # it loaded before: the machine, not the kernel, is failing now
-            result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
-            stop_reason[:1] = ["worker_failed"]
-            if shrinking:
-                rnd.partial = True
-                return
-            raise _Stop() from None
-        for part in ("kernel", "oracle", "properties", "envelope"):
-            result.time_split[part] += verdict.elapsed.get(part, 0.0)
-        last_end[0] = time.monotonic()
-        result.cases += 1
-        result.case_log.append(f"{case.describe()} regime={recipe.regime} seed={recipe.seed}")
-        result.by_dtype[recipe.dtype] += 1
-        result.by_regime[recipe.regime] += 1
-        if worker is not None:
-            result.worker_restarts = worker.restarts
-        if not shrinking:
-            rnd.generated += 1
-            result.examples += 1
-        if verdict.skipped:  # e.g. out of memory: not the kernel's fault, and no verdict on it
-            result.skipped[verdict.skipped.split(":")[0]] += 1
-            if progress is not None:
-                progress(result)
+        ran = self._run_case(recipe, shrinking)
+        if ran is None:
             return
-        result.by_status[verdict.status] += 1
+        verdict, case = ran
+        if self._count(verdict, case, recipe, shrinking) and verdict.status == BUG:
+            self._on_bug(verdict, case, recipe, shrinking)
+
+    def _out_of_time(self, recipe: Recipe, shrinking: bool) -> None:
+        self.stop_reason = self.stop_reason or "time_budget"
+        if not shrinking:
+            raise _Stop()
+        # Out of time while shrinking: failures replay from memory and anything else passes, so that
+        # hypothesis ends the shrink at once with the smallest failing case so far.
+        self.round.partial = True
+        if recipe in self.round.failures:
+            _fail(self.round.failures[recipe])
+
+    def _run_case(self, recipe: Recipe, shrinking: bool) -> tuple | None:
+        """``(verdict, case)``, or None when no worker could start while shrinking (the shrink ends)."""
+        t0 = time.monotonic()
+        case = recipe.build(kernel=self.resolved.name)
+        self.result.time_split["generation"] += time.monotonic() - t0 + (t0 - self.last_end)
+        try:
+            return self.judge(case, recipe), case
+        except WorkerStartError as exc:  # it loaded before: the machine, not the kernel, is failing now
+            self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
+            self.stop_reason = "worker_failed"
+            if shrinking:
+                self.round.partial = True
+                return None
+            raise _Stop() from None
+
+    def judge(self, case: AttentionCase, recipe: Recipe) -> Verdict:
+        properties = properties_for(recipe.seed)
+        if self.worker is not None:
+            return self.worker.check(case, properties=properties)
+        self.in_kernel = True
+        try:
+            return check(self.resolved, case, device=self.device, properties=properties)
+        finally:
+            self.in_kernel = False
+
+    def _count(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool) -> bool:
+        """Count the case in the result; whether it was judged (not skipped)."""
+        r = self.result
+        for part in _TIMED_PARTS:
+            r.time_split[part] += verdict.elapsed.get(part, 0.0)
+        r.compilations += getattr(verdict, "compilations", 0)
+        self.last_end = time.monotonic()
+        r.cases += 1
+        r.case_log.append(f"{case.describe()} regime={recipe.regime} seed={recipe.seed}")
+        r.by_dtype[recipe.dtype] += 1
+        r.by_regime[recipe.regime] += 1
+        if self.worker is not None:
+            r.worker_restarts = self.worker.restarts
+        if not shrinking:
+            self.round.generated += 1
+            r.examples += 1
+        if verdict.skipped:  # out of memory, unsupported: not the kernel's fault, and no verdict on it
+            r.skipped[verdict.skipped.split(":")[0]] += 1
+            count_skip_reasons(r.skipped_reasons, {verdict.skipped: 1})
+        else:
+            self._count_judged(verdict, recipe, shrinking)
+        if self.progress is not None:
+            self.progress(r)
+        return not verdict.skipped
+
+    def _count_judged(self, verdict: Verdict, recipe: Recipe, shrinking: bool) -> None:
+        r = self.result
+        r.by_status[verdict.status] += 1
         if not shrinking and "batch" in verdict.properties:
-            result.info["batch_checked"] += 1
-            result.info["batch_dependent"] += any(n.startswith("batch-dependent") for n in verdict.notes)
-        result.timeouts += any(f.kind == "timeout" for f in verdict.findings)
+            r.info["batch_checked"] += 1
+            r.info["batch_dependent"] += any(n.startswith("batch-dependent") for n in verdict.notes)
+        r.timeouts += any(f.kind == "timeout" for f in verdict.findings)
         if math.isfinite(verdict.max_ratio):
-            prev = result.max_ratio_by_dtype.get(recipe.dtype, 0.0)
-            result.max_ratio_by_dtype[recipe.dtype] = max(prev, verdict.max_ratio)
+            r.max_ratio_by_dtype[recipe.dtype] = max(r.max_ratio_by_dtype.get(recipe.dtype, 0.0), verdict.max_ratio)
             target(min(verdict.max_ratio, 1e6), label="error/budget")
         event(f"regime {recipe.regime}")
         event(f"dtype {recipe.dtype}")
-        if progress is not None:
-            progress(result)
-        if verdict.status == BUG:
-            sig = signature(verdict)
-            if not shrinking:
-                result.bug_signatures[sig] += 1
-                if math.isfinite(verdict.max_ratio):
-                    result.ratios_by_signature.setdefault(sig, []).append((case.shapes.n_k, verdict.max_ratio))
-            if sig not in saved_found:  # the case as first found, before shrinking
-                saved_found.add(sig)
-                save(verdict, case, label="found", examples_at=result.examples)  # drawn cases so far
-            if sig in shrunk or (shrinking and sig != rnd.signature):
-                return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
-            failure = (verdict, case)
-            if not shrinking:
-                rnd.signature, rnd.first = sig, failure
-            rnd.failures[recipe] = rnd.best = failure
-            _fail(failure)
 
-    def make_test(round_no: int, examples: int):
-        # Later rounds skip the database: it holds the failures just shrunk, which would only count again.
-        phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink) if round_no == 0 \
-            else (Phase.generate, Phase.target, Phase.shrink)
-        test = settings(
-            max_examples=examples, deadline=None, database=DirectoryBasedExampleDatabase(
-                str(database or corpus / ".hypothesis")),
+    def _on_bug(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool) -> None:
+        rnd, r, sig = self.round, self.result, signature(verdict)
+        if not shrinking:
+            r.bug_signatures[sig] += 1
+            if math.isfinite(verdict.max_ratio):
+                r.ratios_by_signature.setdefault(sig, []).append((case.shapes.n_k, verdict.max_ratio))
+        if sig not in self.saved_found:  # the case as first found, before shrinking
+            self.saved_found.add(sig)
+            self.save(verdict, case, label="found", examples_at=r.examples)  # drawn cases so far
+        if sig in self.shrunk or (shrinking and sig != rnd.signature):
+            return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
+        failure = (verdict, case)
+        if not shrinking:
+            rnd.signature, rnd.first = sig, failure
+        rnd.failures[recipe] = rnd.best = failure
+        _fail(failure)
+
+    def save(self, verdict: Verdict, case: AttentionCase, *, label: str, **extra) -> None:
+        path = save_finding(self.corpus, verdict, case, label=label)
+        entry = {**_finding_entry(verdict, path, shrunk=label == "shrunk"), **extra}
+        self.result.findings.append(entry)
+        if self.on_finding is not None:
+            self.on_finding(entry)
+        if self.interrupted():
+            raise KeyboardInterrupt
+
+    def _record_shrunk(self, verdict: Verdict, case: AttentionCase, *, complete: bool) -> None:
+        self.shrunk.add(signature(verdict))
+        self.save(verdict, case, label="shrunk", shrink_complete=complete)
+
+    # ---- the rounds ------------------------------------------------------------------------------------
+
+    def _make_test(self, round_no: int, examples: int):
+        # Later rounds skip the database: it holds the failures just shrunk, which would only count again,
+        # and with one hypothesis keeps a pareto front that draws the later rounds back to them.
+        phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink) \
+            if round_no == 0 and self.reuse else (Phase.generate, Phase.target, Phase.shrink)
+        test = given(recipe=self.strategy)(self.body)
+        round_seed = _round_seed(self.seed, round_no)
+        if round_seed is not None:  # before settings: @seed sets database=None, and settings set it back
+            test = hypothesis_seed(round_seed)(test)
+        return settings(
+            max_examples=examples, deadline=None, database=self.database if round_no == 0 else None,
             suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, report_multiple_bugs=False,
             phases=phases,
-        )(given(recipe=strategy)(body))
-        round_seed = _round_seed(seed, round_no)
-        return hypothesis_seed(round_seed)(test) if round_seed is not None else test
+        )(test)
 
-    def record_shrunk(verdict: Verdict, case: AttentionCase, *, complete: bool) -> None:
-        shrunk.add(signature(verdict))
-        save(verdict, case, label="shrunk", shrink_complete=complete)
+    def _rounds(self, max_examples: int) -> str:
+        """Run hypothesis once per bug (once in all without keep_going); returns why the campaign stopped."""
+        generated = 0
+        round_no = 0
+        while generated < max_examples:
+            rnd = self.round = _Round()
+            try:
+                self._make_test(round_no, max_examples - generated)()
+                return "max_examples"
+            except _FoundBug as found:
+                self._record_shrunk(found.verdict, found.case, complete=not rnd.partial)
+            except Flaky:
+                # hypothesis could not reproduce the failure: keep the smallest case that did fail
+                self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
+                if rnd.best is not None:
+                    self._record_shrunk(*rnd.best, complete=False)
+            finally:
+                generated += rnd.generated
+            if not self.keep_going:
+                return "bug_found"
+            if self.stop_reason:
+                return self.stop_reason
+            round_no += 1
+        return "max_examples"
 
-    def on_signal(signum, frame):
+    def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:
+        previous = self._install_signal_handlers()
+        try:
+            if self.worker is not None:
+                self.worker.start()  # a kernel that cannot load in the worker is a usage error, before any case
+            # The clock starts once the kernel is loaded, as it did when the kernel loaded in this process.
+            self.start = self.last_end = time.monotonic()
+            self.deadline = self.start + time_budget if time_budget else math.inf
+            self.result.stopped = self._rounds(max_examples)
+        except _Stop:
+            self.result.stopped = self.stop_reason or "time_budget"
+        except KeyboardInterrupt:
+            self.result.stopped = "interrupted"
+            self._keep_shrink_progress()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if self.worker is not None:
+                self.worker.close()
+                self.result.worker_restarts = self.worker.restarts
+        return self._finish()
+
+    def _keep_shrink_progress(self) -> None:
+        rnd = self.round
+        if rnd.best is not None and rnd.best is not rnd.first and rnd.signature not in self.shrunk:
+            try:  # keep the shrink's progress: the smallest failing case so far
+                self._record_shrunk(*rnd.best, complete=False)
+            except KeyboardInterrupt:
+                pass
+
+    def _finish(self) -> CampaignResult:
+        r = self.result
+        r.elapsed = time.monotonic() - self.start
+        for entry in r.findings:  # a defect that accumulates along the keys says so
+            growth = growth_with_length(r.ratios_by_signature.get("+".join(entry["kinds"]), []))
+            if growth:
+                entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
+        # PASS needs a judged case: with none (all skipped, or no case at all) the verdict is NO_CASES.
+        r.verdict = merged_verdict([{"findings": r.findings, "counts": {"by_status": r.by_status}}])
+        return r
+
+    # ---- signals -----------------------------------------------------------------------------------------
+
+    def on_signal(self, signum, frame) -> None:
         # Only a flag, read at safe points (the next case, the worker's wait, after a save): an exception
         # raised anywhere could land in a half-written case or in a callback that swallows it. A kernel
         # running in this process can only be stopped by one, though.
-        stop_reason[:1] = ["interrupted"]
-        if in_kernel[0]:
+        self.stop_reason = "interrupted"
+        if self.in_kernel:
             raise KeyboardInterrupt
 
-    handled = (signal.SIGTERM, signal.SIGINT)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.getsignal(s) for s in handled} if in_main_thread else {}
-    for s in previous:  # signal handlers can only be set in the main thread
-        signal.signal(s, on_signal)
-    generated = 0
-    round_no = 0
-    try:
-        if worker is not None:
-            worker.start()  # a kernel that cannot load in the worker is a usage error, before any case runs
-        # The clock starts once the kernel is loaded, as it did when the kernel loaded in this process.
-        clock["start"] = last_end[0] = time.monotonic()
-        clock["deadline"] = clock["start"] + time_budget if time_budget else math.inf
-        while True:
-            remaining = max_examples - generated
-            if remaining <= 0:
-                result.stopped = "max_examples"
-                break
-            rnd = current[0] = _Round()
-            finished = False
-            try:
-                make_test(round_no, remaining)()
-                finished = True
-            except _FoundBug as found:
-                record_shrunk(found.verdict, found.case, complete=not rnd.partial)
-            except Flaky:
-                # hypothesis could not reproduce the failure: keep the smallest case that did fail
-                result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
-                if rnd.best is not None:
-                    record_shrunk(*rnd.best, complete=False)
-            finally:
-                generated += rnd.generated
-            if finished:
-                result.stopped = "max_examples"
-                break
-            if not keep_going:
-                result.stopped = "bug_found"
-                break
-            if stop_reason:
-                result.stopped = stop_reason[0]
-                break
-            round_no += 1
-    except _Stop:
-        result.stopped = stop_reason[0] if stop_reason else "time_budget"
-    except KeyboardInterrupt:
-        result.stopped = "interrupted"
-        rnd = current[0]
-        if rnd.best is not None and rnd.best is not rnd.first and rnd.signature not in shrunk:
-            try:  # keep the shrink's progress: the smallest failing case so far
-                record_shrunk(*rnd.best, complete=False)
-            except KeyboardInterrupt:
-                pass
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if worker is not None:
-            worker.close()
-            result.worker_restarts = worker.restarts
-    result.elapsed = time.monotonic() - clock["start"]
-    for entry in result.findings:  # a defect that accumulates along the keys says so
-        growth = growth_with_length(result.ratios_by_signature.get("+".join(entry["kinds"]), []))
-        if growth:
-            entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
-    statuses = [f["status"] for f in result.findings] + list(result.by_status)
-    result.verdict = worst_status(s for s in statuses if s in (PASS, SUSPICIOUS, BUG))
-    return result
+    def _install_signal_handlers(self) -> dict:
+        """Install :meth:`on_signal` for SIGTERM and SIGINT; returns the handlers it replaced."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # signal handlers can only be set in the main thread
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        for s in previous:
+            signal.signal(s, self.on_signal)
+        return previous
 
 
 def _finding_entry(verdict: Verdict, path: Path, *, shrunk: bool) -> dict:

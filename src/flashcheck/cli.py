@@ -1,13 +1,16 @@
 """The ``flashcheck`` command: ``fuzz`` a kernel, ``replay`` a saved case, ``selftest``, list ``kernels``
 and ``presets``.
 
-Exit status: 0 when nothing is wrong, 1 when a bug was found, 2 on a usage error.
+Exit status: 0 when nothing is wrong, 1 when a bug was found, 2 on a usage error, 3 when a campaign judged
+no case at all (every case skipped, or none run): its verdict is NO_CASES, never PASS.
 
 ``fuzz`` runs the kernel in a worker process: a kernel that dies is a ``crash`` finding, one that runs
 past ``--case-timeout`` (default 300 s on a GPU, 600 s under the Triton interpreter) a ``timeout``
-finding, and the campaign goes on with a fresh worker; cases that run out of device memory are skipped
-and counted. Ctrl-C or SIGTERM ends a campaign early with its summary written and its corpus kept (exit
-1 if a bug was found before, else 0).
+finding, and the campaign goes on with a fresh worker; cases that run out of device memory, or that the
+kernel declines (``flashcheck.Unsupported``), are skipped and counted. Ctrl-C or SIGTERM ends a campaign
+early with its summary written and its corpus kept (exit 1 if a bug was found before, else 0).
+``--jobs N`` runs the campaign in N worker processes (spread over the visible GPUs) and writes one merged
+summary (:mod:`flashcheck.parallel`); ``selftest --jobs N`` runs its rows in N processes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import os
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_BUG, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NO_CASES = 0, 1, 2, 3
+_FUZZ_EPILOG = """exit status: 0 nothing wrong (PASS or SUSPICIOUS), 1 a bug was found (BUG), 2 usage error,
+3 no case was judged (NO_CASES: every case skipped, e.g. out of memory or unsupported, or none run)"""
 DTYPES = ("fp16", "bf16", "fp32")
 
 
@@ -26,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flashcheck", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    fuzz = sub.add_parser("fuzz", help="run a fuzzing campaign against a kernel")
+    fuzz = sub.add_parser("fuzz", help="run a fuzzing campaign against a kernel", epilog=_FUZZ_EPILOG)
     fuzz.add_argument("kernel", help="torch:math, torch:flash, ..., flashcheck:triton, or package.module:function")
     fuzz.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
     fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None,
@@ -37,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--preset", default="smoke", metavar="NAME|PATH")
     fuzz.add_argument("--corpus", default="flashcheck-corpus", metavar="DIR",
                       help="where failing cases are saved (and the hypothesis database, unless --database)")
-    fuzz.add_argument("--database", default=None, metavar="DIR", help="a hypothesis example database to share")
+    fuzz.add_argument("--database", default=None, metavar="DIR|redis://HOST:PORT[/DB]",
+                      help="a hypothesis example database to share: a directory, or a Redis server that campaigns "
+                           "on several machines share (needs pip install 'flashcheck[redis]')")
     fuzz.add_argument("--json", default=None, metavar="PATH",
                       help="write the JSON summary here (also when the campaign is interrupted)")
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -48,7 +55,11 @@ def _parser() -> argparse.ArgumentParser:
                            "killed (default: 300 with --device cuda, 600 with --device cpu, the Triton interpreter)")
     fuzz.add_argument("--no-isolation", action="store_true",
                       help="run the kernel in this process: faster to start, easier to debug, but a crash or a "
-                           "hang of the kernel ends the campaign, and there is no --case-timeout")
+                           "hang of the kernel ends the campaign, and there is no --case-timeout or --jobs")
+    fuzz.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="N worker processes, each with its own seed (derived from --seed), sharing the corpus "
+                           "and the example database, spread over the visible GPUs; one merged summary "
+                           "(default: the preset's, else 1)")
 
     replay = sub.add_parser("replay", help="re-run one saved case")
     replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
@@ -72,8 +83,14 @@ def _parser() -> argparse.ArgumentParser:
                           help="seconds; rows still running then stop early and are marked stopped")
     selftest.add_argument("--json", default=None, metavar="PATH",
                           help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
+    selftest.add_argument("--jobs", type=int, default=1, metavar="N",
+                          help="run the rows (variant x dtype) in N processes, spread over the visible GPUs")
     selftest.add_argument("--table", nargs="+", default=None, metavar="JSON",
                           help="run nothing: print one table from the --json files of earlier (e.g. sharded) runs")
+
+    merge = sub.add_parser("merge", help="merge the --json summaries of campaigns run side by side into one")
+    merge.add_argument("summaries", nargs="+", metavar="SUMMARY", help="JSON summaries written by fuzz --json")
+    merge.add_argument("--json", default=None, metavar="PATH", help="write the merged summary here")
 
     sub.add_parser("kernels", help="list the built-in kernels")
     sub.add_parser("presets", help="list the built-in campaign presets")
@@ -119,10 +136,27 @@ def _progress_printer(total: int, enabled: bool):
     return bar, update
 
 
+def _exit_status(verdict: str) -> int:
+    return {"BUG": EXIT_BUG, "NO_CASES": EXIT_NO_CASES}.get(verdict, EXIT_OK)
+
+
+def _jobs(args, preset) -> int:
+    from .errors import InvalidArgument
+    from .parallel import check_jobs
+
+    if args.jobs is None:  # the preset's, unless the kernel must run in this process
+        return 1 if args.no_isolation else preset.jobs
+    check_jobs(args.jobs)
+    if args.jobs > 1 and args.no_isolation:
+        raise InvalidArgument("--jobs", args.jobs, "worker processes run the kernel by name in processes of their "
+                              "own, and --no-isolation runs it in this one", "Drop --no-isolation, or --jobs.")
+    return args.jobs
+
+
 def _cmd_fuzz(args) -> int:
-    from .campaign import run_campaign, write_summary
     from .errors import InvalidArgument
     from .presets import load_preset
+    from .verdict import write_json
 
     if args.case_timeout is not None:
         if not args.case_timeout > 0:
@@ -138,21 +172,32 @@ def _cmd_fuzz(args) -> int:
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.insert(0, os.getcwd())
     preset = load_preset(args.preset)
+    jobs = _jobs(args, preset)
     total = args.max_examples or preset.max_examples
     bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
     try:
-        result = run_campaign(args.kernel, device=device, preset=preset, dtypes=args.dtype,
-                              max_examples=args.max_examples, time_budget=args.time_budget, seed=args.seed,
-                              corpus=args.corpus, database=args.database, keep_going=args.keep_going,
-                              isolate=not args.no_isolation, case_timeout=args.case_timeout,
-                              progress=_started(bar, update))
+        summary = _run_fuzz(args, device, preset, jobs, _started(bar, update))
     finally:
         if bar is not None:
             bar.stop()
     if args.json:
-        write_summary(result, args.json)
-    _print_summary(result)
-    return EXIT_BUG if result.verdict == "BUG" else EXIT_OK
+        write_json(args.json, summary)
+    _print_summary(summary)
+    return _exit_status(summary["verdict"])
+
+
+def _run_fuzz(args, device: str, preset, jobs: int, progress) -> dict:
+    """The campaign's summary: one process's, or the merged one of ``jobs`` worker processes."""
+    options = dict(device=device, preset=preset, dtypes=args.dtype, max_examples=args.max_examples,
+                   time_budget=args.time_budget, seed=args.seed, corpus=args.corpus, database=args.database,
+                   keep_going=args.keep_going, case_timeout=args.case_timeout, progress=progress)
+    if jobs > 1:
+        from .parallel import run_campaigns
+
+        return run_campaigns(args.kernel, jobs=jobs, **options)
+    from .campaign import run_campaign
+
+    return run_campaign(args.kernel, isolate=not args.no_isolation, **options).as_dict()
 
 
 def _started(bar, update):
@@ -174,39 +219,71 @@ def _started(bar, update):
     return progress
 
 
-def _print_summary(result) -> None:
-    d = result.as_dict()
-    print(f"flashcheck fuzz {result.kernel} on {result.device} (preset {result.preset}): {result.verdict}")
-    print(f"  {result.cases} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s), stopped: {result.stopped}")
-    if result.cases != result.examples:
-        print(f"  {result.examples} cases drawn, {result.cases - result.examples} tried while shrinking")
-    split = ", ".join(f"{k} {v:.2f} s" for k, v in d["time_split_s"].items())
-    print(f"  time: {split}")
-    isolation = result.isolation
-    if result.isolation == "worker":
-        isolation += (f" process, case timeout {result.case_timeout:g} s, {result.worker_restarts} restarts, "
-                      f"{result.timeouts} timeouts")
+def _text(value) -> str:
+    # A value that merged campaigns share, or their different values.
+    if isinstance(value, list):
+        return ", ".join(_text(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _print_summary(d: dict) -> None:
+    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people."""
+    print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])}): {d['verdict']}")
+    print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s), stopped: {_text(d['stopped'])}")
+    if d["cases"] != d["examples"]:
+        print(f"  {d['examples']} cases drawn, {d['cases'] - d['examples']} tried while shrinking")
+    print(f"  time: {_time_split(d['time_split_s'], d.get('compilations', 0))}")
+    isolation = _text(d["isolation"])
+    if isolation == "worker":
+        isolation += (f" process, case timeout {_text(d['case_timeout_s'])} s, {d['worker_restarts']} restarts, "
+                      f"{d['timeouts']} timeouts")
     print(f"  kernel ran: {isolation}")
-    if result.info["batch_checked"]:
-        print(f"  batch invariance (information): {result.info['batch_dependent']} of {result.info['batch_checked']} "
+    for source in d.get("sources") or []:  # one per --jobs worker
+        gpu = f" (GPU {source['gpu']})" if source.get("gpu") is not None else ""
+        ended = f", ended: {source['exit']}" if source.get("exit") else ""
+        print(f"  {source['source']}{gpu}: {source['verdict']}, {source['cases']} cases, {source['findings']} "
+              f"findings, stopped: {source.get('stopped')}{ended}")
+    info = d["info"]
+    if info.get("batch_checked"):
+        print(f"  batch invariance (information): {info['batch_dependent']} of {info['batch_checked']} "
               "batched cases gave other bits for a sequence run alone")
-    skipped = sum(result.skipped.values())
-    if skipped:
-        why = ", ".join(f"{n} {'out of memory' if k == 'oom' else k}" for k, n in result.skipped.items() if n)
-        print(f"  skipped (not judged): {skipped} cases ({why})")
-    for dtype, ratio in sorted(result.max_ratio_by_dtype.items()):
-        print(f"  {dtype}: {result.by_dtype[dtype]} cases, max error/budget {ratio:.3g}")
-    if result.bug_signatures:
-        counts = ", ".join(f"{sig} {n}" for sig, n in result.bug_signatures.most_common())
+    _print_skipped(d)
+    for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
+        print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}")
+    if d["bug_signatures"]:
+        counts = ", ".join(f"{sig} {n}" for sig, n in sorted(d["bug_signatures"].items(), key=lambda kv: -kv[1]))
         print(f"  failing cases per bug: {counts}")
-    for note in result.notes:
+    for note in d["notes"]:
         print(f"  note: {note}")
-    for f in result.findings:
+    for f in d["findings"]:
         state = "as found" if not f["shrunk"] else "shrunk" if f.get("shrink_complete", True) else "partly shrunk"
-        print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}): {f['case']}")
+        source = f", {f['source']}" if "source" in f else ""
+        print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}{source}): {f['case']}")
         for line in f["diagnosis"]:
             print(f"      {line}")
         print(f"      replay: {f['replay']}")
+
+
+def _time_split(split: dict, compilations: int) -> str:
+    # Compilation time is part of the kernel's: shown inside it, not beside it.
+    parts = []
+    for part, seconds in split.items():
+        if part == "kernel" and (compilations or split.get("compile")):
+            parts.append(f"kernel {seconds:.2f} s (compiling {split.get('compile', 0.0):.2f} s of it, "
+                         f"{compilations} compilations)")
+        elif part != "compile":
+            parts.append(f"{part} {seconds:.2f} s")
+    return ", ".join(parts)
+
+
+def _print_skipped(d: dict) -> None:
+    skipped = sum(d["skipped"].values())
+    if not skipped:
+        return
+    why = ", ".join(f"{n} {'out of memory' if k == 'oom' else k}" for k, n in d["skipped"].items() if n)
+    print(f"  skipped (not judged): {skipped} cases ({why})")
+    for reason, n in sorted((d.get("skipped_reasons") or {}).items(), key=lambda kv: -kv[1]):
+        print(f"      {n} x {reason}")
 
 
 def _cmd_replay(args) -> int:
@@ -267,13 +344,16 @@ def _saved_rows(paths):
 
 
 def _cmd_selftest(args) -> int:
-    from .selftest import format_table, run_selftest
+    from .selftest import format_table
     from .verdict import write_json
 
     if args.table:
         rows = _saved_rows(args.table)
         print(format_table(rows))
         return _selftest_exit(rows)
+    from .parallel import check_jobs
+
+    check_jobs(args.jobs)
     if args.time_budget is not None and not args.time_budget > 0:
         from .errors import InvalidArgument
 
@@ -293,12 +373,39 @@ def _cmd_selftest(args) -> int:
         print(f"  {row.variant:28} {row.dtype}  {row.cases:4} cases  {state}  ({row.seconds:.1f} s)",
               file=sys.stderr, flush=True)
 
-    rows = run_selftest(device=device, dtypes=dtypes, cases=args.cases, bug_cases=args.bug_cases, seed=args.seed,
-                        max_n=args.max_n, names=args.variant, which=args.variants,
-                        head_dims=_int_list("--head-dims", args.head_dims), time_budget=args.time_budget,
-                        progress=progress)
+    rows = _run_selftest(args, device, dtypes, progress)
+    if args.json:  # in the table's order (--jobs finishes rows in any order)
+        write_json(args.json, [r.as_dict() for r in rows])
     print(format_table(rows))
     return _selftest_exit(rows)
+
+
+def _cmd_merge(args) -> int:
+    from .merge import load_summary, merge_summaries
+    from .verdict import write_json
+
+    merged = merge_summaries([load_summary(p) for p in args.summaries], sources=args.summaries)
+    if args.json:
+        write_json(args.json, merged)
+    print(f"flashcheck merge of {len(args.summaries)} summaries:")
+    _print_summary(merged)
+    return _exit_status(merged["verdict"])
+
+
+def _run_selftest(args, device: str, dtypes, progress) -> list:
+    """The self-test's rows, run here or (``--jobs N``) in N processes: the same rows either way."""
+    from .selftest import run_selftest, selftest_plan
+
+    options = dict(cases=args.cases, bug_cases=args.bug_cases, seed=args.seed, max_n=args.max_n,
+                   head_dims=_int_list("--head-dims", args.head_dims))
+    if args.jobs == 1:
+        return run_selftest(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
+                            time_budget=args.time_budget, progress=progress, **options)
+    from .parallel import run_selftest_rows
+
+    plan = selftest_plan(device=device, dtypes=dtypes, names=args.variant, which=args.variants)
+    return run_selftest_rows(plan, jobs=args.jobs, device=device, time_budget=args.time_budget, progress=progress,
+                             **options)
 
 
 def _cmd_kernels(args) -> int:
@@ -326,8 +433,8 @@ def main(argv=None) -> int:
     quiet_interpreter()
     from .errors import FlashcheckError
 
-    commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "kernels": _cmd_kernels,
-                "presets": _cmd_presets}
+    commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "merge": _cmd_merge,
+                "kernels": _cmd_kernels, "presets": _cmd_presets}
     try:
         return commands[args.command](args)
     except FlashcheckError as exc:

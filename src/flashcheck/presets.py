@@ -33,6 +33,7 @@ class Preset:
     max_batch: int = 2
     max_heads: int = 4
     head_dims: tuple | None = None
+    jobs: int = 1  # worker processes (fuzz --jobs, which wins over it)
     source: str = field(default="", compare=False)
 
     def strategy_options(self) -> dict:
@@ -43,7 +44,7 @@ class Preset:
 
 
 _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), "min_n": int, "max_n": int,
-          "max_batch": int, "max_heads": int}
+          "max_batch": int, "max_heads": int, "jobs": int}
 _LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
           "head_dims": int}
 
@@ -81,7 +82,7 @@ def load_preset(name_or_path: str | Path) -> Preset:
                 raise InvalidArgument(f"{path.name}: {key}", value, "expected a list",
                                       f"Give {key} as a TOML list of {_LISTS[key].__name__}s.")
             data[key] = tuple(value)
-    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads"):
+    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs"):
         if key in data and data[key] < 1:
             raise InvalidArgument(f"{path.name}: {key}", data[key], "must be at least 1", f"Set {key} >= 1.")
     return Preset(name=path.stem, source=str(path), **data)

@@ -21,7 +21,7 @@ from .spec import Kernel
 from .strategies import Recipe, draw_recipes
 from .verdict import BUG, SUSPICIOUS, from_json_number, json_number
 
-__all__ = ["Variant", "variants", "run_selftest", "CORRECT_TILES"]
+__all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES"]
 
 CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
 MUTANT_TILE = (32, 32)
@@ -190,20 +190,31 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
     deadline = None if time_budget is None else time.monotonic() + time_budget
     rows = []
     recipe_cache: dict = {}
+    for variant, kernel, dtype in _rows(device, dtypes, names, which):
+        key = (kernel.spec, dtype)
+        if key not in recipe_cache:
+            recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
+                                             max_heads=4, head_dims=head_dims)
+        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline)
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def selftest_plan(*, device: str, dtypes=("fp16", "fp32"), names: list[str] | None = None,
+                  which: str = "all") -> list[tuple[str, str]]:
+    """The rows :func:`run_selftest` runs, in its order, as ``(variant name, dtype)`` pairs: each row's
+    cases depend on the seed and the row alone, so rows may run apart (``selftest --jobs``)."""
+    return [(variant.name, dtype) for variant, _, dtype in _rows(device, dtypes, names, which)]
+
+
+def _rows(device: str, dtypes, names, which):
     for variant in variants(device, names=names, which=which):
         kernel = variant.make()
         for dtype in dtypes:
-            if dtype not in kernel.spec.dtypes or dtype not in variant.dtypes:
-                continue
-            key = (kernel.spec, dtype)
-            if key not in recipe_cache:
-                recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
-                                                 max_heads=4, head_dims=head_dims)
-            row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline)
-            rows.append(row)
-            if progress is not None:
-                progress(row)
-    return rows
+            if dtype in kernel.spec.dtypes and dtype in variant.dtypes:
+                yield variant, kernel, dtype
 
 
 def format_table(rows: list[Row]) -> str:

@@ -1,5 +1,7 @@
 """Kernels for the CLI tests, importable as tests.cli._planted:NAME."""
 
+import torch
+
 import flashcheck
 from flashcheck.twin import twin_attention
 from tests._planted import wrong_scale_past
@@ -28,3 +30,9 @@ def crashes(q, k, v, *, scale, causal, attn_mask=None):
 def plain(q, k, v, *, scale, causal, attn_mask=None):
     """No spec: flashcheck tests it on the default spec only."""
     return correct(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def always_out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
+    """Every case is skipped (raised by hand: the CPU has no CUDA allocator), so nothing is ever judged."""
+    raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {q.shape[2] % 3} GiB")

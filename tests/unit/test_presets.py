@@ -22,6 +22,9 @@ def test_user_preset_by_path(tmp_path):
     preset = load_preset(path)
     assert preset.name == "mine" and preset.max_examples == 7 and preset.dtypes == ("bf16",)
     assert preset.strategy_options()["value_regimes"] == ("ties",)
+    assert preset.jobs == 1
+    path.write_text("jobs = 3\n")
+    assert load_preset(path).jobs == 3
 
 
 @pytest.mark.parametrize("text, words", [
@@ -29,6 +32,8 @@ def test_user_preset_by_path(tmp_path):
     ('max_examples = "3"\n', "wrong kind of value"),
     ("dtypes = \"fp16\"\n", "expected a list"),
     ("max_n = 0\n", "must be at least 1"),
+    ("jobs = 0\n", "must be at least 1"),
+    ("jobs = 1.5\n", "wrong kind of value"),
     ("max_n = [\n", "cannot be read as TOML"),
 ])
 def test_bad_user_presets_are_refused_by_key(tmp_path, text, words):
