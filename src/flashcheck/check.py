@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -172,12 +173,33 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     contract = precision_named(precision) if precision is not None else kern.spec.precision
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
+    compiled_before = _compilation_stats()
     try:
-        return _check(kern, case, contract, device, reference, budget, properties, envelope, regime, meta)
+        verdict = _check(kern, case, contract, device, reference, budget, properties, envelope, regime, meta)
     except _Skip as skip:
-        return _skipped(skip, device, meta)
+        verdict = _skipped(skip, device, meta)
     except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
-        return _skipped(_Skip("oom", _one_line("flashcheck's inputs or oracle", exc)), device, meta)
+        verdict = _skipped(_Skip("oom", _one_line("flashcheck's inputs or oracle", exc)), device, meta)
+    return _count_compilations(verdict, compiled_before)
+
+
+def _compilation_stats() -> tuple[int, float] | None:
+    # Only a process that imported triton can have compiled a Triton kernel: never import it here.
+    if "triton" not in sys.modules:
+        return None
+    from .kernels.triton_cache import compilation_stats
+
+    return compilation_stats()
+
+
+def _count_compilations(verdict: Verdict, before: tuple[int, float] | None) -> Verdict:
+    """Record the Triton compilations of the case's kernel calls (first run and property reruns)."""
+    after = _compilation_stats()
+    if after is not None:
+        count, seconds = before or (0, 0.0)
+        verdict.compilations = after[0] - count
+        verdict.elapsed["compile"] = after[1] - seconds
+    return verdict
 
 
 def _one_line(where: str, error: BaseException) -> str:

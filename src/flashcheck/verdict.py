@@ -124,6 +124,8 @@ class Verdict:
     # Information that is not a finding (e.g. batch dependence a spec does not rule out).
     notes: list = field(default_factory=list)
     properties: list = field(default_factory=list)  # the exact properties checked on this case
+    # Triton kernel variants built during this case's kernel calls; their seconds are elapsed["compile"].
+    compilations: int = 0
 
     @classmethod
     def from_findings(cls, findings, **kw) -> "Verdict":
@@ -145,7 +147,7 @@ class Verdict:
         return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,
                 "max_ratio": json_number(self.max_ratio), "elapsed": self.elapsed,
                 "findings": [f.as_dict() for f in self.findings], "skipped": self.skipped,
-                "notes": list(self.notes), "properties": list(self.properties)}
+                "notes": list(self.notes), "properties": list(self.properties), "compilations": self.compilations}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
@@ -154,4 +156,4 @@ class Verdict:
                    max_ratio=from_json_number(data.get("max_ratio", "nan")), kernel=data.get("kernel", ""),
                    case=data.get("case", ""), regime=data.get("regime"), elapsed=dict(data.get("elapsed") or {}),
                    skipped=data.get("skipped"), notes=list(data.get("notes") or []),
-                   properties=list(data.get("properties") or []))
+                   properties=list(data.get("properties") or []), compilations=int(data.get("compilations") or 0))

@@ -184,3 +184,22 @@ def test_smoke_preset_cases_with_every_property():
         verdict = judge(kernel, recipe.build(kernel=kernel.name), device="cuda", properties=PROPERTIES)
         torch.cuda.synchronize()
         assert verdict.status != "BUG", f"{recipe}: {verdict}"
+
+
+def test_new_lengths_and_layouts_compile_nothing_new():
+    """Sizes and strides are not specialised on: once a dtype and tiling has run, other lengths, head
+    counts and layouts reuse its compiled kernel (tests/interpreter/test_triton_compilations.py checks
+    the specialisations themselves, without a GPU)."""
+    from flashcheck.kernels.triton_cache import compilation_stats, watch_compilations
+
+    kern = make_kernel(block_m=32, block_n=64)
+    q, k, v = qkv(Nq=1, Nk=1, D=40, dtype=torch.float16)
+    kern(q, k, v, scale=0.2, causal="none")
+    assert watch_compilations()  # this Triton has the hooks, so a count that does not move means something
+    before = compilation_stats()[0]
+    for B, Hq, Hkv, Nq, Nk in ((1, 2, 1, 17, 31), (2, 4, 4, 64, 100), (3, 1, 1, 257, 16)):
+        q, k, v = qkv(B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=40, dtype=torch.float16)
+        for layout in (lambda t: t, lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)):
+            out, lse = kern(layout(q), layout(k), layout(v), scale=0.2, causal="none")
+            assert_close_to_reference(out, lse, q, k, v, scale=0.2, causal="none", attn_mask=None)
+    assert compilation_stats()[0] == before

@@ -171,3 +171,9 @@ def raises_value_error(q, k, v, *, scale, causal, attn_mask=None):
     if k.shape[2] % 2:
         raise ValueError(f"cannot handle {k.shape[2]} keys")
     return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
+def reports_triton_cache_dir(q, k, v, *, scale, causal, attn_mask=None):
+    """Declines every input, giving its process's TRITON_CACHE_DIR as the reason: what a worker inherited."""
+    raise flashcheck.Unsupported(os.environ.get("TRITON_CACHE_DIR", "unset"))

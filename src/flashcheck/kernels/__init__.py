@@ -14,6 +14,7 @@ kernel cannot run here, :class:`InvalidArgument` for a bad name, path or option.
 
 Nothing here imports triton. For ``flashcheck:triton`` on the CPU the registry sets
 ``TRITON_INTERPRET=1`` (Triton reads it when a kernel is jitted, which flashcheck does lazily).
+Resolving any kernel applies ``$FLASHCHECK_TRITON_CACHE`` (see :mod:`.triton_cache`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 from ..errors import BackendUnavailable, InvalidArgument
 from ..spec import Kernel, as_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
+from .triton_cache import use_triton_cache
 
 __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
 
@@ -279,6 +281,7 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     ``input_precision``).
     """
     device = _device_type(device)
+    use_triton_cache()  # before any kernel compiles, and before a campaign starts its workers
     if isinstance(target, str):
         base, mutant, named = parse_kernel_name(target)
         if base in BUILTIN_KERNELS and (named or mutant):
