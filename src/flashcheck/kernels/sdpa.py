@@ -33,6 +33,7 @@ wrong rows (errors of order 1) and non-zero empty rows (torch 2.11, H200).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 
@@ -205,6 +206,18 @@ def _refusal_reason(caught, exc: BaseException) -> str:
     return "; ".join(reasons) if reasons else str(exc).strip().rstrip(".")
 
 
+@contextlib.contextmanager
+def _warn_every_time():
+    """Some of SDPA's reasons are warned once per process (cuDNN's "does not support key/value sequence
+    length 1", seen with torch 2.11): without this, a second refusal would give no reason at all."""
+    before = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    try:
+        yield
+    finally:
+        torch.set_warn_always(before)
+
+
 def _unit_stride_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.size(-1) == 1 or t.stride(-1) == 1 else t.contiguous()
 
@@ -274,7 +287,7 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
             elif causal == "bottom_right":  # the mask causal_lower_right materialises for these backends
                 kwargs["attn_mask"] = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril(Nk - Nq)
             try:
-                with torch.no_grad(), sdpa_kernel(backend):
+                with torch.no_grad(), sdpa_kernel(backend), _warn_every_time():
                     return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
             except RuntimeError as exc:
                 text = str(exc)
