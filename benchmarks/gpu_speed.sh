@@ -15,11 +15,12 @@ python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'trit
 labels=("now=$now"); [ -n "${BEFORE:-}" ] && labels+=("before=$BEFORE")
 for pair in "${labels[@]}"; do label=${pair%%=*}; src=${pair#*=}
   PYTHONPATH=$src python3 benchmarks/bench_oracle.py --device cuda --json "$out/oracle_$label.json" | tail -1 | sed "s/^/$label /"
-  for k in torch:flash flashcheck:triton; do
-    PYTHONPATH=$src python3 benchmarks/profile_case.py --device cuda --kernel "$k" --cases 100 --label "$label" \
+  for k in ${PROFILE_KERNELS:-torch:flash flashcheck:triton}; do
+    PYTHONPATH=$src python3 benchmarks/profile_case.py --device cuda --kernel "$k" --cases "${PROFILE_CASES:-100}" --label "$label" \
         --json "$out/profile_${label}_${k//[^a-z]/_}.json" 2>/dev/null | tail -1
   done
 done
 src_args=(); [ -n "${BEFORE:-}" ] && src_args=(--src "before=$BEFORE")
+# Rows that need --jobs are left out of the older checkout's run by bench_campaign itself.
 python3 benchmarks/bench_campaign.py --device cuda --rows "$rows" --seconds "$seconds" "${src_args[@]}" \
     --json "$out/campaign.json" 2> "$out/campaign.log"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The mutation suite on a CUDA machine in one call: the correct kernels (detection must give no BUG and
+# no SUSPICIOUS) and every planted bug (each must get BUG), side by side in two self-tests whose rows
+# spread over worker processes (--jobs) and the visible GPUs, both stopped in time by a deadline.
+# Usage (repository root): bash benchmarks/gpu_selftest.sh OUTDIR [CORRECT_JOBS] [BUG_JOBS] [CASES] [SECONDS]
+set -uo pipefail
+out=${1:-${OUT:-/tmp/flashcheck-selftest}}
+correct_jobs=${2:-10}
+bug_jobs=${3:-6}
+cases=${4:-520}
+seconds=${5:-480}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(), 'GPUs', torch.cuda.device_count())"
+run() { local which=$1 jobs=$2
+  python3 -m flashcheck.cli selftest --device cuda --variants "$which" --jobs "$jobs" --max-n 1024 --head-dims 64,128 \
+      --seed "${FLASHCHECK_SEED:-0}" --cases "$cases" --bug-cases "${FLASHCHECK_BUG_CASES:-60}" --time-budget "$seconds" \
+      --json "$out/selftest_$which.json" > "$out/selftest_$which.txt" 2> "$out/selftest_$which.err"
+  echo "selftest $which exit $?" >> "$out/selftest_$which.txt"; }
+run correct "$correct_jobs" &
+run bugs "$bug_jobs" &
+wait
+python3 -m flashcheck.cli selftest --table "$out"/selftest_correct.json "$out"/selftest_bugs.json > "$out/selftest_table.txt"
+grep "exit" "$out"/selftest_correct.txt "$out"/selftest_bugs.txt
+tail -40 "$out/selftest_table.txt"
