@@ -96,21 +96,30 @@ def visible_gpus(device: str) -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+# The thread pools of torch (OpenMP, MKL) and numpy (OpenBLAS) each take every core by default: N
+# workers would run N times as many threads as cores (measured on an H200 host, 16 cores: 8 workers made
+# generation 40x slower). Each worker gets its share, unless the user set the variable.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def threads_per_worker(jobs: int) -> str:
+    return str(max(1, (os.cpu_count() or 1) // max(jobs, 1)))
+
+
 @contextmanager
-def _child_environment(name: str, value: str | None):
+def _child_environment(values: dict):
     # A spawned child copies the parent's environment when it starts: set it for that moment only.
-    if value is None:
-        yield
-        return
-    before = os.environ.get(name)
-    os.environ[name] = value
+    values = {name: value for name, value in values.items() if value is not None}
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @dataclass
@@ -138,7 +147,8 @@ def _start_jobs(target, payloads: list, device: str, name: str) -> list[_Job]:
         parent_end, child_end = ctx.Pipe()
         # Not a daemon: it starts a kernel worker of its own. It dies with the parent all the same (prctl).
         process = ctx.Process(target=target, args=(child_end, index, payload), name=f"{name}-{index}")
-        with _child_environment("CUDA_VISIBLE_DEVICES", gpu):
+        threads = {v: threads_per_worker(len(payloads)) for v in THREAD_VARIABLES if v not in os.environ}
+        with _child_environment({"CUDA_VISIBLE_DEVICES": gpu, **threads}):
             process.start()
         child_end.close()  # so that the parent reads EOF once the child is gone
         jobs.append(_Job(index, process, parent_end, gpu, seed=payload.get("seed")))

@@ -129,3 +129,32 @@ def test_examples_and_seeds_are_split_deterministically():
     assert split_examples(7, 3) == [3, 2, 2] and split_examples(2, 3) == [1, 1, 0]
     assert job_seed(5, 0, 1) == 5 and job_seed(None, 1, 2) is None
     assert job_seed(5, 1, 2) == job_seed(5, 1, 4) != job_seed(5, 0, 2)
+
+
+def _report_threads(conn, index: int, payload) -> None:
+    import torch
+
+    conn.send(("threads", (os.environ.get("OMP_NUM_THREADS"), os.environ.get("OPENBLAS_NUM_THREADS"),
+                           torch.get_num_threads())))
+
+
+def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
+    from flashcheck import parallel
+
+    for name in parallel.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    jobs = parallel._start_jobs(_report_threads, [{}] * 8, "cpu", "test")
+    try:
+        seen = [threads for _, _, threads in parallel._messages(jobs)]
+    finally:
+        parallel._end_jobs(jobs)
+    assert seen == [("2", "2", 2)] * 8  # 16 cores over 8 workers, torch's own pool included
+    assert "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
+    jobs = parallel._start_jobs(_report_threads, [{}] * 2, "cpu", "test")
+    try:
+        seen = [threads for _, _, threads in parallel._messages(jobs)]
+    finally:
+        parallel._end_jobs(jobs)
+    assert {t[0] for t in seen} == {"3"}
