@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+TIMED_EXAMPLES = 100_000  # the cap of a timed row: its time budget ends it
 PARTS = ("generation", "kernel", "oracle", "properties", "envelope")
 
 # name -> (fuzz arguments, needs --jobs support, fresh Triton cache)
@@ -36,8 +37,11 @@ ROWS = {
     "triton-1": (["flashcheck:triton", "--preset", "smoke", "--keep-going"], False, False),
     "triton-8-cold": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "8"], True, True),
     "triton-8-warm": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "8"], True, False),
-    "cpu-smoke-1": (["flashcheck:triton", "--preset", "smoke", "--max-examples", "40"], False, False),
-    "cpu-smoke-2": (["flashcheck:triton", "--preset", "smoke", "--max-examples", "40", "--jobs", "2"], True, False),
+    "cpu-smoke-1": (["flashcheck:triton", "--preset", "smoke", "--max-examples", "160"], False, False),
+    "cpu-smoke-2": (["flashcheck:triton", "--preset", "smoke", "--max-examples", "160", "--jobs", "2"], True, False),
+    # Timed: every worker busy to the end, so none waits for another (as in a campaign with a time budget).
+    "cpu-smoke-1-timed": (["flashcheck:triton", "--preset", "smoke", "--keep-going"], False, False),
+    "cpu-smoke-2-timed": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "2"], True, False),
 }
 
 
@@ -50,7 +54,7 @@ def run_row(name: str, *, src: Path, device: str, seconds: float, seed: int, cac
     cmd = [sys.executable, "-m", "flashcheck.cli", "fuzz", *args, "--device", device, "--seed", str(seed),
            "--no-progress", "--corpus", str(work / f"corpus-{name}"), "--json", str(summary)]
     if "--max-examples" not in args:
-        cmd += ["--time-budget", str(seconds), "--max-examples", "100000"]
+        cmd += ["--time-budget", str(seconds), "--max-examples", str(TIMED_EXAMPLES)]
     env = dict(os.environ, PYTHONPATH=str(src), FLASHCHECK_TRITON_CACHE=str(cache), TRITON_CACHE_DIR=str(cache))
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -61,9 +65,44 @@ def run_row(name: str, *, src: Path, device: str, seconds: float, seed: int, cac
     cases = max(d.get("cases", 0), 1)
     split = d.get("time_split_s", {})
     return {"row": name, "verdict": d.get("verdict"), "cases": d.get("cases", 0), "wall_s": round(wall, 2),
+            "elapsed_s": d.get("elapsed_s", 0.0), "sources": d.get("sources"),
             "cases_per_s": d.get("cases_per_s"), "compilations": d.get("compilations"),
             "compile_s": split.get("compile"),
             "ms_per_case": {p: round(1000 * split.get(p, 0.0) / cases, 2) for p in PARTS}}
+
+
+def _without(args: list, option: str) -> list:
+    """``args`` less ``option`` and its value."""
+    if option not in args:
+        return list(args)
+    i = args.index(option)
+    return args[:i] + args[i + 2:]
+
+
+def same_cases_speedup(name: str, result: dict, *, src: Path, device: str, seconds: float, cache: Path,
+                       work: Path) -> None:
+    """Run what each worker of a ``--jobs N`` row drew, worker after worker, in one process: the same case
+    streams, so the ratio of cases/s is the speed-up of the workers, not of a luckier case mix.
+
+    A row with ``--max-examples`` replays each worker's cases exactly (its seed and its share of the
+    examples). A timed row replays each worker's stream for 1/N of the time: the same streams (a stream
+    depends on the seed and max_examples), cut earlier, where hypothesis draws smaller cases, so the
+    one-process figure is if anything flattered."""
+    sources = result["sources"]
+    one = _without(ROWS[name][0], "--jobs")
+    timed = "--max-examples" not in one
+    cases = elapsed = 0.0
+    for i, source in enumerate(sources):
+        share = TIMED_EXAMPLES // len(sources) if timed else source["examples"]
+        ROWS[f"{name}/job{i}"] = (_without(one, "--max-examples") + ["--max-examples", str(share)], False, False)
+        if timed:
+            ROWS[f"{name}/job{i}"][0].extend(["--time-budget", str(seconds / len(sources))])
+        r = run_row(f"{name}/job{i}", src=src, device=device, seconds=0, seed=source["seed"], cache=cache, work=work)
+        cases += r.get("cases", 0)
+        elapsed += r.get("elapsed_s", 0.0)
+    result["same_cases_one_process_per_s"] = round(cases / elapsed, 3) if elapsed else None
+    result["same_cases_speedup"] = round(result["cases_per_s"] / result["same_cases_one_process_per_s"], 3) \
+        if result.get("cases_per_s") and elapsed else None
 
 
 def _table(results: list[dict]) -> str:
@@ -78,6 +117,9 @@ def _table(results: list[dict]) -> str:
         comp = "" if r.get("compilations") is None else f"{r['compilations']} / {r.get('compile_s') or 0:.0f}s"
         lines.append(f"{r['label']:8} {r['row']:15} {r['cases']:6} {r['cases_per_s'] or 0:8.2f} {r['wall_s']:7.1f} "
                      f"{ms} {comp:>9}  {r['verdict']}")
+        if r.get("same_cases_speedup"):
+            lines.append(f"{'':8} {'':15} the same cases one worker seed after another in one process: "
+                         f"{r['same_cases_one_process_per_s']:.2f} cases/s, speed-up {r['same_cases_speedup']:.2f}x")
     return "\n".join(lines) + "\n(ms per case: generation, kernel, oracle+budget, properties, envelope)"
 
 
@@ -90,6 +132,8 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=1, help="run the row list this many times, interleaved")
     parser.add_argument("--src", action="append", default=[], metavar="LABEL=PATH",
                         help="also run the rows on another checkout's src/ (repeatable), e.g. before=/tmp/old/src")
+    parser.add_argument("--same-cases", action="store_true",
+                        help="for rows with --jobs N, also run their N worker seeds one after another in one process")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
@@ -109,6 +153,9 @@ def main(argv=None):
                     r = run_row(row, src=src, device=args.device, seconds=args.seconds, seed=args.seed,
                                 cache=cache, work=work / label)
                     r["label"] = label
+                    if args.same_cases and "--jobs" in ROWS[row][0] and "error" not in r:
+                        same_cases_speedup(row, r, src=src, device=args.device, seconds=args.seconds, cache=cache,
+                                           work=work / label)
                     results.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
     print(_table(results))
