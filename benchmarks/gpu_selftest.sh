@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The mutation suite on a CUDA machine in one call: the correct kernels (detection must give no BUG and
 # no SUSPICIOUS) and every planted bug (each must get BUG), side by side in two self-tests whose rows
-# spread over worker processes (--jobs) and the visible GPUs, both stopped in time by a deadline.
+# spread over worker processes (--jobs) and the visible GPUs, both stopped in time by a deadline. Rows run
+# in chunks of FLASHCHECK_CHUNK cases (default 50) handed out round-robin, so every worker stays busy and
+# the deadline cuts every row alike (a planted bug's first chunk holds 12 cases, later ones run only while
+# it is not caught); the rows are the same whatever --jobs and --chunk are.
 # Usage (repository root): bash benchmarks/gpu_selftest.sh OUTDIR [CORRECT_JOBS] [BUG_JOBS] [CASES] [SECONDS]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-selftest}}
@@ -15,6 +18,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 run() { local which=$1 jobs=$2
   python3 -m flashcheck.cli selftest --device cuda --variants "$which" --jobs "$jobs" --max-n 1024 --head-dims 64,128 \
       --seed "${FLASHCHECK_SEED:-0}" --cases "$cases" --bug-cases "${FLASHCHECK_BUG_CASES:-60}" --time-budget "$seconds" \
+      --chunk "${FLASHCHECK_CHUNK:-50}" \
       --json "$out/selftest_$which.json" > "$out/selftest_$which.txt" 2> "$out/selftest_$which.err"
   echo "selftest $which exit $?" >> "$out/selftest_$which.txt"; }
 run correct "$correct_jobs" &

@@ -84,7 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--json", default=None, metavar="PATH",
                           help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
     selftest.add_argument("--jobs", type=int, default=1, metavar="N",
-                          help="run the rows (variant x dtype) in N processes, spread over the visible GPUs")
+                          help="run the rows (variant x dtype) in N processes, spread over the visible GPUs, "
+                               "in chunks of their cases handed out round-robin (see --chunk)")
+    selftest.add_argument("--chunk", type=int, default=None, metavar="K",
+                          help="with --jobs: cases per chunk of a row (default 50; a planted bug's first chunk "
+                               "holds at most 12, its later ones run only while it is not caught); the rows "
+                               "are the same whatever --jobs and --chunk are")
     selftest.add_argument("--table", nargs="+", default=None, metavar="JSON",
                           help="run nothing: print one table from the --json files of earlier (e.g. sharded) runs")
 
@@ -354,6 +359,11 @@ def _cmd_selftest(args) -> int:
     from .parallel import check_jobs
 
     check_jobs(args.jobs)
+    if args.chunk is not None and args.chunk < 1:
+        from .errors import InvalidArgument
+
+        raise InvalidArgument("--chunk", args.chunk, "expected a number of cases, at least 1",
+                              "Pass e.g. --chunk 50, or leave it out for the default.")
     if args.time_budget is not None and not args.time_budget > 0:
         from .errors import InvalidArgument
 
@@ -405,7 +415,7 @@ def _run_selftest(args, device: str, dtypes, progress) -> list:
 
     plan = selftest_plan(device=device, dtypes=dtypes, names=args.variant, which=args.variants)
     return run_selftest_rows(plan, jobs=args.jobs, device=device, time_budget=args.time_budget, progress=progress,
-                             **options)
+                             chunk=args.chunk, **options)
 
 
 def _cmd_kernels(args) -> int:

@@ -26,9 +26,13 @@ kills those still running after ``STOP_GRACE_S``. A worker that ended without a 
 what it sent: its last snapshot's counts and every finding it reported, with a note on how it ended, so
 the merged verdict still counts its findings.
 
-**Self-test.** :func:`run_selftest_rows` runs the self-test's rows (variant x dtype), which are
-independent, in N processes that each take the next row when they finish one. A row's cases depend on
-the seed and the row alone, so the rows are the same as in one process, returned in the same order.
+**Self-test.** :func:`run_selftest_rows` runs the self-test's rows (variant x dtype) in N processes, in
+chunks of a row's cases (``selftest --chunk``, :func:`flashcheck.selftest.row_chunks`): chunk 0 of every
+row, then chunk 1 of every row, and so on, each to the next free worker, so that long rows do not hold
+the others back and a deadline cuts every row alike. A planted bug's row has a small first chunk and
+runs its next one only once the earlier ones are in and not every detector has fired (the row ends where
+one process would end it). A case depends on the seed, the row and its index alone, so the chunks merged
+(:func:`flashcheck.selftest.merge_chunks`) give the rows of one process, returned in the same order.
 """
 
 from __future__ import annotations
@@ -155,8 +159,9 @@ def _start_jobs(target, payloads: list, device: str, name: str) -> list[_Job]:
     return jobs
 
 
-def _messages(jobs: list[_Job], on_tick=None):
-    """Every message of every job, as ``(job, kind, payload)``, until each job's pipe has closed."""
+def _messages(jobs: list[_Job], on_tick=None, ends: bool = False):
+    """Every message of every job, as ``(job, kind, payload)``, until each job's pipe has closed
+    (with ``ends``, that too: ``(job, "ended", None)``)."""
     open_conns = {job.conn: job for job in jobs}
     while open_conns:
         if on_tick is not None:
@@ -165,7 +170,9 @@ def _messages(jobs: list[_Job], on_tick=None):
             try:
                 kind, payload = conn.recv()
             except (EOFError, OSError):  # the worker has ended (what it sent before was read first)
-                del open_conns[conn]
+                job = open_conns.pop(conn)
+                if ends:
+                    yield job, "ended", None
                 continue
             yield open_conns[conn], kind, payload
 
@@ -375,48 +382,181 @@ def _add_new_counts(merged: dict, summaries: list[dict]) -> None:
 
 
 def _selftest_child(conn, index: int, options: dict) -> None:
-    """A worker process: runs each row ``(variant, dtype)`` the parent sends, until it sends None."""
+    """A worker process: runs each chunk of a row the parent sends, until it sends None."""
     _child_setup()
-    from .selftest import run_selftest
+    from .selftest import RowRunner
 
+    runner = RowRunner(**options)
     conn.send(("ready", None))
     while True:
         task = conn.recv()
         if task is None:
             return
-        (variant, dtype), time_left = task
-        rows = run_selftest(**options, names=[variant], dtypes=[dtype], time_budget=time_left)
-        conn.send(("row", [row.as_dict() for row in rows]))
+        task_id, (variant, dtype), (start, stop), fired, time_left = task
+        row = runner.run(variant, dtype, start, stop, fired=fired, time_budget=time_left)
+        conn.send(("chunk", (task_id, row.as_dict())))
+
+
+@dataclass
+class _RowChunks:
+    """The parent's account of one row of ``selftest --jobs``: its chunks, sent and received."""
+
+    index: int                 # in the plan
+    key: tuple                 # (variant, dtype)
+    correct: bool
+    chunks: list               # [start, stop) of each chunk, in order
+    sent: int = 0              # chunks handed out so far (in order)
+    in_flight: int = 0
+    results: dict = field(default_factory=dict)  # chunk number -> Row
+    caught: bool = False       # a planted bug's row: every detector fired, its later chunks are not needed
+    lost: bool = False         # a worker died running one of its chunks
+    row: object = None         # the merged row, once complete
+
+    def available(self, past_deadline: bool) -> bool:
+        """Whether its next chunk may go out now: a planted bug's only once its earlier ones are in (it
+        runs on only while not caught); after the deadline only a row's first chunk (its first case)."""
+        if self.caught or self.lost or self.row is not None or self.sent >= len(self.chunks):
+            return False
+        if past_deadline and self.sent > 0:
+            return False
+        return self.correct or self.in_flight == 0
+
+    def prefix(self) -> list:
+        out = []
+        for number in range(len(self.chunks)):
+            if number not in self.results:
+                break
+            out.append(self.results[number])
+        return out
+
+
+class _ChunkScheduler:
+    """Hands out the chunks of every row round-robin (chunk 0 of each row in the plan's order, then
+    chunk 1 of each, ...) to whichever worker is free, preferring a row the worker ran before (its
+    kernel and cases are ready there); merges each row once its chunks are in."""
+
+    def __init__(self, plan: list, correct: dict, chunks_of, deadline: float | None, progress=None):
+        self.rows = [_RowChunks(i, key, correct[key[0]], chunks_of(correct[key[0]])) for i, key in enumerate(plan)]
+        self.deadline, self.progress = deadline, progress
+        self.idle: list = []          # workers waiting for a chunk
+        self.tasks: dict = {}         # task id -> (job index, row, chunk number)
+        self.seen: dict = {}          # job index -> rows it ran
+        self.next_id = 0
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def received(self, job: _Job, task_id: int, row_dict: dict) -> None:
+        from .selftest import Row, all_fired, merge_chunks
+
+        _, state, number = self.tasks.pop(task_id)
+        state.in_flight -= 1
+        state.results[number] = Row.from_dict(row_dict)
+        if not state.correct:
+            prefix = state.prefix()
+            if prefix and all_fired(merge_chunks(prefix)):
+                state.caught = True
+        self.idle.append(job)
+
+    def ended(self, job: _Job) -> None:
+        """A worker's pipe closed: the chunk it was running (if any) will not come back."""
+        for task_id, (index, state, _) in list(self.tasks.items()):
+            if index == job.index:
+                del self.tasks[task_id]
+                state.in_flight -= 1
+                state.lost = True
+        self.idle = [j for j in self.idle if j is not job]
+
+    def dispatch(self) -> None:
+        past = self.past_deadline()
+        while self.idle:
+            ready = [s for s in self.rows if s.available(past)]
+            if not ready:
+                break
+            job = self.idle.pop(0)
+            first_round = min(s.sent for s in ready)
+            ready = [s for s in ready if s.sent == first_round]
+            seen = self.seen.setdefault(job.index, set())
+            state = next((s for s in ready if s.index in seen), ready[0])
+            number = state.sent
+            time_left = None if self.deadline is None else max(self.deadline - time.monotonic(), 1e-3)
+            fired = () if state.correct else sorted(self._fired_before(state))
+            task_id, self.next_id = self.next_id, self.next_id + 1
+            try:
+                job.conn.send((task_id, state.key, state.chunks[number], fired, time_left))
+            except (OSError, ValueError):  # the worker is gone; its pipe's end will say so
+                continue
+            self.tasks[task_id] = (job.index, state, number)
+            state.sent += 1
+            state.in_flight += 1
+            seen.add(state.index)
+        self._complete(past)
+        if not self.tasks and not any(s.available(past) for s in self.rows):
+            for job in self.idle:  # nothing left to run: the workers may end
+                try:
+                    job.conn.send(None)
+                except (OSError, ValueError):
+                    pass
+            self.idle = []
+
+    def _fired_before(self, state: _RowChunks) -> frozenset:
+        from .selftest import fired_detectors, merge_chunks
+
+        prefix = state.prefix()
+        return fired_detectors(merge_chunks(prefix)) if prefix else frozenset()
+
+    def _complete(self, past: bool) -> None:
+        """Merge every row with nothing in flight and nothing more to send, and report it."""
+        from .selftest import merge_chunks
+
+        for state in self.rows:
+            if state.row is not None or state.lost or state.in_flight or state.available(past) or not state.results:
+                continue
+            row = merge_chunks([state.results[n] for n in sorted(state.results)])
+            # chunks never sent because the deadline came: the row stopped before its last case
+            row.stopped = row.stopped or (not state.caught and len(state.results) < len(state.chunks))
+            state.row = row
+            if self.progress is not None:
+                self.progress(row)
 
 
 def run_selftest_rows(plan: list[tuple[str, str]], *, jobs: int, device: str, time_budget: float | None = None,
-                      progress=None, **options) -> list:
+                      progress=None, chunk: int | None = None, **options) -> list:
     """The self-test's rows ``plan`` (``(variant, dtype)`` pairs, in order) run in ``jobs`` processes;
     ``options`` as for :func:`flashcheck.selftest.run_selftest`. Rows come back in the plan's order;
-    ``progress(row)`` is called as each one finishes."""
-    from .selftest import Row
+    ``progress(row)`` is called as each one completes.
+
+    Each row's cases are cut into chunks of ``chunk`` cases (:func:`flashcheck.selftest.row_chunks`),
+    handed out round-robin over the rows, so every worker stays busy and a deadline (``time_budget``)
+    cuts every row alike; a planted bug's row runs its next chunk only while not every detector has
+    fired. A case's result depends on the row and its index alone, so the rows are those of one process.
+    """
+    from .selftest import DEFAULT_CHUNK, row_chunks, variants
 
     check_jobs(jobs, "jobs")
+    chunk = DEFAULT_CHUNK if chunk is None else chunk
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidArgument("chunk", chunk, "expected a number of cases, at least 1",
+                              "Pass e.g. --chunk 50, or leave it out for the default.")
+    cases, bug_cases = options.get("cases", 200), options.get("bug_cases", 60)
+    correct = {v.name: v.correct for v in variants(device, names=sorted({name for name, _ in plan}))}
     deadline = None if time_budget is None else time.monotonic() + time_budget
-    pending = list(enumerate(plan))
-    done: dict = {}
-    running = _start_jobs(_selftest_child, [dict(options, device=device)] * min(jobs, len(plan)), device,
-                          "flashcheck-selftest")
+    scheduler = _ChunkScheduler(plan, correct, lambda ok: row_chunks(ok, cases, bug_cases, chunk), deadline,
+                                progress)
+    workers = min(jobs, sum(len(s.chunks) for s in scheduler.rows))
+    running = _start_jobs(_selftest_child, [dict(options, device=device)] * workers, device, "flashcheck-selftest")
     try:
-        for job, kind, payload in _messages(running):
-            for row in (Row.from_dict(d) for d in payload or []):
-                done[plan.index((row.variant, row.dtype))] = row
-                if progress is not None:
-                    progress(row)
-            if not pending:
-                job.conn.send(None)
-                continue
-            index, row = pending.pop(0)
-            time_left = None if deadline is None else max(deadline - time.monotonic(), 1e-3)
-            job.conn.send((row, time_left))
+        for job, kind, payload in _messages(running, scheduler.dispatch, ends=True):
+            if kind == "chunk":
+                scheduler.received(job, *payload)
+            elif kind == "ready":
+                scheduler.idle.append(job)
+            elif kind == "ended":
+                scheduler.ended(job)
+            scheduler.dispatch()
     finally:
         _end_jobs(running)
-    missing = [plan[i] for i in range(len(plan)) if i not in done]
+    missing = [s.key for s in scheduler.rows if s.row is None]
     if missing:
         raise JobError(f"--jobs: the self-test's worker processes ended before these rows: {missing}")
-    return [done[i] for i in range(len(plan))]
+    return [s.row for s in scheduler.rows]

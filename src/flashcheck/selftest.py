@@ -21,7 +21,8 @@ from .spec import Kernel
 from .strategies import Recipe, draw_recipes
 from .verdict import BUG, SUSPICIOUS, from_json_number, json_number
 
-__all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES"]
+__all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",
+           "merge_chunks", "DEFAULT_CHUNK"]
 
 CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
 MUTANT_TILE = (32, 32)
@@ -121,20 +122,29 @@ def _randn_twin(recipe: Recipe) -> Recipe:
 
 
 def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Recipe], device: str,
-                 bug_cases: int, deadline: float | None) -> Row:
+                 bug_cases: int, deadline: float | None, start: int = 0, stop: int | None = None,
+                 fired=()) -> Row:
+    """The row's cases ``start .. stop - 1`` (0-based; case ``i`` is numbered ``i + 1`` in the row).
+
+    A whole row by default. A slice (a chunk, :func:`row_chunks`) runs the same cases as the whole row
+    would, numbered alike; ``fired`` names the detectors that earlier chunks of a planted bug's row
+    flagged already (:func:`fired_detectors`), so that the slice stops where the whole row would.
+    """
     row = Row(variant.name, variant.correct, variant.area, dtype)
     for rule in ANCHORS:
         for inputs in ("randn", "adversarial"):
             row.anchors[f"{rule}/{inputs}"] = Detection()
-    start = time.perf_counter()
+    begin = time.perf_counter()
     limit = len(recipes) if variant.correct else min(bug_cases, len(recipes))
-    for index, recipe in enumerate(recipes[:limit], start=1):
+    stop = limit if stop is None else min(stop, limit)
+    for index, recipe in enumerate(recipes[start:stop], start=start + 1):
+        # index > 1: a row runs its first case even past the deadline; a later chunk then runs none
         if deadline is not None and index > 1 and time.monotonic() > deadline:
             row.stopped = True
             break
         case = recipe.build(kernel=kernel.name)
         verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=variant.correct)
-        row.cases = index
+        row.cases += 1
         if math.isfinite(verdict.max_ratio):
             row.max_ratio = max(row.max_ratio, verdict.max_ratio)
         if verdict.status == SUSPICIOUS:
@@ -149,11 +159,109 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
             if ratios:
                 row.min_caught_ratio = min(row.min_caught_ratio, max(ratios))
         _judge_anchors(row, kernel, case, verdict, index, device, recipe, variant.correct)
-        if not variant.correct and row.flashcheck.first_case and all(
-                d.first_case or d.how == "n/a" for d in row.anchors.values()):
+        if not variant.correct and all_fired(row, fired):
             break
-    row.seconds = time.perf_counter() - start
+    row.seconds = time.perf_counter() - begin
     return row
+
+
+def fired_detectors(row: Row) -> frozenset:
+    """The detectors done with this row: flashcheck once it flagged, an anchor once it flagged or found
+    itself undefined ("n/a"). A planted bug's row ends once they all are."""
+    done = {key for key, det in row.anchors.items() if det.first_case or det.how == "n/a"}
+    return frozenset(done | ({"flashcheck"} if row.flashcheck.first_case else set()))
+
+
+def all_fired(row: Row, fired=()) -> bool:
+    """Whether every detector is done with ``row``, counting those ``fired`` (by earlier chunks) too."""
+    done = fired_detectors(row) | set(fired)
+    return "flashcheck" in done and all(key in done for key in row.anchors)
+
+
+# ------------------------------------------------------------------------------------------------
+# Chunks: slices of a row's cases, run apart (``selftest --jobs N``) and merged back into its row
+# ------------------------------------------------------------------------------------------------
+
+DEFAULT_CHUNK = 50      # cases per chunk (``selftest --chunk``)
+BUG_FIRST_CHUNK = 12    # a planted bug's first chunk: most are caught by then
+
+
+def row_chunks(correct: bool, cases: int, bug_cases: int, chunk: int = DEFAULT_CHUNK,
+               first_bug_chunk: int = BUG_FIRST_CHUNK) -> list[tuple[int, int]]:
+    """A row's cases as ``[start, stop)`` slices, in order: ``chunk`` cases each; a planted bug's first
+    slice holds at most ``first_bug_chunk`` (its later slices run only while it is not caught)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
+    total = max(cases, 0) if correct else max(min(bug_cases, cases), 0)
+    if total == 0:
+        return [(0, 0)]
+    bounds = [0, min(total, chunk if correct else min(chunk, first_bug_chunk))]
+    while bounds[-1] < total:
+        bounds.append(min(bounds[-1] + chunk, total))
+    return list(zip(bounds, bounds[1:]))
+
+
+def _merge_detections(dets: list[Detection]) -> Detection:
+    flagged = [d for d in dets if d.first_case is not None]
+    first = min(flagged, key=lambda d: d.first_case) if flagged else None
+    how = first.how if first else ("n/a" if any(d.how == "n/a" for d in dets) else "")
+    return Detection(first.first_case if first else None, how, sum(d.false_alarms for d in dets))
+
+
+def merge_chunks(chunks: list[Row]) -> Row:
+    """One row from the rows of its chunks (any order): what the whole row gives on the same cases.
+
+    Cases, suspicious cases, false alarms and seconds add up; the largest ratio and the smallest caught
+    ratio are kept; each detector's first case is the smallest of the chunks' (with its "how"); stopped
+    if any chunk was.
+    """
+    if not chunks:
+        raise ValueError("no chunks to merge")
+    head = chunks[0]
+    return Row(head.variant, head.correct, head.area, head.dtype,
+               cases=sum(c.cases for c in chunks),
+               flashcheck=_merge_detections([c.flashcheck for c in chunks]),
+               anchors={key: _merge_detections([c.anchors[key] for c in chunks]) for key in head.anchors},
+               max_ratio=max(c.max_ratio for c in chunks),
+               min_caught_ratio=min(c.min_caught_ratio for c in chunks),
+               suspicious=sum(c.suspicious for c in chunks),
+               seconds=sum(c.seconds for c in chunks),
+               stopped=any(c.stopped for c in chunks))
+
+
+class RowRunner:
+    """Runs chunks of the self-test's rows in one process (a ``selftest --jobs`` worker), keeping the
+    kernels it built and the case lists it drew: the same cases as :func:`run_selftest` draws."""
+
+    def __init__(self, *, device: str, cases: int = 200, bug_cases: int = 60, seed: int = 0, max_n: int = 160,
+                 head_dims=None):
+        self.device, self.cases, self.bug_cases = device, cases, bug_cases
+        self.seed, self.max_n, self.head_dims = seed, max_n, head_dims
+        self._kernels: dict = {}
+        self._recipes: dict = {}
+
+    def variant(self, name: str) -> tuple[Variant, Kernel]:
+        if name not in self._kernels:
+            found = variants(self.device, names=[name])
+            if not found:
+                raise ValueError(f"no self-test variant named {name!r}")
+            self._kernels[name] = (found[0], found[0].make())
+        return self._kernels[name]
+
+    def recipes(self, kernel: Kernel, dtype: str) -> list[Recipe]:
+        key = (kernel.spec, dtype)
+        if key not in self._recipes:
+            self._recipes[key] = draw_recipes(self.cases, seed=self.seed, spec=kernel.spec, dtypes=[dtype],
+                                              max_n=self.max_n, max_heads=4, head_dims=self.head_dims)
+        return self._recipes[key]
+
+    def run(self, name: str, dtype: str, start: int = 0, stop: int | None = None, fired=(),
+            time_budget: float | None = None) -> Row:
+        """Cases ``[start, stop)`` of the row ``(name, dtype)``, as a row of their own (see merge_chunks)."""
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        variant, kernel = self.variant(name)
+        return _run_variant(variant, kernel, dtype, self.recipes(kernel, dtype), self.device, self.bug_cases,
+                            deadline, start=start, stop=stop, fired=fired)
 
 
 def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe,

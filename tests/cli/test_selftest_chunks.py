@@ -1,0 +1,134 @@
+"""``selftest --jobs N --chunk K``: rows cut into chunks of cases, handed out round-robin, merged back
+into the rows one process gives."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from flashcheck.cli import main
+from flashcheck.parallel import _ChunkScheduler, _Job
+from flashcheck.selftest import Detection, Row, merge_chunks, row_chunks
+
+ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-tutorial/randn",
+               "triton-tutorial/adversarial")
+
+
+def test_row_chunks_cut_correct_rows_evenly_and_give_planted_bugs_a_small_first_chunk():
+    assert row_chunks(True, 7, 60, 3) == [(0, 3), (3, 6), (6, 7)]
+    assert row_chunks(True, 600, 60) == [(i, i + 50) for i in range(0, 600, 50)]
+    assert row_chunks(False, 600, 60) == [(0, 12), (12, 60)]
+    assert row_chunks(False, 600, 60, 20) == [(0, 12), (12, 32), (32, 52), (52, 60)]
+    assert row_chunks(False, 8, 60, 3) == [(0, 3), (3, 6), (6, 8)]
+    assert row_chunks(False, 5, 60) == [(0, 5)] and row_chunks(True, 0, 60) == [(0, 0)]
+
+
+def _row(cases, first=None, how="", alarms=0, ratio=0.0, caught=math.inf, susp=0, stopped=False, anchors=None):
+    anchors = anchors or {}
+    return Row("v", True, "correct", "fp16", cases, Detection(first, how, alarms),
+               {k: anchors.get(k, Detection()) for k in ANCHOR_KEYS}, ratio, caught, susp, 1.5, stopped)
+
+
+def test_merged_chunks_keep_the_first_case_sum_counts_and_keep_extremes():
+    a = _row(3, ratio=0.5, anchors={"flash-attention/randn": Detection(None, "n/a", 0)})
+    b = _row(3, first=5, how="lse", alarms=2, ratio=0.9, caught=4.0, susp=1,
+             anchors={"flash-attention/randn": Detection(None, "n/a", 0),
+                      "triton-tutorial/randn": Detection(6, "rejected", 1)})
+    c = _row(2, first=8, how="over_budget", alarms=1, ratio=0.7, caught=2.0, stopped=True,
+             anchors={"triton-tutorial/randn": Detection(7, "crash or wrong output", 2)})
+    for order in ([a, b, c], [c, a, b]):
+        row = merge_chunks(order)
+        assert (row.cases, row.max_ratio, row.min_caught_ratio, row.suspicious, row.seconds) == (8, 0.9, 2.0, 1, 4.5)
+        assert row.flashcheck.as_dict() == {"first_case": 5, "how": "lse", "false_alarms": 3}
+        assert row.anchors["flash-attention/randn"].as_dict() == {"first_case": None, "how": "n/a", "false_alarms": 0}
+        assert row.anchors["triton-tutorial/randn"].as_dict() == {"first_case": 6, "how": "rejected", "false_alarms": 3}
+        assert row.anchors["triton-tutorial/adversarial"].as_dict() == Detection().as_dict()
+        assert row.stopped
+    assert not merge_chunks([a, b]).stopped
+
+
+class _Conn:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+
+def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caught():
+    plan = [("good", "fp16"), ("bug", "fp16"), ("other", "fp16")]
+    correct = {"good": True, "bug": False, "other": True}
+    done = []
+    scheduler = _ChunkScheduler(plan, correct, lambda ok: row_chunks(ok, 9, 9, 3, 2), None, done.append)
+    job = _Job(0, None, _Conn(), None)
+    order = []
+
+    def step(result=None):
+        if result is not None:
+            task_id = job.conn.sent[-1][0]
+            scheduler.received(job, task_id, result.as_dict())
+        else:
+            scheduler.idle.append(job)
+        scheduler.dispatch()
+        message = job.conn.sent[-1]
+        if message is not None:
+            order.append((message[1][0], message[2], tuple(message[3])))
+        return message
+
+    step()
+    step(_row(3))                                      # good [0, 3)
+    step(_row(2))                                      # bug [0, 2): not caught
+    step(_row(3))                                      # other [0, 3)
+    fired = {"flash-attention/randn": Detection(4, "rejected")}
+    step(_row(3))                                      # good [3, 6)
+    step(_row(3, first=3, how="lse", anchors=fired))   # bug [2, 5): flashcheck and one anchor fired
+    step(_row(3))                                      # other [3, 6)
+    step(_row(3))                                      # good [6, 9)
+    caught = {k: Detection(6, "rejected") for k in ANCHOR_KEYS}
+    step(_row(2, anchors=caught))                      # bug [5, 8): the rest fired, so [8, 9) never runs
+    assert step(_row(3)) is None                       # other [6, 9); then nothing is left
+    assert order == [("good", (0, 3), ()), ("bug", (0, 2), ()), ("other", (0, 3), ()),
+                     ("good", (3, 6), ()), ("bug", (2, 5), ()), ("other", (3, 6), ()),
+                     ("good", (6, 9), ()), ("bug", (5, 8), ("flash-attention/randn", "flashcheck")),
+                     ("other", (6, 9), ())]
+    assert [s.row.cases for s in scheduler.rows] == [9, 7, 9] and not any(s.row.stopped for s in scheduler.rows)
+    assert len(done) == 3 and scheduler.rows[1].row.flashcheck.first_case == 3
+
+
+def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
+    plan = [("good", "fp16"), ("bug", "fp16")]
+    done = []
+    scheduler = _ChunkScheduler(plan, {"good": True, "bug": False}, lambda ok: row_chunks(ok, 9, 9, 3), 0.0,
+                                done.append)
+    job = _Job(0, None, _Conn(), None)
+    scheduler.idle.append(job)
+    scheduler.dispatch()  # past the deadline, a row still gets its first chunk (its first case)
+    scheduler.received(job, job.conn.sent[-1][0], _row(1, stopped=True).as_dict())
+    scheduler.dispatch()
+    assert job.conn.sent[-1][2] == (0, 3) and job.conn.sent[-1][1] == ("bug", "fp16")
+    scheduler.received(job, job.conn.sent[-1][0], _row(1, stopped=True).as_dict())
+    scheduler.dispatch()
+    assert job.conn.sent[-1] is None and len(job.conn.sent) == 3
+    assert [(r.cases, r.stopped) for r in done] == [(1, True), (1, True)]
+
+
+@pytest.mark.interpreter
+def test_chunked_rows_in_two_processes_are_the_rows_of_one(tmp_path, capsys):
+    # exp_instead_of_exp2: flashcheck fires at case 2, the anchors at case 6 (the row runs on to there);
+    # q_row_stride_packed: flashcheck fires at case 5, in a later chunk; torch:math: an anchor's false
+    # alarms in two chunks add up.
+    args = ["selftest", "--device", "cpu", "--dtype", "fp16", "--cases", "8", "--bug-cases", "8", "--max-n", "32",
+            "--variant", "torch:math", "--variant", "exp_instead_of_exp2", "--variant", "q_row_stride_packed"]
+    tables, rows = [], []
+    for extra in (["--jobs", "1"], ["--jobs", "2", "--chunk", "3"]):
+        path = tmp_path / f"jobs{extra[1]}.json"
+        assert main(args + extra + ["--json", str(path)]) == 0
+        tables.append(capsys.readouterr().out)
+        rows.append([{**r, "seconds": None} for r in json.loads(path.read_text())])
+    assert [r["variant"] for r in rows[0]] == ["torch:math", "exp_instead_of_exp2", "q_row_stride_packed"]
+    assert rows[0][0]["cases"] == 8 and all(r["flashcheck"]["first_case"] for r in rows[0][1:])
+    assert rows[0] == rows[1] and tables[0] == tables[1]
+    assert main(["selftest", "--device", "cpu", "--jobs", "2", "--chunk", "0"]) == 2
+    assert "--chunk=0" in capsys.readouterr().err
