@@ -16,6 +16,11 @@ the sorted finding kinds, e.g. ``crash`` or ``over_budget``) is shrunk and saved
 a known signature are only counted, and the campaign ends at ``max_examples`` or the time budget.
 Hypothesis stops at the first failure, so each bug ends a round and the next round draws the remaining
 examples with fresh randomness (derived from the seed, so a seed still fixes every case).
+
+The summary's ``first_case_s`` is the time a user waits for the first result: seconds from ``started_at``
+(``flashcheck fuzz``: the start of its process, :func:`flashcheck.clock.process_start`; by default the
+call of :func:`run_campaign`) to the end of the first judged case (None while no case was judged). A
+worker process started before this one imported torch (``worker_process``) loads the kernel meanwhile.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel, as_kernel
 from .strategies import Recipe, recipes
 from .verdict import BUG, PASS, Verdict, json_number, write_json
-from .worker import KernelWorker, WorkerStartError
+from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
 __all__ = ["CampaignResult", "NO_CASES", "count_skip_reasons", "prepare_campaign", "run_campaign", "save_finding",
            "signature"]
@@ -84,6 +89,7 @@ class CampaignResult:
     cases: int = 0     # every case checked, shrink candidates included
     examples: int = 0  # the cases hypothesis generated (what max_examples counts)
     elapsed: float = 0.0
+    first_case: float | None = None  # seconds from the campaign's start (started_at) to its first judged case
     # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
     # envelope (the twin's tilings, for SUSPICIOUS).
@@ -115,6 +121,7 @@ class CampaignResult:
             "verdict": self.verdict, "kernel": self.kernel, "device": self.device, "preset": self.preset,
             "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
             "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
+            "first_case_s": round(self.first_case, 3) if self.first_case is not None else None,
             "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
@@ -209,7 +216,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                  time_budget: float | None = None, seed: int | None = None, corpus: str | Path = "flashcheck-corpus",
                  database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
                  case_timeout: float | None = None, kernel_options: dict | None = None, on_finding=None,
-                 reuse: bool = True) -> CampaignResult:
+                 reuse: bool = True, worker_process: WorkerProcess | None = None,
+                 started_at: float | None = None) -> CampaignResult:
     """Run one campaign; never raises for what the kernel does (that is a finding).
 
     ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
@@ -219,28 +227,44 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
     ``progress(result)`` is called after each case, ``on_finding(entry)`` with each finding's summary
     entry as soon as its case is saved. ``reuse=False`` leaves out hypothesis's replay of the example
     database (it is still written), so that the seed alone fixes the cases (:mod:`flashcheck.parallel`).
+
+    ``worker_process``, a :class:`flashcheck.worker.WorkerProcess` started before this process imported
+    torch, becomes the kernel's worker: it is told the kernel's name at once and loads it while the
+    campaign is prepared here; it is closed when this returns or raises, used or not (a kernel object
+    runs in-process). ``started_at`` (a ``time.monotonic()`` value, default: now) is what the summary's
+    ``first_case_s`` counts from.
     """
+    started_at = time.monotonic() if started_at is None else started_at
     corpus = Path(corpus)
-    resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes, isolate=isolate,
-                                                 case_timeout=case_timeout, kernel_options=kernel_options)
-    strategy = recipes(spec=resolved.spec, dtypes=dtypes, **preset.strategy_options())
-    corpus.mkdir(parents=True, exist_ok=True)
-    example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
-    worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout) \
-        if isolate else None
-    campaign = _Campaign(resolved, strategy, device=device, preset=preset, seed=seed, corpus=corpus,
-                         database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
-                         on_finding=on_finding, reuse=reuse)
-    return campaign.run(max_examples=max_examples or preset.max_examples,
-                        time_budget=time_budget if time_budget is not None else preset.time_budget)
+    try:
+        if worker_process is not None and isolate and isinstance(kernel, str):  # it loads the kernel meanwhile
+            worker_process.assign(kernel, device=device, options=kernel_options)
+        resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes,
+                                                     isolate=isolate, case_timeout=case_timeout,
+                                                     kernel_options=kernel_options)
+        strategy = recipes(spec=resolved.spec, dtypes=dtypes, **preset.strategy_options())
+        corpus.mkdir(parents=True, exist_ok=True)
+        example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
+        worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,
+                           process=worker_process) if isolate else None
+        campaign = _Campaign(resolved, strategy, device=device, preset=preset, seed=seed, corpus=corpus,
+                             database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
+                             on_finding=on_finding, reuse=reuse, started_at=started_at)
+        return campaign.run(max_examples=max_examples or preset.max_examples,
+                            time_budget=time_budget if time_budget is not None else preset.time_budget)
+    finally:
+        if worker_process is not None:
+            worker_process.close()  # nothing to do once the campaign's worker took it over
 
 
 class _Campaign:
     """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
     def __init__(self, resolved: Kernel, strategy, *, device: str, preset: Preset, seed: int | None, corpus: Path,
-                 database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool):
+                 database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool,
+                 started_at: float):
         self.resolved, self.strategy, self.device, self.seed = resolved, strategy, device, seed
+        self.started_at = started_at
         self.corpus, self.database, self.reuse = corpus, database, reuse
         self.keep_going, self.progress, self.on_finding = keep_going, progress, on_finding
         self.worker = KernelWorker(**worker_args, should_stop=self.interrupted) if worker_args is not None else None
@@ -333,6 +357,8 @@ class _Campaign:
             r.skipped[verdict.skipped.split(":")[0]] += 1
             count_skip_reasons(r.skipped_reasons, {verdict.skipped: 1})
         else:
+            if r.first_case is None:
+                r.first_case = self.last_end - self.started_at
             self._count_judged(verdict, recipe, shrinking)
         if self.progress is not None:
             self.progress(r)

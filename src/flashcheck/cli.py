@@ -11,6 +11,12 @@ kernel declines (``flashcheck.Unsupported``), are skipped and counted. Ctrl-C or
 early with its summary written and its corpus kept (exit 1 if a bug was found before, else 0).
 ``--jobs N`` runs the campaign in N worker processes (spread over the visible GPUs) and writes one merged
 summary (:mod:`flashcheck.parallel`); ``selftest --jobs N`` runs its rows in N processes.
+
+Time to the first case: ``fuzz`` starts the kernel's worker process before this process imports torch
+(nothing here imports it at module level, nor does ``import flashcheck``), so the worker imports torch
+and loads the kernel while this process imports its own and prepares the campaign; each ``--jobs``
+worker does the same. The summary's ``first_case_s`` is the seconds from the start of the ``flashcheck``
+process (from the call, when :func:`main` is given ``argv``) to the end of the first judged case.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NO_CASES = 0, 1, 2, 3
@@ -171,38 +178,48 @@ def _cmd_fuzz(args) -> int:
             raise InvalidArgument("--case-timeout", args.case_timeout, "only a worker process can be stopped when "
                                   "a case hangs, and --no-isolation runs the kernel in this process",
                                   "Drop --no-isolation, or drop --case-timeout.")
-    device = _device(args.device)
-    if ":" in args.kernel and args.kernel.split(":", 1)[0] not in ("torch", "flashcheck"):
-        # An import path resolves like `python -m`: from the current directory too (here and in the worker).
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
     preset = load_preset(args.preset)
     jobs = _jobs(args, preset)
-    total = args.max_examples or preset.max_examples
-    bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
+    # The kernel's worker starts now, before this process imports torch: the two imports overlap.
+    from .worker import WorkerProcess
+
+    worker_process = WorkerProcess() if jobs == 1 and not args.no_isolation else None
     try:
-        summary = _run_fuzz(args, device, preset, jobs, _started(bar, update))
+        device = _device(args.device)
+        if ":" in args.kernel and args.kernel.split(":", 1)[0] not in ("torch", "flashcheck"):
+            # An import path resolves like `python -m`: from the current directory too (here and in the worker).
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.insert(0, os.getcwd())
+        total = args.max_examples or preset.max_examples
+        bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
+        try:
+            summary = _run_fuzz(args, device, preset, jobs, _started(bar, update), worker_process)
+        finally:
+            if bar is not None:
+                bar.stop()
     finally:
-        if bar is not None:
-            bar.stop()
+        if worker_process is not None:
+            worker_process.close()  # nothing to do once the campaign took it over
     if args.json:
         write_json(args.json, summary)
     _print_summary(summary)
     return _exit_status(summary["verdict"])
 
 
-def _run_fuzz(args, device: str, preset, jobs: int, progress) -> dict:
+def _run_fuzz(args, device: str, preset, jobs: int, progress, worker_process=None) -> dict:
     """The campaign's summary: one process's, or the merged one of ``jobs`` worker processes."""
     options = dict(device=device, preset=preset, dtypes=args.dtype, max_examples=args.max_examples,
                    time_budget=args.time_budget, seed=args.seed, corpus=args.corpus, database=args.database,
-                   keep_going=args.keep_going, case_timeout=args.case_timeout, progress=progress)
+                   keep_going=args.keep_going, case_timeout=args.case_timeout, progress=progress,
+                   started_at=args.started_at)
     if jobs > 1:
         from .parallel import run_campaigns
 
         return run_campaigns(args.kernel, jobs=jobs, **options)
     from .campaign import run_campaign
 
-    return run_campaign(args.kernel, isolate=not args.no_isolation, **options).as_dict()
+    return run_campaign(args.kernel, isolate=not args.no_isolation, worker_process=worker_process,
+                        **options).as_dict()
 
 
 def _started(bar, update):
@@ -234,7 +251,9 @@ def _text(value) -> str:
 def _print_summary(d: dict) -> None:
     """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people."""
     print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])}): {d['verdict']}")
-    print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s), stopped: {_text(d['stopped'])}")
+    first = f", first judged case {_text(d['first_case_s'])} s after start" if d.get("first_case_s") is not None else ""
+    print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s){first}, "
+          f"stopped: {_text(d['stopped'])}")
     if d["cases"] != d["examples"]:
         print(f"  {d['examples']} cases drawn, {d['cases'] - d['examples']} tried while shrinking")
     print(f"  time: {_time_split(d['time_split_s'], d.get('compilations', 0))}")
@@ -435,9 +454,13 @@ def _cmd_presets(args) -> int:
 
 
 def main(argv=None) -> int:
+    from .clock import process_start
+
+    started_at = process_start() if argv is None else time.monotonic()  # what first_case_s counts from
     argv = list(sys.argv[1:] if argv is None else argv)
     _prepare_device(argv)
     args = _parser().parse_args(argv)
+    args.started_at = started_at
     from .worker import quiet_interpreter
 
     quiet_interpreter()

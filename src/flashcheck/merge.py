@@ -3,8 +3,9 @@
 The merged summary has the keys of one campaign's summary, so whatever reads one reads the other:
 counts and times are summed, the largest error/budget per dtype is kept, findings are concatenated and
 tagged with their source, the verdict is the worst. The campaigns ran at the same time, so the elapsed
-time is the longest one and the throughput is the total cases over it. Case logs are not merged; each
-source's log hash stays in ``sources``, with its own counts.
+time is the longest one and the throughput is the total cases over it. The time to the first judged case
+(``first_case_s``) is the earliest one: when the merged campaign had its first result. Case logs are not
+merged; each source's log hash stays in ``sources``, with its own counts and its own ``first_case_s``.
 
 A merge in which no case was judged (no cases, or every one skipped) says ``NO_CASES``, never PASS.
 """
@@ -31,6 +32,8 @@ _SHARED = ("kernel", "device", "preset")  # a merge of different ones says so in
 # Kept as one value, or the list of the different ones. Other keys merge by their type (_merge_values):
 # numbers and counts (dicts of numbers) are summed, lists concatenated.
 _KEPT = _SHARED + ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going")
+# The earliest of the sources' values (None where a source has none).
+_EARLIEST = ("first_case_s",)
 _FIX = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
 
 
@@ -89,6 +92,8 @@ def _merge_values(key: str, values: list):
     """The sources' values of a key the merge has no rule for, merged by their type; unknown keys too, so
     that a key added to the campaign's summary is merged without a change here."""
     present = [v for v in values if v is not None]
+    if key in _EARLIEST:
+        return min((v for v in present if _is_number(v)), default=None)
     if key in _KEPT or not present:
         return _one_or_list(values)
     if all(_is_number(v) for v in present):
@@ -129,6 +134,7 @@ def _source_entries(summary: dict, name: str) -> list[dict]:
              "examples": summary["examples"], "judged": _judged(summary), "findings": len(summary["findings"]),
              "elapsed_s": elapsed,
              "cases_per_s": round(summary["cases"] / elapsed, 3) if elapsed > 0 else None,
+             "first_case_s": summary.get("first_case_s"),
              "case_log_sha256": summary.get("case_log_sha256")}]
 
 

@@ -17,6 +17,13 @@ worker's cases. Without a seed every worker replays the shared database, as fuzz
 *GPUs.* Worker i gets the (i mod n)-th of the n visible GPUs through ``CUDA_VISIBLE_DEVICES``, set in its
 environment before it starts (so before it imports torch); N may exceed n. On the CPU nothing is set.
 
+*Starting.* The workers start before the parent resolves the kernel (the parent's usage errors still come
+first: they are raised, and the workers killed, before any case is waited for), and each worker starts
+its kernel's worker process (:class:`flashcheck.worker.WorkerProcess`) before it imports torch itself, so
+the imports overlap. Only on a GPU with ``CUDA_VISIBLE_DEVICES`` unset does the parent import torch
+before starting them, to count the GPUs. Their ``first_case_s`` count from the parent's start; the
+merged one is the earliest.
+
 *Nothing found is lost.* A worker sends the parent each finding's summary entry as soon as its case is
 saved (the corpus has it already), a progress snapshot at most every half second, and its summary at
 the end, over a pipe of its own, which keeps what was sent even when the worker is killed. On Ctrl-C or
@@ -49,7 +56,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-import torch.multiprocessing as mp
+import multiprocessing as mp
 
 from .errors import FlashcheckError, InvalidArgument
 from .merge import merge_summaries, merged_verdict
@@ -202,13 +209,17 @@ def _campaign_child(conn, index: int, options: dict) -> None:
     """A worker process: one campaign, its findings, snapshots and summary sent to the parent."""
     _child_setup()
     signal.signal(signal.SIGTERM, lambda *_: None)  # until the campaign handles it; the parent asks again
+    from .worker import WorkerProcess
+
+    worker_process = WorkerProcess()  # before this process imports torch: the two imports overlap
     from .campaign import run_campaign
 
     def send(kind, payload):
         conn.send((kind, payload))
 
     try:
-        result = run_campaign(**options, on_finding=lambda entry: send("finding", entry), progress=_Snapshots(send))
+        result = run_campaign(**options, on_finding=lambda entry: send("finding", entry), progress=_Snapshots(send),
+                              worker_process=worker_process)
     except FlashcheckError as exc:
         send("usage", str(exc))
         return
@@ -294,25 +305,36 @@ class _StopRequests:
 def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, max_examples: int | None = None,
                   time_budget: float | None = None, seed: int | None = None, corpus="flashcheck-corpus",
                   database=None, keep_going: bool = False, case_timeout: float | None = None,
-                  kernel_options: dict | None = None, progress=None) -> dict:
+                  kernel_options: dict | None = None, progress=None, started_at: float | None = None) -> dict:
     """One campaign of ``kernel`` (a name: each worker resolves it) in ``jobs`` worker processes; returns
-    the merged summary. ``progress(totals)`` gets a :class:`Totals` whenever a worker reports."""
-    from .campaign import prepare_campaign
-
+    the merged summary. ``progress(totals)`` gets a :class:`Totals` whenever a worker reports.
+    ``started_at`` (``time.monotonic()``, default now) is what each worker's ``first_case_s`` counts from."""
     check_jobs(jobs, "jobs")
     if not isinstance(kernel, str):
         raise InvalidArgument("kernel", kernel, "worker processes resolve the kernel by its name",
                               "Pass a built-in name or 'package.module:function', or run_campaign for an object.")
-    resolved, _, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes, isolate=True,
-                                           case_timeout=case_timeout, kernel_options=kernel_options)
+    started_at = time.monotonic() if started_at is None else started_at
     shares = split_examples(max_examples or preset.max_examples, jobs)
+    # Each worker checks the options again (prepare_campaign) and keeps the dtypes its kernel supports.
     options = [dict(kernel=kernel, device=device, preset=preset, dtypes=dtypes, max_examples=n, time_budget=time_budget,
                     seed=job_seed(seed, i, jobs), corpus=str(corpus), database=database, keep_going=keep_going,
-                    case_timeout=case_timeout, kernel_options=kernel_options, reuse=seed is None)
+                    case_timeout=case_timeout, kernel_options=kernel_options, reuse=seed is None,
+                    started_at=started_at)
                for i, n in enumerate(shares) if n > 0]
     stop = _StopRequests([])
     with stop.installed():
+        # The workers start first and import while this process resolves the kernel for its own checks.
         running = stop.jobs = _start_jobs(_campaign_child, options, device, "flashcheck-fuzz")
+        try:
+            from .campaign import prepare_campaign
+
+            resolved, _, _ = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes, isolate=True,
+                                              case_timeout=case_timeout, kernel_options=kernel_options)
+        except BaseException:  # a usage error: the same in every worker, which need not get that far
+            for job in running:
+                job.process.kill()
+            _end_jobs(running)
+            raise
         try:
             for job, kind, payload in _messages(running, stop.tick):
                 _receive(job, kind, payload, stop)

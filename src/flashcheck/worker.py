@@ -1,6 +1,6 @@
 """Kernels run in a worker process, so that a campaign survives whatever the kernel does to its process.
 
-A :class:`KernelWorker` is a ``torch.multiprocessing`` "spawn" child that resolves the kernel by its name
+A :class:`KernelWorker` is a ``multiprocessing`` "spawn" child that resolves the kernel by its name
 (a built-in name or ``package.module:function``, never a pickled object) and runs
 :func:`flashcheck.check.check` on each case the parent sends. The parent turns what can go wrong with the
 process into verdicts and goes on with a fresh worker:
@@ -14,11 +14,19 @@ process into verdicts and goes on with a fresh worker:
   case runs in a fresh process instead of failing on a dead context.
 
 Out-of-memory needs no process of its own: :func:`~flashcheck.check.check` skips the case either way.
+
+*Starting early.* Importing torch and flashcheck's checking code takes a worker seconds (about 3 s on a
+GPU host). This module imports neither torch nor the case's code, so a process can start its
+:class:`WorkerProcess` first thing, before it imports torch itself: the worker imports while the parent
+imports and prepares its campaign, and waits for its kernel's name (:meth:`WorkerProcess.assign`, or
+the :class:`KernelWorker` that takes it over). ``flashcheck fuzz`` does this, in each ``--jobs`` worker
+too (:func:`flashcheck.campaign.run_campaign`'s ``worker_process``).
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import pickle
 import signal
@@ -26,16 +34,16 @@ import sys
 import time
 import traceback
 import warnings
+from typing import TYPE_CHECKING
 
-import torch
-import torch.multiprocessing as mp
-
-from .case import AttentionCase
 from .errors import FlashcheckError, InvalidArgument
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["KernelWorker", "WorkerError", "WorkerStartError", "default_case_timeout", "poisons_cuda",
-           "POISON_MARKERS"]
+if TYPE_CHECKING:  # not at run time: flashcheck.case imports torch, and this module must not
+    from .case import AttentionCase
+
+__all__ = ["KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "default_case_timeout",
+           "poisons_cuda", "POISON_MARKERS"]
 
 # Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
 POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
@@ -49,7 +57,8 @@ _DIED, _TIMEOUT = ("died",), ("timeout",)
 
 def default_case_timeout(device) -> float:
     """Seconds one case may take: 300 on a GPU, 600 under the Triton interpreter (the CPU is ~100x slower)."""
-    return 600.0 if torch.device(device).type == "cpu" else 300.0
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]  # a torch.device, or its name
+    return 600.0 if kind == "cpu" else 300.0
 
 
 def poisons_cuda(verdict: Verdict) -> bool:
@@ -111,18 +120,36 @@ def _send(conn, message) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _serve(conn, target: str, device: str, options: dict, paths: list) -> None:
-    """The worker's main loop: resolve the kernel, then check each case received until told to stop."""
+def _serve(conn) -> None:
+    """The worker's main loop: import, receive the kernel to load and load it, then check each case
+    received until told to stop."""
     # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():
+        return  # the parent died before that: nobody will name a kernel (a usage error, Ctrl-C)
     quiet_interpreter()
+    try:  # the slow part (torch): done while the parent still prepares, before the kernel is named
+        from .check import check
+        from .kernels import resolve_kernel
+    except Exception as exc:
+        failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    else:
+        failed = None
+    try:
+        assignment = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        return  # the parent is gone, or closed a process it did not need
+    if assignment is None:
+        return
+    if failed is not None:  # reported in answer to the assignment: the parent reads it as its start's failure
+        _send(conn, failed)
+        return
+    target, device, options, paths = assignment
     for path in reversed(paths):
         if path not in sys.path:
             sys.path.insert(0, path)
-    from .check import check
-    from .kernels import resolve_kernel
-
     try:
         kernel = resolve_kernel(target, device=device, **options)
     except Exception as exc:
@@ -166,6 +193,74 @@ def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: s
 # ------------------------------------------------------------------------------------------------
 
 
+class WorkerProcess:
+    """A worker process started before its kernel is named: it imports torch and flashcheck's checking
+    code at once, then waits for :meth:`assign` (or for the :class:`KernelWorker` that takes it over).
+
+    Start it before this process imports torch (this module does not), and the two imports overlap.
+    :meth:`assign` names the kernel as soon as it is known, so that the worker loads the kernel's module
+    while this process goes on preparing. A worker process that is never taken over is ended by
+    :meth:`close` (or leaving its ``with`` block); once a :class:`KernelWorker` has taken it, closing it
+    does nothing and the :class:`KernelWorker` ends it.
+    """
+
+    def __init__(self):
+        ctx = multiprocessing.get_context("spawn")
+        parent_end, child_end = ctx.Pipe()
+        process = ctx.Process(target=_serve, args=(child_end,), name="flashcheck-worker", daemon=True)
+        process.start()
+        child_end.close()  # so that the parent sees EOF when the child dies
+        self._process, self._conn = process, parent_end
+        self.assignment: tuple | None = None
+
+    @property
+    def available(self) -> bool:
+        """Still here to be assigned or taken over (not closed, not taken)."""
+        return self._process is not None
+
+    def assign(self, target: str, *, device: str, options: dict | None = None, paths: list | None = None) -> None:
+        """Name the kernel the worker is to load (as :class:`KernelWorker` takes them); returns at once."""
+        if self._process is None or self.assignment is not None:
+            return
+        self.assignment = (target, str(device), dict(options or {}), list(paths) if paths is not None
+                           else [os.getcwd()])
+        try:
+            _send(self._conn, self.assignment)
+        except OSError:
+            pass  # it died: whoever waits for it finds out
+
+    def take(self, assignment: tuple):
+        """``(process, conn)`` for a :class:`KernelWorker` of ``assignment``, assigned now unless it was
+        before; None when it cannot serve that one (closed, taken, or assigned another kernel)."""
+        if self._process is None:
+            return None
+        if (self.assignment is not None and self.assignment != assignment) or \
+                (self.assignment is None and not self._process.is_alive()):  # killed while it waited
+            self.close()
+            return None
+        if self.assignment is None:
+            self.assign(assignment[0], device=assignment[1], options=assignment[2], paths=assignment[3])
+        taken, self._process, self._conn = (self._process, self._conn), None, None
+        return taken
+
+    def close(self) -> None:
+        """End it unless a :class:`KernelWorker` took it: it holds no case, so it is simply killed."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is not None:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10.0)
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class KernelWorker:
     """A worker process that checks cases for one kernel, restarted whenever it dies or hangs.
 
@@ -175,11 +270,13 @@ class KernelWorker:
     ``paths`` go in front of the worker's ``sys.path`` (the current directory by default), so that an
     import path that resolves here resolves there too. ``should_stop``, called while waiting, ends the
     wait with ``KeyboardInterrupt`` when it returns true: a signal handler only sets a flag, and the
-    interruption surfaces here, at a safe point, rather than anywhere in the parent.
+    interruption surfaces here, at a safe point, rather than anywhere in the parent. ``process``, a
+    :class:`WorkerProcess` started earlier, is taken over by the first :meth:`start` (unless it was
+    assigned another kernel), which then waits only for what that process has left to do.
     """
 
     def __init__(self, target: str, *, device: str, options: dict | None = None, case_timeout: float | None = None,
-                 paths: list | None = None, should_stop=None):
+                 paths: list | None = None, should_stop=None, process: WorkerProcess | None = None):
         if not isinstance(target, str):
             raise InvalidArgument("target", target, "a worker process resolves its kernel by name",
                                   "Pass a built-in name or 'package.module:function', or check a Kernel object "
@@ -194,6 +291,7 @@ class KernelWorker:
         self.case_timeout = float(case_timeout) if case_timeout else default_case_timeout(device)
         self.paths = list(paths) if paths is not None else [os.getcwd()]
         self.should_stop = should_stop
+        self._spare = process  # taken over by the first start
         self.starts = 0
         self.kernel_name: str | None = None
         self._process = None
@@ -214,13 +312,13 @@ class KernelWorker:
         if self.alive:
             return
         self._discard()
-        ctx = mp.get_context("spawn")
-        parent_end, child_end = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child_end, self.target, self.device, self.options, self.paths),
-                              name="flashcheck-worker", daemon=True)
-        process.start()
-        child_end.close()  # so that the parent sees EOF when the child dies
-        self._process, self._conn = process, parent_end
+        assignment = (self.target, self.device, self.options, self.paths)
+        spare, self._spare = self._spare, None
+        taken = spare.take(assignment) if spare is not None else None
+        if taken is None:
+            taken = WorkerProcess().take(assignment)
+        process, self._conn = taken
+        self._process = process
         self.starts += 1
         self._busy = True
         message = self._receive(max(START_TIMEOUT, self.case_timeout))
@@ -266,6 +364,9 @@ class KernelWorker:
 
     def close(self) -> None:
         """Stop the worker: politely if it is idle, by force if it is busy or does not go."""
+        if self._spare is not None:  # never started
+            self._spare.close()
+            self._spare = None
         if self._busy:
             self._busy = False
             self._discard()

@@ -15,7 +15,7 @@ from flashcheck import AttentionCase, check
 from flashcheck.cli import main
 from flashcheck.kernels import resolve_kernel
 from flashcheck.verdict import BUG, PASS, Verdict
-from flashcheck.worker import KernelWorker, WorkerStartError, default_case_timeout
+from flashcheck.worker import KernelWorker, WorkerProcess, WorkerStartError, default_case_timeout
 
 from ._run import K, fuzz
 
@@ -119,6 +119,8 @@ def test_a_kernel_the_worker_cannot_load_is_refused_by_name():
 
 def test_default_case_timeouts():
     assert default_case_timeout("cuda") == 300 and default_case_timeout("cpu") == 600
+    assert default_case_timeout(torch.device("cuda", 1)) == 300 and default_case_timeout(torch.device("cpu")) == 600
+    assert default_case_timeout("cuda:1") == 300
 
 
 # ---- the same through `flashcheck fuzz` ------------------------------------------------------------------
@@ -180,3 +182,40 @@ def test_a_case_timeout_without_a_worker_is_a_usage_error(tmp_path, capsys):
     assert main(["fuzz", f"{K}:correct", "--device", "cpu", "--no-isolation", "--case-timeout", "5",
                  "--corpus", str(tmp_path)]) == 2
     assert "--case-timeout" in capsys.readouterr().err
+
+
+# ---- a worker process started before its kernel is named (flashcheck fuzz starts it first thing) -----------
+
+
+def test_a_worker_process_started_early_becomes_the_kernels_worker():
+    with WorkerProcess() as early:
+        early.assign(f"{K}:correct", device="cpu")  # it loads the kernel now; nobody waits
+        with KernelWorker(f"{K}:correct", device="cpu", process=early) as worker:
+            assert worker.check(SMALL).status == PASS
+            assert worker.starts == 1 and worker.restarts == 0 and not early.available
+        assert not worker.alive
+
+
+def test_an_early_worker_process_assigned_another_kernel_is_not_used():
+    early = WorkerProcess()
+    early.assign(f"{K}:segfaults", device="cpu")
+    with KernelWorker(f"{K}:correct", device="cpu", process=early) as worker:
+        assert worker.check(BIG).status == PASS and worker.starts == 1  # a fresh process, the right kernel
+    assert not early.available
+
+
+def test_a_kernel_an_early_worker_process_cannot_load_is_refused_as_before():
+    early = WorkerProcess()
+    with pytest.raises(WorkerStartError, match="nonesuch.*--no-isolation"):
+        KernelWorker(f"{K}:nonesuch", device="cpu", process=early).start()
+    assert not early.available
+
+
+def test_an_early_worker_process_nobody_takes_is_ended():
+    early = WorkerProcess()
+    process = early._process
+    early.close()
+    assert not early.available and not process.is_alive()
+    early.close()  # again: nothing
+    with KernelWorker(f"{K}:correct", device="cpu", process=early) as worker:  # a closed one is not used
+        assert worker.check(SMALL).status == PASS and worker.starts == 1

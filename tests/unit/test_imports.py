@@ -47,3 +47,40 @@ def test_checking_torch_math_imports_neither_dynamo_nor_triton():
 def test_checking_flashcheck_triton_imports_triton_alone():
     code = "from flashcheck.kernels import resolve_kernel\nKERNEL = resolve_kernel('flashcheck:triton', device='cpu')"
     assert imported_after(code + _CHECK_CASES) == {"triton"}
+
+
+def test_the_cli_starts_its_kernel_worker_before_importing_torch():
+    # `flashcheck fuzz` imports these before it starts the worker process; torch and hypothesis come after,
+    # while the worker imports its own (the two overlap). Nor does `import flashcheck` import torch.
+    code = ("import flashcheck, flashcheck.cli, flashcheck.worker, flashcheck.presets, flashcheck.verdict, "
+            "flashcheck.parallel, flashcheck.clock, flashcheck.merge")
+    report = "\nimport sys, json; print(json.dumps([m for m in ('torch', 'numpy', 'hypothesis') if m in sys.modules]))"
+    run = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == []
+
+
+def test_public_names_import_on_first_use():
+    code = """
+import sys
+import flashcheck
+assert "torch" not in sys.modules
+from flashcheck import AttentionCase, check, kernel, PRECISIONS
+import flashcheck.check  # the submodule: the package's `check` stays the function
+assert flashcheck.check is check and callable(check) and flashcheck.kernel is kernel
+assert flashcheck.AttentionCase is AttentionCase and "flash" in PRECISIONS
+assert set(flashcheck.__all__) <= set(dir(flashcheck))
+try:
+    flashcheck.nonesuch
+except AttributeError as exc:
+    assert "nonesuch" in str(exc)
+else:
+    raise AssertionError("no AttributeError")
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+    # the submodule imported first (as the campaign does): the package's `check` is still the function
+    code = "import flashcheck.check, flashcheck\nassert callable(flashcheck.check)\nprint('ok')"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
