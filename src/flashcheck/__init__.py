@@ -35,6 +35,8 @@ _PUBLIC = {
     "SUSPICIOUS": ("verdict", "SUSPICIOUS"),
     "Finding": ("verdict", "Finding"),
     "Verdict": ("verdict", "Verdict"),
+    "assert_passes": ("testing", "assert_passes"),
+    "property_test": ("testing", "property_test"),
 }
 
 __all__ = [
@@ -59,6 +61,8 @@ __all__ = [
     "Reference",
     "reference_attention",
     "kernel",
+    "assert_passes",
+    "property_test",
 ]
 
 

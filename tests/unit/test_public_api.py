@@ -10,7 +10,8 @@ from flashcheck.spec import KernelSpec
 PUBLIC = {
     "AttentionCase", "BUG", "BackendUnavailable", "CaseFormatError", "Finding", "FlashcheckError",
     "InvalidArgument", "Kernel", "KernelSpec", "PASS", "PRECISIONS", "Precision", "Reference", "SUSPICIOUS",
-    "Unsupported", "Verdict", "assert_attention_close", "audit_reference", "check", "kernel", "reference_attention",
+    "Unsupported", "Verdict", "assert_attention_close", "assert_passes", "audit_reference", "check", "kernel",
+    "property_test", "reference_attention",
 }
 
 
