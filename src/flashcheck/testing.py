@@ -33,10 +33,12 @@ Nothing heavy is imported here: torch and the checks load when a test first runs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +51,9 @@ DEVICES = ("cuda", "cpu")
 DTYPES = ("fp16", "bf16", "fp32")
 DEFAULT_PRESET = "smoke"
 DEFAULT_CORPUS = ".flashcheck/corpus"
+# property_test shrinks a failing case for at most this long (the Triton interpreter can take seconds
+# a case); the smallest failing case found by then is the one reported.
+SHRINK_SECONDS = 60.0
 
 # Hypothesis settings profiles (``pytest --hypothesis-profile NAME``, or settings.load_profile(NAME)
 # after register_profiles()). flashcheck-long also raises property_test's example count.
@@ -183,6 +188,8 @@ def _save(session: Session, verdict, case, kernel, *, label: str, device: str, c
 
     folder = Path(corpus) if corpus is not None else session.corpus
     folder.mkdir(parents=True, exist_ok=True)
+    if not (case.provenance or {}).get("kernel"):  # cases(): the kernel was not known when it was drawn
+        case = dataclasses.replace(case, provenance={**(case.provenance or {}), "kernel": verdict.kernel})
     path = save_finding(folder, verdict, case, label=label)
     return path, replay_command(path, kernel, device=device, session=session)
 
@@ -307,14 +314,15 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
     pytest collects one test per dtype (``test_attention[fp16]``, ...). Each draws up to ``max_examples``
     recipes from :func:`flashcheck.strategies.recipes` over the kernel's spec and the preset's regimes and
     sizes, checks each case with :func:`flashcheck.check`, and on the first BUG saves the case to the
-    corpus, shrinks it with hypothesis, saves the smallest one, and fails with its verdict and its
-    ``flashcheck replay`` command. SUSPICIOUS verdicts do not fail the test; they are counted in the
-    summary and the JSON.
+    corpus, shrinks it with hypothesis (for at most :data:`SHRINK_SECONDS`), saves the smallest one, and
+    fails with its verdict and its ``flashcheck replay`` command. SUSPICIOUS verdicts do not fail the
+    test; they are counted in the summary and the JSON.
 
     ``kernel``: a kernel decorated with ``@flashcheck.kernel(...)`` (a plain callable gets the
     conservative default spec). ``preset``: a preset name (``smoke``, ``adversarial``, ...) or a TOML
-    file, relative to the test module's folder or the current directory (default ``smoke``). ``dtypes``: some of the spec's dtypes (default: all of them).
-    ``max_examples`` (default: the preset's), ``seed`` (default: hypothesis's own randomness),
+    file, relative to the test module's folder or the current directory (default ``smoke``).
+    ``dtypes``: some of the spec's dtypes (default: all of them). ``max_examples`` (default: the
+    preset's), ``seed`` (default: hypothesis's own randomness),
     ``device`` (``cuda`` or ``cpu``; default CUDA when available). The command line
     (``--flashcheck-preset``, ``--flashcheck-max-examples``, ``--flashcheck-seed``,
     ``--flashcheck-device``) wins over these, and these win over the ini keys. ``backward``: checking
@@ -383,6 +391,9 @@ class _Run:
     last: _CaseFailed | None = None
     found_path: Path | None = None
     found_replay: str | None = None
+    failures: dict = field(default_factory=dict)  # recipe -> _CaseFailed, to replay from memory
+    shrink_deadline: float = math.inf
+    shrink_cut: bool = False
 
 
 def _strategy_options(preset, spec) -> dict:
@@ -435,6 +446,13 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str) -> None
 
     def body(recipe):
         shrinking = run.first is not None
+        if shrinking and time.monotonic() > run.shrink_deadline:
+            # Out of shrinking time: known failures fail again from memory, anything else passes, so
+            # hypothesis ends its shrink at once with the smallest failing case so far.
+            run.shrink_cut = True
+            if recipe in run.failures:
+                raise run.failures[recipe]
+            return
         case = recipe.build(kernel=kern.name)
         verdict = check(kern, case, device=device, properties=properties_for(recipe.seed))
         if shrinking:
@@ -452,9 +470,10 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str) -> None
             failure = _CaseFailed(verdict, case, recipe)
             if run.first is None:  # saved the moment it fails: an interrupted shrink loses nothing
                 run.first = failure
+                run.shrink_deadline = time.monotonic() + SHRINK_SECONDS
                 run.found_path, run.found_replay = _save(session, verdict, case, kern, label="found", device=device)
                 rec.update(saved=str(run.found_path), replay=run.found_replay)
-            run.last = failure
+            run.last = run.failures[recipe] = failure
             raise failure
 
     body._hypothesis_internal_add_digest = nodeid.encode()  # a database key and a random stream per test id
@@ -493,8 +512,13 @@ def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run,
                 rec.update(saved=str(path), replay=replay)
                 break
     tried = f"{run.shrink_cases} more case{'s' if run.shrink_cases != 1 else ''}"
-    how = f"case {run.generated} drawn" + (f", shrunk over {tried}" if not same else
-                                           f" (shrinking tried {tried}: none smaller fails)")
+    if run.shrink_cut:
+        how = f"case {run.generated} drawn, " + (f"shrunk over {tried}" if not same else f"{tried} tried") + \
+              f" (shrinking stopped after {SHRINK_SECONDS:g} s)"
+    elif not same:
+        how = f"case {run.generated} drawn, shrunk over {tried}"
+    else:
+        how = f"case {run.generated} drawn (shrinking tried {tried}: none smaller fails)"
     lines = [f"flashcheck: {kern.name} ({dtype}, {device}) failed on {how}:", str(failure.verdict),
              f"drawn from: {failure.recipe!r}",
              f"saved: {_display(path, session.invocation_dir)}"]

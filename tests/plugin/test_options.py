@@ -102,3 +102,27 @@ def test_a_property_test_that_judged_nothing_fails(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*flashcheck judged no case of test_picky:picky (fp32): 3 unsupported. "
                                  "A test that judged nothing is not a pass*"])
+
+
+SLOW_SHRINK = """
+import flashcheck, flashcheck.testing
+from flashcheck.twin import twin_attention
+
+flashcheck.testing.SHRINK_SECONDS = 0  # no time to shrink: the first failing case is the one reported
+
+@flashcheck.kernel(causal=("none",), dtypes=("fp32",))
+def bad(q, k, v, *, scale, causal, attn_mask=None):
+    out, lse = twin_attention(q, k, v, scale=scale, causal=causal)
+    return (out * 1.01 if k.shape[2] >= 3 else out), lse
+
+test_bad = flashcheck.property_test(bad, max_examples=10, device="cpu", seed=2)
+"""
+
+
+def test_shrinking_stops_at_its_time_limit(pytester):
+    pytester.makepyfile(test_slow_shrink=SLOW_SHRINK)
+    pytester.makefile(".toml", tiny="max_n = 16\nhead_dims = [8]\nmax_batch = 1\nmax_heads = 1\n")
+    result = pytester.runpytest("--flashcheck-preset", "tiny.toml", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*failed on case * drawn, * (shrinking stopped after 0 s):",
+                                 "replay: *flashcheck replay *--device cpu"])

@@ -81,6 +81,8 @@ def test_given_tests_fail_with_the_shrunk_case_saved_once(serial):
     given_saves = [r for r in data["verdicts"] if r["test"] == "test_kernels.py::test_given_bad" and r.get("saved")]
     assert len(given_saves) == 1 and "-shrunk-" in given_saves[0]["saved"]  # the case hypothesis reported
     assert f"KernelCheckFailed: BUG: test_kernels:bad on {given_saves[0]['case']}" in text
+    saved = json.loads((repo / given_saves[0]["saved"]).read_text())
+    assert saved["provenance"]["kernel"] == "test_kernels:bad"  # cases() drew it for no kernel: replay needs one
     fixture_text = "\n".join(failure_section(result, "test_fixture_bad"))
     assert "BUG over_budget" in fixture_text and "flashcheck replay saved/" in fixture_text
 
