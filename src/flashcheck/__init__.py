@@ -6,6 +6,7 @@ before this process imports torch, and the two imports overlap. ``from flashchec
 ``flashcheck.check(...)`` and ``from flashcheck import *`` work as ever.
 """
 
+import importlib
 import sys
 import types
 
@@ -66,7 +67,15 @@ __all__ = [
 ]
 
 
+# Submodules users reach as attributes, e.g. ``flashcheck.strategies.cases(...)`` after ``import flashcheck``.
+_SUBMODULES = ("strategies", "masks", "regimes", "presets", "twin", "budget", "oracle", "anchors", "mutants")
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = value
+        return value
     try:
         module, attribute = _PUBLIC[name]
     except KeyError:

@@ -53,3 +53,13 @@ def test_kernel_calling_convention_is_keyword_only():
 
     assert keyword_only(attention.fn) == {"scale", "causal", "attn_mask"}
     assert attention.spec.causal == ("none", "bottom_right") and attention.spec.fully_masked_rows == "zero"
+
+
+def test_submodules_are_attributes_after_a_plain_import():
+    """`import flashcheck` then `flashcheck.strategies.cases(...)`, as the docs write it."""
+    import subprocess
+    import sys
+
+    code = ("import flashcheck; assert callable(flashcheck.strategies.cases); "
+            "assert callable(flashcheck.masks.causal); assert callable(flashcheck.check)")
+    subprocess.run([sys.executable, "-c", code], check=True)
