@@ -213,16 +213,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _no_deadline(item) -> None:
-    """A ``@given`` test marked ``flashcheck`` (or using the fixture) runs with no hypothesis deadline: a
-    kernel's first call compiles it and the oracle's first call warms up, so times say nothing."""
+    """A ``@given`` test marked ``flashcheck`` (or using the fixture) runs with no hypothesis deadline and
+    no too-slow health check: a kernel's first call compiles it, the oracle's first call warms up, and a
+    case's tensors take time to build on a busy machine, so times say nothing about the kernel."""
     fn = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
     if not getattr(fn, "is_hypothesis_test", False):
         return
-    from hypothesis import settings
+    from hypothesis import HealthCheck, settings
 
     current = getattr(fn, "_hypothesis_internal_use_settings", None) or settings.default
-    if current.deadline is not None:
-        fn._hypothesis_internal_use_settings = settings(current, deadline=None)
+    suppressed = list(current.suppress_health_check)
+    if current.deadline is not None or HealthCheck.too_slow not in suppressed:
+        fn._hypothesis_internal_use_settings = settings(
+            current, deadline=None, suppress_health_check=suppressed + [HealthCheck.too_slow])
 
 
 class FlashcheckFixture:
