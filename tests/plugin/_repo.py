@@ -95,7 +95,11 @@ def test_environment():
     from hypothesis import settings
 
     assert os.environ.get("TRITON_INTERPRET") == "1"  # device cpu: Triton kernels would run interpreted
-    assert settings.get_current_profile_name() == os.environ.get("EXPECT_PROFILE", "default")
+    profile = settings.get_current_profile_name()
+    if "EXPECT_PROFILE" in os.environ:
+        assert profile == os.environ["EXPECT_PROFILE"]
+    else:  # hypothesis's own choice ("default", or "ci" where CI is set): flashcheck forces none of its own
+        assert not profile.startswith("flashcheck"), profile
 '''
 
 # The outcomes of KERNELS' tests.
