@@ -160,7 +160,9 @@ def main(argv=None):
                     print(json.dumps(r), file=sys.stderr, flush=True)
     print(_table(results))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        from flashcheck.verdict import write_json
+
+        write_json(args.json, results)
     return results
 
 

@@ -8,7 +8,6 @@ Prints one table; ratios are taken within the run, since these machines are nois
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 from flashcheck import reference_attention
+from flashcheck.verdict import write_json
 
 
 def bare_numpy(q, k, v, scale):
@@ -76,8 +76,7 @@ def main(argv=None):
     print(f"{'device':>6} {'H':>3} {'N':>6} {'D':>4} {'bare (s)':>10} {'oracle+bound (s)':>17} {'ratio':>6}")
     print(f"{args.device:>6} {heads:>3} {args.n:>6} {args.d:>4} {mb:>10.4f} {mo:>17.4f} {mo / mb:>6.2f}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(row, fh, indent=2)
+        write_json(args.json, row)
     return row
 
 

@@ -10,7 +10,6 @@ time split. Prints one table; `--json` keeps the rows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -36,6 +35,7 @@ def main(argv=None) -> int:
     from flashcheck.mutants import MUTANTS
     from flashcheck.presets import load_preset
     from flashcheck.selftest import CORRECT_TILES, MUTANT_TILE
+    from flashcheck.verdict import write_json
     from flashcheck.worker import quiet_interpreter
 
     quiet_interpreter()
@@ -83,8 +83,7 @@ def main(argv=None) -> int:
           f"{sum(1 for r in rows if not r['correct'])}; correct kernels with a BUG: {len(alarms)}/"
           f"{sum(1 for r in rows if r['correct'])}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+        write_json(args.json, rows)
     return 1 if missed or alarms else 0
 
 

@@ -12,7 +12,6 @@ checkouts too (run with PYTHONPATH=that/src), which compute the oracle and the b
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -59,6 +58,7 @@ def main(argv=None):
     from flashcheck.kernels import resolve_kernel
     from flashcheck.presets import load_preset
     from flashcheck.strategies import draw_recipes
+    from flashcheck.verdict import write_json
 
     kernel = resolve_kernel(args.kernel, device=args.device)
     preset = load_preset(args.preset)
@@ -92,8 +92,7 @@ def main(argv=None):
           f"  | oracle+budget: {row['oracle_budget_ops_per_case']} ops, {row['oracle_budget_kernels_per_case']} "
           "CUDA kernels per case")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(row, fh, indent=2)
+        write_json(args.json, row)
     return row
 
 
