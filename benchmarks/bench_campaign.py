@@ -66,9 +66,16 @@ def run_row(name: str, *, src: Path, device: str, seconds: float, seed: int, cac
     split = d.get("time_split_s", {})
     return {"row": name, "verdict": d.get("verdict"), "cases": d.get("cases", 0), "wall_s": round(wall, 2),
             "elapsed_s": d.get("elapsed_s", 0.0), "sources": d.get("sources"),
-            "cases_per_s": d.get("cases_per_s"), "compilations": d.get("compilations"),
+            "cases_per_s": d.get("cases_per_s"), "first_case_s": _first_case_s(d),
+            "steady_cases_per_s": d.get("steady_cases_per_s"), "compilations": d.get("compilations"),
             "compile_s": split.get("compile"),
             "ms_per_case": {p: round(1000 * split.get(p, 0.0) / cases, 2) for p in PARTS}}
+
+
+def _first_case_s(summary: dict) -> float | None:
+    """Seconds from the start to the first judged case (the slowest worker's, with --jobs)."""
+    per = [s.get("first_case_s") for s in summary.get("sources") or [summary]]
+    return None if None in per or not per else max(per)
 
 
 def _without(args: list, option: str) -> list:
@@ -106,7 +113,7 @@ def same_cases_speedup(name: str, result: dict, *, src: Path, device: str, secon
 
 
 def _table(results: list[dict]) -> str:
-    head = f"{'label':8} {'row':15} {'cases':>6} {'cases/s':>8} {'wall s':>7} " + \
+    head = f"{'label':8} {'row':15} {'cases':>6} {'cases/s':>8} {'steady':>7} {'first s':>7} {'wall s':>7} " + \
            " ".join(f"{p[:6]:>7}" for p in PARTS) + f" {'compiles':>9}  verdict"
     lines = [head, "-" * len(head)]
     for r in results:
@@ -115,12 +122,17 @@ def _table(results: list[dict]) -> str:
             continue
         ms = " ".join(f"{r['ms_per_case'][p]:7.1f}" for p in PARTS)
         comp = "" if r.get("compilations") is None else f"{r['compilations']} / {r.get('compile_s') or 0:.0f}s"
-        lines.append(f"{r['label']:8} {r['row']:15} {r['cases']:6} {r['cases_per_s'] or 0:8.2f} {r['wall_s']:7.1f} "
+        steady = "" if r.get("steady_cases_per_s") is None else f"{r['steady_cases_per_s']:.1f}"
+        first = "" if r.get("first_case_s") is None else f"{r['first_case_s']:.2f}"
+        lines.append(f"{r['label']:8} {r['row']:15} {r['cases']:6} {r['cases_per_s'] or 0:8.2f} {steady:>7} {first:>7} "
+                     f"{r['wall_s']:7.1f} "
                      f"{ms} {comp:>9}  {r['verdict']}")
         if r.get("same_cases_speedup"):
             lines.append(f"{'':8} {'':15} the same cases one worker seed after another in one process: "
                          f"{r['same_cases_one_process_per_s']:.2f} cases/s, speed-up {r['same_cases_speedup']:.2f}x")
-    return "\n".join(lines) + "\n(ms per case: generation, kernel, oracle+budget, properties, envelope)"
+    return "\n".join(lines) + ("\n(cases/s over the whole run; steady: once every process has judged its first case; "
+                               "first s: the first judged case after start; ms per case: generation, kernel, "
+                               "oracle+budget, properties, envelope)")
 
 
 def main(argv=None):
@@ -160,6 +172,7 @@ def main(argv=None):
                     print(json.dumps(r), file=sys.stderr, flush=True)
     print(_table(results))
     if args.json:
+        sys.path.insert(0, str(HERE / "src"))
         from flashcheck.verdict import write_json
 
         write_json(args.json, results)

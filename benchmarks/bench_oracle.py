@@ -51,6 +51,8 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="also print each side's costliest operators and its device-busy share")
     args = parser.parse_args(argv)
     heads = args.heads or (1 if args.device == "cpu" else 16)
     gen = torch.Generator().manual_seed(0)
@@ -75,9 +77,36 @@ def main(argv=None):
            "bare_s": mb, "oracle_s": mo, "ratio": mo / mb, "torch_threads": torch.get_num_threads()}
     print(f"{'device':>6} {'H':>3} {'N':>6} {'D':>4} {'bare (s)':>10} {'oracle+bound (s)':>17} {'ratio':>6}")
     print(f"{args.device:>6} {heads:>3} {args.n:>6} {args.d:>4} {mb:>10.4f} {mo:>17.4f} {mo / mb:>6.2f}")
+    if args.profile:
+        for name, fn in (("bare", bare), ("oracle", oracle)):
+            row[f"{name}_profile"] = profile_table(name, fn, sync, args.device)
     if args.json:
         write_json(args.json, row)
     return row
+
+
+def profile_table(name, fn, sync, device):
+    """Print the operators that cost ``fn`` most, and how much of its wall time the device was busy."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        fn()
+        sync()
+    wall = time.perf_counter() - t0
+    key = "self_cpu_time_total"
+    if device == "cuda":  # named self_cuda_time_total before torch 2.4
+        key = next(k for k in ("self_device_time_total", "self_cuda_time_total") if hasattr(prof.key_averages()[0], k))
+    averages = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
+    busy = sum(getattr(e, key, 0) for e in averages) / 1e6
+    print(f"--- {name}: wall {wall * 1e3:.1f} ms, {'device' if device == 'cuda' else 'cpu'} self time {busy * 1e3:.1f} ms")
+    rows = []
+    for e in averages[:12]:
+        rows.append({"op": e.key, "calls": e.count, "ms": getattr(e, key, 0) / 1e3})
+        print(f"  {e.key[:70]:<70} {e.count:>5} {getattr(e, key, 0) / 1e3:>9.2f} ms")
+    return {"wall_s": wall, "busy_s": busy, "top": rows}
 
 
 if __name__ == "__main__":

@@ -90,6 +90,8 @@ class CampaignResult:
     examples: int = 0  # the cases hypothesis generated (what max_examples counts)
     elapsed: float = 0.0
     first_case: float | None = None  # seconds from the campaign's start (started_at) to its first judged case
+    # Cases/s from the first judged case to the end: startup left out, the rate a long campaign approaches.
+    steady_rate: float | None = None
     # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
     # envelope (the twin's tilings, for SUSPICIOUS).
@@ -122,6 +124,7 @@ class CampaignResult:
             "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
             "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
             "first_case_s": round(self.first_case, 3) if self.first_case is not None else None,
+            "steady_cases_per_s": round(self.steady_rate, 3) if self.steady_rate is not None else None,
             "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
@@ -275,6 +278,7 @@ class _Campaign:
         self.stop_reason: str | None = None  # "interrupted", "time_budget" or "worker_failed"
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
         self.start = self.last_end = time.monotonic()
+        self.first_case_at: float | None = None
         self.deadline = math.inf
         self.round = _Round()
         self.saved_found: set[str] = set()   # signatures whose first case is saved
@@ -359,6 +363,7 @@ class _Campaign:
         else:
             if r.first_case is None:
                 r.first_case = self.last_end - self.started_at
+                self.first_case_at = self.last_end
             self._count_judged(verdict, recipe, shrinking)
         if self.progress is not None:
             self.progress(r)
@@ -481,7 +486,10 @@ class _Campaign:
 
     def _finish(self) -> CampaignResult:
         r = self.result
-        r.elapsed = time.monotonic() - self.start
+        end = time.monotonic()
+        r.elapsed = end - self.start
+        if self.first_case_at is not None and r.cases > 1 and end > self.first_case_at:
+            r.steady_rate = (r.cases - 1) / (end - self.first_case_at)
         for entry in r.findings:  # a defect that accumulates along the keys says so
             growth = growth_with_length(r.ratios_by_signature.get("+".join(entry["kinds"]), []))
             if growth:

@@ -82,6 +82,11 @@ def error_ratios(got: torch.Tensor, exact: torch.Tensor, total: torch.Tensor, em
     return torch.where(err == 0, torch.zeros_like(ratio), ratio), err
 
 
+def _on_host(*values, device) -> list:
+    """Device scalars (0-d tensors, or Python numbers) as Python floats, in one transfer."""
+    return torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in values]).tolist()
+
+
 def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
             fully_masked_rows: str = "any", regime: str | None = None) -> tuple[list[Finding], float]:
     """Findings of an output against the oracle and its budget, and the largest error/budget ratio."""
@@ -96,20 +101,27 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
     live = ~empty[..., None].expand_as(got)
     findings: list[Finding] = []
 
-    finite = torch.isfinite(got)
-    nonfinite = live & ~finite
-    if bool(nonfinite.any()):
+    nonfinite = live & ~torch.isfinite(got)
+    ratio, err = error_ratios(got, ref.out, budget.total, empty)
+    over = ratio > 1
+    bad_lse = None
+    if lse is not None:
+        got_lse = lse.detach().to(ref.out.device, torch.float64)
+        lse_err = (got_lse - ref.lse).abs()
+        bad_lse = ~empty & ~(lse_err <= budget.lse_total)  # NaN counts as bad
+    # One transfer for every decision below: each separate read would wait for the device.
+    any_nonfinite, any_over, any_empty, any_bad_lse, max_ratio = _on_host(
+        nonfinite.any(), over.any(), empty.any(), False if bad_lse is None else bad_lse.any(),
+        ratio.max() if ratio.numel() else math.nan, device=got.device)
+    if any_nonfinite:
         idx = tuple(int(i) for i in torch.nonzero(nonfinite)[0])
         findings.append(Finding(
             "nonfinite", BUG,
             f"{got[idx]} where the oracle is finite: " + diagnose_elements(nonfinite, shapes, rows, empty),
             index=idx, regime=regime))
 
-    ratio, err = error_ratios(got, ref.out, budget.total, empty)
-    max_ratio = float(ratio.max()) if ratio.numel() else math.nan
-    over = ratio > 1
-    if bool(over.any()):
-        idx = tuple(int(i) for i in torch.nonzero(ratio == ratio.max())[0])
+    if any_over:
+        idx = tuple(int(i) for i in torch.nonzero(ratio == max_ratio)[0])
         diagnosis = diagnose_elements(over, shapes, rows, empty)
         keys = None if ref.inputs is None else which_keys(got[idx[:3]], ref.inputs, idx, budget.total[idx[:3]],
                                                           row=None if rows is None else int(rows[idx[2]]))
@@ -119,7 +131,7 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
             index=idx, error=float(err[idx]), budget=budget.breakdown(idx), ratio=float(ratio[idx]),
             regime=regime, details={"elements_over": int(over.sum()), "keys": keys}))
 
-    if bool(empty.any()) and fully_masked_rows != "any":
+    if any_empty and fully_masked_rows != "any":
         rows_out = got[empty]
         if fully_masked_rows == "zero":
             broken = ~(rows_out == 0).all(-1)
@@ -135,19 +147,15 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
                 f"{int(broken.sum())} of {int(empty.sum())} rows with no visible key are not "
                 f"{fully_masked_rows!r} (first values {example})", regime=regime))
 
-    if lse is not None:
-        got_lse = lse.detach().to(ref.out.device, torch.float64)
-        lse_err = (got_lse - ref.lse).abs()
+    if any_bad_lse:
         live_rows = ~empty
-        bad_lse = live_rows & ~(lse_err <= budget.lse_total)  # NaN counts as bad
-        if bool(bad_lse.any()):
-            lse_ratio = torch.where(live_rows, lse_err / budget.lse_total, torch.zeros_like(lse_err))
-            idx = tuple(int(i) for i in torch.nonzero(bad_lse)[0])
-            findings.append(Finding(
-                "lse", BUG, f"lse off on {int(bad_lse.sum())} of {int(live_rows.sum())} rows "
-                f"(got {float(got_lse[idx]):.6g}, exact {float(ref.lse[idx]):.6g})",
-                index=idx, error=float(lse_err[idx]), ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf)[idx]),
-                budget={"total": float(budget.lse_total[idx])}, regime=regime))
+        lse_ratio = torch.where(live_rows, lse_err / budget.lse_total, torch.zeros_like(lse_err))
+        idx = tuple(int(i) for i in torch.nonzero(bad_lse)[0])
+        findings.append(Finding(
+            "lse", BUG, f"lse off on {int(bad_lse.sum())} of {int(live_rows.sum())} rows "
+            f"(got {float(got_lse[idx]):.6g}, exact {float(ref.lse[idx]):.6g})",
+            index=idx, error=float(lse_err[idx]), ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf)[idx]),
+            budget={"total": float(budget.lse_total[idx])}, regime=regime))
     return findings, max_ratio
 
 

@@ -135,6 +135,7 @@ def _source_entries(summary: dict, name: str) -> list[dict]:
              "elapsed_s": elapsed,
              "cases_per_s": round(summary["cases"] / elapsed, 3) if elapsed > 0 else None,
              "first_case_s": summary.get("first_case_s"),
+             "steady_cases_per_s": summary.get("steady_cases_per_s"),
              "case_log_sha256": summary.get("case_log_sha256")}]
 
 

@@ -169,11 +169,24 @@ def block_softmax(ops, Q, K, vis, scale: float) -> Softmax:
     return Softmax(s, m, empty, x, p, ops.where(empty, 1.0, ops.sum(p, -1)))
 
 
-def _check_inputs_finite(q, k, v) -> None:
-    # One pass over the inputs (never over the scores) and one host sync.
-    finite = torch.stack([torch.isfinite(t).all() for t in (q, k, v)]).tolist()
-    for name, t, ok in zip("qkv", (q, k, v), finite):
-        _check_finite(name, t, ok)
+def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float) -> bool:
+    """Check the inputs once for the whole call, in one host sync (never a pass over the scores):
+    finite, and scaled logits that cannot overflow (|s_ij| <= |scale| ||q_i|| ||k_j||). Returns whether
+    every row's eta_max is small enough for the first-order bound, so that blocks need not ask."""
+    P = shapes.batch * shapes.heads_kv
+    q_rows = q if rows is None else q.index_select(2, rows.to(q.device))
+    q_norm = torch.linalg.vector_norm(q_rows.detach().double().reshape(P, -1, shapes.head_dim), dim=-1).amax(-1)
+    k_norm = torch.linalg.vector_norm(k.detach().double().reshape(P, -1, shapes.head_dim), dim=-1).amax(-1)
+    top = (q_norm * k_norm).amax()
+    flags = torch.stack([torch.isfinite(t).all().double() for t in (q, k, v)] + [top]).tolist()
+    for name, t, ok in zip("qkv", (q, k, v), flags):
+        _check_finite(name, t, bool(ok))
+    if not abs(scale) * flags[3] < 1e300:
+        raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
+                              "(|scale| * |q| * |k| above 1e300)")
+    # |m_i| <= |s^_ij| <= 2 |scale| ||q_i|| ||k_j||, so eta_max_i <= (C + 2 u |scale|) max ||q|| ||k|| + eps_exp.
+    eta_top = (C + 2 * U64 * abs(scale)) * flags[3] + EPS_EXP
+    return eta_top * (2 + TINY_ETA) <= TINY_ETA
 
 
 def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None) -> Reference:
@@ -190,13 +203,13 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     lse_bound = torch.empty_like(lse)
     empty = torch.empty((B, Hq, R), dtype=torch.bool, device=device)
     outputs = (out, w, bound, lse, lse_bound, empty)
-    _check_inputs_finite(q, k, v)
     # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
     C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64)
+    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
         for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
-            sm, (out_b, w_b), res = _float64_block(ops, blk, scale, C)
+            sm, (out_b, w_b), res = _float64_block(ops, blk, scale, C, small_eta)
             scatter(ops, outputs, blk, res)
             if on_block is not None:
                 on_block(blk, sm, out_b, w_b)
@@ -204,18 +217,15 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
                      method="float64", rows=row_index, shapes=shapes)
 
 
-def _float64_block(ops, blk, scale, C):
+def _float64_block(ops, blk, scale, C, small_eta: bool):
     """One block: its softmax, (out, w) as computed, and the results out, w, bound, lse, lse_bound and
-    empty, each (p, G, R, .), with empty rows marked."""
+    empty, each (p, G, R, .), with empty rows marked. ``small_eta``: the whole call is known to take the
+    first-order bound (else the block finds out)."""
     Q, K, V, vis = blk.Q, blk.K, blk.V, blk.vis
     absV = ops.abs(V)
     k_norm = ops.sqrt(ops.sum(K * K, -1))  # (p, 1, Nk, 1)
     q_norm = ops.sqrt(ops.sum(Q * Q, -1))  # (p, G, R, 1)
     k_max = ops.amax(k_norm, -2)
-    # |s_ij| <= |scale| ||q_i|| ||k_j||: checked on the norms, without a pass over the scores.
-    if not abs(scale) * float((ops.amax(q_norm, -2) * k_max).max()) < 1e300:
-        raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
-                              "(|scale| * |q| * |k| above 1e300)")
     sm = block_softmax(ops, Q, K, vis, scale)
     Dv = V.shape[-1]
     # One matmul gives out and w: P @ [V, |V|] (the bound needs no column of its own).
@@ -225,7 +235,7 @@ def _float64_block(ops, blk, scale, C):
     rho = U64 * ops.abs(sm.m) + EPS_EXP
     eta_max = C * q_norm * k_max + rho
     r = eta_max * (1 + TINY_ETA)
-    if bool((eta_max + r <= TINY_ETA).all()):
+    if small_eta or bool((eta_max + r <= TINY_ETA).all()):
         # sum_j a~_ij (eta_ij + r_i) |v_jk| <= (eta_max + r_i) w_ik
         shift = (eta_max + r) * w * (1 + 2 * TINY_ETA)
         lse_shift = r

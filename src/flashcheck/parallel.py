@@ -113,8 +113,16 @@ def visible_gpus(device: str) -> list[str]:
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as taskset or a container sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def threads_per_worker(jobs: int) -> str:
-    return str(max(1, (os.cpu_count() or 1) // max(jobs, 1)))
+    return str(max(1, usable_cores() // max(jobs, 1)))
 
 
 @contextmanager

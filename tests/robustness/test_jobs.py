@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from flashcheck import AttentionCase
 
 from ._kernels import CALLS_FILE
@@ -143,7 +145,7 @@ def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
 
     for name in parallel.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
     jobs = parallel._start_jobs(_report_threads, [{}] * 8, "cpu", "test")
     try:
         seen = [threads for _, _, threads in parallel._messages(jobs)]
@@ -158,3 +160,18 @@ def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
     finally:
         parallel._end_jobs(jobs)
     assert {t[0] for t in seen} == {"3"}
+
+
+def test_usable_cores_follow_the_affinity_not_the_machine():
+    from flashcheck import parallel
+
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})  # as `taskset -c N` would
+        assert parallel.usable_cores() == 1
+        assert parallel.threads_per_worker(2) == "1"
+    finally:
+        os.sched_setaffinity(0, before)
+    assert parallel.usable_cores() == len(before)
