@@ -30,6 +30,7 @@ PARTS = ("generation", "kernel", "oracle", "properties", "envelope")
 ROWS = {
     "startup-math": (["torch:math", "--preset", "smoke", "--max-examples", "1", "--no-isolation"], False, False),
     "startup-flash": (["torch:flash", "--preset", "smoke", "--max-examples", "1", "--no-isolation"], False, False),
+    "startup-flash-worker": (["torch:flash", "--preset", "smoke", "--max-examples", "1"], False, False),
     "flash-1": (["torch:flash", "--preset", "adversarial", "--keep-going", "--no-isolation"], False, False),
     "flash-1-worker": (["torch:flash", "--preset", "adversarial", "--keep-going"], False, False),
     "flash-8": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "8"], True, False),
