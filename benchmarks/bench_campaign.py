@@ -147,9 +147,15 @@ def main(argv=None):
                         help="also run the rows on another checkout's src/ (repeatable), e.g. before=/tmp/old/src")
     parser.add_argument("--same-cases", action="store_true",
                         help="for rows with --jobs N, also run their N worker seeds one after another in one process")
+    parser.add_argument("--examples", type=int, default=None,
+                        help="cases of the rows with a fixed count (cpu-smoke-1, cpu-smoke-2), instead of theirs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
+    if args.examples is not None:
+        for name, (fuzz_args, jobs, fresh) in list(ROWS.items()):
+            if "--max-examples" in fuzz_args and not name.startswith("startup"):
+                ROWS[name] = (_without(fuzz_args, "--max-examples") + ["--max-examples", str(args.examples)], jobs, fresh)
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"--rows: unknown {unknown}; pick from {sorted(ROWS)}")

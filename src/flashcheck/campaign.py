@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
@@ -46,6 +47,7 @@ from .errors import InvalidArgument
 from .kernels import resolve_kernel
 from .diagnose import growth_with_length
 from .merge import NO_CASES, merged_verdict
+from .oracle import reference_attention
 from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel, as_kernel
@@ -215,6 +217,23 @@ def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtype
     return resolved, isolate, dtypes
 
 
+def warm_oracle(device) -> None:
+    """On a GPU, run the oracle once on a tiny input in a background thread: the CUDA context, the
+    cuBLAS handle and the float64 kernels load while the campaign is prepared and the first case drawn
+    and run (torch releases the GIL inside its operations), not inside the first case's oracle."""
+    if torch.device(device).type != "cuda":
+        return
+
+    def warm():
+        try:
+            q = torch.ones((1, 1, 4, 8), dtype=torch.float16, device=device)
+            reference_attention(q, q, q, scale=1.0)
+        except Exception:  # noqa: BLE001 - a broken device shows itself in the first case, with its error
+            pass
+
+    threading.Thread(target=warm, name="flashcheck-warm-oracle", daemon=True).start()
+
+
 def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, max_examples: int | None = None,
                  time_budget: float | None = None, seed: int | None = None, corpus: str | Path = "flashcheck-corpus",
                  database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
@@ -242,6 +261,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
     try:
         if worker_process is not None and isolate and isinstance(kernel, str):  # it loads the kernel meanwhile
             worker_process.assign(kernel, device=device, options=kernel_options)
+        warm_oracle(device)
         resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes,
                                                      isolate=isolate, case_timeout=case_timeout,
                                                      kernel_options=kernel_options)
