@@ -14,7 +14,10 @@ from .errors import InvalidArgument
 
 __all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "strategies"
+# An installed package carries the presets as flashcheck/_presets; a source checkout has them in the
+# repository's strategies/ (see pyproject.toml).
+_INSTALLED = Path(__file__).resolve().parent / "_presets"
+PRESET_DIR = _INSTALLED if _INSTALLED.is_dir() else Path(__file__).resolve().parents[2] / "strategies"
 
 
 @dataclass(frozen=True)
