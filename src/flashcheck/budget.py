@@ -127,12 +127,15 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
     def add(blk, sm, o, w):
         scatter(ops, parts.outputs, blk, _budget_block(ops, blk, sm, o, w, model))
 
+    def add_forward(blk, forward):
+        add(blk, forward.softmax, forward.out, forward.w)
+
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         if reference is None:
             rows_n = shapes.n_q if rows is None else len(rows)
             parts = _Parts((shapes.batch, shapes.heads_q, rows_n, shapes.head_dim_v), q.device)
             reference = float64_reference_walk(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
-                                               rows=rows, on_block=add)
+                                               rows=rows, on_block=add_forward)
         else:
             parts = _Parts(reference.out.shape, q.device)
             rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)

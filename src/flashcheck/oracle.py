@@ -190,8 +190,8 @@ def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float) -> bool:
 
 
 def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None) -> Reference:
-    """The float64 oracle; ``on_block(block, softmax, out, w)`` sees each block's intermediates (the
-    budget uses them, so that one walk over the scores gives both)."""
+    """The float64 oracle; ``on_block(block, forward)`` sees each block's :class:`BlockForward` (the
+    budget and the gradients use it, so that one walk over the scores gives them all)."""
     device = q.device
     ops = ops_for(device)
     B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
@@ -209,53 +209,83 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     small_eta = _call_checks(q, k, v, shapes, row_index, scale, C)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
         for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
-            sm, (out_b, w_b), res = _float64_block(ops, blk, scale, C, small_eta)
+            forward, res = _float64_block(ops, blk, scale, C, small_eta)
             scatter(ops, outputs, blk, res)
             if on_block is not None:
-                on_block(blk, sm, out_b, w_b)
+                on_block(blk, forward)
     return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
                      method="float64", rows=row_index, shapes=shapes)
 
 
-def _float64_block(ops, blk, scale, C, small_eta: bool):
-    """One block: its softmax, (out, w) as computed, and the results out, w, bound, lse, lse_bound and
-    empty, each (p, G, R, .), with empty rows marked. ``small_eta``: the whole call is known to take the
+@dataclass
+class WeightError:
+    """How far the computed weights a~_ij = p^_ij / l^_i may sit from the exact a_ij, for one block:
+    |a~_ij - a_ij| <= ``rel_i`` a~_ij on rows of small eta (``rel`` (p, G, R, 1)), else <= ``delta_ij``
+    (``delta`` (p, G, R, Nk), exact per key, for the whole block); ``lse_shift`` bounds the lse's move."""
+
+    rel: object | None
+    delta: object | None
+    lse_shift: object
+
+
+@dataclass
+class BlockForward:
+    """One block of the float64 oracle as computed: the softmax, out and w (``out`` is 0, not NaN, on
+    empty rows), the bound on out (0 on empty rows) and the weights' error."""
+
+    softmax: Softmax
+    out: object
+    w: object
+    bound: object
+    weights: WeightError
+
+
+def _weight_error(ops, blk, sm: Softmax, C, small_eta: bool, q_norm, k_norm) -> WeightError:
+    # eta_max = C ||q_i|| max_j ||k_j|| + rho_i bounds every eta_ij of the row, and so r_i too.
+    rho = U64 * ops.abs(sm.m) + EPS_EXP
+    eta_max = C * q_norm * ops.amax(k_norm, -2) + rho
+    r = eta_max * (1 + TINY_ETA)
+    if small_eta or bool((eta_max + r <= TINY_ETA).all()):
+        # delta_ij <= a~_ij (eta_ij + r_i)(1 + 2^-19) <= a~_ij (eta_max + r_i)(1 + 2^-19)
+        return WeightError(rel=(eta_max + r) * (1 + 2 * TINY_ETA), delta=None, lse_shift=r)
+    eta = C * q_norm * ops.swap(k_norm) + rho
+    eta = eta if blk.vis is None else ops.where(blk.vis, eta, 0.0)
+    delta, lse_shift = _large_eta_shift(ops, sm, eta)
+    return WeightError(rel=None, delta=delta, lse_shift=lse_shift)
+
+
+def _float64_block(ops, blk, scale, C, small_eta: bool) -> tuple[BlockForward, tuple]:
+    """One block: its :class:`BlockForward`, and the results out, w, bound, lse, lse_bound and empty,
+    each (p, G, R, .), with empty rows marked. ``small_eta``: the whole call is known to take the
     first-order bound (else the block finds out)."""
     Q, K, V, vis = blk.Q, blk.K, blk.V, blk.vis
     absV = ops.abs(V)
     k_norm = ops.sqrt(ops.sum(K * K, -1))  # (p, 1, Nk, 1)
     q_norm = ops.sqrt(ops.sum(Q * Q, -1))  # (p, G, R, 1)
-    k_max = ops.amax(k_norm, -2)
     sm = block_softmax(ops, Q, K, vis, scale)
     Dv = V.shape[-1]
     # One matmul gives out and w: P @ [V, |V|] (the bound needs no column of its own).
     res = ops.matmul(sm.p, ops.concat((V, absV), -1)) / sm.l
     out, w = res[..., :Dv], res[..., Dv:]
-    # eta_max = C ||q_i|| max_j ||k_j|| + rho_i bounds every eta_ij of the row, and so r_i too.
-    rho = U64 * ops.abs(sm.m) + EPS_EXP
-    eta_max = C * q_norm * k_max + rho
-    r = eta_max * (1 + TINY_ETA)
-    if small_eta or bool((eta_max + r <= TINY_ETA).all()):
-        # sum_j a~_ij (eta_ij + r_i) |v_jk| <= (eta_max + r_i) w_ik
-        shift = (eta_max + r) * w * (1 + 2 * TINY_ETA)
-        lse_shift = r
+    weights = _weight_error(ops, blk, sm, C, small_eta, q_norm, k_norm)
+    if weights.rel is not None:
+        shift = weights.rel * w  # sum_j delta_ij |v_jk| <= rel_i w_ik
     else:
-        eta = C * q_norm * ops.swap(k_norm) + rho
-        eta = eta if vis is None else ops.where(vis, eta, 0.0)
-        shift, lse_shift = _large_eta_shift(ops, sm, eta, vis, absV)
+        shift = ops.matmul(weights.delta, absV)
     # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
     underflow = (K.shape[-2] * UNDERFLOW) * ops.amax(absV, -2)
     g = _gamma(K.shape[-2] + 1)
     bound = (shift + 2 * g * w * (1 + 2 * g) + underflow) * SAFETY
     log_l = ops.log(sm.l)
     lse = sm.m + log_l
-    lse_bound = (lse_shift + g + 4 * U64 * ops.abs(log_l) + 2 * U64 * ops.abs(lse)) * SAFETY
+    lse_bound = (weights.lse_shift + g + 4 * U64 * ops.abs(log_l) + 2 * U64 * ops.abs(lse)) * SAFETY
     empty = sm.empty
-    return sm, (out, w), (ops.where(empty, math.nan, out), ops.where(empty, 0.0, w), ops.where(empty, math.nan, bound),
-                ops.where(empty, -math.inf, lse), ops.where(empty, 0.0, lse_bound), empty)
+    forward = BlockForward(sm, out, w, ops.where(empty, 0.0, bound), weights)
+    return forward, (ops.where(empty, math.nan, out), ops.where(empty, 0.0, w), ops.where(empty, math.nan, bound),
+                     ops.where(empty, -math.inf, lse), ops.where(empty, 0.0, lse_bound), empty)
 
 
-def _large_eta_shift(ops, sm: Softmax, eta, vis, absV):
+def _large_eta_shift(ops, sm: Softmax, eta):
     """Exact per-key weight shift (DESIGN.md's delta) in the log domain, for rows with large eta."""
     neg_inf = -math.inf
     log_a = sm.x - ops.log(sm.l)  # -inf on masked keys already
@@ -268,7 +298,7 @@ def _large_eta_shift(ops, sm: Softmax, eta, vis, absV):
     delta = ops.where(log_a > neg_inf, delta, 0.0)
     # The lse of the exact logits lies within max(log Rmax, -log Rmin) of the computed one.
     lse_shift = ops.maximum(log_rmax, -log_rmin)
-    return ops.matmul(delta, absV), ops.where(lse_shift == lse_shift, lse_shift, 0.0)
+    return delta, ops.where(lse_shift == lse_shift, lse_shift, 0.0)
 
 
 # --- mpmath -----------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from .errors import InvalidArgument
 from .floats import format_of
 from .validation import Shapes
 
-__all__ = ["VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "make_values", "make_mask", "make_scale"]
+__all__ = ["VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "UPSTREAM_REGIMES", "make_values", "make_mask",
+           "make_scale", "make_upstream"]
 
 Values = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -226,3 +227,54 @@ def make_scale(regime: str, *, head_dim: int) -> float:
         raise InvalidArgument("scale regime", regime, "unknown scale regime",
                               f"Use one of {list(table)}.")
     return table[regime]
+
+
+# --- upstream gradients (dO) for the backward pass ---------------------------------------------------
+# Each takes the forward output O (B, Hq, Nq, Dv; exact or the kernel's, any float dtype, NaN on rows
+# with no visible key) and returns dO before its rounding to the inputs' dtype.
+
+def _do_random(gen, out: torch.Tensor, fmax: float) -> torch.Tensor:
+    """Standard normal dO: the case every test suite covers."""
+    return _randn(gen, *out.shape)
+
+
+def _do_aligned(gen, out: torch.Tensor, fmax: float) -> torch.Tensor:
+    """dO along O itself: D_i = dO_i . O_i is as large as it gets, so dP - D and dS cancel."""
+    o = torch.nan_to_num(out.double(), nan=0.0)
+    return o * (1 + 2.0**-6 * _randn(gen, *out.shape))
+
+
+def _do_huge(gen, out: torch.Tensor, fmax: float) -> torch.Tensor:
+    """dO near the top of the dtype's range over the head dim: dP, D and dS near overflow in fp16."""
+    return _randn(gen, *out.shape) * (fmax / (8 * out.shape[-1]))
+
+
+def _do_zero_rows(gen, out: torch.Tensor, fmax: float) -> torch.Tensor:
+    """About half the rows of dO are zero: their dS must be exactly zero, whatever the kernel's D."""
+    keep = torch.rand(*out.shape[:-1], 1, generator=gen) < 0.5
+    return _randn(gen, *out.shape) * keep
+
+
+def _do_sparse(gen, out: torch.Tensor, fmax: float) -> torch.Tensor:
+    """A few non-zero entries of mixed size: dV and dK dominated by single rows."""
+    keep = torch.rand(*out.shape, generator=gen) < 0.05
+    return _randn(gen, *out.shape) * keep * torch.exp2(torch.randint(-8, 9, out.shape, generator=gen).double())
+
+
+UPSTREAM_REGIMES: dict[str, Callable] = {
+    "random": _do_random,
+    "aligned": _do_aligned,
+    "huge": _do_huge,
+    "zero_rows": _do_zero_rows,
+    "sparse": _do_sparse,
+}
+
+
+def make_upstream(regime: str, *, out: torch.Tensor, dtype, seed: int) -> torch.Tensor:
+    """dO of the named regime for the forward output ``out``, rounded to ``dtype`` (exact inputs)."""
+    if regime not in UPSTREAM_REGIMES:
+        raise InvalidArgument("upstream regime", regime, "unknown dO regime", f"Use one of {sorted(UPSTREAM_REGIMES)}.")
+    fmt = format_of(dtype)
+    gen = torch.Generator().manual_seed(int(seed) + 2)
+    do = UPSTREAM_REGIMES[regime](gen, out.detach().cpu(), fmt.max_value)
+    return do.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous()
