@@ -165,34 +165,59 @@ def _add(ops, target: torch.Tensor, index, value) -> None:
         target[index] += value.reshape(target[index].shape)
 
 
-def _gradient_block(ops, blk, fwd, dO, scale: float, g_dot: float, g_sum: float):
-    """((dq, bound, scale), (dk, ...), (dv, ...)) of one block; dk and dv are this block's rows' share."""
+@dataclass
+class BlockGradients:
+    """One block's backward intermediates in float64, (p, G, R, .) arrays: the weights P^ and their bound
+    E, dO, dP = dO V^T with A = |dO| |V|^T, D = dO . O^ with its error, and dS (its error ``err_dS``)."""
+
+    weights: object
+    E: object
+    dO: object
+    dP: object
+    A: object
+    D: object
+    err_D: object
+    dS: object
+    err_dS: object
+
+
+def block_gradients(ops, blk, fwd, dO, g_dot: float) -> BlockGradients:
+    """The backward's intermediates of one block of the forward walk (``fwd``: its BlockForward)."""
     sm = fwd.softmax
-    Q, K, V = blk.Q, blk.K, blk.V
-    p, G, R = Q.shape[0], Q.shape[1], Q.shape[2]
     weights = sm.p / sm.l  # P^; 0 on masked keys and on rows with no visible key
     E = _weight_bound(ops, blk, fwd, weights)
     abs_dO = ops.abs(dO)
-    dP = ops.matmul(dO, ops.swap(V))
-    A = ops.matmul(abs_dO, ops.swap(ops.abs(V)))
+    dP = ops.matmul(dO, ops.swap(blk.V))
+    A = ops.matmul(abs_dO, ops.swap(ops.abs(blk.V)))
     D = ops.sum(dO * fwd.out, -1)
     err_D = (ops.sum(abs_dO * fwd.bound, -1) + g_dot * ops.sum(abs_dO * ops.abs(fwd.out), -1)
              + dO.shape[-1] * SUBNORMAL) * SAFETY
     diff = dP - D
     dS = weights * diff
-    abs_dS = ops.abs(dS)
-    err_dS = E * ops.abs(diff) + (weights + E) * (g_dot * A + err_D) + 3 * U64 * abs_dS + 2 * SUBNORMAL
-    M = err_dS + g_sum * abs_dS
-    size = weights * (ops.abs(dP) + ops.abs(D))  # dS's terms before they cancel
-    absK, absQ = ops.abs(K), ops.abs(Q)
+    err_dS = E * ops.abs(diff) + (weights + E) * (g_dot * A + err_D) + 3 * U64 * ops.abs(dS) + 2 * SUBNORMAL
+    return BlockGradients(weights, E, dO, dP, A, D, err_D, dS, err_dS)
+
+
+def group_rows(x):
+    """(p, G, R, n) as (p, G R, n): the group's query rows stacked, as dK and dV sum them."""
+    return x.reshape(x.shape[0], x.shape[1] * x.shape[2], x.shape[-1])
+
+
+def _gradient_block(ops, blk, fwd, dO, scale: float, g_dot: float, g_sum: float):
+    """((dq, bound, scale), (dk, ...), (dv, ...)) of one block; dk and dv are this block's rows' share."""
+    bg = block_gradients(ops, blk, fwd, dO, g_dot)
+    abs_dS = ops.abs(bg.dS)
+    M = bg.err_dS + g_sum * abs_dS
+    size = bg.weights * (ops.abs(bg.dP) + ops.abs(bg.D))  # dS's terms before they cancel
+    Q, K = blk.Q, blk.K
+    absK, absQ, abs_dO = ops.abs(K), ops.abs(Q), ops.abs(dO)
     a = abs(scale)
-    dq = (scale * ops.matmul(dS, K), a * ops.matmul(M, absK), a * ops.matmul(size, absK))
-    # dK and dV: the group's rows stacked, (p, G R, Nk)^T against (p, G R, .).
-    rows = lambda x: x.reshape(p, G * R, x.shape[-1])  # noqa: E731
+    dq = (scale * ops.matmul(bg.dS, K), a * ops.matmul(M, absK), a * ops.matmul(size, absK))
+    rows = group_rows
     t = lambda x: ops.swap(rows(x))  # noqa: E731
-    dk = (scale * ops.matmul(t(dS), rows(Q)), a * ops.matmul(t(M), rows(absQ)), a * ops.matmul(t(size), rows(absQ)))
-    dv = (ops.matmul(t(weights), rows(dO)), ops.matmul(t(E + g_sum * weights), rows(abs_dO)),
-          ops.matmul(t(weights), rows(abs_dO)))
+    dk = (scale * ops.matmul(t(bg.dS), rows(Q)), a * ops.matmul(t(M), rows(absQ)), a * ops.matmul(t(size), rows(absQ)))
+    dv = (ops.matmul(t(bg.weights), rows(dO)), ops.matmul(t(bg.E + g_sum * bg.weights), rows(abs_dO)),
+          ops.matmul(t(bg.weights), rows(abs_dO)))
     return dq, dk, dv
 
 
