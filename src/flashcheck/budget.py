@@ -182,24 +182,34 @@ class _Parts:
         parts = {n: t.masked_fill(empty[..., None], 0.0) for n, t in self.terms.items()}
         parts["oracle"] = torch.nan_to_num(reference.bound, nan=0.0)
         total = sum(parts[n] for n in TERMS)
-        u = model.terms.u_32
-        # lse: the logit shift of the row, fp32 rounding of m + log(l), and l's accumulation.
-        lse_total = (self.lse_shift + u * (LOGIT_ULPS * reference.lse.abs() + LOGIT_ULPS)
-                     + _gamma(model.accumulation_len, u) + reference.lse_bound)
+        lse_total = lse_tolerance(self.lse_shift, reference.lse.abs(), reference.lse_bound, model)
         return Budget(total=total, terms=parts, reference=reference, contract=model.terms,
                       precision=model.precision, delta_sum=self.delta_sum.masked_fill(empty, 0.0),
                       lse_total=lse_total.masked_fill(empty, 0.0))
 
 
-def _budget_block(ops, blk, sm, o, w, model: _Model):
-    """The budget's terms on one block, from the softmax the oracle computed (o, w: its out and w)."""
-    t, vis = model.terms, blk.vis
-    absV = ops.abs(blk.V)
-    # eta: how far a legal kernel's logit j may sit from the exact one (0 on masked keys).
+def lse_tolerance(lse_shift, lse_abs, lse_bound, model: _Model):
+    """Tolerance of a legal kernel's lse: the logit shift of the row, fp32 rounding of m + log(l), l's
+    accumulation, and the oracle's own bound."""
+    u = model.terms.u_32
+    return lse_shift + u * (LOGIT_ULPS * lse_abs + LOGIT_ULPS) + _gamma(model.accumulation_len, u) + lse_bound
+
+
+def logit_error(ops, blk, sm, model: _Model):
+    """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys)."""
+    vis = blk.vis
     qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
     s_abs = ops.abs(sm.s) if vis is None else ops.abs(ops.where(vis, sm.s, 0.0))
-    eta = model.logit_factor * qk + t.u_32 * (LOGIT_ULPS * s_abs + 2 * ops.abs(sm.m))
-    eta = eta if vis is None else ops.where(vis, eta, 0.0)
+    eta = model.logit_factor * qk + model.terms.u_32 * (LOGIT_ULPS * s_abs + 2 * ops.abs(sm.m))
+    return eta if vis is None else ops.where(vis, eta, 0.0)
+
+
+def _budget_block(ops, blk, sm, o, w, model: _Model, eta=None):
+    """The budget's terms on one block, from the softmax the oracle computed (o, w: its out and w;
+    ``eta``: the block's :func:`logit_error`, when the caller has it)."""
+    t, vis = model.terms, blk.vis
+    absV = ops.abs(blk.V)
+    eta = logit_error(ops, blk, sm, model) if eta is None else eta
     delta, lse_shift = _weight_shift(ops, sm.x - ops.log(sm.l), eta, vis)
     delta_sum = ops.sum(delta, -1)
     centre = ops.sum(blk.V, -2) / blk.V.shape[-2]

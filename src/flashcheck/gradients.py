@@ -121,7 +121,9 @@ class _Accumulators:
         self.dv = {n: z(P, shapes.n_k, shapes.head_dim_v) for n in ("value", "bound", "scale")}
 
 
-def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes) -> Gradients:
+def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, extra_on_block=None) -> Gradients:
+    """The float64 gradients; ``extra_on_block(block, forward, block_gradients)`` sees each block's
+    intermediates (the gradient budget uses them, in the same walk)."""
     ops = ops_for(q.device)
     P, G = shapes.batch * shapes.heads_kv, shapes.group
     dO = ops.asarray(do).reshape(P, G, shapes.n_q, shapes.head_dim_v)
@@ -134,7 +136,10 @@ def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes) ->
              "dv": n_sum * SUBNORMAL}
 
     def on_block(blk, fwd):
-        parts = _gradient_block(ops, blk, fwd, dO[blk.heads, :, blk.sl], scale, g_dot, g_sum)
+        bg = block_gradients(ops, blk, fwd, dO[blk.heads, :, blk.sl], g_dot)
+        parts = _gradient_block(ops, blk, bg, scale, g_sum)
+        if extra_on_block is not None:
+            extra_on_block(blk, fwd, bg)
         for name, results in zip(GRADIENTS, parts):
             for what, value in zip(("value", "bound", "scale"), results):
                 target = getattr(acc, name)[what]
@@ -203,9 +208,9 @@ def group_rows(x):
     return x.reshape(x.shape[0], x.shape[1] * x.shape[2], x.shape[-1])
 
 
-def _gradient_block(ops, blk, fwd, dO, scale: float, g_dot: float, g_sum: float):
+def _gradient_block(ops, blk, bg: BlockGradients, scale: float, g_sum: float):
     """((dq, bound, scale), (dk, ...), (dv, ...)) of one block; dk and dv are this block's rows' share."""
-    bg = block_gradients(ops, blk, fwd, dO, g_dot)
+    dO = bg.dO
     abs_dS = ops.abs(bg.dS)
     M = bg.err_dS + g_sum * abs_dS
     size = bg.weights * (ops.abs(bg.dP) + ops.abs(bg.D))  # dS's terms before they cancel

@@ -165,7 +165,7 @@ def test_upstream_regimes_are_exact_in_the_dtype_and_do_what_they_say():
     cos = (aligned * out).sum(-1) / (aligned.norm(dim=-1) * out.norm(dim=-1))
     assert float(cos.min()) > 0.99
     huge = make_upstream("huge", out=out, dtype="fp16", seed=1)
-    assert bool(torch.isfinite(huge).all()) and float(huge.abs().max()) > 1000
+    assert bool(torch.isfinite(huge).all()) and float(huge.abs().max()) > 256
     assert np.isclose(float((make_upstream("sparse", out=out, dtype="fp16", seed=1) != 0).double().mean()), 0.05, atol=0.05)
     with pytest.raises(InvalidArgument, match="Use one of"):
         make_upstream("nosuch", out=out, dtype="fp16", seed=1)

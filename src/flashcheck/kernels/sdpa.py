@@ -287,7 +287,9 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
             elif causal == "bottom_right":  # the mask causal_lower_right materialises for these backends
                 kwargs["attn_mask"] = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril(Nk - Nq)
             try:
-                with torch.no_grad(), sdpa_kernel(backend), _warn_every_time():
+                # Autograd only where the caller asks for gradients (the backward pass's check).
+                wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+                with torch.set_grad_enabled(wants_grad), sdpa_kernel(backend), _warn_every_time():
                     return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
             except RuntimeError as exc:
                 text = str(exc)
