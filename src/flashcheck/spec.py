@@ -65,6 +65,8 @@ class KernelSpec:
     ``layout_invariant``: the same numbers in another memory layout give the same bits (off by default:
     compilers and libraries pick other instructions for other strides). Without it, another layout must
     still stay within the error budget; with it, it must give identical bits.
+    ``backward``: autograd differentiates the kernel (:func:`flashcheck.check_backward` judges dQ, dK,
+    dV); ``deterministic_backward``: two identical backward calls give the same bits.
 
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
@@ -90,6 +92,8 @@ class KernelSpec:
     batch_invariant: bool = False
     layout_invariant: bool = False
     excludes: tuple = ()
+    backward: bool = False
+    deterministic_backward: bool = True
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)

@@ -12,6 +12,8 @@ PUBLIC = {
     "InvalidArgument", "Kernel", "KernelSpec", "PASS", "PRECISIONS", "Precision", "Reference", "SUSPICIOUS",
     "Unsupported", "Verdict", "assert_attention_close", "assert_passes", "audit_reference", "check", "kernel",
     "property_test", "reference_attention",
+    # the backward pass
+    "Gradients", "audit_gradients", "check_backward", "reference_gradients",
 }
 
 
@@ -30,6 +32,15 @@ def test_reference_attention_contract():
     assert keyword_only(flashcheck.reference_attention) == {"scale", "causal", "attn_mask", "method", "dps", "rows"}
     assert params["method"].default == "float64" and params["dps"].default == 50 and params["causal"].default == "none"
     assert {"out", "lse", "w", "bound", "empty_rows"} <= set(flashcheck.Reference.__dataclass_fields__)
+
+
+def test_backward_contracts():
+    params = inspect.signature(flashcheck.reference_gradients).parameters
+    assert list(params)[:4] == ["q", "k", "v", "do"]
+    assert keyword_only(flashcheck.reference_gradients) == {"scale", "causal", "attn_mask", "method", "dps"}
+    assert list(inspect.signature(flashcheck.check_backward).parameters)[:2] == ["kernel", "case"]
+    assert {"backward", "deterministic_backward"} <= set(KernelSpec.__dataclass_fields__)
+    assert KernelSpec().backward is False and KernelSpec().deterministic_backward is True
 
 
 def test_check_and_assert_contracts():

@@ -118,6 +118,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dv_equals_d=False, fully_masked_rows="zero",
             precision=UPCAST_TF32 if fp32_mode == "tf32" else "upcast", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            backward=True,
         )
     if name == "torch:flash" and device_type == "cpu":
         # PyTorch's own tiled CPU kernel takes everything the math backend does except Dv != D.
@@ -125,6 +126,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=True, fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            backward=True,
             # Known defect (torch 2.13): NaN for a negative scale with causal masking.
             # tests/unit/test_sdpa_adapters.py keeps it visible.
             excludes=("negative_scale",),
@@ -138,6 +140,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             min_head_dim=1, max_head_dim=256, dv_equals_d=True, fully_masked_rows="zero",
             precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            backward=True, deterministic_backward=False,  # dQ is summed with atomic adds
             # Known defect (torch 2.11, H200): NaN output for any negative scale (the row max is taken
             # before scaling). tests/gpu/test_sdpa_gpu.py keeps it visible.
             excludes=("negative_scale",),
@@ -149,6 +152,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             head_dims=_MULTIPLES_OF_8(512), max_head_dim=512, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            backward=True, deterministic_backward=False,  # PyTorch documents its backward as nondeterministic
             # Known defects (torch 2.11, H200): wrong rows with causal_lower_right when Nq > Nk, and wrong,
             # nondeterministic rows when K/V heads are stride-0 views. tests/gpu/test_sdpa_gpu.py keeps them.
             excludes=("bottom_right_more_queries", "stride0_heads"),
@@ -160,6 +164,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             head_dims=_MULTIPLES_OF_8(256), max_head_dim=256, dv_equals_d=False,
             fully_masked_rows="any", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
+            backward=True, deterministic_backward=False,  # not promised by cuDNN
         )
     raise AssertionError(name)
 

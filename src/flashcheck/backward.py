@@ -1,0 +1,152 @@
+"""Checking a kernel's backward pass: dQ, dK and dV through autograd, judged element by element against
+the oracle's gradients and their budget (:mod:`flashcheck.gradient_budget`). Findings say which
+gradient, and where (rows and heads for dQ, keys and K/V heads for dK and dV).
+
+A kernel declares ``backward=True`` in its spec to be differentiable; flashcheck then calls
+``torch.autograd.grad(out, (q, k, v), dO)``. ``deterministic_backward`` (default True) promises that
+two identical backward calls give the same bits, and is checked.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from .case import AttentionCase
+from .diagnose import _ranges, diagnose_elements
+from .errors import InvalidArgument, Unsupported
+from .gradient_budget import GradientBudget, gradient_budget
+from .gradients import GRADIENTS
+from .oracle import reference_attention
+from .precision import Precision, precision_named
+from .regimes import make_upstream
+from .spec import Kernel, as_kernel
+from .verdict import BUG, Finding, Verdict
+
+__all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward"]
+
+
+@dataclass
+class BackwardRun:
+    """What one backward call produced: (dq, dk, dv), or the exception it raised."""
+
+    grads: tuple | None
+    error: BaseException | None
+    traceback: str | None
+    seconds: float
+
+
+def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None) -> BackwardRun:
+    """Run the kernel forward with autograd and take dQ, dK, dV for ``do``; never lets it raise."""
+    start = time.perf_counter()
+    inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
+    try:
+        with torch.enable_grad():
+            result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask)
+            out = result[0] if isinstance(result, (tuple, list)) else result
+            grads = torch.autograd.grad(out, inputs, do, allow_unused=True)
+        grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
+        if q.is_cuda:
+            torch.cuda.synchronize(q.device)
+    except Unsupported:
+        raise
+    except Exception as exc:  # a crash is a finding, not flashcheck's failure
+        return BackwardRun(None, exc, traceback.format_exc(), time.perf_counter() - start)
+    return BackwardRun(grads, None, None, time.perf_counter() - start)
+
+
+def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
+    shapes = budget.gradients.shapes
+    if name == "dq":
+        return diagnose_elements(bad, shapes, None, budget.gradients.forward.empty_rows)
+    keys = torch.nonzero(bad.any(-1).any(0).any(0)).flatten().tolist()
+    heads = torch.nonzero(bad.any(-1).any(-1).any(0)).flatten().tolist()
+    text = f"{int(bad.sum())} of {bad.numel()} elements; keys {_ranges(keys)} of {shapes.n_k}"
+    return text + (f"; K/V heads {_ranges(heads)} of {shapes.heads_kv}" if shapes.heads_kv > 1 else "")
+
+
+def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = None) -> tuple[list[Finding], dict]:
+    """Findings of a kernel's (dq, dk, dv) against the oracle and the budget, and err/budget per gradient."""
+    findings, worst = [], {}
+    for name, got in zip(GRADIENTS, grads):
+        exact, total = budget.gradients[name], budget.total[name]
+        got = got.detach().to(exact.device, torch.float64)
+        nonfinite = ~torch.isfinite(got)
+        err = (got - exact).abs()
+        ratio = torch.where(nonfinite | (err == 0), torch.zeros_like(err), err / total)
+        worst[name] = float(ratio.max()) if ratio.numel() else 0.0
+        if bool(nonfinite.any()):
+            idx = tuple(int(i) for i in torch.nonzero(nonfinite)[0])
+            findings.append(Finding("nonfinite", BUG, f"{name} is {float(got[idx])} where the exact gradient is "
+                                    f"finite: {_where(name, nonfinite, budget)}", index=idx, regime=regime,
+                                    details={"gradient": name}))
+        over = ratio > 1
+        if bool(over.any()):
+            idx = tuple(int(i) for i in torch.nonzero(ratio == ratio.max())[0])
+            findings.append(Finding("over_budget", BUG, f"{name} over its budget: {_where(name, over, budget)}",
+                                    index=idx, error=float(err[idx]), budget=budget.breakdown(name, idx),
+                                    ratio=float(ratio[idx]), regime=regime,
+                                    details={"gradient": name, "elements_over": int(over.sum())}))
+    return findings, worst
+
+
+def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Finding]:
+    out = []
+    for name, a, b in zip(GRADIENTS, first.grads, second.grads):
+        differ = a != b
+        differ &= ~(torch.isnan(a) & torch.isnan(b))
+        if bool(differ.any()):
+            out.append(Finding("nondeterminism", BUG, f"{name}: {int(differ.sum())} of {differ.numel()} elements "
+                               "differ between two identical backward calls (the spec promises "
+                               "deterministic_backward)", regime=regime, details={"gradient": name}))
+    return out
+
+
+def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = None, upstream: str = "random",
+                   seed: int = 0, device=None, precision: Precision | str | None = None) -> Verdict:
+    """Run ``kernel``'s backward on ``case`` for the upstream gradient ``do`` (default: the ``upstream``
+    dO regime with ``seed``) and judge dQ, dK and dV element by element."""
+    kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
+    if not kern.spec.backward:
+        raise InvalidArgument("kernel", kern.name, "declares no backward pass",
+                              "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
+                              "autograd can differentiate it.")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    contract = precision_named(precision) if precision is not None else kern.spec.precision
+    regime = (case.provenance or {}).get("strategy")
+    meta = dict(kernel=kern.name, case=case.describe() + f", dO {upstream}", regime=regime)
+    q, k, v, mask = case.to_device(device)
+    exact = (case.q.to(device), case.k.to(device), case.v.to(device))
+    kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask)
+    if do is None:
+        do = make_upstream(upstream, out=reference_attention(*exact, **kw).out, dtype=case.torch_dtype, seed=seed)
+    do = do.to(device)
+    try:
+        run = run_backward(kern, q, k, v, do, **kw)
+    except Unsupported as refusal:
+        return Verdict.from_findings([], max_ratio=math.nan, skipped=f"unsupported: {refusal.reason}", **meta)
+    if run.error is not None:
+        crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
+                        regime=regime, details={"traceback": run.traceback})
+        return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"backward": run.seconds}, **meta)
+    t0 = time.perf_counter()
+    budget = gradient_budget(*exact, do, **kw, precision=contract)
+    findings, worst = compare_gradients(run.grads, budget, regime=regime)
+    elapsed = {"backward": run.seconds, "oracle": time.perf_counter() - t0}
+    if kern.spec.deterministic_backward:
+        again = run_backward(kern, q, k, v, do, **kw)
+        findings += _nondeterminism(run, again, regime) if again.error is None else [Finding(
+            "crash", BUG, f"a second identical backward call raised {type(again.error).__name__}: {again.error}"
+            .splitlines()[0][:300], regime=regime, details={"traceback": again.traceback})]
+    notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in GRADIENTS)]
+    return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes, **meta)
+
+
+def _resolve(name: str, device) -> Kernel:
+    from .kernels import resolve_kernel
+
+    return resolve_kernel(name, device=torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type)

@@ -1,0 +1,106 @@
+"""check_backward: a kernel's dQ, dK, dV through autograd, judged against the oracle and the budget."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flashcheck
+from flashcheck import AttentionCase, check_backward
+from flashcheck.errors import InvalidArgument
+
+from ..budget._backward import fa2_backward
+
+
+def _case(*, hq=4, hkv=2, nq=13, nk=17, d=16, dtype=torch.float16, masked_row=False, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, hq, nq, d, generator=gen).to(dtype)
+    k = torch.randn(1, hkv, nk, d, generator=gen).to(dtype)
+    v = torch.randn(1, hkv, nk, d, generator=gen).to(dtype)
+    mask = None
+    if masked_row:
+        mask = torch.rand(1, hq, nq, nk, generator=gen) > 0.2
+        mask[0, 1, 5] = False  # query 5 of head 1 sees no key
+    return AttentionCase.create(q, k, v, scale=d ** -0.5, causal="bottom_right", attn_mask=mask)
+
+
+def _fa2_kernel(bug=None, *, noisy=False, deterministic=True, fails=False):
+    """A differentiable kernel: an exact forward, and the FA2-style backward of tests/budget/_backward.py."""
+
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, scale, causal, mask):
+            ctx.save_for_backward(q, k, v)
+            ctx.args = (scale, causal, mask)
+            ref = flashcheck.reference_attention(q, k, v, scale=scale, causal=causal, attn_mask=mask)
+            return torch.nan_to_num(ref.out, nan=0.0).to(q.dtype)
+
+        @staticmethod
+        def backward(ctx, do):
+            if fails:
+                raise RuntimeError("backward kernel launch failed")
+            q, k, v = ctx.saved_tensors
+            scale, causal, mask = ctx.args
+            dq, dk, dv = fa2_backward(q, k, v, do, scale=scale, causal=causal, attn_mask=mask, bug=bug)
+            if noisy:  # a race: the last bit of dq depends on the call
+                dq = dq + (torch.rand(dq.shape) < 0.5).to(dq.dtype) * dq.abs() * 2.0**-9
+            return dq, dk, dv, None, None, None
+
+    @flashcheck.kernel(backward=True, deterministic_backward=deterministic, gqa=True, attn_mask=True,
+                       causal=("none", "top_left", "bottom_right"), precision="strict", dtypes=("fp16", "fp32"))
+    def attention(q, k, v, *, scale, causal, attn_mask=None):
+        return Attention.apply(q, k, v, scale, causal, attn_mask)
+
+    return attention
+
+
+@pytest.mark.parametrize("upstream", ["random", "aligned", "zero_rows", "sparse"])
+def test_pytorch_math_backward_passes_with_every_gradient_inside_its_budget(upstream):
+    verdict = check_backward("torch:math", _case(masked_row=True), upstream=upstream, device="cpu")
+    assert verdict.status == "PASS", str(verdict)
+    assert verdict.notes and "dq max error/budget" in verdict.notes[0]
+    assert 0 <= verdict.max_ratio <= 1
+
+
+def test_a_correct_fa2_backward_passes_and_a_missing_scale_in_dq_is_found_in_dq_alone():
+    case = _case()
+    assert check_backward(_fa2_kernel(), case, device="cpu").status == "PASS"
+    verdict = check_backward(_fa2_kernel("scale_missing_in_dq"), case, device="cpu")
+    assert verdict.status == "BUG"
+    over = [f for f in verdict.findings if f.kind == "over_budget"]
+    assert [f.details["gradient"] for f in over] == ["dq"]
+    assert over[0].diagnosis.startswith("dq over its budget") and over[0].ratio > 1
+    assert set(over[0].budget) == {"recompute", "products", "output_rounding", "oracle", "total"}
+
+
+def test_gqa_gradients_not_summed_over_the_group_are_found_in_dk_and_dv_with_their_keys_and_heads():
+    verdict = check_backward(_fa2_kernel("gqa_not_summed"), _case(), device="cpu")
+    flagged = {f.details["gradient"] for f in verdict.findings if f.kind == "over_budget"}
+    assert flagged == {"dk", "dv"}
+    assert any("keys" in f.diagnosis and "K/V heads" in f.diagnosis for f in verdict.findings)
+
+
+def test_a_backward_that_differs_between_identical_calls_breaks_its_promise():
+    case = _case(dtype=torch.float32)
+    verdict = check_backward(_fa2_kernel(noisy=True), case, device="cpu")
+    assert any(f.kind == "nondeterminism" and f.details["gradient"] == "dq" for f in verdict.findings)
+    unpromised = check_backward(_fa2_kernel(noisy=True, deterministic=False), case, device="cpu")
+    assert not any(f.kind == "nondeterminism" for f in unpromised.findings)
+
+
+def test_a_backward_that_raises_is_a_crash_finding():
+    verdict = check_backward(_fa2_kernel(fails=True), _case(), device="cpu")
+    assert verdict.status == "BUG" and verdict.findings[0].kind == "crash"
+    assert "backward kernel launch failed" in verdict.findings[0].diagnosis
+    assert math.isnan(verdict.max_ratio)
+
+
+def test_a_kernel_without_a_backward_is_refused_with_the_fix():
+    @flashcheck.kernel(dtypes=("fp16",))
+    def forward_only(q, k, v, *, scale, causal, attn_mask=None):
+        return q
+
+    with pytest.raises(InvalidArgument, match="declares no backward pass.*backward=True"):
+        check_backward(forward_only, _case(), device="cpu")
