@@ -9,6 +9,7 @@ two identical backward calls give the same bits, and is checked.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import traceback
@@ -27,7 +28,22 @@ from .regimes import make_upstream
 from .spec import Kernel, as_kernel
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward"]
+__all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward", "backward_case", "is_backward_case"]
+
+
+def backward_case(case: AttentionCase, *, upstream: str, seed: int) -> AttentionCase:
+    """``case`` marked as a backward case: its provenance names the dO regime and seed, so that a saved
+    case replays its backward pass with the same upstream gradient."""
+    from .regimes import UPSTREAM_REGIMES
+
+    if upstream not in UPSTREAM_REGIMES:
+        raise InvalidArgument("upstream", upstream, "unknown dO regime", f"Use one of {sorted(UPSTREAM_REGIMES)}.")
+    marks = {"pass": "backward", "upstream": upstream, "upstream_seed": int(seed)}
+    return dataclasses.replace(case, provenance={**(case.provenance or {}), **marks})
+
+
+def is_backward_case(case: AttentionCase) -> bool:
+    return (case.provenance or {}).get("pass") == "backward"
 
 
 @dataclass
@@ -106,10 +122,14 @@ def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Fin
     return out
 
 
-def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = None, upstream: str = "random",
-                   seed: int = 0, device=None, precision: Precision | str | None = None) -> Verdict:
+def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = None, upstream: str | None = None,
+                   seed: int | None = None, device=None, precision: Precision | str | None = None) -> Verdict:
     """Run ``kernel``'s backward on ``case`` for the upstream gradient ``do`` (default: the ``upstream``
-    dO regime with ``seed``) and judge dQ, dK and dV element by element."""
+    dO regime with ``seed``, which default to the case's own, see :func:`backward_case`, else
+    ``"random"`` and 0) and judge dQ, dK and dV element by element."""
+    marks = case.provenance or {}
+    upstream = upstream or marks.get("upstream") or "random"
+    seed = seed if seed is not None else int(marks.get("upstream_seed") or 0)
     kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
     if not kern.spec.backward:
         raise InvalidArgument("kernel", kern.name, "declares no backward pass",

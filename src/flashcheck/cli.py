@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                            "and the example database, spread over the visible GPUs; one merged summary "
                            "(default: the preset's, else 1)")
 
-    replay = sub.add_parser("replay", help="re-run one saved case")
+    replay = sub.add_parser("replay", help="re-run one saved case (a backward case re-runs the backward pass)")
     replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
     replay.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
     replay.add_argument("--device", choices=("cuda", "cpu"), default=None)
@@ -311,6 +311,7 @@ def _print_skipped(d: dict) -> None:
 
 
 def _cmd_replay(args) -> int:
+    from .backward import check_backward, is_backward_case
     from .case import AttentionCase
     from .check import check
     from .kernels import resolve_kernel
@@ -323,7 +324,11 @@ def _cmd_replay(args) -> int:
         raise InvalidArgument("--kernel", name, "the saved case does not name its kernel",
                               "Pass --kernel NAME to choose the kernel to replay it on.")
     device = _device(args.device)
-    verdict = check(resolve_kernel(name, device=device), case, device=device)
+    kernel = resolve_kernel(name, device=device)
+    if is_backward_case(case):  # its provenance names the dO regime and seed it failed with
+        verdict = check_backward(kernel, case, device=device)
+    else:
+        verdict = check(kernel, case, device=device)
     print(verdict)
     if args.json:
         Path(args.json).write_text(json.dumps(verdict.as_dict(), indent=2, default=str))

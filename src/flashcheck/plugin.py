@@ -288,7 +288,7 @@ def pytest_terminal_summary(terminalreporter, config):
         skipped = f", {row['skipped']} skipped" if row["skipped"] else ""
         shrinking = f" ({row['shrinking']} while shrinking)" if row["shrinking"] else ""
         terminalreporter.write_line(
-            f"{row['kernel']} {row['dtype']}: {row['cases']} cases{shrinking}, {row['PASS']} PASS, {row['SUSPICIOUS']} "
+            f"{row['kernel']} {row['dtype']}{' backward' if row['pass'] == 'backward' else ''}: {row['cases']} cases{shrinking}, {row['PASS']} PASS, {row['SUSPICIOUS']} "
             f"SUSPICIOUS, {row['BUG']} BUG{skipped}; max error/budget {ratio}")
         for command in row["replay"]:
             terminalreporter.write_line(f"    replay: {command}")

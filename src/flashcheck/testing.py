@@ -325,8 +325,10 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
     preset's), ``seed`` (default: hypothesis's own randomness),
     ``device`` (``cuda`` or ``cpu``; default CUDA when available). The command line
     (``--flashcheck-preset``, ``--flashcheck-max-examples``, ``--flashcheck-seed``,
-    ``--flashcheck-device``) wins over these, and these win over the ini keys. ``backward``: checking
-    the backward pass is not available yet.
+    ``--flashcheck-device``) wins over these, and these win over the ini keys. ``backward=True`` adds a
+    test of the backward pass per dtype (``test_attention[fp16-backward]``, ...): each case also draws a
+    dO regime, and :func:`flashcheck.check_backward` judges dQ, dK and dV (the spec must declare
+    ``backward=True``).
     """
     from .spec import Kernel, as_kernel
 
@@ -336,9 +338,13 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
                               "Pass the kernel itself: flashcheck.property_test(attention). For a built-in "
                               "or an import path, resolve it first: flashcheck.kernels.resolve_kernel(NAME).")
     kern = as_kernel(kernel)
-    if backward is not False:
-        raise InvalidArgument("backward", backward, "checking the backward pass is not available yet",
-                              "Leave backward=False (the forward pass is checked).")
+    if not isinstance(backward, bool):
+        raise InvalidArgument("backward", backward, "expected True or False",
+                              "Pass backward=True to test the backward pass too.")
+    if backward and not kern.spec.backward:
+        raise InvalidArgument("backward", backward, f"{kern.name} declares no backward pass",
+                              "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
+                              "autograd can differentiate it, or leave backward out.")
     if preset is not None:
         if not isinstance(preset, (str, os.PathLike)) or not str(preset):
             raise InvalidArgument("preset", preset, "expected a preset name or the path of a TOML file",
@@ -366,13 +372,14 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
 
     import pytest
 
-    def test_property(flashcheck_dtype, request):
-        _run_property_test(kern, flashcheck_dtype, options, request.node.nodeid)
+    def test_property(flashcheck_dtype, flashcheck_pass, request):
+        _run_property_test(kern, flashcheck_dtype, options, request.node.nodeid, backward=flashcheck_pass == "backward")
 
     test_property.__doc__ = f"flashcheck property test of {kern.name}"
     test_property.flashcheck_kernel = kern
-    params = [pytest.param(d, id=d) for d in chosen]
-    return pytest.mark.flashcheck(pytest.mark.parametrize("flashcheck_dtype", params)(test_property))
+    params = [pytest.param(d, "forward", id=d) for d in chosen]
+    params += [pytest.param(d, "backward", id=f"{d}-backward") for d in chosen] if backward else []
+    return pytest.mark.flashcheck(pytest.mark.parametrize("flashcheck_dtype,flashcheck_pass", params)(test_property))
 
 
 class _CaseFailed(Exception):
@@ -408,7 +415,7 @@ def _strategy_options(preset, spec) -> dict:
     return options
 
 
-def _run_property_test(kern, dtype: str, options: _Options, nodeid: str) -> None:
+def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, backward: bool = False) -> None:
     import pytest
 
     session = active_session()
@@ -420,6 +427,7 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str) -> None
     from hypothesis import seed as hypothesis_seed
     from hypothesis.errors import Flaky
 
+    from .backward import backward_case, check_backward
     from .check import check
     from .presets import load_preset
     from .properties import properties_for
@@ -444,40 +452,59 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str) -> None
     strategy = recipes(spec=kern.spec, dtypes=[dtype], **_strategy_options(preset, kern.spec))
     run = _Run()
 
-    def body(recipe):
+    def judge(recipe, upstream):
         shrinking = run.first is not None
         if shrinking and time.monotonic() > run.shrink_deadline:
             # Out of shrinking time: known failures fail again from memory, anything else passes, so
             # hypothesis ends its shrink at once with the smallest failing case so far.
             run.shrink_cut = True
-            if recipe in run.failures:
-                raise run.failures[recipe]
+            key = (recipe, upstream) if backward else recipe
+            if key in run.failures:
+                raise run.failures[key]
             return
         case = recipe.build(kernel=kern.name)
-        verdict = check(kern, case, device=device, properties=properties_for(recipe.seed))
+        if backward:
+            case = backward_case(case, upstream=upstream, seed=recipe.seed)
+            verdict = check_backward(kern, case, device=device)
+        else:
+            verdict = check(kern, case, device=device, properties=properties_for(recipe.seed))
         if shrinking:
             run.shrink_cases += 1
         else:
             run.generated += 1
         rec = session.record(verdict, case, source="property_test", test=nodeid,
-                             phase="shrink" if shrinking else "generate")
+                             phase="shrink" if shrinking else "generate", **({"pass": "backward"} if backward else {}))
         if verdict.skipped:
             kind = verdict.skipped.split(":")[0]
             run.skipped[kind] = run.skipped.get(kind, 0) + 1
             return
         run.judged += 1
         if verdict.status == "BUG":
-            failure = _CaseFailed(verdict, case, recipe)
+            failure = _CaseFailed(verdict, case, (recipe, upstream) if backward else recipe)
             if run.first is None:  # saved the moment it fails: an interrupted shrink loses nothing
                 run.first = failure
                 run.shrink_deadline = time.monotonic() + SHRINK_SECONDS
                 run.found_path, run.found_replay = _save(session, verdict, case, kern, label="found", device=device)
                 rec.update(saved=str(run.found_path), replay=run.found_replay)
-            run.last = run.failures[recipe] = failure
+            run.last = run.failures[failure.recipe] = failure
             raise failure
 
+    if backward:
+        from hypothesis import strategies as st
+
+        from .regimes import UPSTREAM_REGIMES
+
+        def body(recipe, upstream):
+            judge(recipe, upstream)
+
+        given_args = dict(recipe=strategy, upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
+    else:
+        def body(recipe):
+            judge(recipe, None)
+
+        given_args = dict(recipe=strategy)
     body._hypothesis_internal_add_digest = nodeid.encode()  # a database key and a random stream per test id
-    test = given(recipe=strategy)(body)
+    test = given(**given_args)(body)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     verbosity = settings.default.verbosity if settings.default.verbosity > Verbosity.normal else Verbosity.quiet
@@ -519,7 +546,8 @@ def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run,
         how = f"case {run.generated} drawn, shrunk over {tried}"
     else:
         how = f"case {run.generated} drawn (shrinking tried {tried}: none smaller fails)"
-    lines = [f"flashcheck: {kern.name} ({dtype}, {device}) failed on {how}:", str(failure.verdict),
+    what = f"{dtype}, backward" if isinstance(failure.recipe, tuple) else dtype
+    lines = [f"flashcheck: {kern.name} ({what}, {device}) failed on {how}:", str(failure.verdict),
              f"drawn from: {failure.recipe!r}",
              f"saved: {_display(path, session.invocation_dir)}"]
     if not same and run.found_path is not None:
@@ -529,13 +557,14 @@ def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run,
 
 
 def summary_rows(records: list) -> list[dict]:
-    """One row per kernel and dtype: cases (``shrinking`` of them tried while hypothesis shrank a failure),
+    """One row per kernel, dtype and pass (forward or backward): cases (``shrinking`` of them tried while hypothesis shrank a failure),
     verdicts, skips, the largest error/budget, and the replay commands of the failing cases saved."""
     rows: dict = {}
     for r in records:
-        key = (r.get("kernel") or "?", r.get("dtype") or "?")
-        row = rows.setdefault(key, {"kernel": key[0], "dtype": key[1], "cases": 0, "PASS": 0, "SUSPICIOUS": 0,
-                                    "BUG": 0, "skipped": 0, "shrinking": 0, "max_ratio": None, "replay": []})
+        key = (r.get("kernel") or "?", r.get("dtype") or "?", r.get("pass") or "forward")
+        row = rows.setdefault(key, {"kernel": key[0], "dtype": key[1], "pass": key[2], "cases": 0, "PASS": 0,
+                                    "SUSPICIOUS": 0, "BUG": 0, "skipped": 0, "shrinking": 0, "max_ratio": None,
+                                    "replay": []})
         row["cases"] += 1
         row["shrinking"] += r.get("phase") == "shrink"
         if r.get("skipped"):

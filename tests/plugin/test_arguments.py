@@ -16,6 +16,11 @@ def attention(q, k, v, *, scale, causal, attn_mask=None):
     return q
 
 
+@flashcheck.kernel(causal=("none",), dtypes=("fp16", "fp32"), backward=True)
+def differentiable(q, k, v, *, scale, causal, attn_mask=None):
+    return q
+
+
 def test_property_test_options_are_keyword_only():
     params = inspect.signature(flashcheck.property_test).parameters
     assert list(params)[0] == "kernel"
@@ -31,10 +36,14 @@ def test_property_test_is_a_collectable_test_with_one_id_per_dtype():
     assert [p.id for p in marks["parametrize"].args[1]] == ["fp16", "fp32"]
     only = flashcheck.property_test(attention, dtypes="fp32")
     assert [p.id for p in {m.name: m for m in only.pytestmark}["parametrize"].args[1]] == ["fp32"]
+    both = flashcheck.property_test(differentiable, backward=True)
+    assert [p.id for p in {m.name: m for m in both.pytestmark}["parametrize"].args[1]] == [
+        "fp16", "fp32", "fp16-backward", "fp32-backward"]
 
 
 @pytest.mark.parametrize("kwargs, argument, fix", [
-    (dict(backward=True), "backward", "not available yet"),
+    (dict(backward=True), "backward", "backward=True in its spec"),
+    (dict(backward="yes"), "backward", "backward=True to test"),
     (dict(dtypes=("bf16",)), "dtypes", "dtypes=('fp16',)"),
     (dict(dtypes=()), "dtypes", "leave it out"),
     (dict(max_examples=0), "max_examples", "N >= 1"),
