@@ -40,8 +40,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, ta
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
+from .backward import backward_case, judge_case
 from .case import AttentionCase
-from .check import check
 from .database import open_database
 from .errors import InvalidArgument
 from .kernels import resolve_kernel
@@ -50,6 +50,7 @@ from .merge import NO_CASES, merged_verdict
 from .oracle import reference_attention
 from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
+from .regimes import UPSTREAM_REGIMES
 from .spec import Kernel, as_kernel
 from .strategies import Recipe, recipes
 from .verdict import BUG, PASS, Verdict, json_number, write_json
@@ -107,6 +108,7 @@ class CampaignResult:
     isolation: str = "in-process"
     case_timeout: float | None = None
     keep_going: bool = False
+    backward: bool = False  # the cases checked the backward pass
     skipped: Counter = field(default_factory=lambda: Counter(oom=0))  # by kind: "oom", "unsupported"
     skipped_reasons: Counter = field(default_factory=Counter)  # "kind: reason" -> cases (count_skip_reasons)
     compilations: int = 0  # Triton compilations during the kernel's calls
@@ -131,8 +133,9 @@ class CampaignResult:
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
             "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
-            "properties": {"checked": list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
+            "properties": {"checked": [] if self.backward else list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
             "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
+            "backward": self.backward,
             "skipped": dict(self.skipped), "skipped_reasons": dict(self.skipped_reasons),
             "compilations": self.compilations, "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
             "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
@@ -195,7 +198,8 @@ def count_skip_reasons(counter: Counter, reasons: dict) -> None:
 
 
 def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, isolate: bool = True,
-                     case_timeout: float | None = None, kernel_options: dict | None = None) -> tuple:
+                     case_timeout: float | None = None, kernel_options: dict | None = None,
+                     backward: bool = False) -> tuple:
     """Resolve the kernel and check the options: ``(kernel, isolate, dtypes)``, or :class:`InvalidArgument`."""
     if isinstance(kernel, str):
         resolved = resolve_kernel(kernel, device=device, **(kernel_options or {}))
@@ -209,12 +213,20 @@ def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtype
                               "hangs, and this kernel runs in-process",
                               "Pass the kernel by name with isolate=True (CLI: drop --no-isolation), or drop "
                               "the timeout.")
+    if backward and not resolved.spec.backward:
+        raise InvalidArgument("backward", backward, f"kernel {resolved.name} declares no backward pass",
+                              "Declare backward=True in its spec if autograd can differentiate it, or drop "
+                              "--backward (the forward pass is checked).")
     wanted = list(preset.dtypes if dtypes is None else dtypes)
     dtypes = [d for d in wanted if d in resolved.spec.dtypes]
     if not dtypes:
         raise InvalidArgument("dtype", wanted, f"kernel {resolved.name} supports only {resolved.spec.dtypes}",
                               "Pick a dtype the kernel supports.")
     return resolved, isolate, dtypes
+
+
+# The dO regime of a backward case follows from its recipe's seed (replayable, no extra draw).
+UPSTREAMS = tuple(sorted(UPSTREAM_REGIMES))
 
 
 def warm_oracle(device) -> None:
@@ -239,7 +251,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                  database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
                  case_timeout: float | None = None, kernel_options: dict | None = None, on_finding=None,
                  reuse: bool = True, worker_process: WorkerProcess | None = None,
-                 started_at: float | None = None) -> CampaignResult:
+                 started_at: float | None = None, backward: bool = False) -> CampaignResult:
     """Run one campaign; never raises for what the kernel does (that is a finding).
 
     ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
@@ -264,7 +276,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         warm_oracle(device)
         resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes,
                                                      isolate=isolate, case_timeout=case_timeout,
-                                                     kernel_options=kernel_options)
+                                                     kernel_options=kernel_options, backward=backward)
         strategy = recipes(spec=resolved.spec, dtypes=dtypes, **preset.strategy_options())
         corpus.mkdir(parents=True, exist_ok=True)
         example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
@@ -272,7 +284,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                            process=worker_process) if isolate else None
         campaign = _Campaign(resolved, strategy, device=device, preset=preset, seed=seed, corpus=corpus,
                              database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
-                             on_finding=on_finding, reuse=reuse, started_at=started_at)
+                             on_finding=on_finding, reuse=reuse, started_at=started_at, backward=backward)
         return campaign.run(max_examples=max_examples or preset.max_examples,
                             time_budget=time_budget if time_budget is not None else preset.time_budget)
     finally:
@@ -285,15 +297,16 @@ class _Campaign:
 
     def __init__(self, resolved: Kernel, strategy, *, device: str, preset: Preset, seed: int | None, corpus: Path,
                  database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool,
-                 started_at: float):
+                 started_at: float, backward: bool = False):
         self.resolved, self.strategy, self.device, self.seed = resolved, strategy, device, seed
         self.started_at = started_at
+        self.backward = backward  # each case checks the backward pass, with a dO regime from its seed
         self.corpus, self.database, self.reuse = corpus, database, reuse
         self.keep_going, self.progress, self.on_finding = keep_going, progress, on_finding
         self.worker = KernelWorker(**worker_args, should_stop=self.interrupted) if worker_args is not None else None
         self.result = CampaignResult(verdict=PASS, kernel=resolved.name, device=str(device), preset=preset.name,
                                      seed=seed, isolation="worker" if self.worker else "in-process",
-                                     keep_going=keep_going,
+                                     keep_going=keep_going, backward=backward,
                                      case_timeout=self.worker.case_timeout if self.worker else None)
         self.stop_reason: str | None = None  # "interrupted", "time_budget" or "worker_failed"
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
@@ -340,6 +353,8 @@ class _Campaign:
         """``(verdict, case)``, or None when no worker could start while shrinking (the shrink ends)."""
         t0 = time.monotonic()
         case = recipe.build(kernel=self.resolved.name)
+        if self.backward:
+            case = backward_case(case, upstream=UPSTREAMS[recipe.seed % len(UPSTREAMS)], seed=recipe.seed)
         self.result.time_split["generation"] += time.monotonic() - t0 + (t0 - self.last_end)
         try:
             return self.judge(case, recipe), case
@@ -352,12 +367,12 @@ class _Campaign:
             raise _Stop() from None
 
     def judge(self, case: AttentionCase, recipe: Recipe) -> Verdict:
-        properties = properties_for(recipe.seed)
+        properties = () if self.backward else properties_for(recipe.seed)
         if self.worker is not None:
             return self.worker.check(case, properties=properties)
         self.in_kernel = True
         try:
-            return check(self.resolved, case, device=self.device, properties=properties)
+            return judge_case(self.resolved, case, device=self.device, properties=properties)
         finally:
             self.in_kernel = False
 

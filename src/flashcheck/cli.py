@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
                            "and the example database, spread over the visible GPUs; one merged summary "
                            "(default: the preset's, else 1)")
 
+    fuzz.add_argument("--backward", action="store_true",
+                      help="check the backward pass: dQ, dK, dV through autograd, for a dO regime drawn with "
+                           "each case (the kernel's spec must declare backward=True)")
+
     replay = sub.add_parser("replay", help="re-run one saved case (a backward case re-runs the backward pass)")
     replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
     replay.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
@@ -211,7 +215,7 @@ def _run_fuzz(args, device: str, preset, jobs: int, progress, worker_process=Non
     options = dict(device=device, preset=preset, dtypes=args.dtype, max_examples=args.max_examples,
                    time_budget=args.time_budget, seed=args.seed, corpus=args.corpus, database=args.database,
                    keep_going=args.keep_going, case_timeout=args.case_timeout, progress=progress,
-                   started_at=args.started_at)
+                   started_at=args.started_at, backward=args.backward)
     if jobs > 1:
         from .parallel import run_campaigns
 

@@ -14,7 +14,8 @@ under the forward's precision contract (:func:`flashcheck.budget.contract_terms`
   |dS~ - dS| <= e_ij X_ij + a_ij (g A_ij + err D_i) + u' (a_ij + e_ij) X_ij.
 - dQ = scale dS_t K and dK = scale dS_t^T Q, accumulated in fp32 over Nk and G Nq, tf32 operands for
   fp32 where the contract says so, then rounded to the output dtype; with GQA, dK and dV are summed
-  over the group, in the inputs' dtype at worst.
+  over the group, in the inputs' dtype at worst (each head's share rounded first: near zero, an
+  absolute error of half the subnormal spacing per rounding).
 
 Each gradient's budget has the terms ``recompute`` (the recomputed P's error carried through), ``products``
 (dP, D, dS's rounding and the accumulations), ``output_rounding`` and ``oracle``. Rows whose dS cancels
@@ -75,6 +76,7 @@ class _Factors:
     exp_rel: float  # exp's rounding on P~
     u_o: float
     s_o: float
+    group: int  # query heads per K/V head
 
     @classmethod
     def of(cls, model: _Model, shapes) -> "_Factors":
@@ -84,7 +86,7 @@ class _Factors:
                    g_q=_gamma(model.accumulation_len + 1, u) + tf,
                    g_kv=_gamma(shapes.group * shapes.n_q + 2, u) + tf,
                    g_group=_gamma(shapes.group - 1, t.u_o) if shapes.group > 1 else 0.0,
-                   exp_rel=(t.exp_ulps + LOGIT_ULPS) * u, u_o=t.u_o, s_o=t.s_o)
+                   exp_rel=(t.exp_ulps + LOGIT_ULPS) * u, u_o=t.u_o, s_o=t.s_o, group=shapes.group)
 
 
 def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
@@ -171,7 +173,10 @@ class _TermSums:
             shape = grads[name].shape
             recompute, products = (t.reshape(shape) for t in self.sums[name])
             exact = grads[name].abs() + grads.bound[name]
-            rounding = f.u_o * (exact + recompute + products) + f.s_o
+            # dK and dV with GQA: each query head's share may be rounded to the dtype before the group's
+            # sum, and near zero each rounding is absolute (s_o), as are the sums that follow.
+            roundings = 1 if name == "dq" else 2 * f.group - 1
+            rounding = f.u_o * (exact + recompute + products) + roundings * f.s_o
             terms[name] = {"recompute": recompute, "products": products, "output_rounding": rounding,
                            "oracle": grads.bound[name]}
             total[name] = sum(terms[name][t] for t in GRADIENT_TERMS) * (1 + 2.0**-16)

@@ -31,7 +31,7 @@ _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "pres
 _SHARED = ("kernel", "device", "preset")  # a merge of different ones says so in its notes
 # Kept as one value, or the list of the different ones. Other keys merge by their type (_merge_values):
 # numbers and counts (dicts of numbers) are summed, lists concatenated.
-_KEPT = _SHARED + ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going")
+_KEPT = _SHARED + ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going", "backward")
 # The earliest of the sources' values (None where a source has none).
 _EARLIEST = ("first_case_s",)
 _FIX = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."

@@ -313,7 +313,8 @@ class _StopRequests:
 def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, max_examples: int | None = None,
                   time_budget: float | None = None, seed: int | None = None, corpus="flashcheck-corpus",
                   database=None, keep_going: bool = False, case_timeout: float | None = None,
-                  kernel_options: dict | None = None, progress=None, started_at: float | None = None) -> dict:
+                  kernel_options: dict | None = None, progress=None, started_at: float | None = None,
+                  backward: bool = False) -> dict:
     """One campaign of ``kernel`` (a name: each worker resolves it) in ``jobs`` worker processes; returns
     the merged summary. ``progress(totals)`` gets a :class:`Totals` whenever a worker reports.
     ``started_at`` (``time.monotonic()``, default now) is what each worker's ``first_case_s`` counts from."""
@@ -327,7 +328,7 @@ def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, m
     options = [dict(kernel=kernel, device=device, preset=preset, dtypes=dtypes, max_examples=n, time_budget=time_budget,
                     seed=job_seed(seed, i, jobs), corpus=str(corpus), database=database, keep_going=keep_going,
                     case_timeout=case_timeout, kernel_options=kernel_options, reuse=seed is None,
-                    started_at=started_at)
+                    started_at=started_at, backward=backward)
                for i, n in enumerate(shares) if n > 0]
     stop = _StopRequests([])
     with stop.installed():
@@ -337,7 +338,8 @@ def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, m
             from .campaign import prepare_campaign
 
             resolved, _, _ = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes, isolate=True,
-                                              case_timeout=case_timeout, kernel_options=kernel_options)
+                                              case_timeout=case_timeout, kernel_options=kernel_options,
+                                              backward=backward)
         except BaseException:  # a usage error: the same in every worker, which need not get that far
             for job in running:
                 job.process.kill()

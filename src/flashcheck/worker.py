@@ -131,7 +131,7 @@ def _serve(conn) -> None:
         return  # the parent died before that: nobody will name a kernel (a usage error, Ctrl-C)
     quiet_interpreter()
     try:  # the slow part (torch): done while the parent still prepares, before the kernel is named
-        from .check import check
+        from .backward import judge_case
         from .kernels import resolve_kernel
     except Exception as exc:
         failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
@@ -165,7 +165,7 @@ def _serve(conn) -> None:
             return
         case, properties = message
         try:
-            verdict = check(kernel, case, device=device, properties=properties)
+            verdict = judge_case(kernel, case, device=device, properties=properties)
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             if not any(marker in text for marker in POISON_MARKERS):
