@@ -5,6 +5,7 @@
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-backward}}
 seconds=${2:-40}
+work=$(mktemp -d)
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 python3 - <<'PY' | tee "$out/oracle_gpu_vs_cpu.txt"
@@ -24,7 +25,8 @@ print(f"oracle gradients, GPU against CPU: worst |difference| / (sum of bounds) 
 PY
 for k in torch:math torch:flash torch:efficient torch:cudnn; do
   python3 -m flashcheck.cli fuzz "$k" --backward --device cuda --preset adversarial --seed 1 --keep-going \
-      --max-examples 100000 --time-budget "$seconds" --corpus "$out/corpus-${k#torch:}" \
-      --json "$out/fuzz_${k#torch:}.json" --no-progress > "$out/fuzz_${k#torch:}.txt" 2>&1
-  echo "== $k (exit $?)"; grep -E "^flashcheck fuzz|cases in|bf16:|fp16:|fp32:|failing cases|BUG |      [a-z]" "$out/fuzz_${k#torch:}.txt" | head -14
-done
+      --max-examples 100000 --time-budget "$seconds" --corpus "$work/corpus-${k#torch:}" \
+      --json "$work/fuzz_${k#torch:}.json" --no-progress > "$work/fuzz_${k#torch:}.txt" 2>&1
+  echo "== $k (exit $?)"; grep -E "^flashcheck fuzz|cases in|bf16:|fp16:|fp32:|failing cases|BUG |      [a-z]" "$work/fuzz_${k#torch:}.txt" | head -14
+done | tee "$out/summary.txt"
+tar czf "$out/backward.tgz" -C "$work" .  # summaries, logs and the saved cases
