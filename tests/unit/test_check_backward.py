@@ -88,6 +88,7 @@ def test_a_backward_that_differs_between_identical_calls_breaks_its_promise():
     assert any(f.kind == "nondeterminism" and f.details["gradient"] == "dq" for f in verdict.findings)
     unpromised = check_backward(_fa2_kernel(noisy=True, deterministic=False), case, device="cpu")
     assert not any(f.kind == "nondeterminism" for f in unpromised.findings)
+    assert any(n.startswith("information: dq:") and n.endswith("(not promised)") for n in unpromised.notes)
 
 
 def test_a_backward_that_raises_is_a_crash_finding():
