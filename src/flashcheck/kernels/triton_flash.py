@@ -389,6 +389,34 @@ def triton_attention(
     return out, lse
 
 
+class _Differentiable(torch.autograd.Function):
+    """The Triton forward, with the Triton backward of :mod:`flashcheck.kernels.triton_backward`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, scale, causal, options):
+        out, lse = triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.call = dict(attn_mask=attn_mask, scale=scale, causal=causal, options=options)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        from .triton_backward import triton_attention_backward
+
+        q, k, v, out, lse = ctx.saved_tensors
+        call = ctx.call
+        *_, attn_mask, shapes = check_attention_inputs(q, k, v, scale=call["scale"], causal=call["causal"],
+                                                       attn_mask=call["attn_mask"])
+        options = call["options"]
+        block_d = _padded(shapes.head_dim)
+        grads = triton_attention_backward(
+            q, k, v, out, lse, dout, scale=call["scale"], causal=call["causal"], attn_mask=attn_mask,
+            shapes=shapes, block_m=options["block_m"], block_n=options["block_n"], block_d=block_d,
+            block_dv=_value_tile(shapes.head_dim_v, block_d), input_precision=options["input_precision"])
+        return (*grads, None, None, None, None)
+
+
 def make_kernel(
     *,
     block_m: int = 64,
@@ -404,10 +432,13 @@ def make_kernel(
     _check_options(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                    input_precision=input_precision)
 
+    forward_options = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                           input_precision=input_precision)
+
     def attention(q, k, v, *, scale, causal="none", attn_mask=None):
-        return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
-                                block_m=block_m, block_n=block_n, num_warps=num_warps,
-                                num_stages=num_stages, input_precision=input_precision)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            return _Differentiable.apply(q, k, v, attn_mask, scale, causal, forward_options)
+        return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **forward_options)
 
     options = [f"block_m={block_m}", f"block_n={block_n}"]
     if num_warps is not None:
@@ -428,5 +459,7 @@ def make_kernel(
         fully_masked_rows="zero",
         precision="flash" if input_precision == "tf32" else "strict",
         deterministic=True,
+        backward=True,  # kernels/triton_backward.py: no atomics, a fixed order of sums
+        deterministic_backward=True,
     )
     return Kernel(attention, spec, name=f"{BACKEND_NAME}[{','.join(options)}]")
