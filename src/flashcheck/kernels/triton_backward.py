@@ -34,6 +34,19 @@ __all__ = ["triton_attention_backward"]
 _LOG2E = 1.4426950408889634
 
 
+def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
+                IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+    """Which (row, key) pairs of a tile are visible: in range, causality, the boolean mask (as the forward)."""
+    visible = row_ok[:, None] & col_ok[None, :]
+    if IS_CAUSAL:
+        visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+    if HAS_MASK:
+        allowed = tl.load(m_base + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn,
+                          mask=row_ok[:, None] & col_ok[None, :], other=0)
+        visible = visible & (allowed != 0)
+    return visible
+
+
 def _dkdv_kernel(
     Q, K, V, DO, Lse, Delta, DK, DV, Mask,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -84,13 +97,8 @@ def _dkdv_kernel(
                          mask=row_ok[:, None] & dv_ok[None, :], other=0.0)
             lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
             delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
-            visible = row_ok[:, None] & col_ok[None, :]
-            if IS_CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            if HAS_MASK:
-                allowed = tl.load(m_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn,
-                                  mask=row_ok[:, None] & col_ok[None, :], other=0)
-                visible = visible & (allowed != 0)
+            visible = _visible(offs_m, offs_n, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
+                               IS_CAUSAL, HAS_MASK)
             # A row with no visible key has lse = -inf: every P of it is 0 through `visible`.
             lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
             s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
@@ -156,13 +164,8 @@ def _dq_kernel(
                     mask=col_ok[:, None] & d_ok[None, :], other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0)
-        visible = row_ok[:, None] & col_ok[None, :]
-        if IS_CAUSAL:
-            visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-        if HAS_MASK:
-            allowed = tl.load(m_base + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn,
-                              mask=row_ok[:, None] & col_ok[None, :], other=0)
-            visible = visible & (allowed != 0)
+        visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
+                           IS_CAUSAL, HAS_MASK)
         s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
         p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
@@ -188,6 +191,7 @@ def _load():
     with _LOCK:
         if not _JITTED:
             globals()["tl"] = tl_module
+            globals()["_visible"] = triton.jit(_visible_py)  # the name the kernels call
             sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
             for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
                 params = inspect.signature(fn).parameters
