@@ -47,6 +47,14 @@ def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, 
     return visible
 
 
+def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION: tl.constexpr):
+    """P recomputed from the saved lse (base 2) and dS = P (dP - D), both fp32, 0 on hidden keys."""
+    s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+    p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
+    return p, tl.where(visible, p * (dp - delta[:, None]), 0.0)
+
+
 def _dkdv_kernel(
     Q, K, V, DO, Lse, Delta, DK, DV, Mask,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -101,11 +109,8 @@ def _dkdv_kernel(
                                IS_CAUSAL, HAS_MASK)
             # A row with no visible key has lse = -inf: every P of it is 0 through `visible`.
             lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
-            s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-            p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
+            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
             dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
-            ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
             dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
     dk = dk * scale
     dk_base = DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
@@ -166,10 +171,7 @@ def _dq_kernel(
                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0)
         visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
                            IS_CAUSAL, HAS_MASK)
-        s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-        p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
-        ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
+        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
     dq = dq * scale
     dq_base = DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh
@@ -191,7 +193,8 @@ def _load():
     with _LOCK:
         if not _JITTED:
             globals()["tl"] = tl_module
-            globals()["_visible"] = triton.jit(_visible_py)  # the name the kernels call
+            globals()["_visible"] = triton.jit(_visible_py)  # the names the kernels call
+            globals()["_p_and_ds"] = triton.jit(_p_and_ds_py)
             sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
             for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
                 params = inspect.signature(fn).parameters
