@@ -3,35 +3,32 @@ backward shows which gradient and a replay command that re-runs the backward pas
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 from ._repo import clean_env, run_pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+
 KERNELS = '''
-import torch
-
 import flashcheck
+from tests.robustness._kernels import BACKWARD_SPEC, autograd_attention
+
+SPEC = dict(BACKWARD_SPEC, dtypes=("fp16",), head_dims=(16,))
 
 
-def _attention(q, k, v, scale, on_dq=None):
-    q32, k32, v32 = q.float(), k.float(), v.float()
-    if on_dq is not None and q32.requires_grad:
-        q32.register_hook(on_dq)
-    p = torch.softmax((q32 @ k32.transpose(-1, -2)) * scale, -1)
-    return (p @ v32).to(q.dtype)
-
-
-@flashcheck.kernel(causal=("none",), dtypes=("fp16",), head_dims=(16,), precision="upcast", backward=True)
+@flashcheck.kernel(**SPEC)
 def good(q, k, v, *, scale, causal, attn_mask=None):
-    return _attention(q, k, v, scale)
+    return autograd_attention(q, k, v, scale)
 
 
-@flashcheck.kernel(causal=("none",), dtypes=("fp16",), head_dims=(16,), precision="upcast", backward=True)
+@flashcheck.kernel(**SPEC)
 def bad_backward(q, k, v, *, scale, causal, attn_mask=None):
     """The forward is right; dQ misses the softmax scale."""
-    return _attention(q, k, v, scale, on_dq=lambda g: g / scale)
+    return autograd_attention(q, k, v, scale, on_dq=lambda g: g / scale)
 
 
 test_good = flashcheck.property_test(good, backward=True, max_examples=6)
@@ -52,7 +49,7 @@ def test_backward_property_tests_pass_and_fail_by_pass_with_a_replay_that_reruns
     (tmp_path / "test_kernels.py").write_text(KERNELS)
     (tmp_path / "tiny.toml").write_text(TINY)
     (tmp_path / "pytest.ini").write_text("[pytest]\nflashcheck_preset = tiny.toml\nflashcheck_device = cpu\n")
-    result = run_pytest(tmp_path, "-rf")
+    result = run_pytest(tmp_path, "-rf", PYTHONPATH=str(ROOT))  # the kernels come from tests.robustness
     outcomes = result.parseoutcomes()
     assert (outcomes.get("passed"), outcomes.get("failed")) == (3, 1), "\n".join(result.outlines[-30:])
     for line in ("FAILED test_kernels.py::test_bad[[]fp16-backward[]] - Failed: flashcheck: *",
@@ -66,10 +63,10 @@ def test_backward_property_tests_pass_and_fail_by_pass_with_a_replay_that_reruns
     assert "dq over its budget" in text
     replay = re.search(r"replay: (.*flashcheck replay .*)", text).group(1)
     words = shlex.split(replay)
-    env = clean_env()
+    env = clean_env(PYTHONPATH=str(ROOT))
     while "=" in words[0]:  # PYTHONPATH=... prefix
         name, value = words.pop(0).split("=", 1)
-        env[name] = value
+        env[name] = value + os.pathsep + env.get(name, "")
     done = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "dq over its budget" in done.stdout and "dO" in done.stdout

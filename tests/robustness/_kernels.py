@@ -180,7 +180,7 @@ def reports_triton_cache_dir(q, k, v, *, scale, causal, attn_mask=None):
 
 
 # Differentiable kernels for the backward pass: an fp32 softmax attention through autograd.
-def _autograd_attention(q, k, v, scale, on_dq=None):
+def autograd_attention(q, k, v, scale, on_dq=None):
     q32, k32, v32 = q.float(), k.float(), v.float()
     if on_dq is not None and q32.requires_grad:
         q32.register_hook(on_dq)
@@ -193,10 +193,10 @@ BACKWARD_SPEC = dict(causal=("none",), dtypes=("fp16", "fp32"), precision="upcas
 
 @flashcheck.kernel(**BACKWARD_SPEC)
 def differentiable(q, k, v, *, scale, causal, attn_mask=None):
-    return _autograd_attention(q, k, v, scale)
+    return autograd_attention(q, k, v, scale)
 
 
 @flashcheck.kernel(**BACKWARD_SPEC)
 def dq_unscaled(q, k, v, *, scale, causal, attn_mask=None):
     """The forward is right; dQ misses the softmax scale on cases with more than BIG query rows."""
-    return _autograd_attention(q, k, v, scale, on_dq=(lambda g: g / scale) if _big(q) else None)
+    return autograd_attention(q, k, v, scale, on_dq=(lambda g: g / scale) if _big(q) else None)

@@ -34,6 +34,21 @@ __all__ = ["triton_attention_backward"]
 _LOG2E = 1.4426950408889634
 
 
+def _head_py(ptr, off_b, off_h, stride_b, stride_h):
+    """The base of one (batch entry, head) of a tensor, in int64 (batch * stride passes 2^31)."""
+    return ptr + off_b.to(tl.int64) * stride_b + off_h.to(tl.int64) * stride_h
+
+
+def _tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok):
+    """A (rows, cols) tile; out-of-range elements load as 0."""
+    return tl.load(base + rows[:, None] * stride_r + cols[None, :] * stride_c, mask=row_ok[:, None] & col_ok[None, :],
+                   other=0.0)
+
+
+def _store_tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok, value):
+    tl.store(base + rows[:, None] * stride_r + cols[None, :] * stride_c, value, mask=row_ok[:, None] & col_ok[None, :])
+
+
 def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
                 IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
     """Which (row, key) pairs of a tile are visible: in range, causality, the boolean mask (as the forward)."""
@@ -81,28 +96,22 @@ def _dkdv_kernel(
     col_ok = offs_n < n_k
     d_ok = offs_d < head_dim
     dv_ok = offs_dv < head_dim_v
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-    k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-    v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
-                mask=col_ok[:, None] & dv_ok[None, :], other=0.0)
+    k = _tile(_head(K, off_b, off_hkv, stride_kb, stride_kh), offs_n, offs_d, stride_kn, stride_kd, col_ok, d_ok)
+    v = _tile(_head(V, off_b, off_hkv, stride_vb, stride_vh), offs_n, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     for g in range(0, group):
         off_h = off_hkv * group + g
-        q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-        do_base = DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-        l_base = Lse + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
-        d_base = Delta + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
-        m_base = Mask + off_b.to(tl.int64) * stride_mb + off_h.to(tl.int64) * stride_mh
+        q_base = _head(Q, off_b, off_h, stride_qb, stride_qh)
+        do_base = _head(DO, off_b, off_h, stride_dob, stride_doh)
+        l_base = _head(Lse, off_b, off_h, stride_lb, stride_lh)
+        d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
+        m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
         for start_m in range(0, n_q, BLOCK_M):
             offs_m = start_m + offs_m0
             row_ok = offs_m < n_q
-            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_dv[None, :] * stride_dod,
-                         mask=row_ok[:, None] & dv_ok[None, :], other=0.0)
+            q = _tile(q_base, offs_m, offs_d, stride_qm, stride_qd, row_ok, d_ok)
+            do = _tile(do_base, offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
             lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
             delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
             visible = _visible(offs_m, offs_n, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
@@ -113,12 +122,10 @@ def _dkdv_kernel(
             dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
             dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
     dk = dk * scale
-    dk_base = DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
-    dv_base = DV + off_b.to(tl.int64) * stride_dvb + off_hkv.to(tl.int64) * stride_dvh
-    tl.store(dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty),
-             mask=col_ok[:, None] & d_ok[None, :])
-    tl.store(dv_base + offs_n[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd, dv.to(DV.dtype.element_ty),
-             mask=col_ok[:, None] & dv_ok[None, :])
+    _store_tile(_head(DK, off_b, off_hkv, stride_dkb, stride_dkh), offs_n, offs_d, stride_dkn, stride_dkd,
+                col_ok, d_ok, dk.to(DK.dtype.element_ty))
+    _store_tile(_head(DV, off_b, off_hkv, stride_dvb, stride_dvh), offs_n, offs_dv, stride_dvn, stride_dvd,
+                col_ok, dv_ok, dv.to(DV.dtype.element_ty))
 
 
 def _dq_kernel(
@@ -147,17 +154,13 @@ def _dq_kernel(
     row_ok = offs_m < n_q
     d_ok = offs_d < head_dim
     dv_ok = offs_dv < head_dim_v
-    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-    do_base = DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-    l_base = Lse + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
-    d_base = Delta + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
-    m_base = Mask + off_b.to(tl.int64) * stride_mb + off_h.to(tl.int64) * stride_mh
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-    do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_dv[None, :] * stride_dod,
-                 mask=row_ok[:, None] & dv_ok[None, :], other=0.0)
+    k_base = _head(K, off_b, off_hkv, stride_kb, stride_kh)
+    v_base = _head(V, off_b, off_hkv, stride_vb, stride_vh)
+    l_base = _head(Lse, off_b, off_h, stride_lb, stride_lh)
+    d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
+    m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
+    q = _tile(_head(Q, off_b, off_h, stride_qb, stride_qh), offs_m, offs_d, stride_qm, stride_qd, row_ok, d_ok)
+    do = _tile(_head(DO, off_b, off_h, stride_dob, stride_doh), offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
     lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
     delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
     lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
@@ -165,18 +168,15 @@ def _dq_kernel(
     for start_n in range(0, n_k, BLOCK_N):
         cols = start_n + offs_n0
         col_ok = cols < n_k
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
-                    mask=col_ok[:, None] & dv_ok[None, :], other=0.0)
+        k = _tile(k_base, cols, offs_d, stride_kn, stride_kd, col_ok, d_ok)
+        v = _tile(v_base, cols, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
         visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
                            IS_CAUSAL, HAS_MASK)
         p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
     dq = dq * scale
-    dq_base = DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh
-    tl.store(dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
-             mask=row_ok[:, None] & d_ok[None, :])
+    _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,
+                row_ok, d_ok, dq.to(DQ.dtype.element_ty))
 
 
 _LOCK = threading.Lock()
@@ -193,8 +193,8 @@ def _load():
     with _LOCK:
         if not _JITTED:
             globals()["tl"] = tl_module
-            globals()["_visible"] = triton.jit(_visible_py)  # the names the kernels call
-            globals()["_p_and_ds"] = triton.jit(_p_and_ds_py)
+            for helper in (_head_py, _tile_py, _store_tile_py, _visible_py, _p_and_ds_py):
+                globals()[helper.__name__[:-3]] = triton.jit(helper)  # the names the kernels call
             sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
             for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
                 params = inspect.signature(fn).parameters
