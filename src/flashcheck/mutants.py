@@ -1,10 +1,12 @@
 """Planted-bug variants of ``flashcheck:triton``, made by editing the kernel's source text.
 
 flashcheck proves its error model on defects a kernel author could really write. Each :class:`Mutant`
-is a list of small text edits to ``flashcheck/kernels/triton_flash.py``; the production kernel carries
-no bug switches. :func:`load_mutant` writes the edited source to a private temporary directory,
+is a list of small text edits to ``flashcheck/kernels/triton_flash.py`` (:data:`MUTANTS`, the forward
+pass) or to ``flashcheck/kernels/triton_backward.py`` (:data:`BACKWARD_MUTANTS`); the production kernel
+carries no bug switches. :func:`load_mutant` writes the edited source to a private temporary directory,
 imports it as ``flashcheck.kernels._mutant_<name>`` and returns its kernel, which keeps the correct
-kernel's spec (a mutant claims to be correct, as a buggy kernel would).
+kernel's spec (a mutant claims to be correct, as a buggy kernel would). A backward mutant's kernel is a
+copy of the forward module whose autograd backward imports the edited backward module.
 
 Nothing here imports triton: the mutated module imports it on its first call, like the real one, so
 ``TRITON_INTERPRET=1`` must be set before that call to run a mutant on CPU tensors.
@@ -24,13 +26,18 @@ from pathlib import Path
 from .errors import FlashcheckError, InvalidArgument
 from .spec import Kernel
 
-__all__ = ["AREAS", "MUTANTS", "Mutant", "MutantSourceError", "load_mutant", "mutant_names", "mutant_source"]
+__all__ = ["AREAS", "MUTANTS", "BACKWARD_MUTANTS", "Mutant", "MutantSourceError", "load_mutant", "mutant_names",
+           "mutant_source"]
 
 # What part of the algorithm a defect lives in.
 AREAS = ("rescale", "max", "masking", "causal", "fully_masked_rows", "precision", "scale", "bounds", "layout",
-         "gqa", "lse")
+         "gqa", "lse", "delta", "race")
 
 _KERNEL_FILE = Path(__file__).parent / "kernels" / "triton_flash.py"
+_BACKWARD_FILE = Path(__file__).parent / "kernels" / "triton_backward.py"
+_FILES = {"forward": _KERNEL_FILE, "backward": _BACKWARD_FILE}
+# The line of the forward module that a backward mutant's copy redirects to the edited backward module.
+_BACKWARD_IMPORT = "from .triton_backward import triton_attention_backward"
 
 
 class MutantSourceError(FlashcheckError, RuntimeError):
@@ -49,6 +56,15 @@ class Mutant:
     # The input dtypes in which the edit is a defect; in the others it changes nothing (rounding fp32
     # scores to the fp32 input dtype is a no-op), so a self-test must not count it as missed there.
     dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
+    # Which source the edits apply to: "forward" (triton_flash.py) or "backward" (triton_backward.py).
+    target: str = "forward"
+    # Where the defect can show: a race needs programs that run at once, which the interpreter's
+    # one-program-at-a-time loop never does.
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    @property
+    def file(self) -> Path:
+        return _FILES[self.target]
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -236,16 +252,160 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
-_BY_NAME = {m.name: m for m in MUTANTS}
+def _backward(name: str, area: str, description: str, edits, exposed_by: str, **more) -> Mutant:
+    return Mutant(name, area, description, tuple(edits), exposed_by, target="backward", **more)
+
+
+# The lines where each backward kernel turns the saved lse into base 2 (dK/dV kernel, then dQ kernel).
+_LSE2_DKDV = '\n            lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)'
+_LSE2_DQ = '\n    lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)'
+_DS_DK = 'dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")'
+_DS_DQ = 'dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")'
+_P_DV = "dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)"
+_P_MASKED = 'p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)'
+
+BACKWARD_MUTANTS: tuple[Mutant, ...] = (
+    # -- D = rowsum(dO * O) --------------------------------------------------------------------------
+    _backward(
+        "d_missing", "delta",
+        "D is never computed (zeros), so dS = P dP instead of P (dP - D).",
+        [("delta = (do.float() * out.float()).sum(-1)", "delta = torch.zeros_like(lse)")],
+        "Any input whose dO is not orthogonal to O (random dO).",
+    ),
+    _backward(
+        "d_of_kv_head", "delta",
+        "The dQ kernel reads D at the K/V head's index instead of the query head's, so the other query "
+        "heads of a group use another head's D.",
+        [("\n    d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)",
+          "\n    d_base = _head(Delta, off_b, off_hkv, stride_lb, stride_lh)")],
+        "GQA with several query heads per K/V head (Hq = 4, Hkv = 2), random dO.",
+    ),
+    # -- the saved lse ---------------------------------------------------------------------------------
+    _backward(
+        "lse_log2_units_backward", "lse",
+        "The backward takes the saved (natural-log) lse as base 2, so every recomputed P is off by a "
+        "factor exp2(lse (1 - log2 e)).",
+        [(_LSE2_DKDV, _LSE2_DKDV.replace("lse * 1.4426950408889634", "lse")),
+         (_LSE2_DQ, _LSE2_DQ.replace("lse * 1.4426950408889634", "lse"))],
+        "Any row whose lse is not 0 (random Q, K, V).",
+    ),
+    # -- masking in the recomputation ------------------------------------------------------------------
+    _backward(
+        "p_not_masked", "masking",
+        "P is recomputed without the mask (dS still masked), so hidden keys get weight in dV.",
+        [(_P_MASKED, "p = tl.math.exp2(s - lse2[:, None])")],
+        "A boolean mask or causality hiding keys from some rows.",
+    ),
+    _backward(
+        "causal_top_left_backward", "causal",
+        "The backward aligns a bottom-right causal mask top-left (offset 0), unlike the forward.",
+        [('"bottom_right": Nk - Nq}[causal]', '"bottom_right": 0}[causal]')],
+        "causal='bottom_right' with Nq != Nk (e.g. Nq = 24, Nk = 40).",
+    ),
+    _backward(
+        "causal_diagonal_excluded_backward", "causal",
+        "The backward's causal test uses < instead of <=, so the diagonal key gets no gradient.",
+        [("(cols[None, :] <= offs_m[:, None] + causal_offset)", "(cols[None, :] < offs_m[:, None] + causal_offset)")],
+        "Any causal input.",
+    ),
+    # -- the softmax scale -----------------------------------------------------------------------------
+    _backward(
+        "scale_missing_in_dq", "scale",
+        "dQ is never multiplied by the softmax scale.",
+        [("    dq = dq * scale\n", "")],
+        "Any scale other than 1 with random dO.",
+    ),
+    _backward(
+        "scale_missing_in_dk", "scale",
+        "dK is never multiplied by the softmax scale.",
+        [("    dk = dk * scale\n", "")],
+        "Any scale other than 1 with random dO.",
+    ),
+    # -- precision ---------------------------------------------------------------------------------------
+    _backward(
+        "ds_rounded_to_bf16", "precision",
+        "dS is rounded through bf16 (8 significant bits) before its two matmuls.",
+        [(_DS_DK, _DS_DK.replace("tl.trans(ds)", "tl.trans(ds.to(tl.bfloat16).to(tl.float32))")),
+         (_DS_DQ, _DS_DQ.replace("(ds,", "(ds.to(tl.bfloat16).to(tl.float32),"))],
+        "fp16 or fp32 inputs with random Q, K, V and dO: dQ and dK off by bf16's rounding of dS.",
+        dtypes=("fp16", "fp32"),
+    ),
+    _backward(
+        "p_rounded_to_bf16_in_dv", "precision",
+        "P is rounded through bf16 before dV = P^T dO instead of to the fp16 input dtype.",
+        [(_P_DV, _P_DV.replace("p.to(DO.dtype.element_ty)", "p.to(tl.bfloat16).to(DO.dtype.element_ty)"))],
+        "fp16, diffuse attention with random dO: dV off by about 8x fp16's rounding of P.",
+        dtypes=("fp16",),
+    ),
+    _backward(
+        "dv_accumulated_in_fp16", "precision",
+        "The dV accumulator is rounded to fp16 after every query tile.",
+        [(_P_DV, _P_DV + ".to(tl.float16).to(tl.float32)")],
+        "fp32 inputs (fp16's rounding), bf16 with huge dO (fp16 overflows), fp16 over many query tiles.",
+    ),
+    # -- GQA -----------------------------------------------------------------------------------------------
+    _backward(
+        "gqa_not_summed", "gqa",
+        "dK and dV take the first query head of each group only, not the sum over the group.",
+        [("for g in range(0, group):", "for g in range(0, 1):")],
+        "GQA with several query heads per K/V head (Hq = 4, Hkv = 2).",
+    ),
+    # -- tails ----------------------------------------------------------------------------------------------
+    _backward(
+        "tail_query_tile_skipped", "bounds",
+        "The dK/dV kernel's query loop rounds n_q down to a multiple of BLOCK_M, so the rows of a partial "
+        "last query tile never reach dK and dV.",
+        [("for start_m in range(0, n_q, BLOCK_M):", "for start_m in range(0, n_q // BLOCK_M * BLOCK_M, BLOCK_M):")],
+        "Nq not a multiple of block_m (e.g. Nq = 40, block_m = 32).",
+    ),
+    _backward(
+        "tail_key_tile_skipped_in_dq", "bounds",
+        "The dQ kernel's key loop rounds n_k down to a multiple of BLOCK_N, so the keys of a partial last "
+        "key tile never reach dQ.",
+        [("for start_n in range(0, n_k, BLOCK_N):", "for start_n in range(0, n_k // BLOCK_N * BLOCK_N, BLOCK_N):")],
+        "Nk not a multiple of block_n (e.g. Nk = 40, block_n = 32).",
+    ),
+    # -- rows with no visible key -------------------------------------------------------------------------
+    _backward(
+        "fully_masked_rows_nan_backward", "fully_masked_rows",
+        "Hidden scores are set to -inf and the lse guard is gone, so a row with no visible key (lse = -inf) "
+        "recomputes P = exp2(-inf - -inf) = NaN, and NaN reaches dV.",
+        [(_LSE2_DKDV, "\n            lse2 = lse * 1.4426950408889634"),
+         (_LSE2_DQ, "\n    lse2 = lse * 1.4426950408889634"),
+         (_P_MASKED, 'p = tl.math.exp2(tl.where(visible, s, float("-inf")) - lse2[:, None])')],
+        "A boolean mask with an all-False row (or bottom_right with Nq > Nk), dO not zero on that row.",
+    ),
+    # -- a race ---------------------------------------------------------------------------------------------
+    _backward(
+        "dq_race_between_key_blocks", "race",
+        "dQ is split over two programs per query tile (even and odd key tiles), each adding its share to "
+        "dQ in memory with a plain load and store: when they overlap, one share is lost.",
+        [("dq = torch.empty_like(q, memory_format=torch.contiguous_format)",
+          "dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)"),
+         ("dq_kernel[(triton.cdiv(Nq, block_m), B * Hq)](", "dq_kernel[(triton.cdiv(Nq, block_m), B * Hq, 2)]("),
+         ("for start_n in range(0, n_k, BLOCK_N):", "for start_n in range(tl.program_id(2) * BLOCK_N, n_k, 2 * BLOCK_N):"),
+         ("    _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,\n"
+          "                row_ok, d_ok, dq.to(DQ.dtype.element_ty))",
+          "    dq_base = _head(DQ, off_b, off_h, stride_dqb, stride_dqh)\n"
+          "    dq += _tile(dq_base, offs_m, offs_d, stride_dqm, stride_dqd, row_ok, d_ok)\n"
+          "    _store_tile(dq_base, offs_m, offs_d, stride_dqm, stride_dqd, row_ok, d_ok, dq)"),
+         ("    return dq, dk, dv", "    return dq.to(q.dtype), dk, dv")],
+        "Two or more key tiles (Nk > block_n) on a GPU; the interpreter runs one program at a time.",
+        devices=("cuda",),
+    ),
+)
+
+_BY_NAME = {m.name: m for m in MUTANTS + BACKWARD_MUTANTS}
 
 _LOCK = threading.Lock()
 _CACHE_DIR: Path | None = None
 _MODULES: dict = {}
 
 
-def mutant_names() -> tuple[str, ...]:
-    """The names of the planted-bug variants, in :data:`MUTANTS` order."""
-    return tuple(_BY_NAME)
+def mutant_names(*, backward: bool = False) -> tuple[str, ...]:
+    """The names of the planted-bug variants of the forward pass (:data:`MUTANTS` order), or of the
+    backward pass (:data:`BACKWARD_MUTANTS`)."""
+    return tuple(m.name for m in (BACKWARD_MUTANTS if backward else MUTANTS))
 
 
 def _mutant(name: str) -> Mutant:
@@ -260,7 +420,7 @@ def _apply(mutant: Mutant, source: str) -> str:
         count = source.count(old)
         if count != 1:
             raise MutantSourceError(
-                f"mutant {mutant.name!r}: its edit expects {old!r} exactly once in {_KERNEL_FILE.name}, "
+                f"mutant {mutant.name!r}: its edit expects {old!r} exactly once in {mutant.file.name}, "
                 f"found it {count} times. The kernel source changed; update the mutant's edit in "
                 "flashcheck/mutants.py to match it."
             )
@@ -269,10 +429,10 @@ def _apply(mutant: Mutant, source: str) -> str:
 
 
 def mutant_source(name: str) -> str:
-    """The source of ``triton_flash.py`` with mutant ``name``'s edits applied."""
+    """The source of the mutant's file (``triton_flash.py`` or ``triton_backward.py``) with its edits applied."""
     mutant = _mutant(name)
     header = f"# flashcheck mutant {mutant.name!r} ({mutant.area}): {mutant.description}\n"
-    return header + _apply(mutant, _KERNEL_FILE.read_text(encoding="utf-8"))
+    return header + _apply(mutant, mutant.file.read_text(encoding="utf-8"))
 
 
 def _cache_dir() -> Path:
@@ -284,24 +444,41 @@ def _cache_dir() -> Path:
     return _CACHE_DIR
 
 
+def _import(stem: str, source: str):
+    """``source`` imported as ``flashcheck.kernels.<stem>`` from a file of the private directory."""
+    path = _cache_dir() / f"{stem}.py"
+    path.write_text(source, encoding="utf-8")
+    module_name = f"flashcheck.kernels.{stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "flashcheck.kernels"  # so `from ..errors import ...` resolves
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def _module(name: str):
+    """The module whose ``make_kernel`` builds mutant ``name``'s kernel."""
     with _LOCK:
         module = _MODULES.get(name)
         if module is not None:
             return module
-        source = mutant_source(name)
-        path = _cache_dir() / f"_mutant_{name}.py"
-        path.write_text(source, encoding="utf-8")
-        module_name = f"flashcheck.kernels._mutant_{name}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        module.__package__ = "flashcheck.kernels"  # so `from ..errors import ...` resolves
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[module_name]
-            raise
+        mutant = _mutant(name)
+        stem = f"_mutant_{name}"
+        if mutant.target == "forward":
+            module = _import(stem, mutant_source(name))
+        else:  # the edited backward, and a copy of the forward whose autograd backward calls it
+            _import(stem, mutant_source(name))
+            forward = _KERNEL_FILE.read_text(encoding="utf-8")
+            if forward.count(_BACKWARD_IMPORT) != 1:
+                raise MutantSourceError(f"{_KERNEL_FILE.name} no longer imports the backward with "
+                                        f"{_BACKWARD_IMPORT!r}; update flashcheck/mutants.py to match it.")
+            redirected = forward.replace(_BACKWARD_IMPORT, f"from .{stem} import triton_attention_backward")
+            module = _import(f"{stem}_forward", redirected)
         _MODULES[name] = module
         return module
 
