@@ -31,7 +31,7 @@ from .spec import Kernel, as_kernel
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward", "backward_case", "is_backward_case",
-           "judge_case"]
+           "judge_case", "drawn_backward_case", "upstream_gradient"]
 
 
 def backward_case(case: AttentionCase, *, upstream: str, seed: int) -> AttentionCase:
@@ -43,6 +43,28 @@ def backward_case(case: AttentionCase, *, upstream: str, seed: int) -> Attention
         raise InvalidArgument("upstream", upstream, "unknown dO regime", f"Use one of {sorted(UPSTREAM_REGIMES)}.")
     marks = {"pass": "backward", "upstream": upstream, "upstream_seed": int(seed)}
     return dataclasses.replace(case, provenance={**(case.provenance or {}), **marks})
+
+
+def drawn_backward_case(case: AttentionCase, seed: int) -> AttentionCase:
+    """The backward case a campaign or the self-test draws: its dO regime follows from the recipe's
+    ``seed`` (replayable, no extra draw)."""
+    from .regimes import UPSTREAM_REGIMES
+
+    regimes = sorted(UPSTREAM_REGIMES)
+    return backward_case(case, upstream=regimes[seed % len(regimes)], seed=seed)
+
+
+def upstream_gradient(case: AttentionCase, device, *, upstream: str | None = None, seed: int | None = None):
+    """dO for ``case`` on ``device``: the ``upstream`` regime with ``seed`` (default: the case's own, see
+    :func:`backward_case`, else ``"random"`` and 0), built from the exact forward output."""
+    marks = case.provenance or {}
+    upstream = upstream or marks.get("upstream") or "random"
+    seed = seed if seed is not None else int(marks.get("upstream_seed") or 0)
+    device = torch.device(device)
+    mask = None if case.attn_mask is None else case.attn_mask.to(device)
+    out = reference_attention(case.q.to(device), case.k.to(device), case.v.to(device), scale=case.scale,
+                              causal=case.causal, attn_mask=mask).out
+    return make_upstream(upstream, out=out, dtype=case.torch_dtype, seed=seed).to(device)
 
 
 def is_backward_case(case: AttentionCase) -> bool:
@@ -133,9 +155,7 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     """Run ``kernel``'s backward on ``case`` for the upstream gradient ``do`` (default: the ``upstream``
     dO regime with ``seed``, which default to the case's own, see :func:`backward_case`, else
     ``"random"`` and 0) and judge dQ, dK and dV element by element."""
-    marks = case.provenance or {}
-    upstream = upstream or marks.get("upstream") or "random"
-    seed = seed if seed is not None else int(marks.get("upstream_seed") or 0)
+    upstream = upstream or (case.provenance or {}).get("upstream") or "random"
     kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
     if not kern.spec.backward:
         raise InvalidArgument("kernel", kern.name, "declares no backward pass",
@@ -148,9 +168,7 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     q, k, v, mask = case.to_device(device)
     exact = (case.q.to(device), case.k.to(device), case.v.to(device))
     kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask)
-    if do is None:
-        do = make_upstream(upstream, out=reference_attention(*exact, **kw).out, dtype=case.torch_dtype, seed=seed)
-    do = do.to(device)
+    do = upstream_gradient(case, device, upstream=upstream, seed=seed) if do is None else do.to(device)
     try:
         run = run_backward(kern, q, k, v, do, **kw)
     except Unsupported as refusal:
@@ -174,7 +192,8 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
         findings += _nondeterminism(run, again, regime)
     else:
         notes += [f"information: {f.diagnosis.split(' (the spec')[0]} (not promised)" for f in _nondeterminism(run, again, regime)]
-    return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes, **meta)
+    return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
+                                 output=run.grads, **meta)
 
 
 def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties) -> Verdict:

@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, ta
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
-from .backward import backward_case, judge_case
+from .backward import drawn_backward_case, judge_case
 from .case import AttentionCase
 from .database import open_database
 from .errors import InvalidArgument
@@ -50,7 +50,6 @@ from .merge import NO_CASES, merged_verdict
 from .oracle import reference_attention
 from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
-from .regimes import UPSTREAM_REGIMES
 from .spec import Kernel, as_kernel
 from .strategies import Recipe, recipes
 from .verdict import BUG, PASS, Verdict, json_number, write_json
@@ -225,10 +224,6 @@ def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtype
     return resolved, isolate, dtypes
 
 
-# The dO regime of a backward case follows from its recipe's seed (replayable, no extra draw).
-UPSTREAMS = tuple(sorted(UPSTREAM_REGIMES))
-
-
 def warm_oracle(device) -> None:
     """On a GPU, run the oracle once on a tiny input in a background thread: the CUDA context, the
     cuBLAS handle and the float64 kernels load while the campaign is prepared and the first case drawn
@@ -354,7 +349,7 @@ class _Campaign:
         t0 = time.monotonic()
         case = recipe.build(kernel=self.resolved.name)
         if self.backward:
-            case = backward_case(case, upstream=UPSTREAMS[recipe.seed % len(UPSTREAMS)], seed=recipe.seed)
+            case = drawn_backward_case(case, recipe.seed)
         self.result.time_split["generation"] += time.monotonic() - t0 + (t0 - self.last_end)
         try:
             return self.judge(case, recipe), case

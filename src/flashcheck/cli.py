@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--variant", action="append", default=None,
                           help="only these variants, e.g. torch:math or a planted bug's name (repeatable)")
     selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
+    selftest.add_argument("--backward", action="store_true",
+                          help="the backward pass: planted backward bugs, correct kernels' dQ, dK, dV, the anchors' "
+                               "backward rules")
     selftest.add_argument("--head-dims", default=None, metavar="D,D,...",
                           help="draw only these head dims (fewer Triton compilations on a GPU)")
     selftest.add_argument("--time-budget", type=float, default=None, metavar="S",
@@ -435,13 +438,14 @@ def _run_selftest(args, device: str, dtypes, progress) -> list:
     from .selftest import run_selftest, selftest_plan
 
     options = dict(cases=args.cases, bug_cases=args.bug_cases, seed=args.seed, max_n=args.max_n,
-                   head_dims=_int_list("--head-dims", args.head_dims))
+                   head_dims=_int_list("--head-dims", args.head_dims), backward=args.backward)
     if args.jobs == 1:
         return run_selftest(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
                             time_budget=args.time_budget, progress=progress, **options)
     from .parallel import run_selftest_rows
 
-    plan = selftest_plan(device=device, dtypes=dtypes, names=args.variant, which=args.variants)
+    plan = selftest_plan(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
+                         backward=args.backward)
     return run_selftest_rows(plan, jobs=args.jobs, device=device, time_budget=args.time_budget, progress=progress,
                              chunk=args.chunk, **options)
 

@@ -571,7 +571,8 @@ def run_selftest_rows(plan: list[tuple[str, str]], *, jobs: int, device: str, ti
         raise InvalidArgument("chunk", chunk, "expected a number of cases, at least 1",
                               "Pass e.g. --chunk 50, or leave it out for the default.")
     cases, bug_cases = options.get("cases", 200), options.get("bug_cases", 60)
-    correct = {v.name: v.correct for v in variants(device, names=sorted({name for name, _ in plan}))}
+    correct = {v.name: v.correct for v in variants(device, names=sorted({name for name, _ in plan}),
+                                                   backward=options.get("backward", False))}
     deadline = None if time_budget is None else time.monotonic() + time_budget
     scheduler = _ChunkScheduler(plan, correct, lambda ok: row_chunks(ok, cases, bug_cases, chunk), deadline,
                                 progress)

@@ -1,9 +1,13 @@
 """``flashcheck selftest``: the mutation suite that proves the error model works.
 
 Planted-bug variants of ``flashcheck:triton`` (see :mod:`flashcheck.mutants`) must each get BUG; the
-correct kernel at several tile shapes and PyTorch's backends must get none. In the same run the two
-anchor rules of the field (:mod:`flashcheck.anchors`) judge the same variants, on the same adversarial
-cases and on plain randn inputs of the same shapes, so the gain is measured, not claimed.
+correct kernel at several tile shapes and PyTorch's backends must get none. In the same run the anchor
+rules of the field (:mod:`flashcheck.anchors`) judge the same variants, on the same adversarial cases and
+on plain randn inputs of the same shapes, so the gain is measured, not claimed.
+
+``backward=True`` (``selftest --backward``) does the same for the backward pass: the planted backward
+bugs, the correct kernels' gradients for a dO regime that follows from the case's seed (as in
+``fuzz --backward``), and the anchors' backward rules.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .anchors import ANCHORS
+from .anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
+from .backward import check_backward, drawn_backward_case, run_backward, upstream_gradient
 from .check import check
 from .properties import properties_for
 from .spec import Kernel
@@ -38,8 +43,10 @@ class Variant:
     dtypes: tuple = ("fp16", "bf16", "fp32")  # where a planted bug is a defect at all
 
 
-def variants(device: str, *, names: list[str] | None = None, which: str = "all") -> list[Variant]:
-    """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs.
+def variants(device: str, *, names: list[str] | None = None, which: str = "all",
+             backward: bool = False) -> list[Variant]:
+    """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs (of the backward
+    pass with ``backward``, those whose defect can show on ``device``).
 
     ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
     """
@@ -54,9 +61,10 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all")
                    lambda m=m, n=n: make_kernel(block_m=m, block_n=n, input_precision=precision))
            for m, n in CORRECT_TILES]
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" else [])
+    torch_backends += ["torch:cudnn"] if backward and device == "cuda" else []
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    chosen = mutant_module.MUTANTS
+    chosen = [m for m in mutant_module.BACKWARD_MUTANTS if device in m.devices] if backward else mutant_module.MUTANTS
     out += [Variant(m.name, False, m.area, m.description,
                     lambda m=m: mutant_module.load_mutant(m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1],
                                                           input_precision=precision), dtypes=m.dtypes)
@@ -123,7 +131,7 @@ def _randn_twin(recipe: Recipe) -> Recipe:
 
 def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Recipe], device: str,
                  bug_cases: int, deadline: float | None, start: int = 0, stop: int | None = None,
-                 fired=()) -> Row:
+                 fired=(), backward: bool = False) -> Row:
     """The row's cases ``start .. stop - 1`` (0-based; case ``i`` is numbered ``i + 1`` in the row).
 
     A whole row by default. A slice (a chunk, :func:`row_chunks`) runs the same cases as the whole row
@@ -131,9 +139,10 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
     flagged already (:func:`fired_detectors`), so that the slice stops where the whole row would.
     """
     row = Row(variant.name, variant.correct, variant.area, dtype)
-    for rule in ANCHORS:
+    for rule in (BACKWARD_ANCHORS if backward else ANCHORS):
         for inputs in ("randn", "adversarial"):
             row.anchors[f"{rule}/{inputs}"] = Detection()
+    judge = _backward_case if backward else _forward_case
     begin = time.perf_counter()
     limit = len(recipes) if variant.correct else min(bug_cases, len(recipes))
     stop = limit if stop is None else min(stop, limit)
@@ -142,27 +151,72 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
         if deadline is not None and index > 1 and time.monotonic() > deadline:
             row.stopped = True
             break
-        case = recipe.build(kernel=kernel.name)
-        verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=variant.correct)
-        row.cases += 1
-        if math.isfinite(verdict.max_ratio):
-            row.max_ratio = max(row.max_ratio, verdict.max_ratio)
-        if verdict.status == SUSPICIOUS:
-            row.suspicious += 1
-        if verdict.status == BUG:
-            kinds = "+".join(sorted({f.kind for f in verdict.findings}))
-            row.flashcheck.flag(index, kinds)
-            row.flashcheck.false_alarms += variant.correct
-            # How far past its budget the bug went on this case (output or lse), to see how near it
-            # came to escaping.
-            ratios = [f.ratio for f in verdict.findings if f.ratio is not None and math.isfinite(f.ratio)]
-            if ratios:
-                row.min_caught_ratio = min(row.min_caught_ratio, max(ratios))
-        _judge_anchors(row, kernel, case, verdict, index, device, recipe, variant.correct)
+        judge(row, kernel, recipe, index, device)
         if not variant.correct and all_fired(row, fired):
             break
     row.seconds = time.perf_counter() - begin
     return row
+
+
+def _record(row: Row, verdict, index: int) -> None:
+    """flashcheck's verdict on the row's case ``index``."""
+    row.cases += 1
+    if math.isfinite(verdict.max_ratio):
+        row.max_ratio = max(row.max_ratio, verdict.max_ratio)
+    if verdict.status == SUSPICIOUS:
+        row.suspicious += 1
+    if verdict.status == BUG:
+        kinds = "+".join(sorted({_kind(f) for f in verdict.findings}))
+        row.flashcheck.flag(index, kinds)
+        row.flashcheck.false_alarms += row.correct
+        # How far past its budget the bug went on this case, to see how near it came to escaping.
+        ratios = [f.ratio for f in verdict.findings if f.ratio is not None and math.isfinite(f.ratio)]
+        if ratios:
+            row.min_caught_ratio = min(row.min_caught_ratio, max(ratios))
+
+
+def _kind(finding) -> str:
+    """A finding's kind, with the gradient it concerns for the backward pass (``over_budget:dq``)."""
+    gradient = (finding.details or {}).get("gradient")
+    return f"{finding.kind}:{gradient}" if gradient else finding.kind
+
+
+def _forward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str) -> None:
+    case = recipe.build(kernel=kernel.name)
+    verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=row.correct)
+    _record(row, verdict, index)
+    _judge_anchors(row, kernel, case, verdict, index, device, recipe)
+
+
+def _backward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str) -> None:
+    case = drawn_backward_case(recipe.build(kernel=kernel.name), recipe.seed)
+    do = upstream_gradient(case, device)
+    verdict = check_backward(kernel, case, do=do, device=device)
+    _record(row, verdict, index)
+    randn_case = _randn_twin(recipe).build(kernel=kernel.name)
+    randn_do = upstream_gradient(randn_case, device, upstream="random", seed=recipe.seed)
+    q, k, v, mask = randn_case.to_device(device)
+    randn_run = run_backward(kernel, q, k, v, randn_do, scale=randn_case.scale, causal=randn_case.causal,
+                             attn_mask=mask)
+    for inputs, grads, c, d in (("adversarial", verdict.output, case, do), ("randn", randn_run.grads, randn_case, randn_do)):
+        wanted = (c.q.shape, c.k.shape, c.v.shape)
+        if grads is None or tuple(tuple(g.shape) for g in grads) != tuple(tuple(w) for w in wanted):
+            for rule_name in BACKWARD_ANCHORS:
+                _anchor_says(row, f"{rule_name}/{inputs}", index, False, "crash or wrong gradients")
+            continue
+        refs = GradientReferences(c, d, device)
+        for rule_name, rule in BACKWARD_ANCHORS.items():
+            _anchor_says(row, f"{rule_name}/{inputs}", index, rule(grads, refs))
+
+
+def _anchor_says(row: Row, key: str, index: int, accepted: bool | None, how: str = "rejected") -> None:
+    """Record one anchor rule's judgement of the row's case ``index`` (None: undefined here)."""
+    det = row.anchors[key]
+    if accepted is None:  # the rule is undefined here (flash-attention's rule on fp32)
+        det.how = det.how or "n/a"
+    elif not accepted:
+        det.flag(index, how)
+        det.false_alarms += row.correct
 
 
 def fired_detectors(row: Row) -> frozenset:
@@ -234,15 +288,15 @@ class RowRunner:
     kernels it built and the case lists it drew: the same cases as :func:`run_selftest` draws."""
 
     def __init__(self, *, device: str, cases: int = 200, bug_cases: int = 60, seed: int = 0, max_n: int = 160,
-                 head_dims=None):
+                 head_dims=None, backward: bool = False):
         self.device, self.cases, self.bug_cases = device, cases, bug_cases
-        self.seed, self.max_n, self.head_dims = seed, max_n, head_dims
+        self.seed, self.max_n, self.head_dims, self.backward = seed, max_n, head_dims, backward
         self._kernels: dict = {}
         self._recipes: dict = {}
 
     def variant(self, name: str) -> tuple[Variant, Kernel]:
         if name not in self._kernels:
-            found = variants(self.device, names=[name])
+            found = variants(self.device, names=[name], backward=self.backward)
             if not found:
                 raise ValueError(f"no self-test variant named {name!r}")
             self._kernels[name] = (found[0], found[0].make())
@@ -261,11 +315,10 @@ class RowRunner:
         deadline = None if time_budget is None else time.monotonic() + time_budget
         variant, kernel = self.variant(name)
         return _run_variant(variant, kernel, dtype, self.recipes(kernel, dtype), self.device, self.bug_cases,
-                            deadline, start=start, stop=stop, fired=fired)
+                            deadline, start=start, stop=stop, fired=fired, backward=self.backward)
 
 
-def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe,
-                   correct: bool) -> None:
+def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe) -> None:
     from .check import run_kernel
 
     adversarial_out = verdict.output[0] if verdict.output else None
@@ -274,23 +327,18 @@ def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: 
     randn_run = run_kernel(kernel, q, k, v, scale=randn_case.scale, causal=randn_case.causal, attn_mask=mask)
     for rule_name, rule in ANCHORS.items():
         for inputs, out, c in (("adversarial", adversarial_out, case), ("randn", randn_run.out, randn_case)):
-            det = row.anchors[f"{rule_name}/{inputs}"]
+            key = f"{rule_name}/{inputs}"
             if out is None or not hasattr(out, "shape") or tuple(out.shape) != tuple(c.q.shape[:3]) + (c.v.shape[3],):
-                det.flag(index, "crash or wrong output")
-                det.false_alarms += correct
-                continue
-            accepted = rule(out, c)
-            if accepted is None:  # the rule is undefined here (flash-attention's rule on fp32)
-                det.how = det.how or "n/a"
-            elif not accepted:
-                det.flag(index, "rejected")
-                det.false_alarms += correct
+                _anchor_says(row, key, index, False, "crash or wrong output")
+            else:
+                _anchor_says(row, key, index, rule(out, c))
 
 
 def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
                  max_n: int = 160, names: list[str] | None = None, which: str = "all",
-                 head_dims=None, time_budget: float | None = None, progress=None) -> list[Row]:
-    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired).
+                 head_dims=None, time_budget: float | None = None, progress=None, backward: bool = False) -> list[Row]:
+    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired);
+    the backward pass's variants and rules with ``backward``.
 
     ``time_budget`` (seconds) ends the run early: the row in progress and the ones after it stop after
     their first case and are marked ``stopped``, so a bug not yet caught reads as stopped, not missed.
@@ -298,12 +346,12 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
     deadline = None if time_budget is None else time.monotonic() + time_budget
     rows = []
     recipe_cache: dict = {}
-    for variant, kernel, dtype in _rows(device, dtypes, names, which):
+    for variant, kernel, dtype in _rows(device, dtypes, names, which, backward):
         key = (kernel.spec, dtype)
         if key not in recipe_cache:
             recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
                                              max_heads=4, head_dims=head_dims)
-        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline)
+        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline, backward=backward)
         rows.append(row)
         if progress is not None:
             progress(row)
@@ -311,14 +359,14 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
 
 
 def selftest_plan(*, device: str, dtypes=("fp16", "fp32"), names: list[str] | None = None,
-                  which: str = "all") -> list[tuple[str, str]]:
+                  which: str = "all", backward: bool = False) -> list[tuple[str, str]]:
     """The rows :func:`run_selftest` runs, in its order, as ``(variant name, dtype)`` pairs: each row's
     cases depend on the seed and the row alone, so rows may run apart (``selftest --jobs``)."""
-    return [(variant.name, dtype) for variant, _, dtype in _rows(device, dtypes, names, which)]
+    return [(variant.name, dtype) for variant, _, dtype in _rows(device, dtypes, names, which, backward)]
 
 
-def _rows(device: str, dtypes, names, which):
-    for variant in variants(device, names=names, which=which):
+def _rows(device: str, dtypes, names, which, backward=False):
+    for variant in variants(device, names=names, which=which, backward=backward):
         kernel = variant.make()
         for dtype in dtypes:
             if dtype in kernel.spec.dtypes and dtype in variant.dtypes:

@@ -60,3 +60,32 @@ def test_time_budget_stops_rows_and_marks_them():
     rows = run_selftest(device="cpu", dtypes=("fp16",), cases=50, max_n=32, names=["torch:math"], time_budget=1e-9)
     assert [r.cases for r in rows] == [1] and rows[0].stopped
     assert "(stopped)" in format_table(rows) and "1 rows stopped" in format_table(rows)
+
+
+def test_backward_variants_hold_the_planted_backward_bugs_that_can_show_on_the_device():
+    cpu = {v.name: v for v in variants("cpu", backward=True)}
+    cuda = {v.name for v in variants("cuda", backward=True)}
+    assert sum(not v.correct for v in cpu.values()) >= 12 and "torch:math" in cpu
+    assert "dq_race_between_key_blocks" in cuda and "dq_race_between_key_blocks" not in cpu
+    assert {"torch:flash", "torch:efficient", "torch:cudnn"} <= cuda
+    assert not {v.name for v in variants("cpu")} & {name for name, v in cpu.items() if not v.correct}
+
+
+def test_backward_selftest_catches_backward_bugs_and_measures_the_anchors(tmp_path, capsys):
+    from flashcheck.cli import main
+
+    path = tmp_path / "rows.json"
+    names = ["triton[16x16]", "torch:math", "d_missing", "gqa_not_summed", "fully_masked_rows_nan_backward"]
+    code = main(["selftest", "--backward", "--device", "cpu", "--dtype", "fp16", "--cases", "6", "--bug-cases", "12",
+                 "--max-n", "40", "--json", str(path), *[a for n in names for a in ("--variant", n)]])
+    rows = {r.variant: r for r in (Row.from_dict(d) for d in json.loads(path.read_text()))}
+    assert code == 0, capsys.readouterr()
+    for name in ("d_missing", "gqa_not_summed", "fully_masked_rows_nan_backward"):
+        assert rows[name].flashcheck.first_case, f"{name} was not caught"
+    for name in ("triton[16x16]", "torch:math"):
+        assert rows[name].flashcheck.first_case is None and rows[name].cases == 6 and rows[name].max_ratio <= 1
+    assert set(rows["torch:math"].anchors) == {f"{rule}/{inputs}" for rule in ("flash-attention", "pytorch-sdpa",
+                                                                             "triton-tutorial")
+                                               for inputs in ("randn", "adversarial")}
+    assert "nonfinite:dv" in rows["fully_masked_rows_nan_backward"].flashcheck.how
+    assert "caught 3/3 planted bugs" in capsys.readouterr().out
