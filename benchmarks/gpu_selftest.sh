@@ -5,6 +5,7 @@
 # in chunks of FLASHCHECK_CHUNK cases (default 50) handed out round-robin, so every worker stays busy and
 # the deadline cuts every row alike (a planted bug's first chunk holds 12 cases, later ones run only while
 # it is not caught); the rows are the same whatever --jobs and --chunk are.
+# FLASHCHECK_BACKWARD=1 runs the backward pass's self-test (selftest --backward) instead.
 # Usage (repository root): bash benchmarks/gpu_selftest.sh OUTDIR [CORRECT_JOBS] [BUG_JOBS] [CASES] [SECONDS]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-selftest}}
@@ -16,7 +17,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(), 'GPUs', torch.cuda.device_count())"
 run() { local which=$1 jobs=$2
-  python3 -m flashcheck.cli selftest --device cuda --variants "$which" --jobs "$jobs" --max-n 1024 --head-dims 64,128 \
+  python3 -m flashcheck.cli selftest ${FLASHCHECK_BACKWARD:+--backward} --device cuda --variants "$which" --jobs "$jobs" --max-n 1024 --head-dims 64,128 \
       --seed "${FLASHCHECK_SEED:-0}" --cases "$cases" --bug-cases "${FLASHCHECK_BUG_CASES:-60}" --time-budget "$seconds" \
       --chunk "${FLASHCHECK_CHUNK:-50}" \
       --json "$out/selftest_$which.json" > "$out/selftest_$which.txt" 2> "$out/selftest_$which.err"

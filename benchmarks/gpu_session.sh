@@ -19,15 +19,7 @@ mkdir -p "$out"
 export PYTHONPATH=$root/src PYTHONUNBUFFERED=1 work root start limit
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
 cores=$(nproc)
-pin() {  # pin LANE: run the rest of the command on that lane's GPU and half of the cores
-  local lane=$1; shift
-  local gpu=$((gpus > 1 ? lane : 0)) half=$((cores / 2))
-  if [ "$gpus" -gt 1 ] && command -v taskset > /dev/null; then
-    CUDA_VISIBLE_DEVICES=$gpu taskset -c $((lane * half))-$((lane * half + half - 1)) "$@"
-  else
-    CUDA_VISIBLE_DEVICES=$gpu "$@"
-  fi
-}
+source "$root/benchmarks/lanes.sh"
 lane0() {
   for i in 1 2; do python3 benchmarks/bench_oracle.py --device cuda --repeats 7 --json "$work/oracle_$i.json" | tail -1; done \
       > "$work/oracle.txt" 2>&1

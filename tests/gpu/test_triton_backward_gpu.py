@@ -1,0 +1,78 @@
+"""flashcheck:triton's backward compiled on a CUDA GPU: dQ, dK, dV within their budget on drawn cases in
+bf16, fp16 and fp32 (tf32), the same bits on a second call, long rows, and the large-V case that breaks
+FA2's fp16 dS. Run in a process of its own (``pytest tests/gpu``), like the forward's GPU tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flashcheck import AttentionCase, check_backward
+from flashcheck.kernels import resolve_kernel
+from flashcheck.regimes import UPSTREAM_REGIMES
+from flashcheck.strategies import recipes
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
+                       reason="TRITON_INTERPRET is set (run tests/gpu in a process of its own)"),
+]
+
+KERNEL = "flashcheck:triton[block_m=64,block_n=64]"
+
+
+def _kernel():
+    return resolve_kernel(KERNEL, device="cuda")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_drawn_cases_stay_within_the_budget_and_repeat_bit_for_bit(dtype):
+    @settings(max_examples=25, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(recipe=recipes(spec=_kernel().spec, dtypes=[dtype], max_n=300, head_dims=[64, 128], max_heads=4),
+           upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
+    def run(recipe, upstream):
+        case = recipe.build(kernel=KERNEL)
+        verdict = check_backward(_kernel(), case, upstream=upstream, seed=recipe.seed, device="cuda")
+        assert verdict.status == "PASS", str(verdict)
+
+    run()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_long_rows(dtype):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 2048, 128, generator=g).to(dtype) for _ in range(3))
+    case = AttentionCase.create(q, k, v, scale=128 ** -0.5, causal="bottom_right")
+    verdict = check_backward(_kernel(), case, upstream="random", device="cuda")
+    assert verdict.status == "PASS", str(verdict)
+
+
+def test_large_v_with_do_along_o_gives_finite_gradients():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 1, 2, 64, generator=g).half()
+    k = torch.randn(1, 1, 15, 64, generator=g).half()
+    v = (torch.randn(1, 1, 15, 64, generator=g) * 1000).half()
+    case = AttentionCase.create(q, k, v, scale=0.125, causal="top_left")
+    verdict = check_backward(_kernel(), case, upstream="aligned", device="cuda")
+    assert verdict.status == "PASS", str(verdict)
+
+
+def test_the_dq_race_between_key_blocks_gets_bug_on_a_gpu():
+    """The planted race (two programs adding to dQ with a plain load and store) loses updates only where
+    programs run at once: here, not under the interpreter."""
+    from flashcheck.mutants import load_mutant
+
+    mutant = load_mutant("dq_race_between_key_blocks", block_m=32, block_n=32)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 4, 256, 64, generator=g).half() for _ in range(3))
+    case = AttentionCase.create(q, k, v, scale=0.125)
+    statuses = [check_backward(mutant, case, upstream="random", seed=s, device="cuda").status for s in range(4)]
+    assert "BUG" in statuses, statuses
