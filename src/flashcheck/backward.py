@@ -117,8 +117,10 @@ def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = Non
         exact, total = budget.gradients[name], budget.total[name]
         fmax = format_of(got.dtype).max_value
         got = got.detach().to(exact.device, torch.float64)
-        # An exact gradient past the dtype's largest value may legally round to infinity of its sign.
-        overflow = torch.isinf(got) & (torch.sign(got) == torch.sign(exact)) & (exact.abs() + total > fmax)
+        # Infinity is a legal result where the budget's interval around the exact gradient reaches past
+        # the dtype's largest value on that side (also where the exact gradient is 0: dS cancelling to
+        # rounding noise that large scales carry past 65,504).
+        overflow = ((got == torch.inf) & (exact + total > fmax)) | ((got == -torch.inf) & (exact - total < -fmax))
         nonfinite = ~torch.isfinite(got) & ~overflow
         err = (got - exact).abs()
         ratio = torch.where(~torch.isfinite(got) | (err == 0), torch.zeros_like(err), err / total)

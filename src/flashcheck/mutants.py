@@ -327,8 +327,10 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "dS is rounded through bf16 (8 significant bits) before its two matmuls.",
         [(_DS_DK, _DS_DK.replace("tl.trans(ds)", "tl.trans(ds.to(tl.bfloat16).to(tl.float32))")),
          (_DS_DQ, _DS_DQ.replace("(ds,", "(ds.to(tl.bfloat16).to(tl.float32),"))],
-        "fp16 or fp32 inputs with random Q, K, V and dO: dQ and dK off by bf16's rounding of dS.",
-        dtypes=("fp16", "fp32"),
+        "fp16 inputs with random Q, K, V and dO: dQ and dK off by bf16's rounding of dS.",
+        # fp32 under the tf32 contract: the logits' tf32 error already moves dS by as much (missed in
+        # 60 H200 cases); the strict contract (the CPU) catches it.
+        dtypes=("fp16",),
     ),
     _backward(
         "p_rounded_to_bf16_in_dv", "precision",
@@ -382,7 +384,8 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "dQ in memory with a plain load and store: when they overlap, one share is lost.",
         [("dq = torch.empty_like(q, memory_format=torch.contiguous_format)",
           "dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)"),
-         ("dq_kernel[(triton.cdiv(Nq, block_m), B * Hq)](", "dq_kernel[(triton.cdiv(Nq, block_m), B * Hq, 2)]("),
+         ("_launch(triton, dq_kernel, lambda bm, bn: (triton.cdiv(Nq, bm), B * Hq),",
+          "_launch(triton, dq_kernel, lambda bm, bn: (triton.cdiv(Nq, bm), B * Hq, 2),"),
          ("for start_n in range(0, n_k, BLOCK_N):", "for start_n in range(tl.program_id(2) * BLOCK_N, n_k, 2 * BLOCK_N):"),
          ("    _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,\n"
           "                row_ok, d_ok, dq.to(DQ.dtype.element_ty))",

@@ -59,3 +59,28 @@ def test_autograd_runs_the_triton_backward_only_when_gradients_are_asked_for():
     assert torch.equal(out, out2.detach()) and torch.equal(lse, lse2)
     grads = torch.autograd.grad(out2, leaves, torch.ones_like(out2))
     assert [t.shape for t in grads] == [t.shape for t in (q, k, v)] and all(t.dtype == torch.float16 for t in grads)
+
+
+def test_a_launch_that_does_not_fit_shared_memory_retries_with_one_stage_then_smaller_tiles():
+    import triton
+    from triton.runtime.errors import OutOfResources
+
+    from flashcheck.kernels import triton_backward as tb
+
+    tried = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def launch(*args, BLOCK_M, BLOCK_N, num_stages=None, **common):
+                tried.append((grid, BLOCK_M, BLOCK_N, num_stages))
+                if BLOCK_M * BLOCK_N > 32 * 32:
+                    raise OutOfResources(BLOCK_M * BLOCK_N * 4, 32 * 32 * 4, "shared memory")
+            return launch
+
+    key = ("test-key", len(tb._PLANS))
+    tb._launch(triton, Kernel(), lambda bm, bn: (bm, bn), (), key, block_m=64, block_n=64)
+    assert [t[1:] for t in tried] == [(64, 64, None), (64, 64, 1), (32, 64, 1), (32, 32, 1)]
+    assert tried[-1][0] == (32, 32) and tb._PLANS[key] == (32, 32, 1)
+    tried.clear()
+    tb._launch(triton, Kernel(), lambda bm, bn: (bm, bn), (), key, block_m=64, block_n=64)
+    assert [t[1:] for t in tried] == [(32, 32, 1)]  # the plan that fit is remembered

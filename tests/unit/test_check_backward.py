@@ -105,3 +105,26 @@ def test_a_kernel_without_a_backward_is_refused_with_the_fix():
 
     with pytest.raises(InvalidArgument, match="declares no backward pass.*backward=True"):
         check_backward(forward_only, _case(), device="cpu")
+
+
+@pytest.mark.parametrize("exact, budget, got, legal", [
+    (0.0, 1e6, math.inf, True),          # dS cancelling to noise that a large scale carries past 65,504
+    (0.0, 1e6, -math.inf, True),
+    (0.0, 10.0, math.inf, False),        # the budget's interval stays far inside fp16's range
+    (6e4, 1e4, math.inf, True),          # an exact gradient near the top may round up to infinity
+    (6e4, 1e4, -math.inf, False),        # ... but not to the other infinity
+    (-6e4, 1e4, -math.inf, True),
+])
+def test_infinity_is_legal_only_where_the_budget_reaches_past_the_largest_value(exact, budget, got, legal):
+    from flashcheck.backward import compare_gradients
+    from flashcheck.gradient_budget import gradient_budget
+
+    case = _case(hq=1, hkv=1, nq=3, nk=4)
+    do = torch.randn(case.q.shape[:3] + (case.v.shape[3],), generator=torch.Generator().manual_seed(0)).half()
+    model = gradient_budget(case.q, case.k, case.v, do, scale=case.scale, causal=case.causal)
+    grads = [model.gradients[n].to(torch.float16) for n in ("dq", "dk", "dv")]
+    model.gradients["dk"][0, 0, 1, 2] = exact
+    model.total["dk"][0, 0, 1, 2] = budget
+    grads[1][0, 0, 1, 2] = got
+    findings, _ = compare_gradients(grads, model)
+    assert (not [f for f in findings if f.kind == "nonfinite"]) == legal, findings

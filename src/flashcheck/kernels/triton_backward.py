@@ -205,6 +205,39 @@ def _load():
         return triton, _JITTED["dkdv"], _JITTED["dq"]
 
 
+_PLANS: dict = {}  # (device, dtype, tile sizes, constexprs) -> the launch plan that fit
+
+
+def _plans(block_m: int, block_n: int):
+    """Launch plans ``(block_m, block_n, num_stages)`` to try in turn: the forward's tiles with Triton's
+    default pipeline, then one stage, then halved tiles. Both kernels keep five tiles and two fp32
+    products in shared memory, so fp32 with 128-wide heads at 64 x 64 does not fit an H200's 227 KiB."""
+    yield block_m, block_n, None
+    while True:
+        yield block_m, block_n, 1
+        if block_m == block_n == 16:
+            return
+        block_m, block_n = (max(16, block_m // 2), block_n) if block_m >= block_n else (block_m, max(16, block_n // 2))
+
+
+def _launch(triton, kernel, grid_of, args, key, *, block_m, block_n, **common):
+    """Launch ``kernel`` with the first plan whose tiles fit (remembered per ``key``)."""
+    if key in _PLANS:
+        plans = [_PLANS[key]]
+    else:
+        plans = _plans(block_m, block_n)
+    out_of_resources = getattr(getattr(triton.runtime, "errors", None), "OutOfResources", ())
+    for bm, bn, stages in plans:
+        launch = dict(common, BLOCK_M=bm, BLOCK_N=bn) | ({} if stages is None else {"num_stages": stages})
+        try:
+            kernel[grid_of(bm, bn)](*args, **launch)
+        except out_of_resources:
+            continue
+        _PLANS[key] = (bm, bn, stages)
+        return
+    raise RuntimeError(f"no tile of the Triton backward fits this GPU's shared memory ({key})")
+
+
 def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask, shapes, block_m: int,
                               block_n: int, block_d: int, block_dv: int, input_precision: str):
     """(dq, dk, dv) in q's dtype for the forward's ``out`` and ``lse`` and the upstream gradient ``do``."""
@@ -223,15 +256,16 @@ def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask
     else:
         mask, mask_strides = q, (0, 0, 0, 0)
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
-    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, BLOCK_M=block_m, BLOCK_N=block_n,
-                  BLOCK_D=block_d, BLOCK_DV=block_dv, INPUT_PRECISION=input_precision)
+    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
+                  INPUT_PRECISION=input_precision)
+    key = (str(q.device), q.dtype, block_m, block_n, *common.values())
     sizes = (shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v, causal_offset, scale, scale * _LOG2E)
-    dkdv_kernel[(triton.cdiv(Nk, block_n), B * Hkv)](
-        q, k, v, do, lse, delta, dk, dv, mask,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(),
-        *mask_strides, Hkv, *sizes, **common)
-    dq_kernel[(triton.cdiv(Nq, block_m), B * Hq)](
-        q, k, v, do, lse, delta, dq, mask,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dq.stride(),
-        *mask_strides, Hq, *sizes, **common)
+    _launch(triton, dkdv_kernel, lambda bm, bn: (triton.cdiv(Nk, bn), B * Hkv),
+            (q, k, v, do, lse, delta, dk, dv, mask,
+             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(),
+             *mask_strides, Hkv, *sizes), ("dkdv",) + key, block_m=block_m, block_n=block_n, **common)
+    _launch(triton, dq_kernel, lambda bm, bn: (triton.cdiv(Nq, bm), B * Hq),
+            (q, k, v, do, lse, delta, dq, mask,
+             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dq.stride(),
+             *mask_strides, Hq, *sizes), ("dq",) + key, block_m=block_m, block_n=block_n, **common)
     return dq, dk, dv
