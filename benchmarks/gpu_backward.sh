@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The backward pass on a CUDA host in one call, in two lanes side by side (one GPU each on a two-GPU host):
 #   lane 0: the oracle's gradients on the GPU against the CPU's (same numbers within both bounds), the
-#           Triton backward's GPU tests, then a timed `fuzz --backward` campaign on each kernel of $KERNELS;
+#           Triton backward's GPU tests and those of PyTorch's backward defects, then a timed `fuzz --backward` campaign on each kernel of $KERNELS;
 #   lane 1: the backward self-test (gpu_selftest.sh with FLASHCHECK_BACKWARD=1): the correct kernels'
 #           gradients (no BUG, no SUSPICIOUS) and every planted backward bug (each must get BUG).
 # Everything is packed into OUTDIR/backward.tgz; a short table of each part is printed last.
@@ -46,8 +46,8 @@ campaign() {  # KERNEL: a timed fuzz --backward campaign, its findings saved as 
 }
 lane0() {
   oracle_gpu_vs_cpu > "$work/oracle_gpu_vs_cpu.txt" 2>&1
-  timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/gpu/test_triton_backward_gpu.py \
-      > "$work/gpu_tests.txt" 2>&1
+  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE -n 4 tests/gpu/test_triton_backward_gpu.py \
+      tests/gpu/test_sdpa_backward_defects_gpu.py > "$work/gpu_tests.txt" 2>&1
   echo "exit $?" >> "$work/gpu_tests.txt"
   for k in $kernels; do campaign "$k"; done > "$work/campaigns.txt"
 }
