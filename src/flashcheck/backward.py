@@ -195,7 +195,7 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     else:
         notes += [f"information: {f.diagnosis.split(' (the spec')[0]} (not promised)" for f in _nondeterminism(run, again, regime)]
     return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
-                                 output=run.grads, **meta)
+                                 output=run.grads, ratios=worst, **meta)
 
 
 def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties) -> Verdict:

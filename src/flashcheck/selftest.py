@@ -21,6 +21,7 @@ from typing import Callable
 from .anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
 from .backward import check_backward, drawn_backward_case, run_backward, upstream_gradient
 from .check import check
+from .gradients import GRADIENTS
 from .properties import properties_for
 from .spec import Kernel
 from .strategies import Recipe, draw_recipes
@@ -108,13 +109,15 @@ class Row:
     suspicious: int = 0
     seconds: float = 0.0
     stopped: bool = False  # the time budget ran out before the row's cases did
+    gradient_max: dict = field(default_factory=dict)  # the backward pass: largest err/budget of dq, dk, dv
 
     def as_dict(self) -> dict:
         return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
                 "cases": self.cases, "flashcheck": self.flashcheck.as_dict(),
                 "anchors": {k: v.as_dict() for k, v in self.anchors.items()},
                 "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
-                "suspicious": self.suspicious, "seconds": round(self.seconds, 2), "stopped": self.stopped}
+                "suspicious": self.suspicious, "seconds": round(self.seconds, 2), "stopped": self.stopped,
+                "gradient_max": {k: json_number(v) for k, v in self.gradient_max.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Row":
@@ -122,7 +125,7 @@ class Row:
         return cls(d["variant"], d["correct"], d["area"], d["dtype"], d["cases"],
                    Detection.from_dict(d["flashcheck"]), {k: Detection.from_dict(v) for k, v in d["anchors"].items()},
                    from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"],
-                   d.get("stopped", False))
+                   d.get("stopped", False), {k: from_json_number(v) for k, v in d.get("gradient_max", {}).items()})
 
 
 def _randn_twin(recipe: Recipe) -> Recipe:
@@ -164,6 +167,9 @@ def _record(row: Row, verdict, index: int) -> None:
     row.cases += 1
     if math.isfinite(verdict.max_ratio):
         row.max_ratio = max(row.max_ratio, verdict.max_ratio)
+    for name, ratio in verdict.ratios.items():
+        if math.isfinite(ratio):
+            row.gradient_max[name] = max(row.gradient_max.get(name, 0.0), ratio)
     if verdict.status == SUSPICIOUS:
         row.suspicious += 1
     if verdict.status == BUG:
@@ -281,7 +287,9 @@ def merge_chunks(chunks: list[Row]) -> Row:
                min_caught_ratio=min(c.min_caught_ratio for c in chunks),
                suspicious=sum(c.suspicious for c in chunks),
                seconds=sum(c.seconds for c in chunks),
-               stopped=any(c.stopped for c in chunks))
+               stopped=any(c.stopped for c in chunks),
+               gradient_max={k: max(c.gradient_max.get(k, 0.0) for c in chunks)
+                             for k in sorted({k for c in chunks for k in c.gradient_max})})
 
 
 class RowRunner:
@@ -414,6 +422,16 @@ def format_table(rows: list[Row]) -> str:
                        "not caught by then)")
     cases_correct = sum(r.cases for r in good)
     summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
-        f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}"
+        f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}{_by_gradient(good, d)}"
         for d in sorted({r.dtype for r in good})))
     return "\n".join(out + summary)
+
+
+def _by_gradient(rows: list[Row], dtype: str) -> str:
+    """`` (dq 0.9, dk 0.8, dv 0.99)``: the largest err/budget of each gradient in ``dtype`` (backward rows)."""
+    found = {k for r in rows if r.dtype == dtype for k in r.gradient_max}
+    names = [k for k in GRADIENTS if k in found] + sorted(found - set(GRADIENTS))
+    if not names:
+        return ""
+    worst = {k: max(r.gradient_max.get(k, 0.0) for r in rows if r.dtype == dtype) for k in names}
+    return " (" + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()) + ")"

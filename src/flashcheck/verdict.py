@@ -126,6 +126,8 @@ class Verdict:
     properties: list = field(default_factory=list)  # the exact properties checked on this case
     # Triton kernel variants built during this case's kernel calls; their seconds are elapsed["compile"].
     compilations: int = 0
+    # The largest error / budget of each part judged apart (the backward pass: dq, dk, dv).
+    ratios: dict = field(default_factory=dict)
 
     @classmethod
     def from_findings(cls, findings, **kw) -> "Verdict":
@@ -147,7 +149,8 @@ class Verdict:
         return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,
                 "max_ratio": json_number(self.max_ratio), "elapsed": self.elapsed,
                 "findings": [f.as_dict() for f in self.findings], "skipped": self.skipped,
-                "notes": list(self.notes), "properties": list(self.properties), "compilations": self.compilations}
+                "notes": list(self.notes), "properties": list(self.properties), "compilations": self.compilations,
+                "ratios": {k: json_number(v) for k, v in self.ratios.items()}}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
@@ -156,4 +159,5 @@ class Verdict:
                    max_ratio=from_json_number(data.get("max_ratio", "nan")), kernel=data.get("kernel", ""),
                    case=data.get("case", ""), regime=data.get("regime"), elapsed=dict(data.get("elapsed") or {}),
                    skipped=data.get("skipped"), notes=list(data.get("notes") or []),
-                   properties=list(data.get("properties") or []), compilations=int(data.get("compilations") or 0))
+                   properties=list(data.get("properties") or []), compilations=int(data.get("compilations") or 0),
+                   ratios={k: from_json_number(v) for k, v in (data.get("ratios") or {}).items()})

@@ -47,6 +47,8 @@ def test_merged_chunks_keep_the_first_case_sum_counts_and_keep_extremes():
         assert row.anchors["triton-tutorial/adversarial"].as_dict() == Detection().as_dict()
         assert row.stopped
     assert not merge_chunks([a, b]).stopped
+    a.gradient_max, b.gradient_max = {"dq": 0.5, "dv": 0.2}, {"dq": 0.3, "dk": 0.9}
+    assert merge_chunks([a, b, c]).gradient_max == {"dk": 0.9, "dq": 0.5, "dv": 0.2}
 
 
 class _Conn:

@@ -88,4 +88,8 @@ def test_backward_selftest_catches_backward_bugs_and_measures_the_anchors(tmp_pa
                                                                              "triton-tutorial")
                                                for inputs in ("randn", "adversarial")}
     assert "nonfinite:dv" in rows["fully_masked_rows_nan_backward"].flashcheck.how
-    assert "caught 3/3 planted bugs" in capsys.readouterr().out
+    for name in ("triton[16x16]", "torch:math"):  # the margin of each gradient, kept through the JSON
+        margins = rows[name].gradient_max
+        assert set(margins) == {"dq", "dk", "dv"} and 0 < max(margins.values()) == rows[name].max_ratio <= 1
+    out = capsys.readouterr().out
+    assert "caught 3/3 planted bugs" in out and "fp16: max err/budget" in out and "(dq " in out
