@@ -357,9 +357,28 @@ def _int_list(option: str, text: str | None):
 
 
 def _selftest_exit(rows) -> int:
+    if sum(r.cases for r in rows) == 0:  # nothing checked is not a pass
+        print("flashcheck selftest: NO_CASES (no row ran a case)", file=sys.stderr)
+        return EXIT_NO_CASES
     missed = [r for r in rows if not r.correct and not r.flashcheck.first_case and not r.stopped]
     alarms = [r for r in rows if r.correct and r.flashcheck.first_case]
     return EXIT_BUG if missed or alarms else EXIT_OK
+
+
+def _check_variant_names(names, device: str, backward: bool) -> None:
+    """``--variant`` names the self-test knows (on this device, for this pass), else a usage error."""
+    from .errors import InvalidArgument
+    from .selftest import variants
+
+    known = [v.name for v in variants(device, backward=backward)]
+    unknown = [n for n in names or [] if n not in known]
+    if unknown:
+        other = {v.name for v in variants(device, backward=not backward)}
+        misplaced = [n for n in unknown if n in other]
+        hint = (f" {', '.join(misplaced)}: a variant of the {'forward' if backward else 'backward'} pass "
+                f"({'drop' if backward else 'add'} --backward)." if misplaced else "")
+        raise InvalidArgument("--variant", unknown[0], f"no such self-test variant on {device}"
+                              + (" for the backward pass" if backward else ""), f"Use one of {known}.{hint}")
 
 
 def _saved_rows(paths):
@@ -402,6 +421,7 @@ def _cmd_selftest(args) -> int:
                               "Pass e.g. --time-budget 600, or leave it out to run every case.")
     device = _device(args.device)
     dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else ["fp16", "bf16", "fp32"])
+    _check_variant_names(args.variant, device, args.backward)
 
     done = []
 

@@ -93,3 +93,24 @@ def test_backward_selftest_catches_backward_bugs_and_measures_the_anchors(tmp_pa
         assert set(margins) == {"dq", "dk", "dv"} and 0 < max(margins.values()) == rows[name].max_ratio <= 1
     out = capsys.readouterr().out
     assert "caught 3/3 planted bugs" in out and "fp16: max err/budget" in out and "(dq " in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--variant", "nope"], "--variant='nope': no such self-test variant on cpu"),
+    (["--backward", "--variant", "acc_rescale_forgotten"], "a variant of the forward pass (drop --backward)"),
+    (["--variant", "d_missing"], "a variant of the backward pass (add --backward)"),
+    (["--backward", "--variant", "dq_race_between_key_blocks"], "no such self-test variant on cpu for the backward"),
+])
+def test_an_unknown_variant_is_a_usage_error_that_says_which_pass_it_belongs_to(argv, says, capsys):
+    from flashcheck.cli import main
+
+    assert main(["selftest", "--device", "cpu", "--cases", "1", *argv]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_selftest_that_ran_no_case_says_no_cases(capsys):
+    from flashcheck.cli import main
+
+    # p_rounded_to_bf16_in_dv is a planted bug in fp16 only: in bf16 there is no row to run
+    code = main(["selftest", "--backward", "--device", "cpu", "--dtype", "bf16", "--variant", "p_rounded_to_bf16_in_dv"])
+    assert code == 3 and "NO_CASES" in capsys.readouterr().err
