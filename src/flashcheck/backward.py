@@ -153,10 +153,15 @@ def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Fin
 
 
 def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = None, upstream: str | None = None,
-                   seed: int | None = None, device=None, precision: Precision | str | None = None) -> Verdict:
+                   seed: int | None = None, device=None, precision: Precision | str | None = None,
+                   exclusions: bool = False) -> Verdict:
     """Run ``kernel``'s backward on ``case`` for the upstream gradient ``do`` (default: the ``upstream``
     dO regime with ``seed``, which default to the case's own, see :func:`backward_case`, else
-    ``"random"`` and 0) and judge dQ, dK and dV element by element."""
+    ``"random"`` and 0) and judge dQ, dK and dV element by element.
+
+    ``exclusions``: a case in a class of the spec's gradient exclusions (``backward_excludes``, see
+    :data:`flashcheck.spec.GRADIENT_EXCLUSIONS`) is skipped, not judged, as campaigns do; by default
+    the verdict is the real one."""
     upstream = upstream or (case.provenance or {}).get("upstream") or "random"
     kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
     if not kern.spec.backward:
@@ -181,6 +186,9 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
         return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
     t0 = time.perf_counter()
     budget = gradient_budget(*exact, do, **kw, precision=contract)
+    excluded = _gradient_exclusion(kern.spec, case, budget.gradients) if exclusions else None
+    if excluded:
+        return Verdict.from_findings([], max_ratio=math.nan, skipped=f"excluded: {excluded}", **meta)
     findings, worst = compare_gradients(run.grads, budget, regime=regime)
     elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
     notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in GRADIENTS)]
@@ -198,11 +206,23 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
                                  output=run.grads, ratios=worst, **meta)
 
 
+def _gradient_exclusion(spec, case: AttentionCase, grads) -> str | None:
+    """The class of the spec's gradient exclusions ``case`` falls in, described with its figures, or None."""
+    fmax = format_of(case.torch_dtype).max_value
+    found = {"ds_past_range": grads.ds_max, "scaled_ds_past_range": abs(case.scale) * grads.ds_max}
+    for name, value in found.items():
+        if name in spec.backward_excludes and value > fmax:
+            what = "|dS|" if name == "ds_past_range" else "|scale x dS|"
+            return f"{name} (exact {what} up to {value:.3g}, past {case.dtype}'s {fmax:.6g})"
+    return None
+
+
 def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties) -> Verdict:
     """The verdict on ``case``: its backward pass for a backward case (:func:`backward_case`), else its
-    forward pass with ``properties`` (how campaigns and their worker processes judge a case)."""
+    forward pass with ``properties`` (how campaigns and their worker processes judge a case, the spec's
+    gradient exclusions applied)."""
     if is_backward_case(case):
-        return check_backward(kernel, case, device=device)
+        return check_backward(kernel, case, device=device, exclusions=True)
     return check(kernel, case, device=device, properties=properties)
 
 

@@ -272,7 +272,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes,
                                                      isolate=isolate, case_timeout=case_timeout,
                                                      kernel_options=kernel_options, backward=backward)
-        strategy = recipes(spec=resolved.spec, dtypes=dtypes, **preset.strategy_options())
+        spec = resolved.spec.for_backward() if backward else resolved.spec
+        strategy = recipes(spec=spec, dtypes=dtypes, **preset.strategy_options())
         corpus.mkdir(parents=True, exist_ok=True)
         example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
         worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,

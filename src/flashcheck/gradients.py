@@ -70,6 +70,7 @@ class Gradients:
     method: str
     dps: int | None = None
     shapes: Shapes | None = field(default=None, repr=False)
+    ds_max: float = 0.0  # the largest exact |dS_ij| (the spec's gradient exclusions read it)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return getattr(self, name)
@@ -119,6 +120,7 @@ class _Accumulators:
         self.dq = {n: z(P, G, shapes.n_q, shapes.head_dim) for n in ("value", "bound", "scale")}
         self.dk = {n: z(P, shapes.n_k, shapes.head_dim) for n in ("value", "bound", "scale")}
         self.dv = {n: z(P, shapes.n_k, shapes.head_dim_v) for n in ("value", "bound", "scale")}
+        self.ds_max = []  # each block's largest |dS|, read once at the end (one host sync, not one a block)
 
 
 def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, extra_on_block=None) -> Gradients:
@@ -138,6 +140,7 @@ def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ex
     def on_block(blk, fwd):
         bg = block_gradients(ops, blk, fwd, dO[blk.heads, :, blk.sl], g_dot)
         parts = _gradient_block(ops, blk, bg, scale, g_sum)
+        acc.ds_max.append(_largest_magnitude(bg.dS))
         if extra_on_block is not None:
             extra_on_block(blk, fwd, bg)
         for name, results in zip(GRADIENTS, parts):
@@ -159,7 +162,14 @@ def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ex
     return Gradients(dq=out["dq"]["value"], dk=out["dk"]["value"], dv=out["dv"]["value"],
                      bound={n: (out[n]["bound"] + floor[n]) * SAFETY for n in GRADIENTS},
                      scale={n: out[n]["scale"] for n in GRADIENTS}, forward=forward, method="float64",
-                     shapes=shapes)
+                     shapes=shapes, ds_max=max((float(m) for m in acc.ds_max), default=0.0))
+
+
+def _largest_magnitude(x):
+    """max |x| ignoring NaN (rows with no visible key), as a host float (numpy) or a 0-d device tensor."""
+    if isinstance(x, np.ndarray):
+        return float(np.nanmax(np.abs(x), initial=0.0))
+    return torch.nan_to_num(x.abs(), nan=0.0).max()
 
 
 def _add(ops, target: torch.Tensor, index, value) -> None:

@@ -45,9 +45,16 @@ def _positive_int(argument: str, value, *, allow_none: bool = False):
 # would otherwise find again, each with a test that keeps it visible (see the PyTorch adapters).
 EXCLUSIONS = {
     "negative_scale": "a negative softmax scale",
+    "tiny_scale": "a softmax scale 10^-4 times the default (the 'tiny' scale regime)",
     "bottom_right_more_queries": "causal='bottom_right' with Nq > Nk (rows with no visible key)",
     "stride0_heads": "K and V heads as stride-0 views (the 'expanded' layout)",
+    # Classes of the backward pass, known from the exact gradients (judged once the oracle has run):
+    "ds_past_range": "an exact dS = P (dP - D) past the dtype's largest value (kernels that round dS to it)",
+    "scaled_ds_past_range": "an exact scale x dS past the dtype's largest value (kernels that scale dS before "
+                            "rounding it)",
 }
+# The classes above that only the exact gradients tell apart: campaigns skip such a case once judged.
+GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range")
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,10 @@ class KernelSpec:
     still stay within the error budget; with it, it must give identical bits.
     ``backward``: autograd differentiates the kernel (:func:`flashcheck.check_backward` judges dQ, dK,
     dV); ``deterministic_backward``: two identical backward calls give the same bits.
+    ``backward_excludes``: more classes of :data:`EXCLUSIONS` that backward campaigns keep out (those of
+    ``excludes`` too): defects of the backward pass alone. The classes of :data:`GRADIENT_EXCLUSIONS` are
+    known once the oracle has run, so a campaign counts such a case as skipped; a direct
+    :func:`flashcheck.check_backward` or a replay still gives the real verdict.
 
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
@@ -94,6 +105,7 @@ class KernelSpec:
     excludes: tuple = ()
     backward: bool = False
     deterministic_backward: bool = True
+    backward_excludes: tuple = ()
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -101,6 +113,8 @@ class KernelSpec:
         put("causal", _tuple_of("causal", self.causal, CAUSAL_MODES))
         put("devices", _tuple_of("devices", self.devices, DEVICES))
         put("excludes", _tuple_of("excludes", self.excludes, tuple(EXCLUSIONS), allow_empty=True))
+        put("backward_excludes", _tuple_of("backward_excludes", self.backward_excludes, tuple(EXCLUSIONS),
+                                           allow_empty=True))
         if self.head_dims is not None:
             dims = (self.head_dims,) if isinstance(self.head_dims, int) else tuple(self.head_dims)
             for d in dims:
@@ -119,6 +133,11 @@ class KernelSpec:
             raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
                                   f"Use one of {list(FULLY_MASKED_PROMISES)}.")
         put("precision", precision_named(self.precision))
+
+    def for_backward(self) -> "KernelSpec":
+        """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""
+        merged = self.excludes + tuple(x for x in self.backward_excludes if x not in self.excludes)
+        return dataclasses.replace(self, excludes=merged, backward_excludes=())
 
     def allowed_head_dims(self) -> tuple:
         if self.head_dims is not None:

@@ -138,6 +138,7 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
         masks_pool = [m for m in masks_pool if m == "none"] or ["none"]
     scales_pool = _allowed("scale_regimes", _subset("scale_regimes", scale_regimes, SCALE_REGIMES), "negative",
                            "negative_scale", spec)
+    scales_pool = _allowed("scale_regimes", scales_pool, "tiny", "tiny_scale", spec)
     layouts_pool = _allowed("layouts", _subset("layouts", layouts, LAYOUT_ORDER), "expanded", "stride0_heads", spec)
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
                     head_dims=head_dims))

@@ -128,3 +128,35 @@ def test_infinity_is_legal_only_where_the_budget_reaches_past_the_largest_value(
     grads[1][0, 0, 1, 2] = got
     findings, _ = compare_gradients(grads, model)
     assert (not [f for f in findings if f.kind == "nonfinite"]) == legal, findings
+
+
+def test_a_gradient_exclusion_skips_the_case_in_campaigns_and_leaves_a_direct_check_real():
+    from pathlib import Path
+
+    from flashcheck.backward import upstream_gradient
+
+    from ..robustness._kernels import BACKWARD_SPEC, autograd_attention
+
+    @flashcheck.kernel(**BACKWARD_SPEC, backward_excludes=("ds_past_range",))
+    def excluding(q, k, v, *, scale, causal, attn_mask=None):
+        return autograd_attention(q, k, v, scale)
+
+    # exact |dS| = 8.0e4 here, past fp16's 65,504 (the case torch:flash's backward overflows on)
+    case = AttentionCase.load(Path(__file__).parents[1] / "gpu" / "sdpa_backward_cases" / "flash_fp16_ds_overflow.json")
+    do = upstream_gradient(case, "cpu")
+    skipped = check_backward(excluding, case, do=do, device="cpu", exclusions=True)
+    assert skipped.skipped.startswith("excluded: ds_past_range (exact |dS| up to 8.04e+04, past fp16's 65504)")
+    assert not skipped.findings and skipped.status == "PASS" and math.isnan(skipped.max_ratio)
+    assert check_backward(excluding, case, do=do, device="cpu").skipped is None  # the real verdict
+    assert check_backward(excluding, case, do=do / 2, device="cpu", exclusions=True).skipped is None  # |dS| 4e4
+
+
+def test_backward_excludes_name_known_classes_and_join_excludes_for_backward_campaigns():
+    from flashcheck.errors import InvalidArgument
+    from flashcheck.spec import KernelSpec
+
+    spec = KernelSpec(excludes=("negative_scale",), backward_excludes=("tiny_scale", "negative_scale"))
+    assert spec.for_backward().excludes == ("negative_scale", "tiny_scale")
+    assert spec.for_backward().backward_excludes == () and spec.excludes == ("negative_scale",)
+    with pytest.raises(InvalidArgument, match="backward_excludes"):
+        KernelSpec(backward_excludes=("huge_ds",))

@@ -135,3 +135,21 @@ def test_fixed_case_lists_do_not_depend_on_the_modules_loaded(tmp_path, monkeypa
         assert draw_recipes(60, seed=3, max_n=1024) == before
     finally:
         del sys.modules["constants_of_some_script"]
+
+
+def test_a_tiny_scale_exclusion_keeps_the_tiny_regime_out_and_the_others_in():
+    from hypothesis import HealthCheck, given, settings
+
+    from flashcheck.spec import KernelSpec
+    from flashcheck.strategies import recipes
+
+    spec = KernelSpec(backward=True, backward_excludes=("tiny_scale",)).for_backward()
+    seen = set()
+
+    @settings(max_examples=150, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(recipes(spec=spec, max_n=8))
+    def draw(recipe):
+        seen.add(recipe.scale)
+
+    draw()
+    assert "tiny" not in seen and {"default", "negative", "huge"} <= seen
