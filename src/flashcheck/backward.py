@@ -123,7 +123,9 @@ def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = Non
         overflow = ((got == torch.inf) & (exact + total > fmax)) | ((got == -torch.inf) & (exact - total < -fmax))
         nonfinite = ~torch.isfinite(got) & ~overflow
         err = (got - exact).abs()
-        ratio = torch.where(~torch.isfinite(got) | (err == 0), torch.zeros_like(err), err / total)
+        # Where the oracle or its budget is NaN nothing can be judged (check_backward notes how many).
+        unjudged = torch.isnan(total) | torch.isnan(exact)
+        ratio = torch.where(~torch.isfinite(got) | (err == 0) | unjudged, torch.zeros_like(err), err / total)
         worst[name] = float(ratio.max()) if ratio.numel() else 0.0
         if bool(nonfinite.any()):
             idx = tuple(int(i) for i in torch.nonzero(nonfinite)[0])
@@ -172,6 +174,11 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     contract = precision_named(precision) if precision is not None else kern.spec.precision
     regime = (case.provenance or {}).get("strategy")
     meta = dict(kernel=kern.name, case=case.describe() + f", dO {upstream}", regime=regime)
+    if kern.spec.fully_masked_rows != "zero" and not bool(case.visible().any(-1).all()):
+        # Zero gradients on such rows follow from a zero output there; another promise defines none.
+        reason = (f"unsupported: rows with no visible key, whose gradients fully_masked_rows="
+                  f"{kern.spec.fully_masked_rows!r} leaves undefined")
+        return Verdict.from_findings([], max_ratio=math.nan, skipped=reason, **meta)
     q, k, v, mask = case.to_device(device)
     exact = (case.q.to(device), case.k.to(device), case.v.to(device))
     kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask)
@@ -192,6 +199,9 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     findings, worst = compare_gradients(run.grads, budget, regime=regime)
     elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
     notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in GRADIENTS)]
+    notes += [f"information: {count} elements of {n} not judged (the oracle or its budget is NaN there)"
+              for n in GRADIENTS
+              if (count := int((torch.isnan(budget.total[n]) | torch.isnan(budget.gradients[n])).sum()))]
     # A second identical call: a broken promise is a BUG; without the promise, what differs is reported.
     again = run_backward(kern, q, k, v, do, **kw)
     if again.error is not None:
@@ -207,13 +217,13 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
 
 
 def _gradient_exclusion(spec, case: AttentionCase, grads) -> str | None:
-    """The class of the spec's gradient exclusions ``case`` falls in, described with its figures, or None."""
+    """The class of the spec's gradient exclusions ``case`` falls in, described, or None."""
     fmax = format_of(case.torch_dtype).max_value
     found = {"ds_past_range": grads.ds_max, "scaled_ds_past_range": abs(case.scale) * grads.ds_max}
     for name, value in found.items():
         if name in spec.backward_excludes and value > fmax:
             what = "|dS|" if name == "ds_past_range" else "|scale x dS|"
-            return f"{name} (exact {what} up to {value:.3g}, past {case.dtype}'s {fmax:.6g})"
+            return f"{name} (an exact {what} past {case.dtype}'s {fmax:.6g})"  # one reason per class: counted
     return None
 
 

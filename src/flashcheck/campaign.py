@@ -472,6 +472,10 @@ class _Campaign:
             except _FoundBug as found:
                 self._record_shrunk(found.verdict, found.case, complete=not rnd.partial)
             except Flaky:
+                if rnd.signature is None and self.stop_reason:
+                    # hypothesis replayed a case that had passed, after the time ran out: the stop, not a
+                    # flaky kernel
+                    return self.stop_reason
                 # hypothesis could not reproduce the failure: keep the smallest case that did fail
                 self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
                 if rnd.best is not None:

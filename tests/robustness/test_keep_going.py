@@ -28,3 +28,22 @@ def test_without_keep_going_the_first_bug_ends_the_campaign(tmp_path):
     assert code == 1 and summary["stopped"] == "bug_found" and summary["examples"] < 40
     assert len([f for f in summary["findings"] if f["shrunk"]]) == 1
     assert sum(summary["bug_signatures"].values()) == 1
+
+
+def test_a_replay_that_meets_the_time_budget_is_the_stop_not_a_flaky_kernel(tmp_path, monkeypatch):
+    # hypothesis re-runs a case that passed; the time is out by then, so the body stops it, and hypothesis
+    # reports the different outcome as Flaky: no bug was being shrunk, so the campaign just ends
+    from hypothesis.errors import Flaky
+
+    from flashcheck import campaign
+
+    def make_test(self, round_no, examples):
+        def test():
+            self.stop_reason = "time_budget"
+            raise Flaky("Inconsistent results from replaying a test case!")
+        return test
+
+    monkeypatch.setattr(campaign._Campaign, "_make_test", make_test)
+    code, summary = fuzz(tmp_path, "correct", "--keep-going")
+    assert summary["stopped"] == "time_budget" and code == 3  # no case judged: NO_CASES, not PASS
+    assert not [n for n in summary["notes"] if "flaky" in n], summary["notes"]
