@@ -191,3 +191,21 @@ def test_rows_with_no_visible_key_are_not_judged_when_the_spec_does_not_promise_
     assert verdict.skipped == "unsupported: rows with no visible key, whose gradients fully_masked_rows='any' leaves undefined"
     full = AttentionCase.create(masked.q, masked.k, masked.v, scale=masked.scale)  # every row sees every key
     assert check_backward(any_rows, full, device="cpu").skipped is None
+
+
+def test_the_gpu_code_path_budget_left_nan_by_huge_logits_is_noted_not_judged(monkeypatch):
+    # On the torch (GPU) path, huge logits make the recomputed P's error bound infinite, and zero rows of
+    # dO multiply it into NaN: those elements cannot be judged, which the verdict says (an H200 campaign
+    # crashed on this before)
+    from flashcheck.regimes import make_upstream
+    from flashcheck.strategies import Recipe
+    from flashcheck.validation import Shapes
+
+    monkeypatch.setenv("FLASHCHECK_TORCH_OPS", "1")
+    shapes = Shapes(batch=1, heads_q=2, heads_kv=1, n_q=1, n_k=2, head_dim=128, head_dim_v=128)
+    base = Recipe(shapes=shapes, dtype="bf16", values="huge_logits", seed=0).build()
+    case = AttentionCase.create(base.q, base.k, base.v, scale=5.65685, attn_mask=torch.tensor([True, True]).view(1, 1, 1, 2))
+    do = make_upstream("zero_rows", out=torch.zeros(1, 2, 1, 128), dtype=torch.bfloat16, seed=0)
+    verdict = check_backward("torch:math", case, do=do, device="cpu")
+    assert verdict.status == "PASS", str(verdict)
+    assert any(n.startswith("information: ") and "of dv not judged" in n for n in verdict.notes), verdict.notes
