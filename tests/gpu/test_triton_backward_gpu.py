@@ -4,9 +4,6 @@ FA2's fp16 dS. Run in a process of its own (``pytest tests/gpu``), like the forw
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -16,14 +13,10 @@ from flashcheck import AttentionCase, check_backward
 from flashcheck.kernels import resolve_kernel
 from flashcheck.regimes import UPSTREAM_REGIMES
 from flashcheck.strategies import recipes
+from tests._cases import large_v_case
+from tests.gpu._marks import COMPILED_TRITON
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
-                       reason="TRITON_INTERPRET is set (run tests/gpu in a process of its own)"),
-]
+pytestmark = COMPILED_TRITON
 
 KERNEL = "flashcheck:triton[block_m=64,block_n=64]"
 
@@ -56,12 +49,7 @@ def test_long_rows(dtype):
 
 
 def test_large_v_with_do_along_o_gives_finite_gradients():
-    g = torch.Generator().manual_seed(1)
-    q = torch.randn(1, 1, 2, 64, generator=g).half()
-    k = torch.randn(1, 1, 15, 64, generator=g).half()
-    v = (torch.randn(1, 1, 15, 64, generator=g) * 1000).half()
-    case = AttentionCase.create(q, k, v, scale=0.125, causal="top_left")
-    verdict = check_backward(_kernel(), case, upstream="aligned", device="cuda")
+    verdict = check_backward(_kernel(), large_v_case(64, 64, 0.125), upstream="aligned", device="cuda")
     assert verdict.status == "PASS", str(verdict)
 
 

@@ -6,23 +6,16 @@ tests has TRITON_INTERPRET=1 set, which would run the kernel through the interpr
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 
 from flashcheck.kernels.triton_flash import make_kernel, triton_attention
 from tests._compare import assert_close_to_reference
+from tests.gpu._marks import COMPILED_TRITON
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
-                       reason="TRITON_INTERPRET is set (run tests/gpu in a process of its own)"),
-]
+pytestmark = COMPILED_TRITON
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 DTYPE_IDS = ["bf16", "fp16", "fp32"]

@@ -12,6 +12,7 @@ from flashcheck import check_backward
 from flashcheck.kernels import resolve_kernel
 from flashcheck.regimes import UPSTREAM_REGIMES
 from flashcheck.strategies import recipes
+from tests._cases import large_v_case
 
 pytestmark = pytest.mark.interpreter
 
@@ -35,14 +36,7 @@ def test_gradients_stay_within_the_budget_and_repeat_bit_for_bit(recipe, upstrea
 
 def test_large_v_with_do_along_o_gives_finite_gradients():
     # dS near 1e5 here: rounded to fp16 (as FA2 does) it would be inf, and the gradients NaN.
-    from flashcheck import AttentionCase
-
-    g = torch.Generator().manual_seed(1)
-    q = torch.randn(1, 1, 2, 16, generator=g).half()
-    k = torch.randn(1, 1, 15, 16, generator=g).half()
-    v = (torch.randn(1, 1, 15, 32, generator=g) * 1000).half()
-    case = AttentionCase.create(q, k, v, scale=0.25, causal="top_left")
-    verdict = check_backward(_kernel(), case, upstream="aligned", device="cpu")
+    verdict = check_backward(_kernel(), large_v_case(16, 32, 0.25), upstream="aligned", device="cpu")
     assert verdict.status == "PASS", str(verdict)
 
 
