@@ -11,9 +11,12 @@ with a fresh worker. A case too big for the device's memory, or one the kernel r
 :class:`flashcheck.Unsupported`, is skipped and counted (by kind and by reason), not a finding; a campaign
 that judged no case at all says ``NO_CASES``, never PASS.
 
-With ``keep_going`` the campaign does not stop at the first bug: each distinct bug (its signature is
-the sorted finding kinds, e.g. ``crash`` or ``over_budget``) is shrunk and saved once, later cases with
-a known signature are only counted, and the campaign ends at ``max_examples`` or the time budget.
+Failing cases are grouped into distinct bugs by root cause (:mod:`flashcheck.causes`): a case that fails
+in a non-contiguous layout is first rerun contiguous, and if that passes its cause is the layout. With
+``keep_going`` the campaign does not stop at the first bug: each distinct bug is shrunk and saved once,
+later cases with a known cause are only counted (by regime, dtype, layout and causal alignment), and the
+campaign ends at ``max_examples`` or the time budget. A SUSPICIOUS case is saved once per cause, not
+shrunk. The summary leads with the distinct bugs (:mod:`flashcheck.bugs`); the raw findings follow.
 Hypothesis stops at the first failure, so each bug ends a round and the next round draws the remaining
 examples with fresh randomness (derived from the seed, so a seed still fixes every case).
 
@@ -41,7 +44,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
 from .backward import drawn_backward_case, judge_case
-from .case import AttentionCase
+from .bugs import BugTally
+from .case import AttentionCase, Layout
+from .causes import Cause, needs_layout_triage, root_cause
 from .database import open_database
 from .errors import InvalidArgument
 from .kernels import resolve_kernel
@@ -52,7 +57,7 @@ from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
 from .spec import Kernel, as_kernel
 from .strategies import Recipe, recipes
-from .verdict import BUG, PASS, Verdict, json_number, write_json
+from .verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, write_json
 from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
 __all__ = ["CampaignResult", "NO_CASES", "count_skip_reasons", "prepare_campaign", "run_campaign", "save_finding",
@@ -60,15 +65,20 @@ __all__ = ["CampaignResult", "NO_CASES", "count_skip_reasons", "prepare_campaign
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 _TIMED_PARTS = ("kernel", "compile", "oracle", "properties", "envelope")
+# Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
+_TRIAGE = "triage"
+# One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
+RECORD_COLUMNS = ("dtype", "values", "mask", "causal", "layout", "n_q", "n_k", "head_dim", "status", "ratio", "cause")
 MAX_SKIP_REASONS = 20  # distinct skip reasons a summary keeps; the others count together
 OTHER_SKIP_REASONS = "(other reasons)"
 
 
 class _FoundBug(Exception):
-    def __init__(self, verdict: Verdict, case: AttentionCase):
+    def __init__(self, verdict: Verdict, case: AttentionCase, cause: Cause):
         super().__init__(verdict.status)
         self.verdict = verdict
         self.case = case
+        self.cause = cause
 
 
 def _fail(failure: tuple):
@@ -97,7 +107,7 @@ class CampaignResult:
     # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
     # envelope (the twin's tilings, for SUSPICIOUS).
-    time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + _TIMED_PARTS, 0.0))
+    time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + _TIMED_PARTS + (_TRIAGE,), 0.0))
     by_status: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
     by_regime: Counter = field(default_factory=Counter)
@@ -113,17 +123,18 @@ class CampaignResult:
     compilations: int = 0  # Triton compilations during the kernel's calls
     timeouts: int = 0
     worker_restarts: int = 0
-    bug_signatures: Counter = field(default_factory=Counter)  # generated cases per bug signature
+    bug_signatures: Counter = field(default_factory=Counter)  # drawn failing cases per cause (its key)
+    bugs: BugTally = field(default_factory=BugTally)  # the distinct bugs, by cause
     # Information, not findings: e.g. cases whose last sequence gave other bits alone than in its batch.
     info: Counter = field(default_factory=lambda: Counter(batch_dependent=0, batch_checked=0))
-    ratios_by_signature: dict = field(default_factory=dict)  # signature -> [(Nk, err/budget)] of drawn cases
     case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
     notes: list = field(default_factory=list)
+    records: list | None = None  # rows of RECORD_COLUMNS, when the campaign keeps them
 
     def as_dict(self) -> dict:
         log_hash = hashlib.sha256("\n".join(self.case_log).encode()).hexdigest()
         return {
-            "verdict": self.verdict, "kernel": self.kernel, "device": self.device, "preset": self.preset,
+            "verdict": self.verdict, "bugs": self.bugs.as_list(), "kernel": self.kernel, "device": self.device, "preset": self.preset,
             "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
             "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
             "first_case_s": round(self.first_case, 3) if self.first_case is not None else None,
@@ -140,6 +151,7 @@ class CampaignResult:
             "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
             "findings": self.findings,
             "case_log_sha256": log_hash, "case_log": self.case_log,
+            **({} if self.records is None else {"record_columns": list(RECORD_COLUMNS), "records": self.records}),
         }
 
 
@@ -148,8 +160,8 @@ def _slug(text: str) -> str:
 
 
 def signature(verdict: Verdict) -> str:
-    """What tells one bug from another in a campaign: the sorted kinds of its findings (``crash``,
-    ``over_budget+poison_leak``, ...)."""
+    """The sorted kinds of a verdict's findings (``crash``, ``over_budget+poison_leak``, ...): part of a
+    saved case's file name. Distinct bugs are told apart by cause (:func:`flashcheck.causes.root_cause`)."""
     return "+".join(sorted({f.kind for f in verdict.findings})) or verdict.status.lower()
 
 
@@ -171,10 +183,10 @@ class _Round:
     """What the test body knows about one hypothesis run of the campaign."""
 
     def __init__(self):
-        self.signature: str | None = None  # the bug being shrunk; None while hypothesis still generates
+        self.signature: str | None = None  # the cause of the bug being shrunk; None while hypothesis generates
         self.generated = 0                 # cases generated (not shrink candidates): they count to max_examples
         self.partial = False               # the shrink was cut short (time budget, a worker that failed)
-        self.failures: dict = {}           # recipe -> (verdict, case) of failures of that signature
+        self.failures: dict = {}           # recipe -> (verdict, case) of failures of that cause
         self.first: tuple | None = None    # the failure that started the shrink (saved as found)
         self.best: tuple | None = None     # the latest such failure: the smallest so far
 
@@ -246,7 +258,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                  database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
                  case_timeout: float | None = None, kernel_options: dict | None = None, on_finding=None,
                  reuse: bool = True, worker_process: WorkerProcess | None = None,
-                 started_at: float | None = None, backward: bool = False) -> CampaignResult:
+                 started_at: float | None = None, backward: bool = False, records: bool = False) -> CampaignResult:
     """Run one campaign; never raises for what the kernel does (that is a finding).
 
     ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
@@ -261,7 +273,7 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
     torch, becomes the kernel's worker: it is told the kernel's name at once and loads it while the
     campaign is prepared here; it is closed when this returns or raises, used or not (a kernel object
     runs in-process). ``started_at`` (a ``time.monotonic()`` value, default: now) is what the summary's
-    ``first_case_s`` counts from.
+    ``first_case_s`` counts from. ``records`` keeps one row per drawn, judged case (``RECORD_COLUMNS``).
     """
     started_at = time.monotonic() if started_at is None else started_at
     corpus = Path(corpus)
@@ -281,6 +293,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         campaign = _Campaign(resolved, strategy, device=device, preset=preset, seed=seed, corpus=corpus,
                              database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
                              on_finding=on_finding, reuse=reuse, started_at=started_at, backward=backward)
+        if records:
+            campaign.result.records = []
         return campaign.run(max_examples=max_examples or preset.max_examples,
                             time_budget=time_budget if time_budget is not None else preset.time_budget)
     finally:
@@ -310,8 +324,8 @@ class _Campaign:
         self.first_case_at: float | None = None
         self.deadline = math.inf
         self.round = _Round()
-        self.saved_found: set[str] = set()   # signatures whose first case is saved
-        self.shrunk: set[str] = set()        # signatures shrunk and saved: later cases are only counted
+        self.saved_found: set[str] = set()   # causes whose first case is saved
+        self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 
     def interrupted(self) -> bool:
         return self.stop_reason == "interrupted"
@@ -332,8 +346,15 @@ class _Campaign:
         if ran is None:
             return
         verdict, case = ran
-        if self._count(verdict, case, recipe, shrinking) and verdict.status == BUG:
-            self._on_bug(verdict, case, recipe, shrinking)
+        if not self._count(verdict, case, recipe, shrinking):
+            return
+        cause = self.cause(verdict, case, recipe) if verdict.status in (BUG, SUSPICIOUS) else None
+        if self.result.records is not None and not shrinking:
+            self.result.records.append(_record(recipe, verdict, cause))
+        if verdict.status == BUG:
+            self._on_bug(verdict, case, recipe, shrinking, cause)
+        elif cause is not None and not shrinking:
+            self._on_suspicious(verdict, case, recipe, cause)
 
     def _out_of_time(self, recipe: Recipe, shrinking: bool) -> None:
         self.stop_reason = self.stop_reason or "time_budget"
@@ -362,8 +383,10 @@ class _Campaign:
                 return None
             raise _Stop() from None
 
-    def judge(self, case: AttentionCase, recipe: Recipe) -> Verdict:
+    def judge(self, case: AttentionCase, recipe: Recipe, *, triage: bool = False) -> Verdict:
         properties = () if self.backward else properties_for(recipe.seed)
+        if triage:  # the rerun that names a cause tests the case's own layout, not the others
+            properties = tuple(p for p in properties if p != "layout")
         if self.worker is not None:
             return self.worker.check(case, properties=properties)
         self.in_kernel = True
@@ -371,6 +394,19 @@ class _Campaign:
             return judge_case(self.resolved, case, device=self.device, properties=properties)
         finally:
             self.in_kernel = False
+
+    def cause(self, verdict: Verdict, case: AttentionCase, recipe: Recipe) -> Cause:
+        """The root cause of a failing case; one that fails in a non-contiguous layout first runs contiguous."""
+        contiguous = None
+        if needs_layout_triage(verdict, case.layout.name):
+            t0 = time.monotonic()
+            try:
+                contiguous = self.judge(case.with_layout(Layout.contiguous()), recipe, triage=True)
+            except WorkerStartError:
+                contiguous = None  # no verdict: the findings alone name the cause
+            self.result.time_split[_TRIAGE] += time.monotonic() - t0
+            self.last_end = time.monotonic()
+        return root_cause(verdict, layout_name=case.layout.name, contiguous=contiguous)
 
     def _count(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool) -> bool:
         """Count the case in the result; whether it was judged (not skipped)."""
@@ -413,35 +449,44 @@ class _Campaign:
         event(f"regime {recipe.regime}")
         event(f"dtype {recipe.dtype}")
 
-    def _on_bug(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool) -> None:
-        rnd, r, sig = self.round, self.result, signature(verdict)
+    def _on_suspicious(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, cause: Cause) -> None:
+        r = self.result
+        r.bug_signatures[cause.key] += 1
+        r.bugs.count(cause, verdict, recipe)
+        if cause.key not in self.saved_found:  # saved once, not shrunk: it passes the hard budget
+            self.saved_found.add(cause.key)
+            self.save(verdict, case, cause, label="found", examples_at=r.examples)
+
+    def _on_bug(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool, cause: Cause) -> None:
+        rnd, r, sig = self.round, self.result, cause.key
         if not shrinking:
             r.bug_signatures[sig] += 1
-            if math.isfinite(verdict.max_ratio):
-                r.ratios_by_signature.setdefault(sig, []).append((case.shapes.n_k, verdict.max_ratio))
+        if not shrinking or sig != rnd.signature:  # a shrink's candidates count apart, for other bugs only
+            r.bugs.count(cause, verdict, recipe, drawn=not shrinking)
         if sig not in self.saved_found:  # the case as first found, before shrinking
             self.saved_found.add(sig)
-            self.save(verdict, case, label="found", examples_at=r.examples)  # drawn cases so far
+            self.save(verdict, case, cause, label="found", examples_at=r.examples)  # drawn cases so far
         if sig in self.shrunk or (shrinking and sig != rnd.signature):
             return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
-        failure = (verdict, case)
+        failure = (verdict, case, cause)
         if not shrinking:
             rnd.signature, rnd.first = sig, failure
         rnd.failures[recipe] = rnd.best = failure
         _fail(failure)
 
-    def save(self, verdict: Verdict, case: AttentionCase, *, label: str, **extra) -> None:
+    def save(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, label: str, **extra) -> None:
         path = save_finding(self.corpus, verdict, case, label=label)
-        entry = {**_finding_entry(verdict, path, shrunk=label == "shrunk"), **extra}
+        entry = {**_finding_entry(verdict, case, path, cause, shrunk=label == "shrunk"), **extra}
         self.result.findings.append(entry)
+        self.result.bugs.saved(cause, verdict.status, entry)
         if self.on_finding is not None:
             self.on_finding(entry)
         if self.interrupted():
             raise KeyboardInterrupt
 
-    def _record_shrunk(self, verdict: Verdict, case: AttentionCase, *, complete: bool) -> None:
-        self.shrunk.add(signature(verdict))
-        self.save(verdict, case, label="shrunk", shrink_complete=complete)
+    def _record_shrunk(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, complete: bool) -> None:
+        self.shrunk.add(cause.key)
+        self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
 
     # ---- the rounds ------------------------------------------------------------------------------------
 
@@ -470,7 +515,7 @@ class _Campaign:
                 self._make_test(round_no, max_examples - generated)()
                 return "max_examples"
             except _FoundBug as found:
-                self._record_shrunk(found.verdict, found.case, complete=not rnd.partial)
+                self._record_shrunk(found.verdict, found.case, found.cause, complete=not rnd.partial)
             except Flaky:
                 if rnd.signature is None and self.stop_reason:
                     # hypothesis replayed a case that had passed, after the time ran out: the stop, not a
@@ -525,10 +570,13 @@ class _Campaign:
         r.elapsed = end - self.start
         if self.first_case_at is not None and r.cases > 1 and end > self.first_case_at:
             r.steady_rate = (r.cases - 1) / (end - self.first_case_at)
-        for entry in r.findings:  # a defect that accumulates along the keys says so
-            growth = growth_with_length(r.ratios_by_signature.get("+".join(entry["kinds"]), []))
+        for key, points in r.bugs.lengths.items():  # a defect that accumulates along the keys says so
+            growth = growth_with_length(points)
             if growth:
-                entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
+                r.bugs.add_diagnosis(key, growth)
+                for entry in r.findings:
+                    if entry["cause"] == key:
+                        entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
         # PASS needs a judged case: with none (all skipped, or no case at all) the verdict is NO_CASES.
         r.verdict = merged_verdict([{"findings": r.findings, "counts": {"by_status": r.by_status}}])
         return r
@@ -553,14 +601,24 @@ class _Campaign:
         return previous
 
 
-def _finding_entry(verdict: Verdict, path: Path, *, shrunk: bool) -> dict:
+def _record(recipe: Recipe, verdict: Verdict, cause: Cause | None) -> list:
+    s = recipe.shapes
+    ratio = verdict.max_ratio
+    return [recipe.dtype, recipe.values, recipe.mask, recipe.causal, recipe.layout, s.n_q, s.n_k, s.head_dim,
+            verdict.status, json_number(round(ratio, 6) if math.isfinite(ratio) else ratio),
+            None if cause is None else cause.key]
+
+
+def _finding_entry(verdict: Verdict, case: AttentionCase, path: Path, cause: Cause, *, shrunk: bool) -> dict:
     return {
         "status": verdict.status,
+        "cause": cause.key,
         "kinds": sorted({f.kind for f in verdict.findings}),
         "diagnosis": [f.diagnosis for f in verdict.findings],
         "max_ratio": json_number(verdict.max_ratio),
         "case": verdict.case,
         "regime": verdict.regime,
+        "elements": case.q.numel() + case.k.numel() + case.v.numel(),
         "shrunk": shrunk,
         "path": str(path),
         "replay": f"flashcheck replay {path}",

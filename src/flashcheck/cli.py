@@ -1,5 +1,5 @@
-"""The ``flashcheck`` command: ``fuzz`` a kernel, ``replay`` a saved case, ``selftest``, list ``kernels``
-and ``presets``.
+"""The ``flashcheck`` command: ``fuzz`` a kernel, ``replay`` a saved case, ``selftest``, ``signoff``
+kernels with a report, re-render or compare reports (``report``), list ``kernels`` and ``presets``.
 
 Exit status: 0 when nothing is wrong, 1 when a bug was found, 2 on a usage error, 3 when a campaign judged
 no case at all (every case skipped, or none run): its verdict is NO_CASES, never PASS.
@@ -107,6 +107,30 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--table", nargs="+", default=None, metavar="JSON",
                           help="run nothing: print one table from the --json files of earlier (e.g. sharded) runs")
 
+    signoff = sub.add_parser("signoff", help="keep-going campaigns over kernels, then a report to file",
+                             epilog="exit status: 0 SIGNED-OFF, 1 BLOCKED, 2 usage error, 3 no case judged")
+    signoff.add_argument("kernels", nargs="+", metavar="KERNEL", help="kernels to sign off, e.g. torch:math torch:flash")
+    signoff.add_argument("--out", required=True, metavar="DIR",
+                         help="report.json, report.md, index.html, plots/, campaigns/ and corpus/ go here")
+    signoff.add_argument("--backward", action="store_true",
+                         help="also the backward pass of each kernel whose spec declares one")
+    signoff.add_argument("--preset", default="signoff", metavar="NAME|PATH")
+    signoff.add_argument("--jobs", type=int, default=None, metavar="N",
+                         help="worker processes per campaign, spread over the visible GPUs (default: the preset's)")
+    signoff.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
+    signoff.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    signoff.add_argument("--max-examples", type=int, default=None, metavar="N", help="cases per campaign")
+    signoff.add_argument("--time-budget", type=float, default=None, metavar="S",
+                         help="seconds for the whole sign-off, shared by its campaigns (default: the preset's)")
+    signoff.add_argument("--seed", type=int, default=None)
+    signoff.add_argument("--min-cases", type=int, default=100, metavar="N",
+                         help="judged cases a kernel, pass and dtype needs to be signed off (default 100)")
+
+    report = sub.add_parser("report", help="re-render a sign-off report, or compare several side by side")
+    report.add_argument("reports", nargs="+", metavar="DIR", help="folders written by flashcheck signoff --out")
+    report.add_argument("--out", default=None, metavar="DIR",
+                        help="where to write (one report: default its own folder; several: required)")
+
     merge = sub.add_parser("merge", help="merge the --json summaries of campaigns run side by side into one")
     merge.add_argument("summaries", nargs="+", metavar="SUMMARY", help="JSON summaries written by fuzz --json")
     merge.add_argument("--json", default=None, metavar="PATH", help="write the merged summary here")
@@ -193,10 +217,7 @@ def _cmd_fuzz(args) -> int:
     worker_process = WorkerProcess() if jobs == 1 and not args.no_isolation else None
     try:
         device = _device(args.device)
-        if ":" in args.kernel and args.kernel.split(":", 1)[0] not in ("torch", "flashcheck"):
-            # An import path resolves like `python -m`: from the current directory too (here and in the worker).
-            if os.getcwd() not in sys.path and "" not in sys.path:
-                sys.path.insert(0, os.getcwd())
+        _importable_from_cwd([args.kernel])
         total = args.max_examples or preset.max_examples
         bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
         try:
@@ -211,6 +232,13 @@ def _cmd_fuzz(args) -> int:
         write_json(args.json, summary)
     _print_summary(summary)
     return _exit_status(summary["verdict"])
+
+
+def _importable_from_cwd(kernels: list[str]) -> None:
+    # An import path resolves like `python -m`: from the current directory too (here and in the workers).
+    if any(":" in k and k.split(":", 1)[0] not in ("torch", "flashcheck") for k in kernels):
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
 
 
 def _run_fuzz(args, device: str, preset, jobs: int, progress, worker_process=None) -> dict:
@@ -281,11 +309,11 @@ def _print_summary(d: dict) -> None:
     _print_skipped(d)
     for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
         print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}")
-    if d["bug_signatures"]:
-        counts = ", ".join(f"{sig} {n}" for sig, n in sorted(d["bug_signatures"].items(), key=lambda kv: -kv[1]))
-        print(f"  failing cases per bug: {counts}")
+    _print_bugs(d.get("bugs") or [])
     for note in d["notes"]:
         print(f"  note: {note}")
+    if d["findings"]:
+        print(f"  raw findings ({len(d['findings'])}, each saved case):")
     for f in d["findings"]:
         state = "as found" if not f["shrunk"] else "shrunk" if f.get("shrink_complete", True) else "partly shrunk"
         source = f", {f['source']}" if "source" in f else ""
@@ -293,6 +321,30 @@ def _print_summary(d: dict) -> None:
         for line in f["diagnosis"]:
             print(f"      {line}")
         print(f"      replay: {f['replay']}")
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _print_bugs(bugs: list) -> None:
+    """The distinct bugs, first: what a reader acts on (one per root cause, with its smallest case)."""
+    if not bugs:
+        return
+    print(f"  distinct bugs: {len(bugs)}")
+    for bug in bugs:
+        print(f"  #{bug['id']} {bug['status']} [{bug['cause']}] {bug['title']}")
+        shrink = f" (+{bug['shrink_cases']} met while shrinking another)" if bug.get("shrink_cases") else ""
+        print(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; dtypes: "
+              f"{_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: {_counts(bug['causal'])}")
+        print(f"      regimes: {_counts(bug['regimes'])}")
+        smallest = bug.get("smallest")
+        if smallest:
+            state = "shrunk" if smallest["shrunk"] else "as found"
+            print(f"      smallest case ({state}): {smallest['case']}")
+            for line in bug["diagnosis"]:
+                print(f"        {line}")
+            print(f"      replay: {smallest['replay']}")
 
 
 def _time_split(split: dict, compilations: int) -> str:
@@ -478,6 +530,19 @@ def _cmd_kernels(args) -> int:
     return EXIT_OK
 
 
+def _cmd_signoff(args) -> int:
+    from .report.commands import cmd_signoff
+
+    _importable_from_cwd(args.kernels)
+    return cmd_signoff(args, _device(args.device))
+
+
+def _cmd_report(args) -> int:
+    from .report.commands import cmd_report
+
+    return cmd_report(args)
+
+
 def _cmd_presets(args) -> int:
     from .presets import builtin_presets, load_preset
 
@@ -499,8 +564,9 @@ def main(argv=None) -> int:
     quiet_interpreter()
     from .errors import FlashcheckError
 
+    args.argv = argv[1:]  # what follows the command's name, for a report to name the command it ran
     commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "merge": _cmd_merge,
-                "kernels": _cmd_kernels, "presets": _cmd_presets}
+                "signoff": _cmd_signoff, "report": _cmd_report, "kernels": _cmd_kernels, "presets": _cmd_presets}
     try:
         return commands[args.command](args)
     except FlashcheckError as exc:

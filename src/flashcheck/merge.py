@@ -2,7 +2,7 @@
 
 The merged summary has the keys of one campaign's summary, so whatever reads one reads the other:
 counts and times are summed, the largest error/budget per dtype is kept, findings are concatenated and
-tagged with their source, the verdict is the worst. The campaigns ran at the same time, so the elapsed
+tagged with their source, distinct bugs are merged by cause, the verdict is the worst. The campaigns ran at the same time, so the elapsed
 time is the longest one and the throughput is the total cases over it. The time to the first judged case
 (``first_case_s``) is the earliest one: when the merged campaign had its first result. Case logs are not
 merged; each source's log hash stays in ``sources``, with its own counts and its own ``first_case_s``.
@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from .bugs import merge_bugs
 from .errors import InvalidArgument
 from .verdict import BUG, PASS, SUSPICIOUS, from_json_number, json_number, worst_status
 
@@ -166,9 +167,11 @@ def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None) 
         notes=notes + [f"{name}: {n}" for s, name in zip(summaries, sources) for n in s.get("notes") or []],
         findings=[{**f, "source": f"{name}/{f['source']}" if "source" in f else name}
                   for s, name in zip(summaries, sources) for f in s["findings"]],
+        bugs=merge_bugs([s.get("bugs") or [] for s in summaries], sources),
         # No merged log; the hash of the sources' hashes, in order, still tells two merges apart.
         case_log=None, case_log_sha256=hashlib.sha256(
             "\n".join(str(e["case_log_sha256"]) for e in entries).encode()).hexdigest(),
         sources=entries,
     )
-    return {"verdict": merged.pop("verdict"), **merged}  # the verdict first, as in one campaign's summary
+    # the verdict and the distinct bugs first, as in one campaign's summary
+    return {"verdict": merged.pop("verdict"), "bugs": merged.pop("bugs"), **merged}

@@ -250,7 +250,7 @@ class _Snapshots:
             self.next = now + PROGRESS_EVERY_S
             # the campaign sets its elapsed time at the end; a worker that never gets there has this one
             self.send("progress", {**result.as_dict(), "elapsed_s": round(now - self.start, 3), "case_log": None,
-                                   "case_log_sha256": None})
+                                   "case_log_sha256": None, "records": None})
 
 
 @dataclass
@@ -314,7 +314,7 @@ def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, m
                   time_budget: float | None = None, seed: int | None = None, corpus="flashcheck-corpus",
                   database=None, keep_going: bool = False, case_timeout: float | None = None,
                   kernel_options: dict | None = None, progress=None, started_at: float | None = None,
-                  backward: bool = False) -> dict:
+                  backward: bool = False, records: bool = False) -> dict:
     """One campaign of ``kernel`` (a name: each worker resolves it) in ``jobs`` worker processes; returns
     the merged summary. ``progress(totals)`` gets a :class:`Totals` whenever a worker reports.
     ``started_at`` (``time.monotonic()``, default now) is what each worker's ``first_case_s`` counts from."""
@@ -328,7 +328,7 @@ def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, m
     options = [dict(kernel=kernel, device=device, preset=preset, dtypes=dtypes, max_examples=n, time_budget=time_budget,
                     seed=job_seed(seed, i, jobs), corpus=str(corpus), database=database, keep_going=keep_going,
                     case_timeout=case_timeout, kernel_options=kernel_options, reuse=seed is None,
-                    started_at=started_at, backward=backward)
+                    started_at=started_at, backward=backward, records=records)
                for i, n in enumerate(shares) if n > 0]
     stop = _StopRequests([])
     with stop.installed():

@@ -93,26 +93,27 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
     shapes = case.shapes
     empty = case.empty_rows().to(device)
 
-    def compare(kind: str, what: str, rerun) -> None:
+    def compare(kind: str, what: str, rerun, **details) -> None:
         if rerun.error is not None:
             findings.append(Finding("crash", BUG, f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
-                                    regime=regime, details={"traceback": rerun.traceback}))
+                                    regime=regime, details={"traceback": rerun.traceback, **details}))
             return
         diff = _differs(baseline.out, rerun.out)
         if diff is not None and fully_masked_rows == "any":
             diff &= ~empty[..., None]
         if diff is None:
-            findings.append(Finding(kind, BUG, f"{what}: the output changed shape or dtype", regime=regime))
+            findings.append(Finding(kind, BUG, f"{what}: the output changed shape or dtype", regime=regime,
+                                    details=details))
         elif bool(diff.any()):
             findings.append(Finding(kind, BUG, f"{what} changed the output: " +
                                     diagnose_elements(diff, shapes, empty_rows=empty), regime=regime,
-                                    index=tuple(int(i) for i in torch.nonzero(diff)[0])))
+                                    index=tuple(int(i) for i in torch.nonzero(diff)[0]), details=details))
         elif baseline.lse is not None:
             lse_diff = _differs(baseline.lse, rerun.lse)
             if lse_diff is not None and fully_masked_rows == "any":
                 lse_diff &= ~empty
             if lse_diff is None or bool(lse_diff.any()):
-                findings.append(Finding(kind, BUG, f"{what} changed the lse", regime=regime))
+                findings.append(Finding(kind, BUG, f"{what} changed the lse", regime=regime, details=details))
 
     # After a crashed rerun the process may be unusable (a CUDA error is sticky): check nothing more.
     crashed = lambda: any(f.kind == "crash" for f in findings)  # noqa: E731
@@ -142,9 +143,9 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
         what = f"the same numbers in the {other} layout (case: {case.layout})"
         rerun = run(*case.to_device(device, layout=other))
         if layout_invariant or judge is None or rerun.error is not None:
-            compare("layout_dependence", what, rerun)
+            compare("layout_dependence", what, rerun, layout=other)
         else:
-            _judge_layout(findings, judge, what, rerun, baseline, notes, regime)
+            _judge_layout(findings, judge, what, rerun, baseline, notes, regime, other)
     if "batch" in properties and shapes.batch > 1 and not crashed():
         alone = _last_sequence(case)
         rerun = run(*alone.to_device(device))
@@ -161,7 +162,7 @@ def check_properties(run, case: AttentionCase, baseline, *, device, properties=P
     return findings
 
 
-def _judge_layout(findings, judge, what, rerun, baseline, notes, regime) -> None:
+def _judge_layout(findings, judge, what, rerun, baseline, notes, regime, layout: str) -> None:
     """Other bits in another layout: a bug if that output breaks the budget, else a note."""
     diff = _differs(baseline.out, rerun.out)
     if diff is not None and not bool(diff.any()):
@@ -171,7 +172,7 @@ def _judge_layout(findings, judge, what, rerun, baseline, notes, regime) -> None
         worst = max(broken, key=lambda f: f.ratio if f.ratio is not None else float("inf"))
         findings.append(Finding("layout_dependence", BUG, f"{what}: {worst.kind}: {worst.diagnosis}",
                                 index=worst.index, error=worst.error, budget=worst.budget, ratio=worst.ratio,
-                                regime=regime))
+                                regime=regime, details={"layout": layout}))
     elif notes is not None:
         notes.append(f"layout-dependent bits within the budget: {what} changed "
                      f"{int(diff.sum())} of {diff.numel()} output elements")

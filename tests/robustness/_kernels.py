@@ -200,3 +200,18 @@ def differentiable(q, k, v, *, scale, causal, attn_mask=None):
 def dq_unscaled(q, k, v, *, scale, causal, attn_mask=None):
     """The forward is right; dQ misses the softmax scale on cases with more than BIG query rows."""
     return autograd_attention(q, k, v, scale, on_dq=(lambda g: g / scale) if _big(q) else None)
+
+
+def _as_if_contiguous(t):
+    """``t`` read the way a kernel that ignores strides reads it: contiguous from its first element."""
+    strides = (t.shape[1] * t.shape[2] * t.shape[3], t.shape[2] * t.shape[3], t.shape[3], 1)
+    return t.as_strided(t.shape, strides, t.storage_offset())
+
+
+@flashcheck.kernel(**SPEC)
+def assumes_contiguous(q, k, v, *, scale, causal, attn_mask=None):
+    """Two defects: it ignores strides (wrong numbers, or a crash, on transposed, strided and stride-0
+    views), and its scale is off on rows past 8 (a numerical defect in every layout)."""
+    q, k, v = (_as_if_contiguous(t) for t in (q, k, v))
+    out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return wrong_scale_past(out, 8, 1.25, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask), lse

@@ -19,8 +19,9 @@ def test_each_distinct_bug_is_shrunk_once_and_the_campaign_runs_to_max_examples(
     assert AttentionCase.load(shrunk["crash"]["path"]).shapes.n_q == 17
     assert 8 < AttentionCase.load(shrunk["over_budget"]["path"]).shapes.n_q <= 16
     counts = summary["bug_signatures"]
-    assert set(counts) == {"crash", "over_budget"} and max(counts.values()) > 1, counts
-    assert "failing cases per bug: " in capsys.readouterr().out
+    assert set(counts) == {"crash:IndexError", "numerical:out"} and max(counts.values()) > 1, counts
+    assert [b["cause"] for b in summary["bugs"]] == sorted(counts, key=lambda c: -counts[c])
+    assert "distinct bugs: 2" in capsys.readouterr().out
 
 
 def test_without_keep_going_the_first_bug_ends_the_campaign(tmp_path):

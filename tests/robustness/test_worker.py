@@ -132,7 +132,7 @@ def test_fuzz_reports_a_dying_kernel_and_goes_on(tmp_path, capsys):
     crash = [f for f in summary["findings"] if f["kinds"] == ["crash"]]
     assert crash and all("died (exit code 3)" in f["diagnosis"][0] for f in crash)
     assert AttentionCase.load(crash[0]["path"]).shapes.n_q > 16
-    assert summary["worker_restarts"] >= 1 and summary["bug_signatures"]["crash"] >= 1
+    assert summary["worker_restarts"] >= 1 and summary["bug_signatures"]["crash:process_died"] >= 1
     assert summary["counts"]["by_status"]["PASS"] >= 1  # cases after the first death still ran
     assert "restarts" in capsys.readouterr().out
 
