@@ -1,0 +1,133 @@
+"""The report's plots (matplotlib, as PNG bytes): err/budget by dtype and regime, the worst ratio per regime
+and kernel as a heat map, and err/budget against the number of keys.
+
+Ratios are plotted on a log scale: a ratio of 0 (an exact output) sits at the floor, and a non-finite
+output (NaN, recorded as ``"nan"``) at the ceiling, marked, because it is the worst there is.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+from ..errors import InvalidArgument
+
+__all__ = ["FLOOR", "CEILING", "plots"]
+
+FLOOR, CEILING = 1e-4, 1e6  # where 0 and non-finite ratios are drawn
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise InvalidArgument("plots", "matplotlib", "is not installed; a report's plots need it",
+                              "pip install 'flashcheck[report]' (or pip install matplotlib).") from None
+    matplotlib.use("Agg")  # no screen: render to files only
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _ratio(value) -> float:
+    """A recorded ratio on the plot's scale."""
+    if value is None:
+        return math.nan
+    x = float(value)
+    return CEILING if not math.isfinite(x) else min(max(x, FLOOR), CEILING)
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return buffer.getvalue()
+
+
+def _columns(report: dict) -> dict:
+    return {name: i for i, name in enumerate(report["cases"]["columns"])}
+
+
+def _by(rows: list, key) -> dict:
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    return groups
+
+
+def _distribution(report: dict, pass_: str) -> bytes | None:
+    plt, c = _pyplot(), _columns(report)
+    rows = [r for r in report["cases"]["rows"] if r[c["pass"]] == pass_]
+    if not rows:
+        return None
+    by_dtype = _by(rows, lambda r: r[c["dtype"]])
+    regimes = sorted({r[c["values"]] for r in rows})
+    fig, axes = plt.subplots(1, len(by_dtype), figsize=(4.2 * len(by_dtype), 0.32 * len(regimes) + 1.6),
+                             sharey=True, squeeze=False)
+    for ax, (dtype, group) in zip(axes[0], sorted(by_dtype.items())):
+        per = _by(group, lambda r: r[c["values"]])
+        data = [[_ratio(r[c["ratio"]]) for r in per.get(name, [])] or [math.nan] for name in regimes]
+        ax.boxplot(data, vert=False, whis=(0, 100), widths=0.6)
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="crimson", lw=1, ls="--")
+        ax.set_title(f"{dtype} ({len(group)} cases)")
+        ax.set_xlabel("error / budget (line: the budget)")
+    axes[0][0].set_yticks(range(1, len(regimes) + 1), regimes)
+    fig.suptitle(f"{pass_}: err/budget per dtype and value regime (whiskers: min and max)")
+    return _png(fig)
+
+
+def _heatmap(report: dict) -> bytes | None:
+    plt, c = _pyplot(), _columns(report)
+    rows = report["cases"]["rows"]
+    if not rows:
+        return None
+    runs = sorted({(r[c["kernel"]], r[c["pass"]]) for r in rows})
+    regimes = sorted({r[c["values"]] for r in rows})
+    worst = [[math.nan] * len(runs) for _ in regimes]
+    for r in rows:
+        i, j = regimes.index(r[c["values"]]), runs.index((r[c["kernel"]], r[c["pass"]]))
+        x = _ratio(r[c["ratio"]])
+        worst[i][j] = x if math.isnan(worst[i][j]) else max(worst[i][j], x)
+    logs = [[math.log10(x) if not math.isnan(x) else math.nan for x in row] for row in worst]
+    fig, ax = plt.subplots(figsize=(1.2 * len(runs) + 3, 0.34 * len(regimes) + 1.8))
+    image = ax.imshow(logs, cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto")
+    for i, row in enumerate(worst):
+        for j, x in enumerate(row):
+            if not math.isnan(x):
+                text = "NaN" if x >= CEILING else f"{x:.2g}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(runs)), [f"{k} {p}" for k, p in runs], fontsize=7, rotation=30, ha="right")
+    ax.set_yticks(range(len(regimes)), regimes, fontsize=8)
+    fig.colorbar(image, ax=ax, label="log10 worst error/budget (over 0: a bug)")
+    ax.set_title("worst err/budget per value regime and kernel")
+    return _png(fig)
+
+
+def _versus_n(report: dict) -> bytes | None:
+    plt, c = _pyplot(), _columns(report)
+    rows = report["cases"]["rows"]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    markers = {"forward": "o", "backward": "^"}
+    for (kernel, pass_), group in sorted(_by(rows, lambda r: (r[c["kernel"]], r[c["pass"]])).items()):
+        ax.scatter([r[c["n_k"]] for r in group], [_ratio(r[c["ratio"]]) for r in group], s=6, alpha=0.5,
+                   marker=markers.get(pass_, "o"), label=f"{kernel} {pass_}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="crimson", lw=1, ls="--")
+    ax.set_xlabel("keys (Nk)")
+    ax.set_ylabel("error / budget")
+    ax.set_title("err/budget against the number of keys (top: non-finite, bottom: exact)")
+    ax.legend(fontsize=7, markerscale=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _png(fig)
+
+
+def plots(report: dict) -> list[tuple[str, str, bytes]]:
+    """``(name, title, png)`` for each plot the report's cases allow."""
+    made = [(f"ratio-{p}", f"err/budget per dtype and value regime ({p})", _distribution(report, p))
+            for p in ("forward", "backward")]
+    made += [("worst-heatmap", "worst err/budget per value regime and kernel", _heatmap(report)),
+             ("ratio-vs-keys", "err/budget against the number of keys", _versus_n(report))]
+    return [(name, title, png) for name, title, png in made if png is not None]

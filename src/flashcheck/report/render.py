@@ -1,0 +1,215 @@
+"""Render a report as Markdown and as one self-contained HTML page (inline CSS, plots as data: URIs).
+
+Both come from one list of blocks (headings, paragraphs, tables, lists, code, images), so the two can
+never say different things.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from ..verdict import write_json
+from .plots import plots
+
+__all__ = ["report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
+
+# A block: ("h1" | "h2" | "h3" | "p", text), ("table", header, rows), ("ul", items), ("pre", text),
+# ("img", name, title): a plot by name.
+_STATUS_CLASS = {"SIGNED-OFF": "ok", "PASS": "ok", "BLOCKED": "bad", "BUG": "bad", "SUSPICIOUS": "warn"}
+
+
+def _ratio(value) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else f"{value:.3g}"
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))) or "-"
+
+
+def _head(report: dict) -> list:
+    fc, t = report["flashcheck"], report["totals"]
+    commit = (fc["commit"] or "no git commit")[:12] + (" (with local changes)" if fc.get("dirty") else "")
+    return [("h1", f"flashcheck sign-off: {report['status']}"),
+            ("p", f"{t['judged']} cases judged ({t['cases']} run) in {t['campaigns']} campaigns, "
+                  f"{t['elapsed_s']:.0f} s; {t['bugs']} distinct bugs, {t['suspicious']} suspicious. Preset "
+                  f"{report['preset']}, seed {report['seed']}, device {report['device']}, created "
+                  f"{report['created']}, flashcheck {fc['version']} at {commit}."),
+            ("pre", report["command"])]
+
+
+def _verdicts(report: dict) -> list:
+    rows = [[c["kernel"], c["pass"], cell["dtype"], cell["status"], cell["judged"], _ratio(cell["max_ratio"]),
+             "; ".join(cell["reasons"]) or "-"] for c in report["campaigns"] for cell in c["dtypes"]]
+    return [("h2", "Verdict per kernel, pass and dtype"),
+            ("table", ["kernel", "pass", "dtype", "status", "judged", "max err/budget", "reasons"], rows)]
+
+
+def _bug(bug: dict) -> list:
+    s = bug.get("smallest") or {}
+    rows = [["failing cases", f"{bug['cases']} drawn" + (f", {bug['shrink_cases']} more met while shrinking "
+                                                          "another bug" if bug.get("shrink_cases") else "")], ["max err/budget", _ratio(bug["max_ratio"])],
+            ["dtypes", _counts(bug["dtypes"])], ["layouts", _counts(bug["layouts"])],
+            ["causal", _counts(bug["causal"])], ["regimes", _counts(bug["regimes"])],
+            ["finding kinds", ", ".join(bug["kinds"]) or "-"],
+            ["smallest case", f"{s.get('case', '-')} ({'shrunk' if s.get('shrunk') else 'as found'})"]]
+    blocks = [("h3", f"#{bug['id']} {bug['status']} {bug['kernel']} ({bug['pass']}) [{bug['cause']}]: "
+                     f"{bug['title']}"), ("table", ["", ""], rows)]
+    if bug["diagnosis"]:
+        blocks.append(("ul", bug["diagnosis"]))
+    if s:
+        blocks.append(("pre", s["replay"]))
+    return blocks
+
+
+def _bugs(report: dict) -> list:
+    if not report["bugs"]:
+        return [("h2", "Distinct bugs"), ("p", "None found.")]
+    return [("h2", f"Distinct bugs ({len(report['bugs'])})"),
+            ("p", "Failing cases grouped by root cause. Each keeps its smallest saved case; run its replay command "
+                  "from this report's folder.")] + [b for bug in report["bugs"] for b in _bug(bug)]
+
+
+def _conditions(report: dict) -> list:
+    items = [f"{c['kernel']} ({c['pass']}): {n} cases excluded by the spec: {why}"
+             for c in report["campaigns"] for why, n in c["excluded"].items()]
+    items += [f"{c['kernel']} ({c['pass']}): {n} cases not judged: {why}"
+              for c in report["campaigns"] for why, n in c["not_judged"].items()]
+    items += [f"not checked: {x}" for x in report["not_checked"]]
+    return [("h2", "Conditions: what was excluded or not judged"), ("ul", items or ["Nothing."])]
+
+
+def _coverage(report: dict) -> list:
+    cov = report["coverage"]
+    masks = sorted({m for inner in cov["values_by_mask"].values() for m in inner})
+    matrix = [[v] + [cov["values_by_mask"][v].get(m, 0) for m in masks] for v in sorted(cov["values_by_mask"])]
+    axes = [[name, len(counts), _counts(counts)] for name, counts in cov["axes"].items()]
+    return [("h2", "Coverage"),
+            ("p", f"{cov['combinations']} distinct combinations of value regime, mask, causal alignment, layout and "
+                  "dtype were judged. Cases per value of each axis:"),
+            ("table", ["axis", "values hit", "cases per value"], axes),
+            ("p", "Judged cases per value regime (rows) and mask regime (columns):"),
+            ("table", ["values \\ mask"] + masks, matrix)]
+
+
+def _campaigns(report: dict) -> list:
+    rows = [[c["kernel"], c["pass"], c["verdict"], c["cases"], c["judged"], f"{c['elapsed_s']:.0f}",
+             c["cases_per_s"], c["stopped"] if isinstance(c["stopped"], str) else ", ".join(c["stopped"]),
+             ", ".join(f"{k} {v:.0f} s" for k, v in c["time_split_s"].items() if v >= 0.5)]
+            for c in report["campaigns"]]
+    notes = [f"{c['kernel']} ({c['pass']}): {n}" for c in report["campaigns"] for n in c["notes"]]
+    blocks = [("h2", "Campaigns"),
+              ("table", ["kernel", "pass", "verdict", "cases", "judged", "s", "cases/s", "stopped", "time split"],
+               rows)]
+    return blocks + ([("ul", notes)] if notes else [])
+
+
+def _machine(report: dict) -> list:
+    m = report["machine"]
+    gpus = "; ".join(f"{g['name']} ({g['memory_gib']} GiB, sm {g['capability']})" for g in m["gpus"]) or "none"
+    rows = [["GPUs", gpus]] + [[k, m.get(k) or "-"] for k in ("driver", "cuda", "cudnn", "torch", "triton",
+                                                              "numpy", "hypothesis", "python", "platform", "cpu")]
+    return [("h2", "Machine"), ("table", ["", ""], rows)]
+
+
+def report_blocks(report: dict, plot_list: list) -> list:
+    plots_ = [("h2", "Plots")] + [("img", name, title) for name, title, _ in plot_list]
+    return (_head(report) + _verdicts(report) + _bugs(report) + _conditions(report) + _coverage(report) + plots_
+            + _campaigns(report) + _machine(report))
+
+
+# ---- Markdown -----------------------------------------------------------------------------------------
+
+def _md_cell(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: list) -> str:
+    out = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            out.append("#" * int(kind[1]) + " " + block[1])
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "pre":
+            out.append("```\n" + block[1] + "\n```")
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in block[1]))
+        elif kind == "img":
+            out.append(f"![{block[2]}](plots/{block[1]}.png)")
+        elif kind == "table":
+            header, rows = block[1], block[2]
+            lines = ["| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
+            out.append("\n".join(lines + ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]))
+    return "\n\n".join(out) + "\n"
+
+
+# ---- HTML ---------------------------------------------------------------------------------------------
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+pre { background: #f6f6f6; padding: .6em; overflow-x: auto; }
+img { max-width: 100%; display: block; margin: .5em 0 1.5em; border: 1px solid #eee; }
+.ok { color: #116611; font-weight: 600; } .bad { color: #b00020; font-weight: 600; }
+.warn { color: #a65e00; font-weight: 600; }
+"""
+
+
+def _html_cell(x, tag: str = "td") -> str:
+    text = html.escape(str(x))
+    cls = _STATUS_CLASS.get(str(x))
+    return f"<{tag} class=\"{cls}\">{text}</{tag}>" if cls else f"<{tag}>{text}</{tag}>"
+
+
+def _html_block(block, images: dict) -> str:
+    kind = block[0]
+    if kind in ("h1", "h2", "h3", "p"):
+        words = html.escape(block[1])
+        if kind == "h1":  # the verdict stands out
+            for status, cls in _STATUS_CLASS.items():
+                words = words.replace(status, f'<span class="{cls}">{status}</span>')
+        return f"<{kind}>{words}</{kind}>"
+    if kind == "pre":
+        return f"<pre>{html.escape(block[1])}</pre>"
+    if kind == "ul":
+        return "<ul>" + "".join(f"<li>{html.escape(str(i))}</li>" for i in block[1]) + "</ul>"
+    if kind == "img":
+        data = base64.b64encode(images[block[1]]).decode()
+        return (f'<figure id="plot-{block[1]}"><img alt="{html.escape(block[2])}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    header, rows = block[1], block[2]
+    head = "<tr>" + "".join(_html_cell(h, "th") for h in header) + "</tr>" if any(header) else ""
+    return "<table>" + head + "".join("<tr>" + "".join(map(_html_cell, r)) + "</tr>" for r in rows) + "</table>"
+
+
+def to_html(blocks: list, images: dict, title: str) -> str:
+    body = "\n".join(_html_block(b, images) for b in blocks)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<link rel="icon" href="data:,"><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n')
+
+
+def write_pages(blocks: list, plot_list: list, out: Path, *, stem: str, title: str) -> None:
+    """``stem``.md beside ``plots/*.png``, and ``index.html`` (or ``stem``.html) with the plots inside."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plots").mkdir(exist_ok=True)
+    for name, _, png in plot_list:
+        (out / "plots" / f"{name}.png").write_bytes(png)
+    (out / f"{stem}.md").write_text(to_markdown(blocks))
+    page = "index.html" if stem == "report" else f"{stem}.html"
+    (out / page).write_text(to_html(blocks, {name: png for name, _, png in plot_list}, title))
+
+
+def write_report(report: dict, out) -> None:
+    """``report.json``, ``report.md``, ``plots/`` and ``index.html`` in ``out``."""
+    out = Path(out)
+    write_json(out / "report.json", report)
+    plot_list = plots(report)
+    write_pages(report_blocks(report, plot_list), plot_list, out, stem="report",
+                title=f"flashcheck sign-off: {report['status']}")
