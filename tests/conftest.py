@@ -14,6 +14,16 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(scope="session")
+def signoff_report(tmp_path_factory):
+    """``(folder, exit status, report)`` of one small CPU sign-off (tests/_signoff.py), run once per process."""
+    from tests._signoff import run_signoff
+
+    out = tmp_path_factory.mktemp("signoff")
+    code, report = run_signoff(out)
+    return out, code, report
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return

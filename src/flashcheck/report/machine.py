@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -28,16 +29,24 @@ def _run(argv: list[str], cwd: Path | None = None) -> str | None:
     return done.stdout.strip().splitlines()[0] if done.stdout.strip() else None
 
 
+SOURCE_COMMIT = "FLASHCHECK_SOURCE_COMMIT"  # the commit of a copy of the source that is no git checkout
+
+
 def flashcheck_version() -> dict:
-    """The installed version, and the git commit of the checkout the package runs from (if it is one)."""
+    """The version, and the git commit of the checkout the package runs from (or ``$FLASHCHECK_SOURCE_COMMIT``
+    for a copy of the source without its .git, as CI machines and remote runners often get)."""
+    from .. import __version__
+
     source = Path(__file__).resolve().parents[1]
     commit = _run(["git", "rev-parse", "HEAD"], cwd=source)
     dirty = None
-    if commit is not None:
+    if commit is None:
+        commit = os.environ.get(SOURCE_COMMIT) or None
+    else:
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=source,
                                 capture_output=True, text=True, timeout=20)
         dirty = bool(status.stdout.strip())
-    return {"version": _version("flashcheck"), "commit": commit, "dirty": dirty}
+    return {"version": _version("flashcheck") or __version__, "commit": commit, "dirty": dirty}
 
 
 def _gpus() -> list[dict]:

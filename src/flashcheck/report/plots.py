@@ -67,7 +67,10 @@ def _distribution(report: dict, pass_: str) -> bytes | None:
     for ax, (dtype, group) in zip(axes[0], sorted(by_dtype.items())):
         per = _by(group, lambda r: r[c["values"]])
         data = [[_ratio(r[c["ratio"]]) for r in per.get(name, [])] or [math.nan] for name in regimes]
-        ax.boxplot(data, vert=False, whis=(0, 100), widths=0.6)
+        try:
+            ax.boxplot(data, orientation="horizontal", whis=(0, 100), widths=0.6)
+        except TypeError:  # matplotlib before 3.10
+            ax.boxplot(data, vert=False, whis=(0, 100), widths=0.6)
         ax.set_xscale("log")
         ax.axvline(1.0, color="crimson", lw=1, ls="--")
         ax.set_title(f"{dtype} ({len(group)} cases)")

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A release sign-off on a CUDA host in one call: the six built-in kernels, forward and backward, every
+# dtype each supports, --jobs spread over the visible GPUs. The report folder is packed into
+# OUTDIR/signoff.tgz; as-found cases over 2 MB are left out of the pack (a file that comes back from a
+# remote runner is limited in size), their shrunk cases stay. The report's summary is printed last.
+# Usage (repository root): bash benchmarks/gpu_signoff.sh OUTDIR [SECONDS] [JOBS] [MAX_EXAMPLES] [KERNELS...]
+set -uo pipefail
+out=${1:-${OUT:-/tmp/flashcheck-signoff}}
+seconds=${2:-400}
+jobs=${3:-16}
+max=${4:-3000}
+shift $(( $# > 4 ? 4 : $# ))
+kernels=${*:-torch:math torch:flash torch:efficient torch:cudnn torch:flex flashcheck:triton}
+device=${DEVICE:-cuda}
+report=$(mktemp -d)/signoff
+mkdir -p "$out"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+# shellcheck disable=SC2086
+python3 -m flashcheck.cli signoff $kernels --backward --device "$device" --preset signoff --jobs "$jobs" \
+  --time-budget "$seconds" --max-examples "$max" --seed 20261201 --out "$report" 2>&1 | tee "$out/signoff.log"
+status=${PIPESTATUS[0]}
+find "$report/corpus" -name '*-found-*.npz' -size +2M -delete 2>/dev/null
+find "$report/corpus" -name '.hypothesis' -type d -prune -exec rm -rf {} + 2>/dev/null
+tar czf "$out/signoff.tgz" -C "$(dirname "$report")" signoff
+ls -la "$out"
+echo "signoff exit status: $status"

@@ -1,0 +1,140 @@
+"""flashcheck signoff: report.json against its schema, the verdict per kernel, pass and dtype, and the pages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import jsonschema
+import pytest
+
+from flashcheck.report import SCHEMA_VERSION, schema
+
+
+def _errors(report: dict) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=jsonschema.FormatChecker())
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(report)]
+
+
+def test_the_schema_is_itself_valid():
+    jsonschema.Draft202012Validator.check_schema(schema())
+    assert schema()["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+
+
+def test_report_json_validates_against_its_schema(signoff_report):
+    _, _, report = signoff_report
+    assert _errors(report) == []
+
+
+@pytest.mark.parametrize("break_it, where", [
+    (lambda r: r.pop("machine"), "machine"),
+    (lambda r: r["campaigns"][0]["dtypes"][0].update(status="SIGNED-OFF", reasons=["a bug"]), "reasons"),
+    (lambda r: r["campaigns"][0]["dtypes"][0].update(status="BLOCKED", reasons=[]), "reasons"),
+    (lambda r: r["bugs"][0].update(status="PASS"), "status"),
+    (lambda r: r["cases"]["rows"][0].__setitem__(11, -1.0), "rows"),
+    (lambda r: r.update(schema_version=SCHEMA_VERSION + 1), "schema_version"),
+])
+def test_the_schema_rejects_a_broken_report(signoff_report, break_it, where):
+    broken = copy.deepcopy(signoff_report[2])
+    break_it(broken)
+    errors = _errors(broken)
+    assert errors and any(where in e for e in errors), errors
+
+
+def test_a_bug_blocks_its_kernel_and_a_correct_kernel_is_signed_off(signoff_report):
+    _, code, report = signoff_report
+    assert code == 1 and report["status"] == "BLOCKED"
+    cells = {(c["kernel"], c["pass"], x["dtype"]): x for c in report["campaigns"] for x in c["dtypes"]}
+    math_cells = [x for (k, _, _), x in cells.items() if k == "torch:math"]
+    assert {p for (k, p, _) in cells if k == "torch:math"} == {"forward", "backward"}
+    assert all(x["status"] == "SIGNED-OFF" and x["judged"] >= 5 for x in math_cells), math_cells
+    planted = [x for (k, _, _), x in cells.items() if k != "torch:math"]
+    assert planted and all(x["status"] == "BLOCKED" and x["bugs"] for x in planted)
+    assert {b["cause"] for b in report["bugs"]} == {"layout", "numerical:out"}, "two distinct bugs"
+    assert any("declares no backward pass" in x for x in report["not_checked"])
+    assert report["totals"]["judged"] == len(report["cases"]["rows"]) == sum(c["judged"] for c in report["campaigns"])
+
+
+def test_each_bug_keeps_a_replayable_smallest_case(signoff_report, capsys):
+    from flashcheck.cli import main
+
+    out, _, report = signoff_report
+    for bug in report["bugs"]:
+        path = out / bug["smallest"]["path"]  # relative to the report's folder
+        assert path.exists() and bug["smallest"]["replay"] == f"flashcheck replay {bug['smallest']['path']}"
+    assert main(["replay", str(out / report["bugs"][0]["smallest"]["path"]), "--device", "cpu"]) == 1
+    assert "BUG" in capsys.readouterr().out
+
+
+def test_coverage_counts_the_judged_cases(signoff_report):
+    _, _, report = signoff_report
+    cov = report["coverage"]
+    n = len(report["cases"]["rows"])
+    assert all(sum(counts.values()) == n for counts in cov["axes"].values())
+    assert sum(sum(m.values()) for m in cov["values_by_mask"].values()) == n
+    assert 1 < cov["combinations"] <= n
+
+
+def test_markdown_and_html_say_the_same_and_the_page_is_self_contained(signoff_report):
+    out, _, report = signoff_report
+    md, page = (out / "report.md").read_text(), (out / "index.html").read_text()
+    for text in ("# flashcheck sign-off: BLOCKED", "## Distinct bugs (2)", "## Coverage", "## Machine"):
+        assert text in md
+    assert "flashcheck sign-off: " in page and "Distinct bugs (2)" in page
+    pngs = sorted(p.stem for p in (out / "plots").glob("*.png"))
+    assert pngs == sorted(["ratio-forward", "ratio-backward", "worst-heatmap", "ratio-vs-keys"])
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) == len(pngs)
+    assert not re.search(r'(src|href)="(https?:|//)', page), "nothing may load from elsewhere"
+    for name in pngs:
+        assert f"](plots/{name}.png)" in md
+
+
+def test_report_re_renders_the_same_pages(signoff_report, tmp_path, capsys):
+    from flashcheck.cli import main
+
+    out, _, _ = signoff_report
+    assert main(["report", str(out), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == (out / "report.md").read_text()
+    assert (tmp_path / "index.html").read_text() == (out / "index.html").read_text()
+    assert "BLOCKED" in capsys.readouterr().out
+
+
+def test_two_reports_side_by_side(signoff_report, tmp_path):
+    from flashcheck.cli import main
+
+    out, _, report = signoff_report
+    other = copy.deepcopy(report)
+    gone = other["bugs"].pop()
+    other["machine"]["torch"] = "9.9.9"
+    (tmp_path / "newer").mkdir()
+    (tmp_path / "newer" / "report.json").write_text(json.dumps(other))
+    assert main(["report", str(out), str(tmp_path / "newer"), "--out", str(tmp_path / "cmp")]) == 0
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "9.9.9" in md and report["machine"]["torch"] in md
+    row = next(line for line in md.splitlines() if f"| {gone['cause']} |" in line)
+    assert row.rstrip(" |").endswith("absent"), row
+    assert (tmp_path / "cmp" / "compare.html").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["report", "/nonexistent/report-dir"], "report='/nonexistent/report-dir'"),
+    (["signoff", "torch:nonexistent", "--device", "cpu", "--out", "x"], "torch:nonexistent"),
+    (["signoff", "torch:math", "--device", "cpu", "--min-cases", "0", "--out", "x"], "--min-cases"),
+    (["signoff", "torch:math", "--device", "cpu", "--time-budget", "-1", "--out", "x"], "--time-budget"),
+])
+def test_usage_errors_name_the_argument_and_run_nothing(argv, says, tmp_path, monkeypatch, capsys):
+    from flashcheck.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_comparing_needs_an_out_folder(signoff_report, capsys):
+    from flashcheck.cli import main
+
+    out, _, _ = signoff_report
+    assert main(["report", str(out), str(out)]) == 2
+    assert "--out" in capsys.readouterr().err
