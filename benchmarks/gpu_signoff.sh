@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A release sign-off on a CUDA host in one call: the six built-in kernels, forward and backward, every
 # dtype each supports, --jobs spread over the visible GPUs. The report folder is packed into
-# OUTDIR/signoff.tgz; as-found cases over 2 MB are left out of the pack (a file that comes back from a
-# remote runner is limited in size), their shrunk cases stay. The report's summary is printed last.
+# OUTDIR/report.tgz (without its corpus) and OUTDIR/corpus.tgz (the saved cases, less the .npz files over
+# 1 MB, listed in corpus-left-out.txt: a file that comes back from a remote runner is limited in size).
 # Usage (repository root): bash benchmarks/gpu_signoff.sh OUTDIR [SECONDS] [JOBS] [MAX_EXAMPLES] [KERNELS...]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-signoff}}
@@ -19,8 +19,10 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 python3 -m flashcheck.cli signoff $kernels --backward --device "$device" --preset signoff --jobs "$jobs" \
   --time-budget "$seconds" --max-examples "$max" --seed 20261201 --out "$report" 2>&1 | tee "$out/signoff.log"
 status=${PIPESTATUS[0]}
-find "$report/corpus" -name '*-found-*.npz' -size +2M -delete 2>/dev/null
+(cd "$report" && find corpus -name '*.npz' -size +1M | sort > corpus-left-out.txt)
+(cd "$report" && xargs -r rm -f < corpus-left-out.txt)
 find "$report/corpus" -name '.hypothesis' -type d -prune -exec rm -rf {} + 2>/dev/null
-tar czf "$out/signoff.tgz" -C "$(dirname "$report")" signoff
+tar czf "$out/report.tgz" -C "$(dirname "$report")" --exclude=signoff/corpus signoff
+tar czf "$out/corpus.tgz" -C "$(dirname "$report")" signoff/corpus
 ls -la "$out"
 echo "signoff exit status: $status"
