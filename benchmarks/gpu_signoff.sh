@@ -10,13 +10,15 @@ seconds=${2:-400}
 jobs=${3:-16}
 max=${4:-3000}
 shift $(( $# > 4 ? 4 : $# ))
-kernels=${*:-torch:math torch:flash torch:efficient torch:cudnn torch:flex flashcheck:triton}
+# The slowest last: they share what the fast ones leave of the time budget (flex compiles per shape).
+kernels=${*:-torch:math torch:flash torch:efficient torch:cudnn flashcheck:triton torch:flex}
+stop_at=${STOP_AT:-0}  # seconds after which the sign-off is interrupted (its report still written); 0: never
 device=${DEVICE:-cuda}
 report=$(mktemp -d)/signoff
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 # shellcheck disable=SC2086
-python3 -m flashcheck.cli signoff $kernels --backward --device "$device" --preset signoff --jobs "$jobs" \
+timeout -s INT "${stop_at}" python3 -m flashcheck.cli signoff $kernels --backward --device "$device" --preset signoff --jobs "$jobs" \
   --time-budget "$seconds" --max-examples "$max" --seed 20261201 --out "$report" 2>&1 | tee "$out/signoff.log"
 status=${PIPESTATUS[0]}
 (cd "$report" && find corpus -name '*.npz' -size +1M | sort > corpus-left-out.txt)

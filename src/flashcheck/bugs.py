@@ -16,7 +16,7 @@ from .verdict import BUG, from_json_number, json_number
 
 __all__ = ["BugTally", "merge_bugs"]
 
-_COUNTED = ("regimes", "dtypes", "layouts", "causal")  # what is counted per drawn case that hits a bug
+_COUNTED = ("regimes", "dtypes", "layouts", "causal", "parts")  # counted per case that hits a bug
 
 
 def _new_bug(cause: Cause, status: str) -> dict:
@@ -43,8 +43,11 @@ class BugTally:
         counts apart (it is derived from a drawn case) but adds where the bug shows."""
         bug = self.bug(cause, verdict.status)
         bug["cases" if drawn else "shrink_cases"] += 1
-        for key, value in zip(_COUNTED, (recipe.regime, recipe.dtype, recipe.layout, recipe.causal)):
-            bug[key][value] = bug[key].get(value, 0) + 1
+        parts = {(f.details or {}).get("gradient") or "out" for f in verdict.findings}
+        for key, values in zip(_COUNTED, ([recipe.regime], [recipe.dtype], [recipe.layout], [recipe.causal],
+                                          sorted(parts))):
+            for value in values:
+                bug[key][value] = bug[key].get(value, 0) + 1
         bug["kinds"] = sorted(set(bug["kinds"]) | {f.kind for f in verdict.findings})
         bug["max_ratio"] = _worse(bug["max_ratio"], json_number(verdict.max_ratio))
         if math.isfinite(verdict.max_ratio):

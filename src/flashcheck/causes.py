@@ -161,10 +161,11 @@ def _suspicious(verdict: Verdict, kinds: set) -> Cause | None:
 
 
 def _where(verdict: Verdict, *kinds: str) -> str:
-    """What the findings of ``kinds`` are about: ``out`` (the forward's output and lse), or the gradients
-    (``dq+dk``)."""
-    parts = {(f.details or {}).get("gradient") or "out" for f in verdict.findings if f.kind in kinds}
-    return "+".join(sorted(parts)) or "out"
+    """What the findings of ``kinds`` are about: ``out`` (the forward's output and lse) or ``gradients``.
+    Which gradients is counted per bug, not part of its cause: one defect in dS shows in dQ on one case
+    and in dK on another."""
+    backward = any((f.details or {}).get("gradient") for f in verdict.findings if f.kind in kinds)
+    return "gradients" if backward else "out"
 
 
 _RULES = (_crash, _hang, _contract, _promise, _poison, _masked_keys_let_in, _nonfinite_alone, _numerical,

@@ -336,7 +336,8 @@ def _print_bugs(bugs: list) -> None:
         print(f"  #{bug['id']} {bug['status']} [{bug['cause']}] {bug['title']}")
         shrink = f" (+{bug['shrink_cases']} met while shrinking another)" if bug.get("shrink_cases") else ""
         print(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; dtypes: "
-              f"{_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: {_counts(bug['causal'])}")
+              f"{_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: {_counts(bug['causal'])}; "
+              f"where: {_counts(bug.get('parts') or {})}")
         print(f"      regimes: {_counts(bug['regimes'])}")
         smallest = bug.get("smallest")
         if smallest:

@@ -54,6 +54,7 @@ def _bug(bug: dict) -> list:
                                                           "another bug" if bug.get("shrink_cases") else "")], ["max err/budget", _ratio(bug["max_ratio"])],
             ["dtypes", _counts(bug["dtypes"])], ["layouts", _counts(bug["layouts"])],
             ["causal", _counts(bug["causal"])], ["regimes", _counts(bug["regimes"])],
+            ["where (cases)", _counts(bug.get("parts") or {})],
             ["finding kinds", ", ".join(bug["kinds"]) or "-"],
             ["smallest case", f"{s.get('case', '-')} ({'shrunk' if s.get('shrunk') else 'as found'})"]]
     blocks = [("h3", f"#{bug['id']} {bug['status']} {bug['kernel']} ({bug['pass']}) [{bug['cause']}]: "
