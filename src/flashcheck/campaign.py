@@ -345,6 +345,10 @@ class _Campaign:
         ran = self._run_case(recipe, shrinking)
         if ran is None:
             return
+        if self.interrupted():
+            # The signal reached the kernel's process group too (Ctrl-C, timeout -s INT): a compiler or a
+            # kernel killed by it is not the kernel's failure, so a case in flight is not judged.
+            raise KeyboardInterrupt
         verdict, case = ran
         if not self._count(verdict, case, recipe, shrinking):
             return
@@ -398,12 +402,14 @@ class _Campaign:
     def cause(self, verdict: Verdict, case: AttentionCase, recipe: Recipe) -> Cause:
         """The root cause of a failing case; one that fails in a non-contiguous layout first runs contiguous."""
         contiguous = None
-        if needs_layout_triage(verdict, case.layout.name):
+        if needs_layout_triage(verdict, case.layout.name) and not self.interrupted():
             t0 = time.monotonic()
             try:
                 contiguous = self.judge(case.with_layout(Layout.contiguous()), recipe, triage=True)
-            except WorkerStartError:
-                contiguous = None  # no verdict: the findings alone name the cause
+            except (WorkerStartError, KeyboardInterrupt):
+                contiguous = None  # no verdict: the findings alone name the cause; the case is saved next
+            if self.interrupted():
+                contiguous = None  # a rerun cut short by the stop says nothing
             self.result.time_split[_TRIAGE] += time.monotonic() - t0
             self.last_end = time.monotonic()
         return root_cause(verdict, layout_name=case.layout.name, contiguous=contiguous)
