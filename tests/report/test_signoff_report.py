@@ -138,3 +138,13 @@ def test_comparing_needs_an_out_folder(signoff_report, capsys):
     out, _, _ = signoff_report
     assert main(["report", str(out), str(out)]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_the_report_names_flashcheck_s_commit(monkeypatch):
+    from flashcheck.report.machine import SOURCE_COMMIT, flashcheck_version
+
+    monkeypatch.setenv(SOURCE_COMMIT, "0123456789abcdef")
+    assert flashcheck_version()["commit"] == "0123456789abcdef"  # what the runner says ran wins over any .git
+    monkeypatch.delenv(SOURCE_COMMIT)
+    version = flashcheck_version()
+    assert version["version"] and (version["commit"] is None or len(version["commit"]) == 40)

@@ -33,20 +33,21 @@ SOURCE_COMMIT = "FLASHCHECK_SOURCE_COMMIT"  # the commit of a copy of the source
 
 
 def flashcheck_version() -> dict:
-    """The version, and the git commit of the checkout the package runs from (or ``$FLASHCHECK_SOURCE_COMMIT``
-    for a copy of the source without its .git, as CI machines and remote runners often get)."""
+    """The version, and the git commit of the checkout the package runs from. ``$FLASHCHECK_SOURCE_COMMIT``,
+    when set, names it instead: a copy of the source on a CI machine or a remote runner may have no .git,
+    or a stale one."""
     from .. import __version__
 
+    version = _version("flashcheck") or __version__
+    if os.environ.get(SOURCE_COMMIT):
+        return {"version": version, "commit": os.environ[SOURCE_COMMIT], "dirty": None}
     source = Path(__file__).resolve().parents[1]
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=source)
-    dirty = None
-    if commit is None:
-        commit = os.environ.get(SOURCE_COMMIT) or None
-    else:
+    commit, dirty = _run(["git", "rev-parse", "HEAD"], cwd=source), None
+    if commit is not None:
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=source,
                                 capture_output=True, text=True, timeout=20)
         dirty = bool(status.stdout.strip())
-    return {"version": _version("flashcheck") or __version__, "commit": commit, "dirty": dirty}
+    return {"version": version, "commit": commit, "dirty": dirty}
 
 
 def _gpus() -> list[dict]:
