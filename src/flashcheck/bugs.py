@@ -14,7 +14,7 @@ from collections import Counter
 from .causes import Cause
 from .verdict import BUG, from_json_number, json_number
 
-__all__ = ["BugTally", "merge_bugs"]
+__all__ = ["BugTally", "bugs_with_findings", "merge_bugs"]
 
 _COUNTED = ("regimes", "dtypes", "layouts", "causal", "parts")  # counted per case that hits a bug
 
@@ -87,6 +87,21 @@ def _ordered(bugs) -> list[dict]:
     """BUG before SUSPICIOUS, then the most cases first; ids count from 1 in that order."""
     ordered = sorted(bugs, key=lambda b: (b["status"] != BUG, -b["cases"], b["cause"]))
     return [{"id": i, **{k: v for k, v in b.items() if k != "id"}} for i, b in enumerate(ordered, 1)]
+
+
+def bugs_with_findings(bugs: list[dict], findings: list[dict]) -> list[dict]:
+    """``bugs`` (a worker's last progress report) completed by the saved ``findings`` it reported, some
+    of them after that report: a worker that died without its summary still blocks what it found."""
+    tally = BugTally()
+    tally.bugs = {b["cause"]: {**b, "saved": 0, "smallest": None} for b in bugs}
+    for f in findings:
+        if "cause" not in f:
+            continue
+        tally.saved(Cause(f["cause"], f.get("title") or f["cause"]), f["status"], f)
+        bug = tally.bugs[f["cause"]]
+        if not bug["cases"] and f.get("dtype"):  # no count reached the parent: the finding's own dtype
+            bug["dtypes"][f["dtype"]] = bug["dtypes"].get(f["dtype"], 0) + 1
+    return tally.as_list()
 
 
 def merge_bugs(lists: list[list[dict]], sources: list[str] | None = None) -> list[dict]:

@@ -619,6 +619,8 @@ def _finding_entry(verdict: Verdict, case: AttentionCase, path: Path, cause: Cau
     return {
         "status": verdict.status,
         "cause": cause.key,
+        "title": cause.title,
+        "dtype": case.dtype,
         "kinds": sorted({f.kind for f in verdict.findings}),
         "diagnosis": [f.diagnosis for f in verdict.findings],
         "max_ratio": json_number(verdict.max_ratio),

@@ -58,6 +58,7 @@ from multiprocessing.connection import wait
 
 import multiprocessing as mp
 
+from .bugs import bugs_with_findings
 from .errors import FlashcheckError, InvalidArgument
 from .merge import merge_summaries, merged_verdict
 from .worker import _die_with_parent, _exit_text, quiet_interpreter
@@ -392,7 +393,8 @@ def _partial_summary(job: _Job, kernel_name: str, device: str, preset) -> dict:
     note = (f"worker {job.index} {how} without a summary: its counts are those of its last progress report "
             f"({base['cases']} cases), its findings the {len(job.findings)} it reported")
     summary = {**base, "findings": list(job.findings), "stopped": "worker_failed" if job.error else "worker_died",
-               "notes": list(base.get("notes") or []) + [note], "case_log": None, "case_log_sha256": None}
+               "notes": list(base.get("notes") or []) + [note], "case_log": None, "case_log_sha256": None,
+               "bugs": bugs_with_findings(base.get("bugs") or [], job.findings)}
     summary["verdict"] = merged_verdict([summary])
     return summary
 

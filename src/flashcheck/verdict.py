@@ -40,10 +40,15 @@ def json_number(x):
 
 def write_json(path, data) -> None:
     """Write ``data`` as JSON atomically (a temporary file, then a rename), so no reader sees half a file."""
+    write_text(path, json.dumps(data, indent=2, default=str))
+
+
+def write_text(path, text: str) -> None:
+    """Write ``text`` atomically (a temporary file, then a rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 

@@ -148,3 +148,24 @@ def test_the_report_names_flashcheck_s_commit(monkeypatch):
     monkeypatch.delenv(SOURCE_COMMIT)
     version = flashcheck_version()
     assert version["version"] and (version["commit"] is None or len(version["commit"]) == 40)
+
+
+def test_report_json_keeps_one_line_per_case_and_reads_back_the_same(signoff_report):
+    from flashcheck.report.render import report_json
+
+    out, _, report = signoff_report
+    text = (out / "report.json").read_text()
+    assert json.loads(text) == report == json.loads(report_json(report))
+    assert text.count("\n") < 40 * len(report["campaigns"]) + len(report["cases"]["rows"]) + 400
+
+
+def test_without_matplotlib_a_signoff_says_so_before_it_runs(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from flashcheck.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    assert main(["signoff", "torch:math", "--device", "cpu", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and "pip install 'flashcheck[report]'" in err
+    assert not (tmp_path / "x").exists()

@@ -105,6 +105,10 @@ def test_a_worker_killed_mid_campaign_keeps_the_findings_it_reported(tmp_path):
     for w in summary["sources"]:
         assert w["stopped"] == "worker_died" and "SIGKILL" in w["exit"], w
     assert any("without a summary" in note for note in summary["notes"])
+    # the distinct bugs still hold what the killed workers found, with a case to replay and its dtype
+    bugs = summary["bugs"]
+    assert bugs and {f["cause"] for f in summary["findings"]} == {b["cause"] for b in bugs}
+    assert all(b["smallest"]["path"] in _paths(summary) and b["dtypes"] for b in bugs)
 
 
 def _report_gpu(conn, index: int, payload) -> None:

@@ -37,7 +37,7 @@ def _cell(cell: dict | None) -> str:
     if cell is None:
         return "not run"
     ratio = cell["max_ratio"]
-    ratio = ratio if isinstance(ratio, str) or ratio is None else f"{ratio:.3g}"
+    ratio = "-" if ratio is None else ratio if isinstance(ratio, str) else f"{ratio:.3g}"
     return f"{cell['status']} ({cell['judged']} cases, max {ratio})"
 
 

@@ -81,8 +81,10 @@ def _cell(campaign: dict, dtype: str, rows: list, bugs: list, min_cases: int) ->
     if len(judged) < min_cases:
         reasons.append(f"only {len(judged)} {dtype} cases judged, fewer than the {min_cases} a sign-off needs "
                        "(raise --max-examples or --time-budget)")
-    if campaign["stopped"] in _STOPPED_EARLY:
-        reasons.append(f"the campaign stopped early ({campaign['stopped']})")
+    stopped = campaign["stopped"] if isinstance(campaign["stopped"], list) else [campaign["stopped"]]
+    early = [s for s in stopped if s in _STOPPED_EARLY]  # a merged campaign lists its workers' reasons
+    if early:
+        reasons.append(f"the campaign stopped early ({', '.join(early)})")
     ratio = _max_ratio(r[_RATIO] for r in judged)
     return {"dtype": dtype, "status": BLOCKED if reasons else SIGNED_OFF, "reasons": reasons,
             "judged": len(judged), "bugs": [b["id"] for b in hit],

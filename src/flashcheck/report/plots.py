@@ -12,7 +12,7 @@ import math
 
 from ..errors import InvalidArgument
 
-__all__ = ["FLOOR", "CEILING", "plots"]
+__all__ = ["FLOOR", "CEILING", "check_plotting", "plots"]
 
 FLOOR, CEILING = 1e-4, 1e6  # where 0 and non-finite ratios are drawn
 
@@ -27,6 +27,11 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def check_plotting() -> None:
+    """:class:`InvalidArgument` now, before an hour of campaigns, if the report's plots cannot be drawn."""
+    _pyplot()
 
 
 def _ratio(value) -> float:

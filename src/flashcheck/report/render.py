@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from pathlib import Path
 
-from ..verdict import write_json
+from ..verdict import write_text
 from .plots import plots
 
 __all__ = ["report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
@@ -207,10 +208,20 @@ def write_pages(blocks: list, plot_list: list, out: Path, *, stem: str, title: s
     (out / page).write_text(to_html(blocks, {name: png for name, _, png in plot_list}, title))
 
 
+def report_json(report: dict) -> str:
+    """``report`` as JSON for people and machines: indented, but one line per judged case (tens of
+    thousands of them), which indentation would spread over a dozen lines each."""
+    rows = report["cases"]["rows"]
+    marker = "__flashcheck_case_rows__"
+    text = json.dumps({**report, "cases": {**report["cases"], "rows": marker}}, indent=1, default=str)
+    lines = ",\n".join(json.dumps(row) for row in rows)
+    return text.replace(f'"{marker}"', f"[\n{lines}\n]" if rows else "[]") + "\n"
+
+
 def write_report(report: dict, out) -> None:
     """``report.json``, ``report.md``, ``plots/`` and ``index.html`` in ``out``."""
     out = Path(out)
-    write_json(out / "report.json", report)
+    write_text(out / "report.json", report_json(report))
     plot_list = plots(report)
     write_pages(report_blocks(report, plot_list), plot_list, out, stem="report",
                 title=f"flashcheck sign-off: {report['status']}")

@@ -21,6 +21,7 @@ from ..parallel import run_campaigns
 from ..verdict import write_json
 from .machine import flashcheck_version, machine_info
 from .model import build_report
+from .plots import check_plotting
 from .render import write_report
 
 __all__ = ["plan_signoff", "run_signoff"]
@@ -55,6 +56,7 @@ def run_signoff(kernels: list[str], *, out, device: str, preset, backward: bool 
     """Run the sign-off's campaigns and write the report into ``out``; returns the report.
     ``on_campaign(kernel, pass, summary)`` is called as each campaign ends."""
     out = Path(out)
+    check_plotting()
     plan, not_checked = plan_signoff(kernels, device=device, preset=preset, backward=backward, dtypes=dtypes)
     out.mkdir(parents=True, exist_ok=True)
     budget = time_budget if time_budget is not None else preset.time_budget
