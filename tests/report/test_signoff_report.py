@@ -169,3 +169,21 @@ def test_without_matplotlib_a_signoff_says_so_before_it_runs(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert "matplotlib" in err and "pip install 'flashcheck[report]'" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_an_interrupted_signoff_stops_and_reports_what_ran(tmp_path, monkeypatch):
+    from flashcheck.parallel import run_campaigns
+    from flashcheck.report import signoff
+
+    def interrupted(*args, **kwargs):  # the first campaign is stopped by Ctrl-C
+        return {**run_campaigns(*args, **kwargs), "stopped": "interrupted"}
+
+    monkeypatch.setattr(signoff, "run_campaigns", interrupted)
+    from flashcheck.cli import main
+
+    code = main(["signoff", "torch:math", "torch:flash", "--device", "cpu", "--preset", "smoke", "--max-examples",
+                 "6", "--seed", "1", "--jobs", "1", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert code == 1 and [c["kernel"] for c in report["campaigns"]] == ["torch:math"]
+    assert "torch:flash: forward (the sign-off was interrupted before it)" in report["not_checked"]
+    assert all("stopped early (interrupted)" in " ".join(x["reasons"]) for x in report["campaigns"][0]["dtypes"])

@@ -49,8 +49,9 @@ def _print(report: dict, out: Path) -> None:
           f"{t['suspicious']} suspicious, {t['elapsed_s']:.0f} s)")
     for c in report["campaigns"]:
         for cell in c["dtypes"]:
-            why = f": {cell['reasons'][0]}" + (f" (+{len(cell['reasons']) - 1} more)" if len(cell["reasons"]) > 1
-                                               else "") if cell["reasons"] else ""
+            reasons = cell["reasons"]
+            why = f": {reasons[0]}" if reasons else ""
+            why += f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
             print(f"  {cell['status']:10} {c['kernel']} {c['pass']} {cell['dtype']}, {cell['judged']} cases{why}")
     print(f"  report: {out / 'index.html'} ({out / 'report.md'}, {out / 'report.json'})")
 

@@ -68,12 +68,20 @@ def run_signoff(kernels: list[str], *, out, device: str, preset, backward: bool 
                              max_examples=max_examples, time_budget=share, seed=seed))
         if on_campaign is not None:
             on_campaign(kernel, pass_, runs[-1]["summary"])
+        if _interrupted(runs[-1]["summary"]):  # Ctrl-C ends the sign-off, with a report of what ran
+            not_checked += [f"{k}: {p} (the sign-off was interrupted before it)" for k, p, _ in plan[i + 1:]]
+            break
     meta = {"command": shlex.join(argv if argv is not None else ["flashcheck", *sys.argv[1:]]),
             "preset": preset.name, "seed": seed, "device": str(device), "machine": machine_info(device),
             "flashcheck": flashcheck_version(), "not_checked": not_checked}
     report = build_report(runs, out=out, meta=meta, min_cases=min_cases)
     write_report(report, out)
     return report
+
+
+def _interrupted(summary: dict) -> bool:
+    stopped = summary["stopped"]
+    return "interrupted" in (stopped if isinstance(stopped, list) else [stopped])
 
 
 def _run_one(kernel: str, pass_: str, dtypes: list, *, out: Path, device: str, preset, jobs: int,
