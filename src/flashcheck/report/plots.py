@@ -60,11 +60,10 @@ def _by(rows: list, key) -> dict:
     return groups
 
 
-def _distribution(report: dict, pass_: str) -> bytes | None:
-    plt, c = _pyplot(), _columns(report)
-    rows = [r for r in report["cases"]["rows"] if r[c["pass"]] == pass_]
-    if not rows:
-        return None
+# Each plot takes pyplot, the column index of the case rows, and the rows it draws (never empty).
+
+def _distribution(plt, c: dict, rows: list) -> bytes:
+    pass_ = rows[0][c["pass"]]
     by_dtype = _by(rows, lambda r: r[c["dtype"]])
     regimes = sorted({r[c["values"]] for r in rows})
     fig, axes = plt.subplots(1, len(by_dtype), figsize=(4.2 * len(by_dtype), 0.32 * len(regimes) + 1.6),
@@ -85,11 +84,7 @@ def _distribution(report: dict, pass_: str) -> bytes | None:
     return _png(fig)
 
 
-def _heatmap(report: dict) -> bytes | None:
-    plt, c = _pyplot(), _columns(report)
-    rows = report["cases"]["rows"]
-    if not rows:
-        return None
+def _heatmap(plt, c: dict, rows: list) -> bytes:
     runs = sorted({(r[c["kernel"]], r[c["pass"]]) for r in rows})
     regimes = sorted({r[c["values"]] for r in rows})
     worst = [[math.nan] * len(runs) for _ in regimes]
@@ -112,11 +107,7 @@ def _heatmap(report: dict) -> bytes | None:
     return _png(fig)
 
 
-def _versus_n(report: dict) -> bytes | None:
-    plt, c = _pyplot(), _columns(report)
-    rows = report["cases"]["rows"]
-    if not rows:
-        return None
+def _versus_n(plt, c: dict, rows: list) -> bytes:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     markers = {"forward": "o", "backward": "^"}
     for (kernel, pass_), group in sorted(_by(rows, lambda r: (r[c["kernel"]], r[c["pass"]])).items()):
@@ -133,9 +124,12 @@ def _versus_n(report: dict) -> bytes | None:
 
 
 def plots(report: dict) -> list[tuple[str, str, bytes]]:
-    """``(name, title, png)`` for each plot the report's cases allow."""
-    made = [(f"ratio-{p}", f"err/budget per dtype and value regime ({p})", _distribution(report, p))
-            for p in ("forward", "backward")]
-    made += [("worst-heatmap", "worst err/budget per value regime and kernel", _heatmap(report)),
-             ("ratio-vs-keys", "err/budget against the number of keys", _versus_n(report))]
-    return [(name, title, png) for name, title, png in made if png is not None]
+    """``(name, title, png)`` for each plot the report's cases allow (a pass with no case has none)."""
+    plt, c = _pyplot(), _columns(report)
+    rows = report["cases"]["rows"]
+    by_pass = _by(rows, lambda r: r[c["pass"]])
+    wanted = [(f"ratio-{p}", f"err/budget per dtype and value regime ({p})", _distribution, by_pass.get(p))
+              for p in ("forward", "backward")]
+    wanted += [("worst-heatmap", "worst err/budget per value regime and kernel", _heatmap, rows),
+               ("ratio-vs-keys", "err/budget against the number of keys", _versus_n, rows)]
+    return [(name, title, draw(plt, c, chosen)) for name, title, draw, chosen in wanted if chosen]
