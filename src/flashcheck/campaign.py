@@ -49,7 +49,9 @@ from .case import AttentionCase, Layout
 from .causes import Cause, needs_layout_triage, root_cause
 from .database import open_database
 from .errors import InvalidArgument
+from .interrupts import take_pending
 from .kernels import resolve_kernel
+from .kernels.origin import kernel_origin
 from .diagnose import growth_with_length
 from .merge import NO_CASES, merged_verdict
 from .oracle import reference_attention
@@ -155,8 +157,19 @@ class CampaignResult:
         }
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-")[:60]
+def _slug(text: str, limit: int = 60) -> str:
+    """``text`` as a file-name part of at most ``limit`` characters, cut between words, never inside one
+    (``flashcheck-triton-block_m-32-block_n-32``); a cut name ends with a hash of the whole."""
+    slug = "-".join(filter(None, "".join(c if c.isalnum() or c in "_." else "-" for c in text).split("-")))
+    if len(slug) <= limit:
+        return slug
+    digest = hashlib.sha1(text.encode()).hexdigest()[:6]
+    words, kept = slug.split("-"), ""
+    for word in words:
+        if len(kept) + len(word) + 1 > limit - len(digest) - 1:
+            break
+        kept = f"{kept}-{word}" if kept else word
+    return f"{kept}-{digest}" if kept else digest
 
 
 def signature(verdict: Verdict) -> str:
@@ -165,14 +178,17 @@ def signature(verdict: Verdict) -> str:
     return "+".join(sorted({f.kind for f in verdict.findings})) or verdict.status.lower()
 
 
-def save_finding(corpus: Path, verdict: Verdict, case: AttentionCase, *, label: str) -> Path:
-    """Save a failing case under ``corpus`` with its verdict; returns the JSON path."""
+def save_finding(corpus: Path, verdict: Verdict, case: AttentionCase, *, label: str, kernel=None) -> Path:
+    """Save a failing case under ``corpus`` with its verdict, and how to reach ``kernel`` again (its
+    source and import folder, apart from its display name); returns the JSON path."""
     kinds = signature(verdict)
     digest = hashlib.sha1(json.dumps(case.provenance.get("recipe", case.describe()), sort_keys=True,
                                      default=str).encode()).hexdigest()[:10]
     stem = corpus / f"{_slug(verdict.kernel)}-{kinds}-{label}-{digest}"
     provenance = dict(case.provenance)
     provenance["verdict"] = verdict.as_dict()
+    if kernel is not None:
+        provenance.update(kernel_origin(kernel))
     saved = AttentionCase.create(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
                                  attn_mask=case.attn_mask, layout=case.layout, provenance=provenance)
     _, json_path = saved.save(stem)
@@ -481,7 +497,7 @@ class _Campaign:
         _fail(failure)
 
     def save(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, label: str, **extra) -> None:
-        path = save_finding(self.corpus, verdict, case, label=label)
+        path = save_finding(self.corpus, verdict, case, label=label, kernel=self.resolved)
         entry = {**_finding_entry(verdict, case, path, cause, shrunk=label == "shrunk"), **extra}
         self.result.findings.append(entry)
         self.result.bugs.saved(cause, verdict.status, entry)
@@ -604,6 +620,8 @@ class _Campaign:
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         for s in previous:
             signal.signal(s, self.on_signal)
+        if take_pending():  # Ctrl-C while the command started up: stop before the first case
+            self.stop_reason = "interrupted"
         return previous
 
 

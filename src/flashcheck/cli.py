@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -32,10 +33,34 @@ EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NO_CASES = 0, 1, 2, 3
 _FUZZ_EPILOG = """exit status: 0 nothing wrong (PASS or SUSPICIOUS), 1 a bug was found (BUG), 2 usage error,
 3 no case was judged (NO_CASES: every case skipped, e.g. out of memory or unsupported, or none run)"""
 DTYPES = ("fp16", "bf16", "fp32")
+_DESCRIPTION = ("Numerical property testing for tiled (flash) attention kernels: fuzz a kernel, replay a saved "
+                "case, self-test, sign off kernels with a report.")
+
+
+def _count(text: str) -> int:
+    """argparse type of a count option: a whole number, at least 1 (0 would check nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """argparse type of a duration option: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flashcheck", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="flashcheck", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     fuzz = sub.add_parser("fuzz", help="run a fuzzing campaign against a kernel", epilog=_FUZZ_EPILOG)
@@ -43,9 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
     fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None,
                       help="cpu runs Triton kernels under the Triton interpreter (default: cuda if available)")
-    fuzz.add_argument("--max-examples", type=int, default=None, metavar="N")
-    fuzz.add_argument("--time-budget", type=float, default=None, metavar="S", help="seconds")
-    fuzz.add_argument("--seed", type=int, default=None)
+    fuzz.add_argument("--max-examples", type=_count, default=None, metavar="N",
+                      help="cases to draw, at least 1 (default: the preset's)")
+    fuzz.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
+                      help="stop after S seconds (default: the preset's)")
+    fuzz.add_argument("--seed", type=int, default=None, metavar="S",
+                      help="fixes the drawn cases: the same seed and options give the same cases")
     fuzz.add_argument("--preset", default="smoke", metavar="NAME|PATH")
     fuzz.add_argument("--corpus", default="flashcheck-corpus", metavar="DIR",
                       help="where failing cases are saved (and the hypothesis database, unless --database)")
@@ -57,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fuzz.add_argument("--keep-going", action="store_true",
                       help="go on past the first bug: shrink and save each distinct bug once, count the others")
-    fuzz.add_argument("--case-timeout", type=float, default=None, metavar="S",
+    fuzz.add_argument("--case-timeout", type=_seconds, default=None, metavar="S",
                       help="seconds one case may take before the kernel counts as hung and its worker process is "
                            "killed (default: 300 with --device cuda, 600 with --device cpu, the Triton interpreter)")
     fuzz.add_argument("--no-isolation", action="store_true",
                       help="run the kernel in this process: faster to start, easier to debug, but a crash or a "
                            "hang of the kernel ends the campaign, and there is no --case-timeout or --jobs")
-    fuzz.add_argument("--jobs", type=int, default=None, metavar="N",
+    fuzz.add_argument("--jobs", type=_count, default=None, metavar="N",
                       help="N worker processes, each with its own seed (derived from --seed), sharing the corpus "
                            "and the example database, spread over the visible GPUs; one merged summary "
                            "(default: the preset's, else 1)")
@@ -81,10 +109,10 @@ def _parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="the mutation suite: planted bugs against flashcheck and two anchor rules")
     selftest.add_argument("--device", choices=("cuda", "cpu"), default=None)
     selftest.add_argument("--dtype", action="append", choices=DTYPES, help="default: fp16 and fp32 on the CPU, all on a GPU")
-    selftest.add_argument("--cases", type=int, default=200, help="cases per correct variant and dtype")
-    selftest.add_argument("--bug-cases", type=int, default=60, help="at most this many cases per planted bug and dtype")
-    selftest.add_argument("--max-n", type=int, default=160, help="longest sequence drawn")
-    selftest.add_argument("--seed", type=int, default=0)
+    selftest.add_argument("--cases", type=_count, default=200, metavar="N", help="cases per correct variant and dtype")
+    selftest.add_argument("--bug-cases", type=_count, default=60, metavar="N", help="at most this many cases per planted bug and dtype")
+    selftest.add_argument("--max-n", type=_count, default=160, metavar="N", help="longest sequence drawn")
+    selftest.add_argument("--seed", type=int, default=0, metavar="S", help="fixes the case lists (default 0)")
     selftest.add_argument("--variant", action="append", default=None,
                           help="only these variants, e.g. torch:math or a planted bug's name (repeatable)")
     selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
@@ -93,14 +121,14 @@ def _parser() -> argparse.ArgumentParser:
                                "backward rules")
     selftest.add_argument("--head-dims", default=None, metavar="D,D,...",
                           help="draw only these head dims (fewer Triton compilations on a GPU)")
-    selftest.add_argument("--time-budget", type=float, default=None, metavar="S",
+    selftest.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
                           help="seconds; rows still running then stop early and are marked stopped")
     selftest.add_argument("--json", default=None, metavar="PATH",
                           help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
-    selftest.add_argument("--jobs", type=int, default=1, metavar="N",
+    selftest.add_argument("--jobs", type=_count, default=1, metavar="N",
                           help="run the rows (variant x dtype) in N processes, spread over the visible GPUs, "
                                "in chunks of their cases handed out round-robin (see --chunk)")
-    selftest.add_argument("--chunk", type=int, default=None, metavar="K",
+    selftest.add_argument("--chunk", type=_count, default=None, metavar="K",
                           help="with --jobs: cases per chunk of a row (default 50; a planted bug's first chunk "
                                "holds at most 12, its later ones run only while it is not caught); the rows "
                                "are the same whatever --jobs and --chunk are")
@@ -115,15 +143,15 @@ def _parser() -> argparse.ArgumentParser:
     signoff.add_argument("--backward", action="store_true",
                          help="also the backward pass of each kernel whose spec declares one")
     signoff.add_argument("--preset", default="signoff", metavar="NAME|PATH")
-    signoff.add_argument("--jobs", type=int, default=None, metavar="N",
+    signoff.add_argument("--jobs", type=_count, default=None, metavar="N",
                          help="worker processes per campaign, spread over the visible GPUs (default: the preset's)")
     signoff.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
     signoff.add_argument("--device", choices=("cuda", "cpu"), default=None)
-    signoff.add_argument("--max-examples", type=int, default=None, metavar="N", help="cases per campaign")
-    signoff.add_argument("--time-budget", type=float, default=None, metavar="S",
+    signoff.add_argument("--max-examples", type=_count, default=None, metavar="N", help="cases per campaign")
+    signoff.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
                          help="seconds for the whole sign-off, shared by its campaigns (default: the preset's)")
-    signoff.add_argument("--seed", type=int, default=None)
-    signoff.add_argument("--min-cases", type=int, default=100, metavar="N",
+    signoff.add_argument("--seed", type=int, default=None, metavar="S", help="fixes every campaign's cases")
+    signoff.add_argument("--min-cases", type=_count, default=100, metavar="N",
                          help="judged cases a kernel, pass and dtype needs to be signed off (default 100)")
 
     report = sub.add_parser("report", help="re-render a sign-off report, or compare several side by side")
@@ -185,11 +213,9 @@ def _exit_status(verdict: str) -> int:
 
 def _jobs(args, preset) -> int:
     from .errors import InvalidArgument
-    from .parallel import check_jobs
 
     if args.jobs is None:  # the preset's, unless the kernel must run in this process
         return 1 if args.no_isolation else preset.jobs
-    check_jobs(args.jobs)
     if args.jobs > 1 and args.no_isolation:
         raise InvalidArgument("--jobs", args.jobs, "worker processes run the kernel by name in processes of their "
                               "own, and --no-isolation runs it in this one", "Drop --no-isolation, or --jobs.")
@@ -198,17 +224,15 @@ def _jobs(args, preset) -> int:
 
 def _cmd_fuzz(args) -> int:
     from .errors import InvalidArgument
+    from .paths import check_writable_file, check_writable_folder
     from .presets import load_preset
-    from .verdict import write_json
 
-    if args.case_timeout is not None:
-        if not args.case_timeout > 0:
-            raise InvalidArgument("--case-timeout", args.case_timeout, "expected a positive number of seconds",
-                                  "Pass e.g. --case-timeout 300, or leave it out for the default.")
-        if args.no_isolation:
-            raise InvalidArgument("--case-timeout", args.case_timeout, "only a worker process can be stopped when "
-                                  "a case hangs, and --no-isolation runs the kernel in this process",
-                                  "Drop --no-isolation, or drop --case-timeout.")
+    if args.case_timeout is not None and args.no_isolation:
+        raise InvalidArgument("--case-timeout", args.case_timeout, "only a worker process can be stopped when "
+                              "a case hangs, and --no-isolation runs the kernel in this process",
+                              "Drop --no-isolation, or drop --case-timeout.")
+    check_writable_file("--json", args.json)  # before any case runs: a result is never lost at the end
+    check_writable_folder("--corpus", args.corpus)
     preset = load_preset(args.preset)
     jobs = _jobs(args, preset)
     # The kernel's worker starts now, before this process imports torch: the two imports overlap.
@@ -228,17 +252,31 @@ def _cmd_fuzz(args) -> int:
     finally:
         if worker_process is not None:
             worker_process.close()  # nothing to do once the campaign took it over
-    if args.json:
-        write_json(args.json, summary)
-    _print_summary(summary)
-    return _exit_status(summary["verdict"])
+    _print_summary(summary)  # first: a summary that cannot be written is still seen
+    return _write_json_or_usage(args.json, summary) or _exit_status(summary["verdict"])
+
+
+def _write_json_or_usage(path: str | None, data) -> int:
+    """Write ``--json``; a failure (the disk filled, the folder went away) is an error message and exit 2."""
+    from .verdict import write_json
+
+    if path is None:
+        return EXIT_OK
+    try:
+        write_json(path, data)
+    except OSError as exc:
+        print(f"flashcheck: error: --json={path}: cannot be written ({exc}); the summary above is the result.",
+              file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def _importable_from_cwd(kernels: list[str]) -> None:
     # An import path resolves like `python -m`: from the current directory too (here and in the workers).
     if any(":" in k and k.split(":", 1)[0] not in ("torch", "flashcheck") for k in kernels):
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        from .kernels.origin import importable_from
+
+        importable_from([os.getcwd()])
 
 
 def _run_fuzz(args, device: str, preset, jobs: int, progress, worker_process=None) -> dict:
@@ -374,25 +412,59 @@ def _cmd_replay(args) -> int:
     from .backward import check_backward, is_backward_case
     from .case import AttentionCase
     from .check import check
-    from .kernels import resolve_kernel
+    from .paths import check_writable_file
 
+    check_writable_file("--json", args.json)
     case = AttentionCase.load(args.case)
-    name = args.kernel or case.provenance.get("kernel")
-    if not name:
-        from .errors import InvalidArgument
-
-        raise InvalidArgument("--kernel", name, "the saved case does not name its kernel",
-                              "Pass --kernel NAME to choose the kernel to replay it on.")
     device = _device(args.device)
-    kernel = resolve_kernel(name, device=device)
+    kernel = _replay_kernel(case.provenance or {}, args.kernel, device)
     if is_backward_case(case):  # its provenance names the dO regime and seed it failed with
         verdict = check_backward(kernel, case, device=device)
     else:
         verdict = check(kernel, case, device=device)
     print(verdict)
-    if args.json:
-        Path(args.json).write_text(json.dumps(verdict.as_dict(), indent=2, default=str))
-    return EXIT_BUG if verdict.status == "BUG" else EXIT_OK
+    return _write_json_or_usage(args.json, verdict.as_dict()) or (EXIT_BUG if verdict.status == "BUG" else EXIT_OK)
+
+
+def _replay_kernel(provenance: dict, override: str | None, device: str):
+    """The kernel a saved case replays on: ``--kernel``, else the one it was found with, reached as the
+    user named it (import path or built-in name with options), whatever its display name is."""
+    from .errors import InvalidArgument
+    from .kernels import resolve_kernel
+    from .kernels.origin import importable_from
+
+    shown, source = provenance.get("kernel"), provenance.get("kernel_source")
+    name = override or source or shown
+    if not name:
+        raise InvalidArgument("--kernel", name, "the saved case does not name its kernel",
+                              "Pass --kernel NAME to choose the kernel to replay it on.")
+    importable_from([os.getcwd(), provenance.get("kernel_import_root")])
+    try:
+        kernel = resolve_kernel(name, device=device)
+    except InvalidArgument as exc:
+        if override:
+            raise
+        why = "the case was saved before cases recorded their kernel's import path, and its kernel's display " \
+            "name" if not source else "the kernel the case was found with"
+        raise InvalidArgument("--kernel", name, f"{why} {name!r} cannot be loaded here ({getattr(exc, 'problem', exc)})",
+                              "Pass --kernel with the kernel's import path, as given to flashcheck fuzz "
+                              "(e.g. --kernel mymodule:attention), from the folder it imports from.") from None
+    if override and (source or shown):
+        _note_dropped_options(source or shown, kernel.name)
+    elif shown and shown != kernel.name:
+        print(f"kernel {shown} (reached as {name})")
+    return kernel
+
+
+def _note_dropped_options(recorded: str, chosen: str) -> None:
+    """Say so when ``--kernel`` names the case's kernel without the options it was found with."""
+    from .kernels import parse_kernel_name
+
+    (base, mutant, had), (base2, mutant2, has) = parse_kernel_name(recorded), parse_kernel_name(chosen)
+    changed = [f"{k}={v}" for k, v in had.items() if has.get(k) != v]
+    if (base, mutant) == (base2, mutant2) and changed:
+        print(f"note: the case was found with {recorded}; --kernel runs {chosen}, without "
+              f"{', '.join(changed)}. Pass --kernel '{recorded}' to replay it as found.")
 
 
 def _int_list(option: str, text: str | None):
@@ -459,19 +531,9 @@ def _cmd_selftest(args) -> int:
         rows = _saved_rows(args.table)
         print(format_table(rows))
         return _selftest_exit(rows)
-    from .parallel import check_jobs
+    from .paths import check_writable_file
 
-    check_jobs(args.jobs)
-    if args.chunk is not None and args.chunk < 1:
-        from .errors import InvalidArgument
-
-        raise InvalidArgument("--chunk", args.chunk, "expected a number of cases, at least 1",
-                              "Pass e.g. --chunk 50, or leave it out for the default.")
-    if args.time_budget is not None and not args.time_budget > 0:
-        from .errors import InvalidArgument
-
-        raise InvalidArgument("--time-budget", args.time_budget, "expected a positive number of seconds",
-                              "Pass e.g. --time-budget 600, or leave it out to run every case.")
+    check_writable_file("--json", args.json)
     device = _device(args.device)
     dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else ["fp16", "bf16", "fp32"])
     _check_variant_names(args.variant, device, args.backward)
@@ -496,14 +558,13 @@ def _cmd_selftest(args) -> int:
 
 def _cmd_merge(args) -> int:
     from .merge import load_summary, merge_summaries
-    from .verdict import write_json
+    from .paths import check_writable_file
 
+    check_writable_file("--json", args.json)
     merged = merge_summaries([load_summary(p) for p in args.summaries], sources=args.summaries)
-    if args.json:
-        write_json(args.json, merged)
     print(f"flashcheck merge of {len(args.summaries)} summaries:")
     _print_summary(merged)
-    return _exit_status(merged["verdict"])
+    return _write_json_or_usage(args.json, merged) or _exit_status(merged["verdict"])
 
 
 def _run_selftest(args, device: str, dtypes, progress) -> list:
@@ -552,24 +613,44 @@ def _cmd_presets(args) -> int:
     return EXIT_OK
 
 
+_COMMANDS = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "merge": _cmd_merge,
+             "signoff": _cmd_signoff, "report": _cmd_report, "kernels": _cmd_kernels, "presets": _cmd_presets}
+# Their campaigns take a Ctrl-C that came while they started up, and stop with a summary.
+_CAMPAIGN_COMMANDS = ("fuzz", "signoff")
+
+
 def main(argv=None) -> int:
+    from . import interrupts
     from .clock import process_start
 
+    interrupts.defer()  # a Ctrl-C while torch loads is a request to stop, not a traceback
     started_at = process_start() if argv is None else time.monotonic()  # what first_case_s counts from
     argv = list(sys.argv[1:] if argv is None else argv)
     _prepare_device(argv)
-    args = _parser().parse_args(argv)
-    args.started_at = started_at
+    try:
+        args = _parser().parse_args(argv)
+        args.started_at = started_at
+        args.argv = argv[1:]  # what follows the command's name, for a report to name the command it ran
+        return _run_command(args)
+    except KeyboardInterrupt:
+        command = next((a for a in argv if a in _COMMANDS), "")
+        print(f"flashcheck {command}: interrupted (Ctrl-C) before it had a result to report".replace("  ", " "),
+              file=sys.stderr)
+        return 130
+    finally:
+        interrupts.restore_quietly()
+
+
+def _run_command(args) -> int:
+    from . import interrupts
+    from .errors import FlashcheckError
     from .worker import quiet_interpreter
 
     quiet_interpreter()
-    from .errors import FlashcheckError
-
-    args.argv = argv[1:]  # what follows the command's name, for a report to name the command it ran
-    commands = {"fuzz": _cmd_fuzz, "replay": _cmd_replay, "selftest": _cmd_selftest, "merge": _cmd_merge,
-                "signoff": _cmd_signoff, "report": _cmd_report, "kernels": _cmd_kernels, "presets": _cmd_presets}
+    if args.command not in _CAMPAIGN_COMMANDS:
+        interrupts.restore()  # raises KeyboardInterrupt if one came meanwhile
     try:
-        return commands[args.command](args)
+        return _COMMANDS[args.command](args)
     except FlashcheckError as exc:
         print(f"flashcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

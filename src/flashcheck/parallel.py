@@ -60,6 +60,7 @@ import multiprocessing as mp
 
 from .bugs import bugs_with_findings
 from .errors import FlashcheckError, InvalidArgument
+from .interrupts import defer_terminate, sigint_ignored_by_children, take_pending
 from .merge import merge_summaries, merged_verdict
 from .worker import _die_with_parent, _exit_text, quiet_interpreter
 
@@ -169,7 +170,8 @@ def _start_jobs(target, payloads: list, device: str, name: str) -> list[_Job]:
         process = ctx.Process(target=target, args=(child_end, index, payload), name=f"{name}-{index}")
         threads = {v: threads_per_worker(len(payloads)) for v in THREAD_VARIABLES if v not in os.environ}
         with _child_environment({"CUDA_VISIBLE_DEVICES": gpu, **threads}):
-            process.start()
+            with sigint_ignored_by_children():
+                process.start()
         child_end.close()  # so that the parent reads EOF once the child is gone
         jobs.append(_Job(index, process, parent_end, gpu, seed=payload.get("seed")))
     return jobs
@@ -217,7 +219,7 @@ def _child_setup() -> None:
 def _campaign_child(conn, index: int, options: dict) -> None:
     """A worker process: one campaign, its findings, snapshots and summary sent to the parent."""
     _child_setup()
-    signal.signal(signal.SIGTERM, lambda *_: None)  # until the campaign handles it; the parent asks again
+    defer_terminate()  # until the campaign takes it: a stop asked for while this process starts up
     from .worker import WorkerProcess
 
     worker_process = WorkerProcess()  # before this process imports torch: the two imports overlap
@@ -304,6 +306,8 @@ class _StopRequests:
             if threading.current_thread() is threading.main_thread() else {}
         for s in previous:
             signal.signal(s, self.request)
+        if take_pending():  # Ctrl-C while the command started up
+            self.request()
         try:
             yield self
         finally:

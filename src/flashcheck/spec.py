@@ -185,7 +185,8 @@ DEFAULT_SPEC = KernelSpec()
 class Kernel:
     """A kernel under test: the callable, its spec and a name for reports."""
 
-    def __init__(self, fn: Callable, spec: KernelSpec = DEFAULT_SPEC, *, name: str | None = None):
+    def __init__(self, fn: Callable, spec: KernelSpec = DEFAULT_SPEC, *, name: str | None = None,
+                 source: str | None = None):
         if not callable(fn):
             raise InvalidArgument("fn", fn, "a kernel must be callable",
                                   "Pass a function kernel(q, k, v, *, scale, causal, attn_mask=None).")
@@ -195,6 +196,9 @@ class Kernel:
         self.fn = fn
         self.spec = spec
         self.name = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        # What resolves back to this kernel (a built-in name with options, an import path), set when it
+        # was resolved from one: a saved case replays from it, whatever the display name says.
+        self.source = source
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, q, k, v, *, scale, causal, attn_mask=None):
@@ -202,6 +206,13 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})"
+
+    def reached_as(self, source: str) -> "Kernel":
+        """This kernel (a copy when it already names another source) remembering ``source``."""
+        if self.source in (None, source):
+            self.source = source
+            return self
+        return Kernel(self.fn, self.spec, name=self.name, source=source)
 
 
 def as_kernel(obj, *, name: str | None = None) -> Kernel:

@@ -141,20 +141,6 @@ def _session() -> Session:
 
 # ---- the replay command ---------------------------------------------------------------------------------
 
-def _import_root(module_name: str) -> Path | None:
-    """The sys.path entry that ``module_name`` was imported from."""
-    module = sys.modules.get(module_name)
-    file = getattr(module, "__file__", None)
-    if not file:
-        return None
-    root = Path(file).resolve().parent
-    if Path(file).name == "__init__.py":
-        root = root.parent
-    for _ in range(module_name.count(".")):
-        root = root.parent
-    return root
-
-
 def _display(path: Path, base: Path) -> str:
     try:
         return str(Path(path).resolve().relative_to(base.resolve()))
@@ -163,23 +149,20 @@ def _display(path: Path, base: Path) -> str:
 
 
 def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
-    """The exact shell command, run from the directory pytest was started in, that re-runs a saved case."""
-    from .spec import Kernel
+    """The exact shell command, run from the directory pytest was started in, that re-runs a saved case.
 
-    words = ["flashcheck", "replay", _display(path, session.invocation_dir)]
+    The case records how to reach its kernel (:func:`flashcheck.kernels.origin.kernel_origin`); a module
+    that a fresh process would not find on its own gets a ``PYTHONPATH`` prefix as well."""
+    from .kernels.origin import import_root, source_of
+
+    words = ["flashcheck", "replay", _display(path, session.invocation_dir), "--device", device]
     prefix = ""
-    if isinstance(kernel, Kernel) or callable(kernel):
-        fn = getattr(kernel, "fn", kernel)
-        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-        if module and qualname and "<locals>" not in qualname and module != "__main__":
-            target = f"{module}:{qualname}"
-            if getattr(kernel, "name", target) != target:
-                words += ["--kernel", target]
-            root = _import_root(module)
-            known = {str(Path(p).resolve()) for p in session.import_paths if p}
-            if root is not None and str(root) not in known:
-                prefix = f"PYTHONPATH={shlex.quote(_display(root, session.invocation_dir) or '.')} "
-    words += ["--device", device]
+    source = source_of(kernel)
+    if source and not source.startswith(("torch:", "flashcheck:")):
+        root = import_root(source.split(":", 1)[0])
+        known = {str(Path(p).resolve()) for p in session.import_paths if p}
+        if root is not None and str(root) not in known:
+            prefix = f"PYTHONPATH={shlex.quote(_display(root, session.invocation_dir) or '.')} "
     return prefix + " ".join(shlex.quote(w) for w in words)
 
 
@@ -190,7 +173,7 @@ def _save(session: Session, verdict, case, kernel, *, label: str, device: str, c
     folder.mkdir(parents=True, exist_ok=True)
     if not (case.provenance or {}).get("kernel"):  # cases(): the kernel was not known when it was drawn
         case = dataclasses.replace(case, provenance={**(case.provenance or {}), "kernel": verdict.kernel})
-    path = save_finding(folder, verdict, case, label=label)
+    path = save_finding(folder, verdict, case, label=label, kernel=kernel)
     return path, replay_command(path, kernel, device=device, session=session)
 
 

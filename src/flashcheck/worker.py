@@ -37,6 +37,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from .errors import FlashcheckError, InvalidArgument
+from .interrupts import sigint_ignored_by_children
 from .verdict import BUG, Finding, Verdict
 
 if TYPE_CHECKING:  # not at run time: flashcheck.case imports torch, and this module must not
@@ -208,7 +209,8 @@ class WorkerProcess:
         ctx = multiprocessing.get_context("spawn")
         parent_end, child_end = ctx.Pipe()
         process = ctx.Process(target=_serve, args=(child_end,), name="flashcheck-worker", daemon=True)
-        process.start()
+        with sigint_ignored_by_children():
+            process.start()
         child_end.close()  # so that the parent sees EOF when the child dies
         self._process, self._conn = process, parent_end
         self.assignment: tuple | None = None

@@ -272,6 +272,11 @@ def parse_kernel_name(name: str) -> tuple[str, str | None, dict]:
     return match["base"], match["mutant"], options
 
 
+def _builtin_reached(kernel: Kernel) -> Kernel:
+    # A built-in's name holds its options (flashcheck:triton[block_m=32,block_n=64]): it resolves back.
+    return kernel.reached_as(kernel.name)
+
+
 def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **options) -> Kernel:
     """The :class:`Kernel` that ``target`` names, ready to run on ``device``.
 
@@ -294,10 +299,10 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
                 problem = _triton_unavailable(device)
                 if problem is not None:
                     raise problem
-                return _make_triton(device, merged, mutant=mutant)
-            return _make_builtin(base, device, merged)
+                return _builtin_reached(_make_triton(device, merged, mutant=mutant))
+            return _builtin_reached(_make_builtin(base, device, merged))
         if target in BUILTIN_KERNELS:
-            return _make_builtin(target, device, options)
+            return _builtin_reached(_make_builtin(target, device, options))
         module_name, colon, attr_path = target.partition(":")
         if module_name in _RESERVED_PREFIXES and colon:
             raise InvalidArgument("kernel", target, "unknown built-in kernel",
@@ -305,7 +310,7 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
         if not (colon and _dotted(module_name) and _dotted(attr_path)):
             raise InvalidArgument("kernel", target, "neither a built-in kernel name nor an import path",
                                   f"Use a built-in ({_builtin_list()}) or 'package.module:function'.")
-        kernel = _import_target(target)
+        kernel = _import_target(target).reached_as(target)
     elif isinstance(target, Kernel) or callable(target):
         kernel = as_kernel(target)
     else:
