@@ -114,12 +114,15 @@ def test_remote_resources_are_blocked_and_reported(chromium, tmp_path):
     assert not report.images[0]["loaded"]
 
 
-@pytest.mark.parametrize("ci, outcome", [("true", "errors"), ("", "skipped")])
-def test_missing_chromium_skips_locally_and_fails_under_ci(tmp_path, ci, outcome):
-    """Without the browser the fixture skips, except under CI, where a skip would hide a missing install."""
-    (tmp_path / "conftest.py").write_text(textwrap.dedent("""\
+@pytest.mark.parametrize("ci, outcome, root", [("true", "errors", True), ("", "skipped", True),
+                                               ("", "skipped", False), ("true", "errors", False)])
+def test_missing_chromium_skips_locally_and_fails_under_ci(tmp_path, ci, outcome, root):
+    """Without the browser the fixture skips, except under CI, where a skip would hide a missing install. A
+    user who is not root cannot install it (the README's test command then installs nothing): the skip says so."""
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""\
         import tests.browser.conftest as harness
         harness.CHROMIUM = "/nonexistent/chromium"
+        harness._is_root = lambda: {root}
         chromium = harness.chromium
         """))
     (tmp_path / "test_needs_browser.py").write_text("def test_it(chromium):\n    pass\n")
@@ -128,7 +131,8 @@ def test_missing_chromium_skips_locally_and_fails_under_ci(tmp_path, ci, outcome
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:flashcheck",
          "-p", "no:xdist", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    output = result.stdout + result.stderr
+    output = " ".join((result.stdout + result.stderr).split())  # -rs wraps long reasons
     assert f"1 {'error' if outcome == 'errors' else 'skipped'}" in output, output
     assert "apt-get install -y chromium" in output and "pip install playwright" in output, output
     assert "/nonexistent/chromium" in output, output
+    assert ("chromium not installed and apt-get needs root" in output) == (not root), output

@@ -1,0 +1,63 @@
+"""Every relative link of README.md, examples/ and reports/*.md leads to a file or folder that exists, and a
+link to a heading of a Markdown file (``file.md#heading``, or ``#heading`` in the same file) to a heading
+that is there: moving text between the README and reports/ must not leave a reader at a dead end."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ._markdown import ROOT, documents
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def _markdown_files() -> list[Path]:
+    return [*documents(), *sorted((ROOT / "reports").glob("*.md"))]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {_slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+def _show(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def _broken(path: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(FENCE.sub("", path.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists():
+            broken.append(f"{target}: no {_show(resolved)}")
+        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+            broken.append(f"{target}: no heading #{anchor} in {_show(resolved)}")
+    return broken
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(path):
+    assert _broken(path) == []
+
+
+def test_the_link_check_sees_a_dead_link(tmp_path):
+    (tmp_path / "other.md").write_text("## A `code` heading, with punctuation!\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n[a](nowhere.md) [b](#no-such-heading) [c](#top) [d](other.md#a-code-heading-with-punctuation)"
+                    " [e](other.md#gone) [f](https://example.com/x)\n```text\n[g](in-a-fence.md)\n```\n")
+    assert _broken(page) == [f"nowhere.md: no {tmp_path / 'nowhere.md'}",
+                             f"#no-such-heading: no heading #no-such-heading in {page}",
+                             f"other.md#gone: no heading #gone in {tmp_path / 'other.md'}"]
