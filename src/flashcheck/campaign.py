@@ -54,6 +54,7 @@ from .kernels import resolve_kernel
 from .kernels.origin import kernel_origin
 from .diagnose import growth_with_length
 from .merge import NO_CASES, merged_verdict
+from .paths import replay_command
 from .oracle import reference_attention
 from .presets import Preset
 from .properties import PROPERTIES, PROPERTY_EVERY, properties_for
@@ -498,7 +499,7 @@ class _Campaign:
 
     def save(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, label: str, **extra) -> None:
         path = save_finding(self.corpus, verdict, case, label=label, kernel=self.resolved)
-        entry = {**_finding_entry(verdict, case, path, cause, shrunk=label == "shrunk"), **extra}
+        entry = {**_finding_entry(verdict, case, path, cause, shrunk=label == "shrunk", device=self.device), **extra}
         self.result.findings.append(entry)
         self.result.bugs.saved(cause, verdict.status, entry)
         if self.on_finding is not None:
@@ -633,7 +634,8 @@ def _record(recipe: Recipe, verdict: Verdict, cause: Cause | None) -> list:
             None if cause is None else cause.key]
 
 
-def _finding_entry(verdict: Verdict, case: AttentionCase, path: Path, cause: Cause, *, shrunk: bool) -> dict:
+def _finding_entry(verdict: Verdict, case: AttentionCase, path: Path, cause: Cause, *, shrunk: bool,
+                   device: str) -> dict:
     return {
         "status": verdict.status,
         "cause": cause.key,
@@ -647,7 +649,7 @@ def _finding_entry(verdict: Verdict, case: AttentionCase, path: Path, cause: Cau
         "elements": case.q.numel() + case.k.numel() + case.v.numel(),
         "shrunk": shrunk,
         "path": str(path),
-        "replay": f"flashcheck replay {path}",
+        "replay": replay_command(path, device=device),
     }
 
 

@@ -37,26 +37,26 @@ _DESCRIPTION = ("Numerical property testing for tiled (flash) attention kernels:
                 "case, self-test, sign off kernels with a report.")
 
 
-def _count(text: str) -> int:
-    """argparse type of a count option: a whole number, at least 1 (0 would check nothing)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
+# Count and duration options: 0 or less would check nothing (or mean "the default" by accident).
+_COUNTS = {"--max-examples": "cases", "--jobs": "worker processes", "--cases": "cases", "--bug-cases": "cases",
+           "--max-n": "keys", "--chunk": "cases", "--min-cases": "judged cases"}
+_DURATIONS = ("--time-budget", "--case-timeout")
 
 
-def _seconds(text: str) -> float:
-    """argparse type of a duration option: a positive number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+def _check_counts(args) -> None:
+    """Every count option a whole number >= 1 and every duration positive, before anything runs."""
+    from .errors import InvalidArgument
+
+    for option in (*_COUNTS, *_DURATIONS):
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is None:
+            continue
+        if option in _COUNTS and value < 1:
+            raise InvalidArgument(option, value, f"expected a number of {_COUNTS[option]}, at least 1",
+                                  f"Pass e.g. {option} 4, or leave it out for the default.")
+        if option in _DURATIONS and not (value > 0 and math.isfinite(value)):
+            raise InvalidArgument(option, value, "expected a positive number of seconds",
+                                  f"Pass e.g. {option} 600, or leave it out for the default.")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,9 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
     fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None,
                       help="cpu runs Triton kernels under the Triton interpreter (default: cuda if available)")
-    fuzz.add_argument("--max-examples", type=_count, default=None, metavar="N",
+    fuzz.add_argument("--max-examples", type=int, default=None, metavar="N",
                       help="cases to draw, at least 1 (default: the preset's)")
-    fuzz.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
+    fuzz.add_argument("--time-budget", type=float, default=None, metavar="S",
                       help="stop after S seconds (default: the preset's)")
     fuzz.add_argument("--seed", type=int, default=None, metavar="S",
                       help="fixes the drawn cases: the same seed and options give the same cases")
@@ -85,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fuzz.add_argument("--keep-going", action="store_true",
                       help="go on past the first bug: shrink and save each distinct bug once, count the others")
-    fuzz.add_argument("--case-timeout", type=_seconds, default=None, metavar="S",
+    fuzz.add_argument("--case-timeout", type=float, default=None, metavar="S",
                       help="seconds one case may take before the kernel counts as hung and its worker process is "
                            "killed (default: 300 with --device cuda, 600 with --device cpu, the Triton interpreter)")
     fuzz.add_argument("--no-isolation", action="store_true",
                       help="run the kernel in this process: faster to start, easier to debug, but a crash or a "
                            "hang of the kernel ends the campaign, and there is no --case-timeout or --jobs")
-    fuzz.add_argument("--jobs", type=_count, default=None, metavar="N",
+    fuzz.add_argument("--jobs", type=int, default=None, metavar="N",
                       help="N worker processes, each with its own seed (derived from --seed), sharing the corpus "
                            "and the example database, spread over the visible GPUs; one merged summary "
                            "(default: the preset's, else 1)")
@@ -109,9 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="the mutation suite: planted bugs against flashcheck and two anchor rules")
     selftest.add_argument("--device", choices=("cuda", "cpu"), default=None)
     selftest.add_argument("--dtype", action="append", choices=DTYPES, help="default: fp16 and fp32 on the CPU, all on a GPU")
-    selftest.add_argument("--cases", type=_count, default=200, metavar="N", help="cases per correct variant and dtype")
-    selftest.add_argument("--bug-cases", type=_count, default=60, metavar="N", help="at most this many cases per planted bug and dtype")
-    selftest.add_argument("--max-n", type=_count, default=160, metavar="N", help="longest sequence drawn")
+    selftest.add_argument("--cases", type=int, default=200, metavar="N", help="cases per correct variant and dtype")
+    selftest.add_argument("--bug-cases", type=int, default=60, metavar="N", help="at most this many cases per planted bug and dtype")
+    selftest.add_argument("--max-n", type=int, default=160, metavar="N", help="longest sequence drawn")
     selftest.add_argument("--seed", type=int, default=0, metavar="S", help="fixes the case lists (default 0)")
     selftest.add_argument("--variant", action="append", default=None,
                           help="only these variants, e.g. torch:math or a planted bug's name (repeatable)")
@@ -121,14 +121,14 @@ def _parser() -> argparse.ArgumentParser:
                                "backward rules")
     selftest.add_argument("--head-dims", default=None, metavar="D,D,...",
                           help="draw only these head dims (fewer Triton compilations on a GPU)")
-    selftest.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
+    selftest.add_argument("--time-budget", type=float, default=None, metavar="S",
                           help="seconds; rows still running then stop early and are marked stopped")
     selftest.add_argument("--json", default=None, metavar="PATH",
                           help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
-    selftest.add_argument("--jobs", type=_count, default=1, metavar="N",
+    selftest.add_argument("--jobs", type=int, default=1, metavar="N",
                           help="run the rows (variant x dtype) in N processes, spread over the visible GPUs, "
                                "in chunks of their cases handed out round-robin (see --chunk)")
-    selftest.add_argument("--chunk", type=_count, default=None, metavar="K",
+    selftest.add_argument("--chunk", type=int, default=None, metavar="K",
                           help="with --jobs: cases per chunk of a row (default 50; a planted bug's first chunk "
                                "holds at most 12, its later ones run only while it is not caught); the rows "
                                "are the same whatever --jobs and --chunk are")
@@ -143,15 +143,15 @@ def _parser() -> argparse.ArgumentParser:
     signoff.add_argument("--backward", action="store_true",
                          help="also the backward pass of each kernel whose spec declares one")
     signoff.add_argument("--preset", default="signoff", metavar="NAME|PATH")
-    signoff.add_argument("--jobs", type=_count, default=None, metavar="N",
+    signoff.add_argument("--jobs", type=int, default=None, metavar="N",
                          help="worker processes per campaign, spread over the visible GPUs (default: the preset's)")
     signoff.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
     signoff.add_argument("--device", choices=("cuda", "cpu"), default=None)
-    signoff.add_argument("--max-examples", type=_count, default=None, metavar="N", help="cases per campaign")
-    signoff.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
+    signoff.add_argument("--max-examples", type=int, default=None, metavar="N", help="cases per campaign")
+    signoff.add_argument("--time-budget", type=float, default=None, metavar="S",
                          help="seconds for the whole sign-off, shared by its campaigns (default: the preset's)")
     signoff.add_argument("--seed", type=int, default=None, metavar="S", help="fixes every campaign's cases")
-    signoff.add_argument("--min-cases", type=_count, default=100, metavar="N",
+    signoff.add_argument("--min-cases", type=int, default=100, metavar="N",
                          help="judged cases a kernel, pass and dtype needs to be signed off (default 100)")
 
     report = sub.add_parser("report", help="re-render a sign-off report, or compare several side by side")
@@ -650,6 +650,7 @@ def _run_command(args) -> int:
     if args.command not in _CAMPAIGN_COMMANDS:
         interrupts.restore()  # raises KeyboardInterrupt if one came meanwhile
     try:
+        _check_counts(args)
         return _COMMANDS[args.command](args)
     except FlashcheckError as exc:
         print(f"flashcheck: error: {exc}", file=sys.stderr)

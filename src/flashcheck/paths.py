@@ -1,16 +1,20 @@
-"""Output paths, checked before any work starts: a campaign that runs for an hour and then cannot write
+"""Paths that flashcheck writes and prints.
+
+Output paths are checked before any work starts: a campaign that runs for an hour and then cannot write
 its summary has lost its result. Each check creates the folder and a probe file in it (then removes the
-probe), so what it accepts can really be written, whoever runs it."""
+probe), so what it accepts can really be written, whoever runs it. :func:`replay_command` is the one
+command every summary, report and failing test prints for a saved case."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
 from .errors import InvalidArgument
 
-__all__ = ["check_writable_file", "check_writable_folder"]
+__all__ = ["check_writable_file", "check_writable_folder", "replay_command"]
 
 
 def _probe(option: str, value, folder: Path) -> None:
@@ -48,3 +52,10 @@ def check_writable_file(option: str, path) -> Path | None:
         raise InvalidArgument(option, str(path), "exists and cannot be written",
                               f"Pass another {option} path, or make that file writable.")
     return file
+
+
+def replay_command(path, *, device: str | None = None) -> str:
+    """The shell command that replays the case saved at ``path`` (as seen from where it is run) on the
+    device it was found on; the case itself records how to reach its kernel."""
+    words = ["flashcheck", "replay", str(path)] + (["--device", device.split(":")[0]] if device else [])
+    return " ".join(shlex.quote(w) for w in words)

@@ -154,8 +154,9 @@ def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
     The case records how to reach its kernel (:func:`flashcheck.kernels.origin.kernel_origin`); a module
     that a fresh process would not find on its own gets a ``PYTHONPATH`` prefix as well."""
     from .kernels.origin import import_root, source_of
+    from .paths import replay_command as replay_path_command
 
-    words = ["flashcheck", "replay", _display(path, session.invocation_dir), "--device", device]
+    command = replay_path_command(_display(path, session.invocation_dir), device=device)
     prefix = ""
     source = source_of(kernel)
     if source and not source.startswith(("torch:", "flashcheck:")):
@@ -163,7 +164,7 @@ def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
         known = {str(Path(p).resolve()) for p in session.import_paths if p}
         if root is not None and str(root) not in known:
             prefix = f"PYTHONPATH={shlex.quote(_display(root, session.invocation_dir) or '.')} "
-    return prefix + " ".join(shlex.quote(w) for w in words)
+    return prefix + command
 
 
 def _save(session: Session, verdict, case, kernel, *, label: str, device: str, corpus=None) -> tuple[Path, str]:

@@ -89,7 +89,7 @@ class Finding:
                 head += f" = {self.ratio:.3g} x budget"
         if self.budget:
             terms = ", ".join(f"{k} {v:.2e}" for k, v in self.budget.items() if k != "total")
-            head += f"\n    budget {self.budget.get('total', math.nan):.3e} = {terms}"
+            head += f"\n    budget {self.budget.get('total', math.nan):.3e}" + (f" = {terms}" if terms else "")
         return head
 
     def as_dict(self) -> dict:
@@ -143,12 +143,19 @@ class Verdict:
         return self.status == PASS
 
     def __str__(self) -> str:
-        lines = [f"{self.status}: {self.kernel} on {self.case}", f"  max error/budget {self.max_ratio:.3g}"]
+        lines = [f"{self.status}: {self.kernel} on {self.case}", f"  max error/budget {self._ratios_text()}"]
         lines += ["  " + f.summary().replace("\n", "\n  ") for f in self.findings]
         if self.skipped:
             lines.append(f"  skipped, not judged: {self.skipped}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _ratios_text(self) -> str:
+        # max_ratio is the output's; an lse judged apart says its own, so that an lse-only finding does
+        # not read "max error/budget 0".
+        text = f"{self.max_ratio:.3g}"
+        lse = [f.ratio for f in self.findings if f.kind == "lse" and f.ratio is not None]
+        return f"{text} (out), {max(lse):.3g} (lse)" if lse else text
 
     def as_dict(self) -> dict:
         return {"status": self.status, "kernel": self.kernel, "case": self.case, "regime": self.regime,

@@ -37,7 +37,7 @@ def test_planted_bug_exits_1_saves_and_replays(tmp_path, capsys):
     assert len(shrunk) == 1 and shrunk[0]["kinds"] == ["over_budget"]
     assert any(f["shrunk"] is False for f in summary["findings"]), "the case as first found is saved too"
     for finding in summary["findings"]:
-        assert finding["replay"] == f"flashcheck replay {finding['path']}"
+        assert finding["replay"] == f"flashcheck replay {finding['path']} --device cpu"
         capsys.readouterr()
         assert main(["replay", finding["path"], "--device", "cpu"]) == 1
         assert "over_budget" in capsys.readouterr().out
