@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidArgument
+from ..paths import check_writable_folder
 
 __all__ = ["cmd_report", "cmd_signoff"]
 
@@ -63,13 +64,14 @@ def cmd_report(args) -> int:
 
     reports = [load_report(d) for d in args.reports]
     if len(reports) == 1:
-        out = Path(args.out or args.reports[0])
+        out = check_writable_folder("--out", args.out or args.reports[0])  # --out defaults to DIR
         write_report(reports[0], out)
         print(f"flashcheck report: {reports[0]['status']}: {out / 'index.html'} and {out / 'report.md'}")
         return EXIT_SIGNED_OFF
     if args.out is None:
         raise InvalidArgument("--out", None, f"{len(reports)} reports make a comparison, which needs a folder",
                               "Pass --out DIR.")
+    check_writable_folder("--out", args.out)
     names = _names(args.reports)
     write_comparison(reports, names, args.out)
     print(f"flashcheck report: {len(reports)} reports side by side: {Path(args.out) / 'compare.html'} and "

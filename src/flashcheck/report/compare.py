@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from .plots import plots
-from .render import write_pages
+from .render import NO_GPU, ratio_text, write_pages
 
 __all__ = ["compare_blocks", "write_comparison"]
 
@@ -19,7 +19,7 @@ def _runs(reports: list[dict], names: list[str]) -> list:
     rows = []
     for name, r in zip(names, reports):
         m, fc = r["machine"], r["flashcheck"]
-        gpus = ", ".join(g["name"] for g in m["gpus"]) or m["cpu"]
+        gpus = ", ".join(g["name"] for g in m["gpus"]) or NO_GPU
         rows.append([name, r["status"], r["created"], (fc["commit"] or "-")[:12], m["torch"], m["cuda"] or "-",
                      m["cudnn"] or "-", m["triton"] or "-", gpus, r["totals"]["judged"], r["totals"]["bugs"]])
     return [("h2", "Runs"), ("table", ["report", "status", "created", "flashcheck", "torch", "CUDA", "cuDNN",
@@ -36,9 +36,7 @@ def _verdicts(reports: list[dict], names: list[str]) -> list:
 def _cell(cell: dict | None) -> str:
     if cell is None:
         return "not run"
-    ratio = cell["max_ratio"]
-    ratio = "-" if ratio is None else ratio if isinstance(ratio, str) else f"{ratio:.3g}"
-    return f"{cell['status']} ({cell['judged']} cases, max {ratio})"
+    return f"{cell['status']} ({cell['judged']} cases, max {ratio_text(cell['max_ratio'])})"
 
 
 def _bugs(reports: list[dict], names: list[str]) -> list:

@@ -2,7 +2,8 @@
 and kernel as a heat map, and err/budget against the number of keys.
 
 Ratios are plotted on a log scale: a ratio of 0 (an exact output) sits at the floor, and a non-finite
-output (NaN, recorded as ``"nan"``) at the ceiling, marked, because it is the worst there is.
+output (NaN, recorded as ``"nan"``) at the ceiling, marked, because it is the worst there is. The heat map's
+cells are coloured on that clamped scale but labelled with the recorded worst ("0", "<1e-4", "2.8e+41", "NaN").
 """
 
 from __future__ import annotations
@@ -40,6 +41,22 @@ def _ratio(value) -> float:
         return math.nan
     x = float(value)
     return CEILING if not math.isfinite(x) else min(max(x, FLOOR), CEILING)
+
+
+def _label(value: float) -> str:
+    """A heat map cell's text: the recorded worst itself, not where the colour scale clamps it."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "inf"
+    if value == 0:
+        return "0"
+    return f"<1e{round(math.log10(FLOOR))}" if value < FLOOR else f"{value:.2g}"
+
+
+def _worst(a: float, b: float) -> float:
+    """The worse of two recorded ratios; NaN (a non-finite output) is the worst there is."""
+    return a if math.isnan(a) or (not math.isnan(b) and a >= b) else b
 
 
 def _png(fig) -> bytes:
@@ -87,19 +104,20 @@ def _distribution(plt, c: dict, rows: list) -> bytes:
 def _heatmap(plt, c: dict, rows: list) -> bytes:
     runs = sorted({(r[c["kernel"]], r[c["pass"]]) for r in rows})
     regimes = sorted({r[c["values"]] for r in rows})
-    worst = [[math.nan] * len(runs) for _ in regimes]
+    worst = [[None] * len(runs) for _ in regimes]  # the recorded ratio, None where no case has one
     for r in rows:
+        if r[c["ratio"]] is None:
+            continue
         i, j = regimes.index(r[c["values"]]), runs.index((r[c["kernel"]], r[c["pass"]]))
-        x = _ratio(r[c["ratio"]])
-        worst[i][j] = x if math.isnan(worst[i][j]) else max(worst[i][j], x)
-    logs = [[math.log10(x) if not math.isnan(x) else math.nan for x in row] for row in worst]
+        x = float(r[c["ratio"]])
+        worst[i][j] = x if worst[i][j] is None else _worst(worst[i][j], x)
+    logs = [[math.nan if x is None else math.log10(_ratio(x)) for x in row] for row in worst]
     fig, ax = plt.subplots(figsize=(1.2 * len(runs) + 3, 0.34 * len(regimes) + 1.8))
     image = ax.imshow(logs, cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto")
     for i, row in enumerate(worst):
         for j, x in enumerate(row):
-            if not math.isnan(x):
-                text = "NaN" if x >= CEILING else f"{x:.2g}"
-                ax.text(j, i, text, ha="center", va="center", fontsize=7)
+            if x is not None:
+                ax.text(j, i, _label(x), ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(runs)), [f"{k} {p}" for k, p in runs], fontsize=7, rotation=30, ha="right")
     ax.set_yticks(range(len(regimes)), regimes, fontsize=8)
     fig.colorbar(image, ax=ax, label="log10 worst error/budget (over 0: a bug)")

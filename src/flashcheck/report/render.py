@@ -14,17 +14,21 @@ from pathlib import Path
 from ..verdict import write_text
 from .plots import plots
 
-__all__ = ["report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
+__all__ = ["NO_GPU", "ratio_text", "report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
 
 # A block: ("h1" | "h2" | "h3" | "p", text), ("table", header, rows), ("ul", items), ("pre", text),
 # ("img", name, title): a plot by name.
 _STATUS_CLASS = {"SIGNED-OFF": "ok", "PASS": "ok", "BLOCKED": "bad", "BUG": "bad", "SUSPICIOUS": "warn"}
 
 
-def _ratio(value) -> str:
+NO_GPU = "none (CPU)"  # what a report says for the GPUs of a run on the CPU
+
+
+def ratio_text(value) -> str:
+    """A recorded err/budget for people: "-" when there is none, "non-finite" for "nan" or "inf"."""
     if value is None:
         return "-"
-    return value if isinstance(value, str) else f"{value:.3g}"
+    return "non-finite" if isinstance(value, str) else f"{value:.3g}"
 
 
 def _counts(counts: dict) -> str:
@@ -33,17 +37,19 @@ def _counts(counts: dict) -> str:
 
 def _head(report: dict) -> list:
     fc, t = report["flashcheck"], report["totals"]
-    commit = (fc["commit"] or "no git commit")[:12] + (" (with local changes)" if fc.get("dirty") else "")
+    commit = fc["commit"][:12] if fc["commit"] else "no git commit"
+    commit += " (with local changes)" if fc.get("dirty") else ""
+    seed = "no seed" if report["seed"] is None else f"seed {report['seed']}"
     return [("h1", f"flashcheck sign-off: {report['status']}"),
             ("p", f"{t['judged']} cases judged ({t['cases']} run) in {t['campaigns']} campaigns, "
                   f"{t['elapsed_s']:.0f} s; {t['bugs']} distinct bugs, {t['suspicious']} suspicious. Preset "
-                  f"{report['preset']}, seed {report['seed']}, device {report['device']}, created "
-                  f"{report['created']}, flashcheck {fc['version']} at {commit}."),
+                  f"{report['preset']}, {seed}, device {report['device']}, created "
+                  f"{report['created']}, flashcheck {fc['version'] or '(version unknown)'} at {commit}."),
             ("pre", report["command"])]
 
 
 def _verdicts(report: dict) -> list:
-    rows = [[c["kernel"], c["pass"], cell["dtype"], cell["status"], cell["judged"], _ratio(cell["max_ratio"]),
+    rows = [[c["kernel"], c["pass"], cell["dtype"], cell["status"], cell["judged"], ratio_text(cell["max_ratio"]),
              "; ".join(cell["reasons"]) or "-"] for c in report["campaigns"] for cell in c["dtypes"]]
     return [("h2", "Verdict per kernel, pass and dtype"),
             ("table", ["kernel", "pass", "dtype", "status", "judged", "max err/budget", "reasons"], rows)]
@@ -51,8 +57,8 @@ def _verdicts(report: dict) -> list:
 
 def _bug(bug: dict) -> list:
     s = bug.get("smallest") or {}
-    rows = [["failing cases", f"{bug['cases']} drawn" + (f", {bug['shrink_cases']} more met while shrinking "
-                                                          "another bug" if bug.get("shrink_cases") else "")], ["max err/budget", _ratio(bug["max_ratio"])],
+    shrink = f", {bug['shrink_cases']} more met while shrinking another bug" if bug.get("shrink_cases") else ""
+    rows = [["failing cases", f"{bug['cases']} drawn{shrink}"], ["max err/budget", ratio_text(bug["max_ratio"])],
             ["dtypes", _counts(bug["dtypes"])], ["layouts", _counts(bug["layouts"])],
             ["causal", _counts(bug["causal"])], ["regimes", _counts(bug["regimes"])],
             ["where (cases)", _counts(bug.get("parts") or {})],
@@ -99,7 +105,8 @@ def _coverage(report: dict) -> list:
 
 def _campaigns(report: dict) -> list:
     rows = [[c["kernel"], c["pass"], c["verdict"], c["cases"], c["judged"], f"{c['elapsed_s']:.0f}",
-             c["cases_per_s"], c["stopped"] if isinstance(c["stopped"], str) else ", ".join(c["stopped"]),
+             "-" if c["cases_per_s"] is None else c["cases_per_s"],
+             c["stopped"] if isinstance(c["stopped"], str) else ", ".join(c["stopped"]),
              ", ".join(f"{k} {v:.0f} s" for k, v in c["time_split_s"].items() if v >= 0.5)]
             for c in report["campaigns"]]
     notes = [f"{c['kernel']} ({c['pass']}): {n}" for c in report["campaigns"] for n in c["notes"]]
@@ -111,7 +118,7 @@ def _campaigns(report: dict) -> list:
 
 def _machine(report: dict) -> list:
     m = report["machine"]
-    gpus = "; ".join(f"{g['name']} ({g['memory_gib']} GiB, sm {g['capability']})" for g in m["gpus"]) or "none"
+    gpus = "; ".join(f"{g['name']} ({g['memory_gib']} GiB, sm {g['capability']})" for g in m["gpus"]) or NO_GPU
     rows = [["GPUs", gpus]] + [[k, m.get(k) or "-"] for k in ("driver", "cuda", "cudnn", "torch", "triton",
                                                               "numpy", "hypothesis", "python", "platform", "cpu")]
     return [("h2", "Machine"), ("table", ["", ""], rows)]

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..campaign import prepare_campaign
 from ..errors import InvalidArgument
 from ..parallel import run_campaigns
+from ..paths import check_writable_folder
 from ..verdict import write_json
 from .machine import flashcheck_version, machine_info
 from .model import build_report
@@ -58,7 +59,7 @@ def run_signoff(kernels: list[str], *, out, device: str, preset, backward: bool 
     out = Path(out)
     check_plotting()
     plan, not_checked = plan_signoff(kernels, device=device, preset=preset, backward=backward, dtypes=dtypes)
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable_folder("--out", out)  # after the kernels load, so that a usage error leaves no folder behind
     budget = time_budget if time_budget is not None else preset.time_budget
     deadline = time.monotonic() + budget if budget else None
     runs = []
