@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,9 @@ def _check(command: Command, cwd: Path, env: dict, timeout: float = 600) -> str:
     text = _fill_case(command.block.text, cwd) if "case" in expect.flags else command.block.text
     if "clone" in expect.flags and (cwd / ".venv").is_dir():
         text = f". .venv/bin/activate && {text}"
+    started = time.monotonic()
     code, output = _run(text, cwd, env, timeout)
+    print(f"{command.id}: exit {code} in {time.monotonic() - started:.0f} s")  # shown with -s or on failure
     where = f"{command.id}: `{text}`"
     assert code == expect.exit, f"{where} exited {code}, documented {expect.exit}:\n{output[-6000:]}"
     for wanted in expect.output:
