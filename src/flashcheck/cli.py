@@ -33,6 +33,7 @@ EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NO_CASES = 0, 1, 2, 3
 _FUZZ_EPILOG = """exit status: 0 nothing wrong (PASS or SUSPICIOUS), 1 a bug was found (BUG), 2 usage error,
 3 no case was judged (NO_CASES: every case skipped, e.g. out of memory or unsupported, or none run)"""
 DTYPES = ("fp16", "bf16", "fp32")
+_DEVICE_HELP = "cpu runs Triton kernels under the Triton interpreter (default: cuda if available)"
 _DESCRIPTION = ("Numerical property testing for tiled (flash) attention kernels: fuzz a kernel, replay a saved "
                 "case, self-test, sign off kernels with a report.")
 
@@ -66,15 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     fuzz = sub.add_parser("fuzz", help="run a fuzzing campaign against a kernel", epilog=_FUZZ_EPILOG)
     fuzz.add_argument("kernel", help="torch:math, torch:flash, ..., flashcheck:triton, or package.module:function")
     fuzz.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
-    fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                      help="cpu runs Triton kernels under the Triton interpreter (default: cuda if available)")
+    fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
     fuzz.add_argument("--max-examples", type=int, default=None, metavar="N",
                       help="cases to draw, at least 1 (default: the preset's)")
     fuzz.add_argument("--time-budget", type=float, default=None, metavar="S",
                       help="stop after S seconds (default: the preset's)")
     fuzz.add_argument("--seed", type=int, default=None, metavar="S",
                       help="fixes the drawn cases: the same seed and options give the same cases")
-    fuzz.add_argument("--preset", default="smoke", metavar="NAME|PATH")
+    fuzz.add_argument("--preset", default="smoke", metavar="NAME|PATH",
+                      help="a built-in preset (flashcheck presets) or a TOML file (default: smoke)")
     fuzz.add_argument("--corpus", default="flashcheck-corpus", metavar="DIR",
                       help="where failing cases are saved (and the hypothesis database, unless --database)")
     fuzz.add_argument("--database", default=None, metavar="DIR|redis://HOST:PORT[/DB]",
@@ -103,11 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run one saved case (a backward case re-runs the backward pass)")
     replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
     replay.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
-    replay.add_argument("--device", choices=("cuda", "cpu"), default=None)
-    replay.add_argument("--json", default=None, metavar="PATH")
+    replay.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
+    replay.add_argument("--json", default=None, metavar="PATH", help="write the verdict here as JSON")
 
     selftest = sub.add_parser("selftest", help="the mutation suite: planted bugs against flashcheck and two anchor rules")
-    selftest.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    selftest.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
     selftest.add_argument("--dtype", action="append", choices=DTYPES, help="default: fp16 and fp32 on the CPU, all on a GPU")
     selftest.add_argument("--cases", type=int, default=200, metavar="N", help="cases per correct variant and dtype")
     selftest.add_argument("--bug-cases", type=int, default=60, metavar="N", help="at most this many cases per planted bug and dtype")
@@ -115,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--seed", type=int, default=0, metavar="S", help="fixes the case lists (default 0)")
     selftest.add_argument("--variant", action="append", default=None,
                           help="only these variants, e.g. torch:math or a planted bug's name (repeatable)")
-    selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all")
+    selftest.add_argument("--variants", choices=("all", "correct", "bugs"), default="all",
+                          help="which half to run: the planted bugs, the correct kernels, or both (default)")
     selftest.add_argument("--backward", action="store_true",
                           help="the backward pass: planted backward bugs, correct kernels' dQ, dK, dV, the anchors' "
                                "backward rules")
@@ -142,11 +144,12 @@ def _parser() -> argparse.ArgumentParser:
                          help="report.json, report.md, index.html, plots/, campaigns/ and corpus/ go here")
     signoff.add_argument("--backward", action="store_true",
                          help="also the backward pass of each kernel whose spec declares one")
-    signoff.add_argument("--preset", default="signoff", metavar="NAME|PATH")
+    signoff.add_argument("--preset", default="signoff", metavar="NAME|PATH",
+                         help="a built-in preset (flashcheck presets) or a TOML file (default: signoff)")
     signoff.add_argument("--jobs", type=int, default=None, metavar="N",
                          help="worker processes per campaign, spread over the visible GPUs (default: the preset's)")
     signoff.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
-    signoff.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    signoff.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
     signoff.add_argument("--max-examples", type=int, default=None, metavar="N", help="cases per campaign")
     signoff.add_argument("--time-budget", type=float, default=None, metavar="S",
                          help="seconds for the whole sign-off, shared by its campaigns (default: the preset's)")

@@ -57,5 +57,6 @@ def check_writable_file(option: str, path) -> Path | None:
 def replay_command(path, *, device: str | None = None) -> str:
     """The shell command that replays the case saved at ``path`` (as seen from where it is run) on the
     device it was found on; the case itself records how to reach its kernel."""
-    words = ["flashcheck", "replay", str(path)] + (["--device", device.split(":")[0]] if device else [])
+    on = ["--device", device.split(":")[0]] if isinstance(device, str) and device else []  # merged: a list
+    words = ["flashcheck", "replay", str(path)] + on
     return " ".join(shlex.quote(w) for w in words)

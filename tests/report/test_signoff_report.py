@@ -62,7 +62,7 @@ def test_each_bug_keeps_a_replayable_smallest_case(signoff_report, capsys):
     out, _, report = signoff_report
     for bug in report["bugs"]:
         path = out / bug["smallest"]["path"]  # relative to the report's folder
-        assert path.exists() and bug["smallest"]["replay"] == f"flashcheck replay {bug['smallest']['path']}"
+        assert path.exists() and bug["smallest"]["replay"] == f"flashcheck replay {bug['smallest']['path']} --device cpu"
     assert main(["replay", str(out / report["bugs"][0]["smallest"]["path"]), "--device", "cpu"]) == 1
     assert "BUG" in capsys.readouterr().out
 

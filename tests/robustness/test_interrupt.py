@@ -70,3 +70,22 @@ def test_an_interrupted_campaign_writes_its_summary_and_keeps_its_corpus(tmp_pat
         assert AttentionCase.load(finding["path"]).shapes.n_q > 16
     if code:
         assert [f["kinds"] for f in summary["findings"] if not f["shrunk"]] == [["crash"]]
+
+
+@pytest.mark.parametrize("extra", [[], ["--jobs", "2"]])
+@pytest.mark.parametrize("after_s", [0.5, 1.5])  # after Python itself has started
+def test_ctrl_c_while_the_command_starts_up_gives_a_summary_not_a_traceback(tmp_path, after_s, extra):
+    # Ctrl-C reaches the whole process group: the CLI and the workers it spawns while torch loads.
+    summary = tmp_path / "s.json"
+    proc = subprocess.Popen(_command() + ["fuzz", "torch:math", "--device", "cpu", "--max-examples", "50",
+                                          "--corpus", str(tmp_path / "corpus"), "--json", str(summary), *extra],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(after_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert "Traceback" not in err and "Fatal Python error" not in err, err
+    result = json.loads(summary.read_text())
+    assert result["stopped"] == "interrupted" and result["cases"] < 50, out
+    assert proc.returncode == {"NO_CASES": 3, "PASS": 0}[result["verdict"]]
+    assert f": {result['verdict']}" in out.splitlines()[0]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..campaign import RECORD_COLUMNS
 from ..errors import InvalidArgument
+from ..paths import replay_command
 from ..verdict import BUG, from_json_number
 
 __all__ = ["BLOCKED", "SCHEMA_VERSION", "SIGNED_OFF", "build_report", "load_report", "schema"]
@@ -115,7 +116,7 @@ def _bugs_of(run: dict, first_id: int, root: Path) -> list[dict]:
         smallest = dict(bug.get("smallest") or {})
         if smallest:
             smallest["path"] = _relative(smallest.get("path"), root)
-            smallest["replay"] = f"flashcheck replay {smallest['path']}"
+            smallest["replay"] = replay_command(smallest["path"], device=run["summary"].get("device"))
         out.append({**bug, "id": first_id + i, "kernel": run["summary"]["kernel"], "pass": run["pass"],
                     "smallest": smallest or None})
     return out

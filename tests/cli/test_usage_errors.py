@@ -1,0 +1,79 @@
+"""Bad options are refused before anything runs: exit 2, a message that names the option, echoes its value
+and says how to fix it; never a traceback, never a campaign that then cannot write its result."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from flashcheck.cli import main
+
+K = "tests.cli._planted:correct"
+
+# Every count and duration option of every command, at 0 and below.
+COUNT_OPTIONS = [
+    (["fuzz", K], "--max-examples"), (["fuzz", K], "--jobs"), (["fuzz", K], "--time-budget"),
+    (["fuzz", K], "--case-timeout"),
+    (["selftest"], "--cases"), (["selftest"], "--bug-cases"), (["selftest"], "--max-n"), (["selftest"], "--jobs"),
+    (["selftest"], "--chunk"), (["selftest"], "--time-budget"),
+    (["signoff", "torch:math", "--out", "out"], "--max-examples"), (["signoff", "torch:math", "--out", "out"], "--jobs"),
+    (["signoff", "torch:math", "--out", "out"], "--min-cases"),
+    (["signoff", "torch:math", "--out", "out"], "--time-budget"),
+]
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+@pytest.mark.parametrize("command, option", COUNT_OPTIONS)
+def test_counts_below_one_are_usage_errors(command, option, value, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--device", "cpu", option, value]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"{option}=-?[01](\.0)?: expected ", err) and "Pass e.g." in err, err
+    assert list(tmp_path.iterdir()) == [], "nothing may run (nor a corpus or report appear) before the check"
+
+
+def _unwritable(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    return str(blocker / "below")  # a path below a regular file cannot be created, even by root
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["fuzz", K, "--json", "{bad}/s.json"], "--json"),
+    (["fuzz", K, "--corpus", "{bad}"], "--corpus"),
+    (["selftest", "--json", "{bad}/rows.json"], "--json"),
+    (["merge", "{summary}", "--json", "{bad}/m.json"], "--json"),
+    (["replay", "{case}", "--json", "{bad}/v.json"], "--json"),
+])
+def test_unwritable_outputs_are_refused_before_any_case(argv, option, tmp_path, capsys):
+    bad = _unwritable(tmp_path)
+    argv = [a.format(bad=bad, summary=tmp_path / "none.json", case=tmp_path / "none.json") for a in argv]
+    assert main([*argv, "--device", "cpu"] if argv[0] != "merge" else argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option}='{bad}" in err and "cannot write" in err and "Traceback" not in err, err
+
+
+def test_a_json_path_that_is_a_folder_is_refused(tmp_path, capsys):
+    assert main(["fuzz", K, "--device", "cpu", "--json", str(tmp_path), "--corpus", str(tmp_path / "c")]) == 2
+    assert "is a folder, not a file" in capsys.readouterr().err
+
+
+def _without_help(text: str) -> list:
+    """Options listed alone on their line whose next line is not their wrapped help text."""
+    lines = text.splitlines() + [""]
+    alone = re.compile(r"^  (--[\w-]+)(?: [^ ]+)*$")
+    return [m[1] for line, after in zip(lines, lines[1:]) if (m := alone.match(line))
+            and not re.match(r"^ {10,}\S", after)]
+
+
+def test_help_is_plain_text_and_documents_every_option(capsys):
+    for command in ("fuzz", "replay", "selftest", "signoff", "report", "merge"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "``" not in text, f"{command} --help shows reStructuredText markup"
+        assert not _without_help(text), f"{command} --help: no help text for {_without_help(text)}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "``" not in capsys.readouterr().out
