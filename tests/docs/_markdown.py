@@ -30,6 +30,10 @@ TEST_COMMAND = ("<!-- test-command -->", "<!-- /test-command -->")
 _EXPECT = re.compile(r"^<!--\s*expect:(?P<body>.*?)-->\s*$")
 
 
+def show(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
 def documents() -> list[Path]:
     """The Markdown files whose commands a user runs: the README and every example's."""
     return [ROOT / "README.md", *sorted((ROOT / "examples").rglob("*.md"))]
@@ -46,7 +50,7 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        return f"{show(self.path)}:{self.line}"
 
 
 @dataclass
@@ -96,7 +100,7 @@ def blocks(path: Path) -> list[Block]:
                 start, last_text = None, line
             continue
         if start is None and line.startswith("    ") and number > 1 and not lines[number - 2].strip():
-            raise ValueError(f"{path.relative_to(ROOT)}:{number}: an indented code block ({line.strip()!r}); "
+            raise ValueError(f"{show(path)}:{number}: an indented code block ({line.strip()!r}); "
                              "use a fenced block: ```sh with an expect marker for a command, ```text otherwise")
         if start is None and line.strip():
             last_text = line.strip()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ._markdown import ROOT, documents
+from ._markdown import ROOT, documents, show
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -30,10 +30,6 @@ def _anchors(path: Path) -> set[str]:
     return {_slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
 
 
-def _show(path: Path) -> str:
-    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
-
-
 def _broken(path: Path) -> list[str]:
     broken = []
     for target in LINK.findall(FENCE.sub("", path.read_text(encoding="utf-8"))):
@@ -42,9 +38,9 @@ def _broken(path: Path) -> list[str]:
         file, _, anchor = target.partition("#")
         resolved = (path.parent / file).resolve() if file else path
         if not resolved.exists():
-            broken.append(f"{target}: no {_show(resolved)}")
+            broken.append(f"{target}: no {show(resolved)}")
         elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
-            broken.append(f"{target}: no heading #{anchor} in {_show(resolved)}")
+            broken.append(f"{target}: no heading #{anchor} in {show(resolved)}")
     return broken
 
 
