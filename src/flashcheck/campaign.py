@@ -50,7 +50,7 @@ from .causes import Cause, needs_layout_triage, root_cause
 from .database import open_database
 from .errors import InvalidArgument
 from .interrupts import take_pending
-from .kernels import resolve_kernel
+from .kernels import dtype_left_out, resolve_kernel
 from .kernels.origin import kernel_origin
 from .diagnose import growth_with_length
 from .merge import NO_CASES, merged_verdict
@@ -248,9 +248,17 @@ def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtype
     wanted = list(preset.dtypes if dtypes is None else dtypes)
     dtypes = [d for d in wanted if d in resolved.spec.dtypes]
     if not dtypes:
-        raise InvalidArgument("dtype", wanted, f"kernel {resolved.name} supports only {resolved.spec.dtypes}",
-                              "Pick a dtype the kernel supports.")
+        raise _no_dtype(resolved, device, wanted)
     return resolved, isolate, dtypes
+
+
+def _no_dtype(resolved: Kernel, device: str, wanted: list) -> InvalidArgument:
+    problem, fix = f"kernel {resolved.name} supports only {resolved.spec.dtypes}", "Pick a dtype the kernel supports."
+    why = [(d, reason) for d in wanted if (reason := dtype_left_out(resolved, device, d))]
+    if why:  # a built-in that has the dtype, but not on this device
+        problem += f" on {device}: {why[0][1]}"
+        fix = f"Check {why[0][0]} with --device cuda, or pick one of {resolved.spec.dtypes}."
+    return InvalidArgument("dtype", wanted, problem, fix)
 
 
 def warm_oracle(device) -> None:

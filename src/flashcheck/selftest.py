@@ -53,13 +53,13 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     """
     from . import mutants as mutant_module
     from .kernels import resolve_kernel
-    from .kernels.triton_flash import make_kernel
+    from .kernels.triton_flash import make_kernel, on_device
 
     # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
     # to) the strict contract; on a GPU they run as tf32 under the flash contract.
     precision = "ieee" if device == "cpu" else "tf32"
     out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
-                   lambda m=m, n=n: make_kernel(block_m=m, block_n=n, input_precision=precision))
+                   lambda m=m, n=n: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device))
            for m, n in CORRECT_TILES]
     # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
     # judge them; they are not rows that must stay clean here.
@@ -68,8 +68,9 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
             for name in torch_backends]
     chosen = [m for m in mutant_module.BACKWARD_MUTANTS if device in m.devices] if backward else mutant_module.MUTANTS
     out += [Variant(m.name, False, m.area, m.description,
-                    lambda m=m: mutant_module.load_mutant(m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1],
-                                                          input_precision=precision), dtypes=m.dtypes)
+                    lambda m=m: on_device(mutant_module.load_mutant(
+                        m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
+                    dtypes=m.dtypes)
             for m in chosen]
     return [v for v in out if (which == "all" or v.correct == (which == "correct"))
             and (names is None or v.name in names)]

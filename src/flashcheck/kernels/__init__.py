@@ -137,7 +137,7 @@ def _make_triton(device: str, options: dict, mutant: str | None = None) -> Kerne
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     try:
-        from .triton_flash import make_kernel
+        from .triton_flash import make_kernel, on_device
     except ImportError as exc:
         raise BackendUnavailable(TRITON, device, f"flashcheck.kernels.triton_flash cannot be imported ({exc})",
                                  "Reinstall flashcheck.") from exc
@@ -147,7 +147,17 @@ def _make_triton(device: str, options: dict, mutant: str | None = None) -> Kerne
         made = load_mutant(mutant, **options)
     else:
         made = make_kernel(**options)
-    return Kernel(made.fn, made.spec.replace(devices=(device,)), name=made.name)
+    return on_device(made, device)
+
+
+def dtype_left_out(kernel: Kernel, device: str, dtype: str) -> str | None:
+    """Why a built-in kernel's spec leaves ``dtype`` out on ``device`` although the kernel has it
+    (flashcheck:triton under the Triton interpreter); None when it does not."""
+    if _device_type(device) != "cpu" or parse_kernel_name(kernel.source or "")[0] != TRITON:
+        return None
+    from .triton_flash import INTERPRETER_WRONG_DTYPES
+
+    return INTERPRETER_WRONG_DTYPES.get(dtype)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -38,7 +38,9 @@ __all__ = [
     "INPUT_PRECISIONS",
     "MAX_HEAD_DIM",
     "MIN_HEAD_DIM",
+    "INTERPRETER_WRONG_DTYPES",
     "make_kernel",
+    "on_device",
     "triton_attention",
 ]
 
@@ -50,6 +52,8 @@ MIN_BLOCK, MAX_BLOCK = 16, 256
 _NUM_WARPS = (1, 2, 4, 8, 16, 32)
 _MAX_GRID_Y = 65535  # CUDA's limit on the second grid dimension (batch * query heads)
 _LOG2E = 1.0 / math.log(2.0)
+# Dtypes the Triton interpreter computes wrongly, with why: the kernel does not claim them on the CPU.
+INTERPRETER_WRONG_DTYPES = {"bf16": "the Triton interpreter's bf16 tl.dot is wrong (it computes on raw bit patterns)"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -463,3 +467,12 @@ def make_kernel(
         deterministic_backward=True,
     )
     return Kernel(attention, spec, name=f"{BACKEND_NAME}[{','.join(options)}]")
+
+
+def on_device(kernel: Kernel, device: str) -> Kernel:
+    """``kernel`` (this one, or a planted-bug variant under its spec) with its spec on ``device``: that
+    device alone, and on the CPU, where the Triton interpreter runs it, none of INTERPRETER_WRONG_DTYPES.
+    So a campaign does not draw bf16 there, and a judged bf16 case says nothing about the kernel."""
+    wrong = INTERPRETER_WRONG_DTYPES if device == "cpu" else {}
+    dtypes = tuple(d for d in kernel.spec.dtypes if d not in wrong)
+    return Kernel(kernel.fn, kernel.spec.replace(devices=(device,), dtypes=dtypes), name=kernel.name)
