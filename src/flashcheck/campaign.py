@@ -18,7 +18,9 @@ later cases with a known cause are only counted (by regime, dtype, layout and ca
 campaign ends at ``max_examples`` or the time budget. A SUSPICIOUS case is saved once per cause, not
 shrunk. The summary leads with the distinct bugs (:mod:`flashcheck.bugs`); the raw findings follow.
 Hypothesis stops at the first failure, so each bug ends a round and the next round draws the remaining
-examples with fresh randomness (derived from the seed, so a seed still fixes every case).
+examples with fresh randomness (derived from the seed, so a seed still fixes every case). Over several
+dtypes, each dtype draws its share of the cases and of the time in an engine of its own, one after the
+other, with the example database's keys apart; the failures stored for every dtype replay first.
 
 The summary's ``first_case_s`` is the time a user waits for the first result: seconds from ``started_at``
 (``flashcheck fuzz``: the start of its process, :func:`flashcheck.clock.process_start`; by default the
@@ -37,6 +39,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import SkipTest
 
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
@@ -47,7 +50,7 @@ from .backward import drawn_backward_case, judge_case
 from .bugs import BugTally
 from .case import AttentionCase, Layout
 from .causes import Cause, needs_layout_triage, root_cause
-from .database import open_database
+from .database import KeyedDatabase, open_database
 from .errors import InvalidArgument
 from .interrupts import take_pending
 from .kernels import dtype_left_out, resolve_kernel
@@ -310,12 +313,12 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                                                      isolate=isolate, case_timeout=case_timeout,
                                                      kernel_options=kernel_options, backward=backward)
         spec = resolved.spec.for_backward() if backward else resolved.spec
-        strategy = recipes(spec=spec, dtypes=dtypes, **preset.strategy_options())
+        strategies = {d: recipes(spec=spec, dtypes=[d], **preset.strategy_options()) for d in dtypes}
         corpus.mkdir(parents=True, exist_ok=True)
         example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
         worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,
                            process=worker_process) if isolate else None
-        campaign = _Campaign(resolved, strategy, device=device, preset=preset, seed=seed, corpus=corpus,
+        campaign = _Campaign(resolved, strategies, device=device, preset=preset, seed=seed, corpus=corpus,
                              database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
                              on_finding=on_finding, reuse=reuse, started_at=started_at, backward=backward)
         if records:
@@ -330,10 +333,10 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
 class _Campaign:
     """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
-    def __init__(self, resolved: Kernel, strategy, *, device: str, preset: Preset, seed: int | None, corpus: Path,
+    def __init__(self, resolved: Kernel, strategies: dict, *, device: str, preset: Preset, seed: int | None, corpus: Path,
                  database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool,
                  started_at: float, backward: bool = False):
-        self.resolved, self.strategy, self.device, self.seed = resolved, strategy, device, seed
+        self.resolved, self.strategies, self.device, self.seed = resolved, strategies, device, seed  # dtype ->
         self.started_at = started_at
         self.backward = backward  # each case checks the backward pass, with a dO regime from its seed
         self.corpus, self.database, self.reuse = corpus, database, reuse
@@ -347,8 +350,10 @@ class _Campaign:
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
         self.start = self.last_end = time.monotonic()
         self.first_case_at: float | None = None
-        self.deadline = math.inf
+        self.deadline = self.campaign_deadline = math.inf  # the current dtype's, the campaign's
         self.round = _Round()
+        self.round_no = 0
+        self.generated = 0                   # cases drawn (not shrink candidates): they count to max_examples
         self.saved_found: set[str] = set()   # causes whose first case is saved
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 
@@ -521,49 +526,98 @@ class _Campaign:
 
     # ---- the rounds ------------------------------------------------------------------------------------
 
-    def _make_test(self, round_no: int, examples: int):
-        # Later rounds skip the database: it holds the failures just shrunk, which would only count again,
-        # and with one hypothesis keeps a pareto front that draws the later rounds back to them.
-        phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink) \
-            if round_no == 0 and self.reuse else (Phase.generate, Phase.target, Phase.shrink)
-        test = given(recipe=self.strategy)(self.body)
-        round_seed = _round_seed(self.seed, round_no)
+    def _make_test(self, strategy, *, examples: int, database, phases: tuple):
+        test = given(recipe=strategy)(self.body)
+        round_seed = _round_seed(self.seed, self.round_no)
+        self.round_no += 1
         if round_seed is not None:  # before settings: @seed sets database=None, and settings set it back
             test = hypothesis_seed(round_seed)(test)
         return settings(
-            max_examples=examples, deadline=None, database=self.database if round_no == 0 else None,
-            suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, report_multiple_bugs=False,
-            phases=phases,
+            max_examples=examples, deadline=None, database=database, suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet, report_multiple_bugs=False, phases=phases,
         )(test)
 
-    def _rounds(self, max_examples: int) -> str:
-        """Run hypothesis once per bug (once in all without keep_going); returns why the campaign stopped."""
-        generated = 0
-        round_no = 0
-        while generated < max_examples:
-            rnd = self.round = _Round()
+    def _strata(self, max_examples: int) -> str:
+        """Each dtype draws its share of the cases, in a hypothesis engine of its own, one dtype after the
+        other; returns why the campaign stopped. Hypothesis's free drawing over several dtypes is lumpy
+        (25 cases over fp16 and fp32 gave 22 and 3), which starves a sign-off cell of its dtype."""
+        strata = [(dtype, strategy, KeyedDatabase(self.database, dtype) if len(self.strategies) > 1 else
+                   self.database) for dtype, strategy in self.strategies.items()]
+        if self.reuse and len(strata) > 1 and self._replay_stored(strata, max_examples):
+            if not self.keep_going or self.stop_reason:
+                return self.stop_reason or "bug_found"
+        for i, (_, strategy, database) in enumerate(strata):
+            left = len(strata) - i
+            now = time.monotonic()
+            self.deadline = now + (self.campaign_deadline - now) / left  # the time left, shared the same way
             try:
-                self._make_test(round_no, max_examples - generated)()
+                stopped = self._rounds(strategy, database, math.ceil((max_examples - self.generated) / left),
+                                       reuse=self.reuse and len(strata) == 1)
+            except _Stop:
+                stopped = self.stop_reason or "time_budget"
+            if stopped == "time_budget" and left > 1 and time.monotonic() < self.campaign_deadline:
+                self.stop_reason = None  # this dtype's share of the time is spent (maybe while shrinking)
+                continue
+            if stopped != "max_examples":
+                return stopped
+        return "max_examples"
+
+    def _replay_stored(self, strata: list, max_examples: int) -> bool:
+        """Replay every dtype's stored failures before any dtype draws a case; True when one failed. (The
+        passing cases hypothesis keeps for its target phase are not replayed in a campaign over dtypes.)"""
+        found = False
+        for dtype, strategy, _ in strata:
+            test = self._make_test(strategy, examples=max_examples,
+                                   database=KeyedDatabase(self.database, dtype, failures_only=True),
+                                   phases=(Phase.explicit, Phase.reuse, Phase.shrink))
+            if self._run_round(test):
+                found = True
+                if not self.keep_going or self.stop_reason:
+                    break
+        self.round_no = 0  # the first dtype's first round keeps the seed as given
+        return found
+
+    def _rounds(self, strategy, database, examples: int, *, reuse: bool) -> str:
+        """Run hypothesis once per bug (once in all without keep_going) until ``examples`` more cases are
+        drawn; returns why it stopped."""
+        end = self.generated + examples
+        # Later rounds skip the database: it holds the failures just shrunk, which would only count again,
+        # and with one hypothesis keeps a pareto front that draws the later rounds back to them.
+        phases = (Phase.explicit, Phase.reuse) if reuse else ()
+        while self.generated < end:
+            test = self._make_test(strategy, examples=end - self.generated, database=database,
+                                   phases=phases + (Phase.generate, Phase.target, Phase.shrink))
+            phases, database = (), None
+            if not self._run_round(test):
                 return "max_examples"
-            except _FoundBug as found:
-                self._record_shrunk(found.verdict, found.case, found.cause, complete=not rnd.partial)
-            except Flaky:
-                if rnd.signature is None and self.stop_reason:
-                    # hypothesis replayed a case that had passed, after the time ran out: the stop, not a
-                    # flaky kernel
-                    return self.stop_reason
-                # hypothesis could not reproduce the failure: keep the smallest case that did fail
-                self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
-                if rnd.best is not None:
-                    self._record_shrunk(*rnd.best, complete=False)
-            finally:
-                generated += rnd.generated
             if not self.keep_going:
                 return "bug_found"
             if self.stop_reason:
                 return self.stop_reason
-            round_no += 1
         return "max_examples"
+
+    def _run_round(self, test) -> bool:
+        """Run one hypothesis engine; True when it ended on a failure (shrunk and recorded)."""
+        rnd = self.round = _Round()
+        try:
+            test()
+            return False
+        except SkipTest:  # a replay with nothing stored
+            return False
+        except _FoundBug as found:
+            self._record_shrunk(found.verdict, found.case, found.cause, complete=not rnd.partial)
+        except Flaky:
+            if rnd.signature is None and self.stop_reason:
+                # hypothesis replayed a case that had passed, after the time ran out: the stop, not a
+                # flaky kernel
+                raise _Stop() from None
+            # hypothesis could not reproduce the failure: keep the smallest case that did fail
+            self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
+            if rnd.best is not None:
+                self._record_shrunk(*rnd.best, complete=False)
+        finally:
+            self.generated += rnd.generated
+        return True
 
     def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:
         previous = self._install_signal_handlers()
@@ -572,8 +626,8 @@ class _Campaign:
                 self.worker.start()  # a kernel that cannot load in the worker is a usage error, before any case
             # The clock starts once the kernel is loaded, as it did when the kernel loaded in this process.
             self.start = self.last_end = time.monotonic()
-            self.deadline = self.start + time_budget if time_budget else math.inf
-            self.result.stopped = self._rounds(max_examples)
+            self.campaign_deadline = self.start + time_budget if time_budget else math.inf
+            self.result.stopped = self._strata(max_examples)
         except _Stop:
             self.result.stopped = self.stop_reason or "time_budget"
         except KeyboardInterrupt:

@@ -15,7 +15,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from .errors import InvalidArgument
 
-__all__ = ["open_database", "parse_redis_url"]
+__all__ = ["KeyedDatabase", "open_database", "parse_redis_url"]
 
 CONNECT_TIMEOUT_S = 3.0
 # Bounds one database operation too: a server that stops answering mid-campaign is an error, not a hang.
@@ -82,3 +82,27 @@ def _refused(url: str, problem: str, fix: str = _FORM) -> InvalidArgument:
         password = None
     shown = url.replace(f":{password}@", ":***@", 1) if password else url
     return InvalidArgument("--database", shown, problem, fix)
+
+
+class KeyedDatabase(ExampleDatabase):
+    """``base`` seen with every key suffixed by ``suffix``: one test body driven by engines with different
+    strategies (one per dtype) keeps each engine's stored choices apart, since another strategy would
+    read them as another case. ``failures_only`` hides the passing cases hypothesis keeps for its target
+    phase (the ``.pareto`` key), so that a replay reads stored failures only."""
+
+    def __init__(self, base: ExampleDatabase, suffix: str, *, failures_only: bool = False):
+        super().__init__()
+        self.base, self.suffix, self.failures_only = base, b"." + suffix.encode(), failures_only
+
+    def fetch(self, key: bytes):
+        if not (self.failures_only and key.endswith(b".pareto")):
+            yield from self.base.fetch(key + self.suffix)
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.base.save(key + self.suffix, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.base.delete(key + self.suffix, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.base.move(src + self.suffix, dest + self.suffix, value)

@@ -171,10 +171,11 @@ def which_keys(got, inputs: dict, index: tuple, budget, *, row: int | None = Non
     # Prefixes and suffixes of the visible keys, from running sums: attention over keys < t, or >= t.
     cw, cwv = w.cumsum(0)[:-1], wv.cumsum(0)[:-1]  # entry t-1: keys < t, for t = 1..Nk-1
     left = seen.cumsum(0)[:-1]
+    # A cut that leaves out one visible key is that key left out, which the single-key sets below name.
     cut = (left > 0) & (left < n_seen)
-    best(fits(cwv / cw[:, None]), cut, n_seen - left,
+    best(fits(cwv / cw[:, None]), cut & (n_seen - left > 1), n_seen - left,
          lambda x: f"keys {x + 1}..{Nk - 1} ({n_seen - int(left[x])} visible) left out")
-    best(fits((wv.sum(0) - cwv) / (w.sum() - cw)[:, None]), cut, left,
+    best(fits((wv.sum(0) - cwv) / (w.sum() - cw)[:, None]), cut & (left > 1), left,
          lambda x: f"keys 0..{x} ({int(left[x])} visible) left out")
     ones = torch.ones(Nk, dtype=torch.long)
     diagonal = i + (Nk - Nq if inputs["causal"] == "bottom_right" else 0) if inputs["causal"] != "none" else None

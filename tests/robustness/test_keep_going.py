@@ -38,7 +38,7 @@ def test_a_replay_that_meets_the_time_budget_is_the_stop_not_a_flaky_kernel(tmp_
 
     from flashcheck import campaign
 
-    def make_test(self, round_no, examples):
+    def make_test(self, strategy, **settings):
         def test():
             self.stop_reason = "time_budget"
             raise Flaky("Inconsistent results from replaying a test case!")
