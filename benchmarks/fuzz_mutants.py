@@ -28,15 +28,15 @@ def main(argv=None) -> int:
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
 
-    from flashcheck.campaign import run_campaign
-    from flashcheck.case import AttentionCase
-    from flashcheck.check import check
-    from flashcheck.kernels import resolve_kernel
-    from flashcheck.mutants import MUTANTS
-    from flashcheck.presets import load_preset
-    from flashcheck.selftest import CORRECT_TILES, MUTANT_TILE
-    from flashcheck.verdict import write_json
-    from flashcheck.worker import quiet_interpreter
+    from flashcheck.campaign.run import run_campaign
+    from flashcheck.inputs.case import AttentionCase
+    from flashcheck.judge.check import check
+    from flashcheck.kernels.registry import resolve_kernel
+    from flashcheck.kernels.triton.mutants import MUTANTS
+    from flashcheck.inputs.presets import load_preset
+    from flashcheck.selftest.run import CORRECT_TILES, MUTANT_TILE
+    from flashcheck.judge.verdict import write_json
+    from flashcheck.campaign.worker import quiet_interpreter
 
     quiet_interpreter()
     precision = "ieee" if args.device == "cpu" else "tf32"

@@ -23,7 +23,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 oracle_gpu_vs_cpu() {
 python3 - <<'PY'
 import torch
-from flashcheck.gradients import GRADIENTS, reference_gradients
+from flashcheck.numerics.gradients import GRADIENTS, reference_gradients
 g = torch.Generator().manual_seed(0)
 worst = 0.0
 for dtype in (torch.float16, torch.bfloat16, torch.float32):

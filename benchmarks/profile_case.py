@@ -18,8 +18,8 @@ import time
 
 def _oracle_and_budget(case, device, precision):
     """The oracle and budget as `check` computes them in this checkout."""
-    from flashcheck import oracle
-    from flashcheck.budget import error_budget
+    from flashcheck.numerics import oracle
+    from flashcheck.numerics.budget import error_budget
 
     q, k, v, mask = (None if t is None else t.to(device) for t in (case.q, case.k, case.v, case.attn_mask))
     kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask)
@@ -54,11 +54,11 @@ def main(argv=None):
 
     import torch
 
-    from flashcheck.check import check
-    from flashcheck.kernels import resolve_kernel
-    from flashcheck.presets import load_preset
-    from flashcheck.strategies import draw_recipes
-    from flashcheck.verdict import write_json
+    from flashcheck.judge.check import check
+    from flashcheck.kernels.registry import resolve_kernel
+    from flashcheck.inputs.presets import load_preset
+    from flashcheck.inputs.strategies import draw_recipes
+    from flashcheck.judge.verdict import write_json
 
     kernel = resolve_kernel(args.kernel, device=args.device)
     preset = load_preset(args.preset)

@@ -13,9 +13,9 @@ DS, DVS, NKS = (16, 24, 32, 40, 64, 128, 200, 256), (8, 16, 24, 32, 64, 128), (1
 
 def child(mode, dtype, bm, bn):
     import torch
-    from flashcheck.case import AttentionCase
-    from flashcheck.check import check
-    from flashcheck.kernels import triton_flash
+    from flashcheck.inputs.case import AttentionCase
+    from flashcheck.judge.check import check
+    from flashcheck.kernels.triton import forward as triton_flash
     if mode == "before":
         triton_flash._value_tile = lambda dv, bd: triton_flash._padded(dv)
     kern = triton_flash.make_kernel(block_m=bm, block_n=bn)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from flashcheck.budget import error_budget
-from flashcheck.check import compare
-from flashcheck.oracle import reference_attention
+from flashcheck.numerics.budget import error_budget
+from flashcheck.judge.check import compare
+from flashcheck.numerics.oracle import reference_attention
 
 
 def reference(q, k, v, *, scale, causal, attn_mask=None):

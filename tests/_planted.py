@@ -1,6 +1,6 @@
 """A defect shared by the planted kernels of the CLI and robustness tests."""
 
-from flashcheck.twin import twin_attention
+from flashcheck.numerics.twin import twin_attention
 
 
 def wrong_scale_past(out, row: int, factor: float, q, k, v, *, scale, causal, attn_mask=None):

@@ -7,41 +7,42 @@ before this process imports torch, and the two imports overlap. ``from flashchec
 """
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
-import types
 
 __version__ = "0.1.0"
 
 # public name -> (submodule, its attribute). A new public name goes here and in __all__, never in an
 # import at the top: importing flashcheck must not import torch (tests/unit/test_imports.py).
 _PUBLIC = {
-    "AttentionCase": ("case", "AttentionCase"),
+    "AttentionCase": ("inputs.case", "AttentionCase"),
     "BackendUnavailable": ("errors", "BackendUnavailable"),
     "CaseFormatError": ("errors", "CaseFormatError"),
     "FlashcheckError": ("errors", "FlashcheckError"),
     "InvalidArgument": ("errors", "InvalidArgument"),
     "Unsupported": ("errors", "Unsupported"),
-    "assert_attention_close": ("check", "assert_attention_close"),
-    "check": ("check", "check"),
-    "check_backward": ("backward", "check_backward"),
-    "Gradients": ("gradients", "Gradients"),
-    "audit_gradients": ("gradients", "audit_gradients"),
-    "reference_gradients": ("gradients", "reference_gradients"),
-    "Reference": ("oracle", "Reference"),
-    "audit_reference": ("oracle", "audit_reference"),
-    "reference_attention": ("oracle", "reference_attention"),
-    "PRECISIONS": ("precision", "PRESETS"),
-    "Precision": ("precision", "Precision"),
-    "Kernel": ("spec", "Kernel"),
-    "KernelSpec": ("spec", "KernelSpec"),
-    "kernel": ("spec", "kernel"),
-    "BUG": ("verdict", "BUG"),
-    "PASS": ("verdict", "PASS"),
-    "SUSPICIOUS": ("verdict", "SUSPICIOUS"),
-    "Finding": ("verdict", "Finding"),
-    "Verdict": ("verdict", "Verdict"),
-    "assert_passes": ("testing", "assert_passes"),
-    "property_test": ("testing", "property_test"),
+    "assert_attention_close": ("judge.check", "assert_attention_close"),
+    "check": ("judge.check", "check"),
+    "check_backward": ("judge.backward", "check_backward"),
+    "Gradients": ("numerics.gradients", "Gradients"),
+    "audit_gradients": ("numerics.gradients", "audit_gradients"),
+    "reference_gradients": ("numerics.gradients", "reference_gradients"),
+    "Reference": ("numerics.oracle", "Reference"),
+    "audit_reference": ("numerics.oracle", "audit_reference"),
+    "reference_attention": ("numerics.oracle", "reference_attention"),
+    "PRECISIONS": ("contract.precision", "PRESETS"),
+    "Precision": ("contract.precision", "Precision"),
+    "Kernel": ("contract.spec", "Kernel"),
+    "KernelSpec": ("contract.spec", "KernelSpec"),
+    "kernel": ("contract.spec", "kernel"),
+    "BUG": ("judge.verdict", "BUG"),
+    "PASS": ("judge.verdict", "PASS"),
+    "SUSPICIOUS": ("judge.verdict", "SUSPICIOUS"),
+    "Finding": ("judge.verdict", "Finding"),
+    "Verdict": ("judge.verdict", "Verdict"),
+    "assert_passes": ("testing.property_test", "assert_passes"),
+    "property_test": ("testing.property_test", "property_test"),
 }
 
 __all__ = [
@@ -75,20 +76,25 @@ __all__ = [
 ]
 
 
-# Submodules users reach as attributes, e.g. ``flashcheck.strategies.cases(...)`` after ``import flashcheck``.
-_SUBMODULES = ("strategies", "masks", "regimes", "presets", "twin", "budget", "oracle", "anchors", "mutants")
+# Submodules users reach by their old, short names: ``flashcheck.strategies.cases(...)`` after ``import
+# flashcheck``, and ``from flashcheck.strategies import cases``, give the module where it lives now.
+SUBMODULES = {
+    "strategies": "inputs.strategies", "regimes": "inputs.regimes", "presets": "inputs.presets",
+    "masks": "contract.masks", "twin": "numerics.twin", "budget": "numerics.budget", "oracle": "numerics.oracle",
+    "anchors": "selftest.anchors", "mutants": "kernels.triton.mutants",
+}
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
+    if name in SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{SUBMODULES[name]}")
         globals()[name] = value
         return value
     try:
         module, attribute = _PUBLIC[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(__import__(f"{__name__}.{module}", fromlist=[attribute]), attribute)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
     globals()[name] = value  # once: later lookups do not come here
     return value
 
@@ -97,15 +103,20 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-class _Package(types.ModuleType):
-    """``flashcheck.check`` is the function, as it was when this package imported its names eagerly:
-    importing the submodule ``flashcheck.check`` sets the package's attribute to the module, and here it
-    is set to the submodule's function of that name instead."""
+class _ShortNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import flashcheck.strategies`` loads ``flashcheck.inputs.strategies`` and gives that very module."""
 
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}" and name in _PUBLIC:
-            value = getattr(value, _PUBLIC[name][1])
-        super().__setattr__(name, value)
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.rpartition(".")
+        if package == __name__ and name in SUBMODULES:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module(f"{__name__}.{SUBMODULES[spec.name.rpartition('.')[2]]}")
+
+    def exec_module(self, module):
+        pass  # the module ran when it was imported under its own name
 
 
-sys.modules[__name__].__class__ = _Package
+sys.meta_path.append(_ShortNames())

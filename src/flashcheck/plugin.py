@@ -3,7 +3,7 @@
 Usage in a kernel repository's tests (``mykernels.attention`` decorated with ``@flashcheck.kernel(...)``)::
 
     import flashcheck
-    from flashcheck.strategies import cases
+    from flashcheck.inputs.strategies import cases
     from hypothesis import given
     from mykernels import attention
 
@@ -41,7 +41,7 @@ written in the test, which wins over the ini key):
 Hypothesis profiles ``flashcheck-ci`` (derandomize, no deadline, no example database) and
 ``flashcheck-long`` (2000 examples, no deadline) are chosen with hypothesis's own option,
 ``--hypothesis-profile flashcheck-ci`` (also in ini ``addopts``); call
-``flashcheck.testing.register_profiles()`` to load one from a conftest. Tests made by property_test, and
+``flashcheck.testing.property_test.register_profiles()`` to load one from a conftest. Tests made by property_test, and
 tests using the fixture, carry the ``flashcheck`` marker (``-m flashcheck``); a ``@given`` test with that
 marker (put ``@pytest.mark.flashcheck`` on one that calls ``assert_passes``) runs with no hypothesis
 deadline, since a kernel's first call compiles it. The terminal summary has a line per kernel and dtype:
@@ -59,7 +59,7 @@ from pathlib import Path
 
 import pytest
 
-from . import testing
+from .testing import property_test as testing
 
 _KEY = "flashcheck_verdicts"
 _STASH = pytest.StashKey[testing.Session]()
@@ -116,7 +116,7 @@ def _parse(name: str, value, where: str, base: Path):
         return value
     if name == "preset":
         from .errors import InvalidArgument
-        from .presets import builtin_presets, load_preset
+        from .inputs.presets import builtin_presets, load_preset
 
         text = str(value)
         if text not in builtin_presets() and not Path(text).is_absolute() and (base / text).is_file():
@@ -262,7 +262,7 @@ def pytest_sessionfinish(session):
         return
     path = state.option("json")
     if path:
-        from .verdict import write_json
+        from .judge.verdict import write_json
 
         rows = testing.summary_rows(state.records)
         write_json(path, {"summary": rows, "verdicts": state.records,

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from flashcheck.masks import causal as causal_fn
+from flashcheck.contract.masks import causal as causal_fn
 
 BUGS = ("d_missing", "scale_missing_in_dq", "p_not_masked", "lse_log2_units", "ds_in_fp32_to_bf16",
         "gqa_not_summed")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from flashcheck.cli import main
-from flashcheck.merge import merge_summaries
+from flashcheck.campaign.merge import merge_summaries
 
 from .test_cli import K, fuzz
 

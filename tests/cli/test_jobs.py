@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flashcheck.cli import EXIT_NO_CASES, main
+from flashcheck.cli.main import EXIT_NO_CASES, main
 
 from .test_cli import K, fuzz
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from flashcheck.campaign import CampaignResult
+from flashcheck.campaign.run import CampaignResult
 from flashcheck.cli import main
-from flashcheck.merge import NO_CASES, merge_summaries
+from flashcheck.campaign.merge import NO_CASES, merge_summaries
 
 K = "tests.cli._planted"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.case import AttentionCase
+from flashcheck.inputs.case import AttentionCase
 
 # A user's module whose kernel shows a display name that is no import path ("mylib" does not exist).
 MODULE = '''

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from flashcheck.cli import main
-from flashcheck.parallel import _ChunkScheduler, _Job
-from flashcheck.selftest import Detection, Row, merge_chunks, row_chunks
+from flashcheck.campaign.parallel import _ChunkScheduler, _Job
+from flashcheck.selftest.run import Detection, Row, merge_chunks, row_chunks
 
 ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-tutorial/randn",
                "triton-tutorial/adversarial")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashcheck.oracle import reference_attention
-from flashcheck.regimes import VALUE_REGIMES, make_mask, make_values
-from flashcheck.validation import Shapes
+from flashcheck.numerics.oracle import reference_attention
+from flashcheck.inputs.regimes import VALUE_REGIMES, make_mask, make_values
+from flashcheck.contract.validation import Shapes
 
 pytestmark = pytest.mark.gpu
 

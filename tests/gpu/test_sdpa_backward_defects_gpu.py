@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from flashcheck import AttentionCase, check_backward
-from flashcheck.backward import upstream_gradient
+from flashcheck.judge.backward import upstream_gradient
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

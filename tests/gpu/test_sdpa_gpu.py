@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashcheck import AttentionCase, BackendUnavailable, Unsupported, check
-from flashcheck.kernels import resolve_kernel
+from flashcheck.kernels.registry import resolve_kernel
 from tests.unit.test_sdpa_adapters import assert_matches_reference, make_inputs, make_mask
 
 pytestmark = [
@@ -188,7 +188,7 @@ def test_flex_returns_natural_log_lse():
 
 def _shrunk(causal, scale, layout, n_q, n_k):
     """A case as the H200 campaigns shrank it (torch 2.11): B = H = 1, D = Dv = 16, fp16, seed 0."""
-    from flashcheck.strategies import Recipe
+    from flashcheck.inputs.strategies import Recipe
 
     return Recipe.from_dict({"shapes": {"batch": 1, "heads_q": 1, "heads_kv": 1, "n_q": n_q, "n_k": n_k,
                                         "head_dim": 16, "head_dim_v": 16}, "dtype": "fp16", "values": "random",
@@ -203,7 +203,7 @@ def _shrunk(causal, scale, layout, n_q, n_k):
 def test_known_defects_are_excluded_and_still_there(name, exclusion, case):
     """Each exclusion in a PyTorch spec is a defect flashcheck found; when this fails, PyTorch fixed it
     (drop the exclusion) or the defect moved (look again)."""
-    from flashcheck.check import check
+    from flashcheck.judge.check import check
 
     kernel = resolve_kernel(name, device="cuda")
     assert exclusion in kernel.spec.excludes

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashcheck import AttentionCase, check_backward
-from flashcheck.kernels import resolve_kernel
-from flashcheck.regimes import UPSTREAM_REGIMES
-from flashcheck.strategies import recipes
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.inputs.regimes import UPSTREAM_REGIMES
+from flashcheck.inputs.strategies import recipes
 from tests._cases import large_v_case
 from tests.gpu._marks import COMPILED_TRITON
 
@@ -56,7 +56,7 @@ def test_large_v_with_do_along_o_gives_finite_gradients():
 def test_the_dq_race_between_key_blocks_gets_bug_on_a_gpu():
     """The planted race (two programs adding to dQ with a plain load and store) loses updates only where
     programs run at once: here, not under the interpreter."""
-    from flashcheck.mutants import load_mutant
+    from flashcheck.kernels.triton.mutants import load_mutant
 
     mutant = load_mutant("dq_race_between_key_blocks", block_m=32, block_n=32)
     g = torch.Generator().manual_seed(4)

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from flashcheck.kernels.triton_flash import make_kernel, triton_attention
+from flashcheck.kernels.triton.forward import make_kernel, triton_attention
 from tests._compare import assert_close_to_reference
 from tests.gpu._marks import COMPILED_TRITON
 
@@ -165,10 +165,10 @@ def test_smoke_preset_cases_with_every_property():
     """The smoke preset's kinds of case (every layout, D and Dv from 16 to 64, guard bands, poisoned keys)
     through check() with every property: the first GPU smoke campaign stopped on an illegal memory
     access raised after a kernel run, so each property's rerun is exercised here one case at a time."""
-    from flashcheck.check import check as judge
-    from flashcheck.presets import load_preset
-    from flashcheck.properties import PROPERTIES
-    from flashcheck.strategies import draw_recipes
+    from flashcheck.judge.check import check as judge
+    from flashcheck.inputs.presets import load_preset
+    from flashcheck.judge.properties import PROPERTIES
+    from flashcheck.inputs.strategies import draw_recipes
 
     preset = load_preset("smoke")
     kernel = make_kernel()
@@ -183,7 +183,7 @@ def test_new_lengths_and_layouts_compile_nothing_new():
     """Sizes and strides are not specialised on: once a dtype and tiling has run, other lengths, head
     counts and layouts reuse its compiled kernel (tests/interpreter/test_triton_compilations.py checks
     the specialisations themselves, without a GPU)."""
-    from flashcheck.kernels.triton_cache import compilation_stats, watch_compilations
+    from flashcheck.kernels.triton.cache import compilation_stats, watch_compilations
 
     kern = make_kernel(block_m=32, block_n=64)
     q, k, v = qkv(Nq=1, Nk=1, D=40, dtype=torch.float16)

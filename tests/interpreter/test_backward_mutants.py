@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from flashcheck import AttentionCase, check_backward
-from flashcheck.kernels.triton_flash import make_kernel
-from flashcheck.mutants import AREAS, BACKWARD_MUTANTS, MUTANTS, load_mutant, mutant_names, mutant_source
+from flashcheck.kernels.triton.forward import make_kernel
+from flashcheck.kernels.triton.mutants import AREAS, BACKWARD_MUTANTS, MUTANTS, load_mutant, mutant_names, mutant_source
 
 pytestmark = pytest.mark.interpreter
 

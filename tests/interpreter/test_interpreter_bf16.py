@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from flashcheck.case import AttentionCase
-from flashcheck.check import check
-from flashcheck.kernels import resolve_kernel
-from flashcheck.regimes import make_values
-from flashcheck.validation import Shapes
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.judge.check import check
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.inputs.regimes import make_values
+from flashcheck.contract.validation import Shapes
 
 pytestmark = pytest.mark.interpreter
 

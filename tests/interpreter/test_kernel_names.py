@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flashcheck import InvalidArgument
-from flashcheck.kernels import parse_kernel_name, resolve_kernel
+from flashcheck.kernels.registry import parse_kernel_name, resolve_kernel
 
 pytestmark = pytest.mark.interpreter
 

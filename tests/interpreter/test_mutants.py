@@ -18,15 +18,15 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from flashcheck import mutants
-from flashcheck.budget import error_budget
-from flashcheck.case import AttentionCase, Layout
-from flashcheck.check import check, compare
+from flashcheck.kernels.triton import mutants
+from flashcheck.numerics.budget import error_budget
+from flashcheck.inputs.case import AttentionCase, Layout
+from flashcheck.judge.check import check, compare
 from flashcheck.errors import InvalidArgument
-from flashcheck.kernels.triton_flash import BACKEND_NAME, make_kernel
-from flashcheck.mutants import AREAS, MUTANTS, MutantSourceError, load_mutant, mutant_names, mutant_source
-from flashcheck.regimes import VALUE_REGIMES
-from flashcheck.validation import Shapes
+from flashcheck.kernels.triton.forward import BACKEND_NAME, make_kernel
+from flashcheck.kernels.triton.mutants import AREAS, MUTANTS, MutantSourceError, load_mutant, mutant_names, mutant_source
+from flashcheck.inputs.regimes import VALUE_REGIMES
+from flashcheck.contract.validation import Shapes
 
 pytestmark = pytest.mark.interpreter
 
@@ -73,7 +73,7 @@ def test_unknown_name_lists_the_known_ones():
 
 
 def test_importing_mutants_does_not_import_triton():
-    code = "import sys, flashcheck.mutants; assert 'triton' not in sys.modules"
+    code = "import sys, flashcheck.kernels.triton.mutants; assert 'triton' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -82,10 +82,10 @@ def test_loaded_mutant_is_named_and_keeps_the_correct_spec():
     correct = make_kernel(block_m=32, block_n=16)
     assert kernel.name == f"{BACKEND_NAME}~causal_diagonal_excluded[block_m=32,block_n=16]"
     assert kernel.spec == correct.spec
-    module = sys.modules["flashcheck.kernels._mutant_causal_diagonal_excluded"]
-    assert module.__package__ == "flashcheck.kernels"
+    module = sys.modules["flashcheck.kernels.triton._mutant_causal_diagonal_excluded"]
+    assert module.__package__ == "flashcheck.kernels.triton"
     assert load_mutant("causal_diagonal_excluded").fn is not kernel.fn  # other options, same module
-    assert sys.modules["flashcheck.kernels._mutant_causal_diagonal_excluded"] is module
+    assert sys.modules["flashcheck.kernels.triton._mutant_causal_diagonal_excluded"] is module
 
 
 # -- inputs --------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flashcheck.selftest import Row, format_table, run_selftest, variants
+from flashcheck.selftest.run import Row, format_table, run_selftest, variants
 
 pytestmark = pytest.mark.interpreter
 

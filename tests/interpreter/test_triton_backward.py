@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashcheck import check_backward
-from flashcheck.kernels import resolve_kernel
-from flashcheck.regimes import UPSTREAM_REGIMES
-from flashcheck.strategies import recipes
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.inputs.regimes import UPSTREAM_REGIMES
+from flashcheck.inputs.strategies import recipes
 from tests._cases import large_v_case
 
 pytestmark = pytest.mark.interpreter
@@ -59,7 +59,7 @@ def test_a_launch_that_does_not_fit_shared_memory_retries_with_one_stage_then_sm
     import triton
     from triton.runtime.errors import OutOfResources
 
-    from flashcheck.kernels import triton_backward as tb
+    from flashcheck.kernels.triton import backward as tb
 
     tried = []
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import flashcheck.kernels.triton_flash as tf
+import flashcheck.kernels.triton.forward as tf
 from flashcheck import AttentionCase, check
-from flashcheck.kernels.triton_cache import compilation_stats, watch_compilations
+from flashcheck.kernels.triton.cache import compilation_stats, watch_compilations
 
 jit = pytest.importorskip("triton.runtime.jit")
 compiler = pytest.importorskip("triton.backends.compiler")

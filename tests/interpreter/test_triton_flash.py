@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from flashcheck.errors import InvalidArgument
-from flashcheck.kernels.triton_flash import make_kernel, triton_attention
-from flashcheck.precision import PRESETS
-from flashcheck.spec import Kernel
+from flashcheck.kernels.triton.forward import make_kernel, triton_attention
+from flashcheck.contract.precision import PRESETS
+from flashcheck.contract.spec import Kernel
 from tests._compare import assert_close_to_reference, reference
 
 pytestmark = pytest.mark.interpreter
@@ -424,7 +424,7 @@ def test_import_is_lazy_and_cpu_needs_the_interpreter():
         """
         import sys
         import torch
-        import flashcheck, flashcheck.kernels.triton_flash as tf
+        import flashcheck, flashcheck.kernels.triton.forward as tf
         assert "triton" not in sys.modules, "importing flashcheck imported triton"
         kern = tf.make_kernel()
         assert "triton" not in sys.modules, "make_kernel imported triton"

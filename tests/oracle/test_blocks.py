@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashcheck import blockwise
-from flashcheck.budget import error_budget
-from flashcheck.oracle import reference_attention
+from flashcheck.numerics import blockwise
+from flashcheck.numerics.budget import error_budget
+from flashcheck.numerics.oracle import reference_attention
 
 
 def _case(gqa: bool):

@@ -15,11 +15,13 @@ import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from flashcheck import blockwise, gradients
+from flashcheck.numerics import blockwise
+
+from flashcheck.numerics import gradients
 from flashcheck.errors import InvalidArgument
-from flashcheck.gradients import GRADIENTS, audit_gradients, reference_gradients
-from flashcheck.oracle import reference_attention
-from flashcheck.regimes import UPSTREAM_REGIMES, make_upstream
+from flashcheck.numerics.gradients import GRADIENTS, audit_gradients, reference_gradients
+from flashcheck.numerics.oracle import reference_attention
+from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 
 from .test_oracle_audit import AUDIT_SETTINGS, build, recipes
 

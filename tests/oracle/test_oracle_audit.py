@@ -13,9 +13,9 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from flashcheck.oracle import audit_reference, reference_attention
-from flashcheck.regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
-from flashcheck.validation import CAUSAL_MODES, Shapes
+from flashcheck.numerics.oracle import audit_reference, reference_attention
+from flashcheck.inputs.regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
+from flashcheck.contract.validation import CAUSAL_MODES, Shapes
 
 AUDIT_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashcheck.budget import error_budget
-from flashcheck.oracle import reference_attention
-from flashcheck.regimes import make_mask, make_values
-from flashcheck.validation import Shapes
+from flashcheck.numerics.budget import error_budget
+from flashcheck.numerics.oracle import reference_attention
+from flashcheck.inputs.regimes import make_mask, make_values
+from flashcheck.contract.validation import Shapes
 
 
 @pytest.mark.parametrize("values", ["random", "huge_logits", "subnormal_p", "cancelling_v"])

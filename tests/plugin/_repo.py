@@ -28,11 +28,11 @@ import pytest
 from hypothesis import given, seed, settings
 
 import flashcheck
-from flashcheck.case import AttentionCase
-from flashcheck.regimes import make_values
-from flashcheck.strategies import cases
-from flashcheck.twin import twin_attention
-from flashcheck.validation import Shapes
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.regimes import make_values
+from flashcheck.inputs.strategies import cases
+from flashcheck.numerics.twin import twin_attention
+from flashcheck.contract.validation import Shapes
 
 
 @flashcheck.kernel(causal=("none",), dtypes=("fp16", "fp32"), head_dims=(16, 32), precision="flash")

@@ -59,7 +59,7 @@ def test_refused_values_name_the_option_and_the_fix(pytester, args, ini, expecte
 
 MARKED = """
 import flashcheck
-from flashcheck.twin import twin_attention
+from flashcheck.numerics.twin import twin_attention
 
 @flashcheck.kernel(causal=("none",), dtypes=("fp16", "bf16"))
 def good(q, k, v, *, scale, causal, attn_mask=None):
@@ -105,10 +105,10 @@ def test_a_property_test_that_judged_nothing_fails(pytester):
 
 
 SLOW_SHRINK = """
-import flashcheck, flashcheck.testing
-from flashcheck.twin import twin_attention
+import flashcheck, flashcheck.testing.property_test
+from flashcheck.numerics.twin import twin_attention
 
-flashcheck.testing.SHRINK_SECONDS = 0  # no time to shrink: the first failing case is the one reported
+flashcheck.testing.property_test.SHRINK_SECONDS = 0  # no time to shrink: the first failing case is the one reported
 
 @flashcheck.kernel(causal=("none",), dtypes=("fp32",))
 def bad(q, k, v, *, scale, causal, attn_mask=None):

@@ -172,7 +172,7 @@ def test_without_matplotlib_a_signoff_says_so_before_it_runs(tmp_path, monkeypat
 
 
 def test_an_interrupted_signoff_stops_and_reports_what_ran(tmp_path, monkeypatch):
-    from flashcheck.parallel import run_campaigns
+    from flashcheck.campaign.parallel import run_campaigns
     from flashcheck.report import signoff
 
     def interrupted(*args, **kwargs):  # the first campaign is stopped by Ctrl-C

@@ -12,7 +12,7 @@ import time
 import torch
 
 import flashcheck
-from flashcheck.twin import twin_attention
+from flashcheck.numerics.twin import twin_attention
 from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,

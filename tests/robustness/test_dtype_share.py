@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashcheck.campaign import run_campaign
-from flashcheck.presets import load_preset
+from flashcheck.campaign.run import run_campaign
+from flashcheck.inputs.presets import load_preset
 
 DTYPES = ["fp16", "bf16", "fp32"]
 

@@ -118,7 +118,7 @@ def _report_gpu(conn, index: int, payload) -> None:
 
 
 def test_worker_i_gets_visible_gpu_i_mod_n_before_it_starts(monkeypatch):
-    from flashcheck import parallel
+    from flashcheck.campaign import parallel
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # what this process may use: workers share it out
     jobs = parallel._start_jobs(_report_gpu, [{}] * 3, "cuda", "test")
@@ -132,7 +132,7 @@ def test_worker_i_gets_visible_gpu_i_mod_n_before_it_starts(monkeypatch):
 
 
 def test_examples_and_seeds_are_split_deterministically():
-    from flashcheck.parallel import job_seed, split_examples
+    from flashcheck.campaign.parallel import job_seed, split_examples
 
     assert split_examples(7, 3) == [3, 2, 2] and split_examples(2, 3) == [1, 1, 0]
     assert job_seed(5, 0, 1) == 5 and job_seed(None, 1, 2) is None
@@ -147,7 +147,7 @@ def _report_threads(conn, index: int, payload) -> None:
 
 
 def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
-    from flashcheck import parallel
+    from flashcheck.campaign import parallel
 
     for name in parallel.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -169,7 +169,7 @@ def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
 
 
 def test_usable_cores_follow_the_affinity_not_the_machine():
-    from flashcheck import parallel
+    from flashcheck.campaign import parallel
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")

@@ -36,7 +36,7 @@ def test_a_replay_that_meets_the_time_budget_is_the_stop_not_a_flaky_kernel(tmp_
     # reports the different outcome as Flaky: no bug was being shrunk, so the campaign just ends
     from hypothesis.errors import Flaky
 
-    from flashcheck import campaign
+    from flashcheck.campaign import run as campaign
 
     def make_test(self, strategy, **settings):
         def test():

@@ -13,9 +13,9 @@ import torch
 
 from flashcheck import AttentionCase, check
 from flashcheck.cli import main
-from flashcheck.kernels import resolve_kernel
-from flashcheck.verdict import BUG, PASS, Verdict
-from flashcheck.worker import KernelWorker, WorkerProcess, WorkerStartError, default_case_timeout
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.judge.verdict import BUG, PASS, Verdict
+from flashcheck.campaign.worker import KernelWorker, WorkerProcess, WorkerStartError, default_case_timeout
 
 from ._run import K, fuzz
 
@@ -165,9 +165,9 @@ def test_fuzz_without_isolation_runs_in_process(tmp_path):
 
 def test_a_kernel_object_runs_in_process(tmp_path):
     # run_campaign cannot send an object to another process: it runs it here, as before the worker
-    from flashcheck.campaign import run_campaign
+    from flashcheck.campaign.run import run_campaign
     from flashcheck.errors import InvalidArgument
-    from flashcheck.presets import load_preset
+    from flashcheck.inputs.presets import load_preset
 
     from . import _kernels
 

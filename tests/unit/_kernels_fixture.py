@@ -3,7 +3,7 @@
 import torch
 
 import flashcheck
-from flashcheck.masks import visible
+from flashcheck.contract.masks import visible
 
 
 def _attention(q, k, v, *, scale, causal, attn_mask=None):

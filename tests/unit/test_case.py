@@ -13,10 +13,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flashcheck import masks
-from flashcheck.case import AttentionCase, Layout, case_paths, layouts
+from flashcheck.contract import masks
+from flashcheck.inputs.case import AttentionCase, Layout, case_paths, layouts
 from flashcheck.errors import CaseFormatError, InvalidArgument
-from flashcheck.validation import Shapes
+from flashcheck.contract.validation import Shapes
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 INT_OF = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import flashcheck
-from flashcheck.budget import TERMS
-from flashcheck.case import AttentionCase
-from flashcheck.check import assert_attention_close, check
-from flashcheck.masks import visible
-from flashcheck.regimes import make_mask, make_values
-from flashcheck.twin import twin_attention
-from flashcheck.validation import Shapes
+from flashcheck.numerics.budget import TERMS
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.judge.check import assert_attention_close, check
+from flashcheck.contract.masks import visible
+from flashcheck.inputs.regimes import make_mask, make_values
+from flashcheck.numerics.twin import twin_attention
+from flashcheck.contract.validation import Shapes
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash")
@@ -194,7 +194,7 @@ def test_check_refuses_a_non_case():
 
 
 def test_growth_with_length():
-    from flashcheck.diagnose import growth_with_length
+    from flashcheck.judge.diagnose import growth_with_length
 
     grows = [(n, n * 0.5 + 1) for n in (16, 33, 64, 100, 200)]
     assert "grows with the number of keys" in growth_with_length(grows)

@@ -116,8 +116,8 @@ def test_a_kernel_without_a_backward_is_refused_with_the_fix():
     (-6e4, 1e4, -math.inf, True),
 ])
 def test_infinity_is_legal_only_where_the_budget_reaches_past_the_largest_value(exact, budget, got, legal):
-    from flashcheck.backward import compare_gradients
-    from flashcheck.gradient_budget import gradient_budget
+    from flashcheck.judge.backward import compare_gradients
+    from flashcheck.numerics.gradient_budget import gradient_budget
 
     case = _case(hq=1, hkv=1, nq=3, nk=4)
     do = torch.randn(case.q.shape[:3] + (case.v.shape[3],), generator=torch.Generator().manual_seed(0)).half()
@@ -133,7 +133,7 @@ def test_infinity_is_legal_only_where_the_budget_reaches_past_the_largest_value(
 def test_a_gradient_exclusion_skips_the_case_in_campaigns_and_leaves_a_direct_check_real():
     from pathlib import Path
 
-    from flashcheck.backward import upstream_gradient
+    from flashcheck.judge.backward import upstream_gradient
 
     from ..robustness._kernels import BACKWARD_SPEC, autograd_attention
 
@@ -153,7 +153,7 @@ def test_a_gradient_exclusion_skips_the_case_in_campaigns_and_leaves_a_direct_ch
 
 def test_backward_excludes_name_known_classes_and_join_excludes_for_backward_campaigns():
     from flashcheck.errors import InvalidArgument
-    from flashcheck.spec import KernelSpec
+    from flashcheck.contract.spec import KernelSpec
 
     spec = KernelSpec(excludes=("negative_scale",), backward_excludes=("tiny_scale", "negative_scale"))
     assert spec.for_backward().excludes == ("negative_scale", "tiny_scale")
@@ -163,8 +163,8 @@ def test_backward_excludes_name_known_classes_and_join_excludes_for_backward_cam
 
 
 def test_a_nan_in_the_budget_leaves_that_element_unjudged_and_the_others_judged():
-    from flashcheck.backward import compare_gradients
-    from flashcheck.gradient_budget import gradient_budget
+    from flashcheck.judge.backward import compare_gradients
+    from flashcheck.numerics.gradient_budget import gradient_budget
 
     case = _case(hq=1, hkv=1, nq=3, nk=4)
     do = torch.randn(case.q.shape[:3] + (case.v.shape[3],), generator=torch.Generator().manual_seed(0)).half()
@@ -197,9 +197,9 @@ def test_the_gpu_code_path_budget_left_nan_by_huge_logits_is_noted_not_judged(mo
     # On the torch (GPU) path, huge logits make the recomputed P's error bound infinite, and zero rows of
     # dO multiply it into NaN: those elements cannot be judged, which the verdict says (an H200 campaign
     # crashed on this before)
-    from flashcheck.regimes import make_upstream
-    from flashcheck.strategies import Recipe
-    from flashcheck.validation import Shapes
+    from flashcheck.inputs.regimes import make_upstream
+    from flashcheck.inputs.strategies import Recipe
+    from flashcheck.contract.validation import Shapes
 
     monkeypatch.setenv("FLASHCHECK_TORCH_OPS", "1")
     shapes = Shapes(batch=1, heads_q=2, heads_kv=1, n_q=1, n_k=2, head_dim=128, head_dim_v=128)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from flashcheck.budget import error_budget
-from flashcheck.case import AttentionCase
-from flashcheck.check import envelope_findings, error_ratios, reordering_envelope
-from flashcheck.twin import twin_attention
+from flashcheck.numerics.budget import error_budget
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.judge.check import envelope_findings, error_ratios, reordering_envelope
+from flashcheck.numerics.twin import twin_attention
 
 
 def _case(dtype=torch.float16, precision="flash"):

@@ -36,7 +36,7 @@ def imported_after(code: str, *, env_extra: dict | None = None) -> set:
 
 
 def test_importing_flashcheck_and_its_campaign_imports_nothing_heavy():
-    assert imported_after("import flashcheck, flashcheck.check, flashcheck.campaign, flashcheck.worker") == set()
+    assert imported_after("import flashcheck, flashcheck.judge.check, flashcheck.campaign.run, flashcheck.campaign.worker") == set()
 
 
 def test_checking_torch_math_imports_neither_dynamo_nor_triton():
@@ -52,8 +52,8 @@ def test_checking_flashcheck_triton_imports_triton_alone():
 def test_the_cli_starts_its_kernel_worker_before_importing_torch():
     # `flashcheck fuzz` imports these before it starts the worker process; torch and hypothesis come after,
     # while the worker imports its own (the two overlap). Nor does `import flashcheck` import torch.
-    code = ("import flashcheck, flashcheck.cli, flashcheck.worker, flashcheck.presets, flashcheck.verdict, "
-            "flashcheck.parallel, flashcheck.clock, flashcheck.merge")
+    code = ("import flashcheck, flashcheck.cli, flashcheck.campaign.worker, flashcheck.inputs.presets, flashcheck.judge.verdict, "
+            "flashcheck.campaign.parallel, flashcheck.campaign.clock, flashcheck.campaign.merge")
     report = "\nimport sys, json; print(json.dumps([m for m in ('torch', 'numpy', 'hypothesis') if m in sys.modules]))"
     run = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -66,7 +66,7 @@ import sys
 import flashcheck
 assert "torch" not in sys.modules
 from flashcheck import AttentionCase, check, kernel, PRECISIONS
-import flashcheck.check  # the submodule: the package's `check` stays the function
+import flashcheck.judge.check  # the submodule: the package's `check` stays the function
 assert flashcheck.check is check and callable(check) and flashcheck.kernel is kernel
 assert flashcheck.AttentionCase is AttentionCase and "flash" in PRECISIONS
 assert set(flashcheck.__all__) <= set(dir(flashcheck))
@@ -81,6 +81,6 @@ print("ok")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
     # the submodule imported first (as the campaign does): the package's `check` is still the function
-    code = "import flashcheck.check, flashcheck\nassert callable(flashcheck.check)\nprint('ok')"
+    code = "import flashcheck.judge.check, flashcheck\nassert callable(flashcheck.check)\nprint('ok')"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

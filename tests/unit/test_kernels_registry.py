@@ -12,8 +12,8 @@ import torch
 
 import flashcheck
 from flashcheck import BackendUnavailable, InvalidArgument, Kernel
-from flashcheck.kernels import BUILTIN_KERNELS, available_kernels, resolve_kernel
-from flashcheck.spec import DEFAULT_SPEC
+from flashcheck.kernels.registry import BUILTIN_KERNELS, available_kernels, resolve_kernel
+from flashcheck.contract.spec import DEFAULT_SPEC
 
 from . import _kernels_fixture as fixture
 
@@ -233,7 +233,7 @@ def test_cpu_triton_turns_the_interpreter_on(monkeypatch):
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_cpu_triton_refused_once_jitted_for_the_gpu(monkeypatch):
-    from flashcheck.kernels import triton_flash
+    from flashcheck.kernels.triton import forward as triton_flash
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(triton_flash, "_JITTED", {"interpreted": False})  # as after a compiled-mode jit

@@ -1,4 +1,4 @@
-"""Every mask function in flashcheck.masks against its definition written out with plain loops."""
+"""Every mask function in flashcheck.contract.masks against its definition written out with plain loops."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from flashcheck import masks
+from flashcheck.contract import masks
 from flashcheck.errors import InvalidArgument
 
 # (B, H, Nq, Nk): square, Nq > Nk (rows with no visible key under bottom-right), Nq < Nk, and length 1.

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from flashcheck.campaign import _slug
-from flashcheck.verdict import BUG, Finding, Verdict
+from flashcheck.campaign.run import _slug
+from flashcheck.judge.verdict import BUG, Finding, Verdict
 
 LONG = "flashcheck:triton~acc_rescale_forgotten[block_m=32,block_n=32,num_warps=4,num_stages=2,input_precision=ieee]"
 

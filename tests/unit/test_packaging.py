@@ -23,6 +23,6 @@ def test_the_presets_ship_from_strategies():
     config = _setuptools()
     assert config["package-dir"]["flashcheck._presets"] == "strategies"
     shipped = {p.stem for p in (ROOT / "strategies").glob(config["package-data"]["flashcheck._presets"][0])}
-    from flashcheck.presets import builtin_presets
+    from flashcheck.inputs.presets import builtin_presets
 
     assert shipped and shipped == set(builtin_presets())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flashcheck import InvalidArgument
-from flashcheck.presets import builtin_presets, load_preset
+from flashcheck.inputs.presets import builtin_presets, load_preset
 
 
 def test_builtin_presets_load():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 import flashcheck
-from flashcheck.spec import KernelSpec
+from flashcheck.contract.spec import KernelSpec
 
 PUBLIC = {
     "AttentionCase", "BUG", "BackendUnavailable", "CaseFormatError", "Finding", "FlashcheckError",
@@ -74,3 +74,16 @@ def test_submodules_are_attributes_after_a_plain_import():
     code = ("import flashcheck; assert callable(flashcheck.strategies.cases); "
             "assert callable(flashcheck.masks.causal); assert callable(flashcheck.check)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_short_submodule_names_import_the_modules_where_they_live():
+    import importlib
+
+    for short, where in flashcheck.SUBMODULES.items():
+        module = importlib.import_module(f"flashcheck.{short}")
+        assert module is importlib.import_module(f"flashcheck.{where}") is getattr(flashcheck, short)
+        assert module.__name__ == f"flashcheck.{where}"
+    from flashcheck.strategies import cases
+    from flashcheck.inputs.strategies import cases as where_it_lives
+
+    assert cases is where_it_lives

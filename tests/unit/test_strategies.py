@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
-from flashcheck.regimes import VALUE_REGIMES
-from flashcheck.strategies import VALUE_ORDER, Recipe, cases, draw_recipes, recipes, shapes
-from flashcheck.validation import Shapes
+from flashcheck.inputs.regimes import VALUE_REGIMES
+from flashcheck.inputs.strategies import VALUE_ORDER, Recipe, cases, draw_recipes, recipes, shapes
+from flashcheck.contract.validation import Shapes
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
                     seq_multiple=16, equal_lengths=True, max_seqlen=256)
@@ -140,8 +140,8 @@ def test_fixed_case_lists_do_not_depend_on_the_modules_loaded(tmp_path, monkeypa
 def test_a_tiny_scale_exclusion_keeps_the_tiny_regime_out_and_the_others_in():
     from hypothesis import HealthCheck, given, settings
 
-    from flashcheck.spec import KernelSpec
-    from flashcheck.strategies import recipes
+    from flashcheck.contract.spec import KernelSpec
+    from flashcheck.inputs.strategies import recipes
 
     spec = KernelSpec(backward=True, backward_excludes=("tiny_scale",)).for_backward()
     seen = set()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashcheck.errors import InvalidArgument, describe
-from flashcheck.validation import Shapes, check_attention_inputs
+from flashcheck.contract.validation import Shapes, check_attention_inputs
 
 B, HQ, HKV, NQ, NK, D, DV = 2, 4, 2, 5, 7, 8, 6
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
-from ..validation import check_attention_inputs
 
 
 def validated_call(kernel_name: str, device: str, q, k, v, *, scale, causal, attn_mask):

@@ -29,10 +29,10 @@ import warnings
 
 import torch
 
+from ..contract.masks import from_tensor
+from ..contract.spec import Kernel, KernelSpec
+from ..contract.validation import CAUSAL_MODES
 from ..errors import BackendUnavailable, InvalidArgument, Unsupported
-from ..masks import from_tensor
-from ..spec import Kernel, KernelSpec
-from ..validation import CAUSAL_MODES
 from .adapters import validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 

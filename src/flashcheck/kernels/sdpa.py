@@ -2,7 +2,7 @@
 
 ``torch:math``, ``torch:flash``, ``torch:efficient`` and ``torch:cudnn`` call the public SDPA function
 inside ``torch.nn.attention.sdpa_kernel(SDPBackend.X)``, so exactly one backend may run. Each gets
-an honest :class:`~flashcheck.spec.KernelSpec` for the device it was made for. What a spec cannot
+an honest :class:`~flashcheck.contract.spec.KernelSpec` for the device it was made for. What a spec cannot
 express (cuDNN refusing Nk = 1, say) the forced backend refuses at call time: the adapter raises
 :class:`~flashcheck.errors.Unsupported` with PyTorch's own reason, so the case is skipped, not failed.
 :class:`BackendUnavailable` is kept for a backend that cannot run here at all (no CUDA, not built).
@@ -39,12 +39,12 @@ import warnings
 
 import torch
 
+from ..contract.masks import causal as causal_mask_fn
+from ..contract.masks import materialize
+from ..contract.precision import Precision
+from ..contract.spec import Kernel, KernelSpec
+from ..contract.validation import CAUSAL_MODES
 from ..errors import BackendUnavailable, InvalidArgument, Unsupported
-from ..masks import causal as causal_mask_fn
-from ..masks import materialize
-from ..precision import Precision
-from ..spec import Kernel, KernelSpec
-from ..validation import CAUSAL_MODES
 from .adapters import validated_call
 
 __all__ = ["SDPA_KERNELS", "make_sdpa_kernel", "fp32_matmul_mode", "NO_CUDA_REASON", "NO_CUDA_FIX"]

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidArgument
-from ..paths import check_writable_folder
+from ..files import check_writable_folder
 
 __all__ = ["cmd_report", "cmd_signoff"]
 
@@ -14,8 +14,8 @@ EXIT_SIGNED_OFF, EXIT_BLOCKED, EXIT_NO_CASES = 0, 1, 3
 
 
 def cmd_signoff(args, device: str) -> int:
-    from ..parallel import check_jobs
-    from ..presets import load_preset
+    from ..campaign.parallel import check_jobs
+    from ..inputs.presets import load_preset
     from .signoff import run_signoff
 
     preset = load_preset(args.preset)  # the CLI checked the counts and durations

@@ -16,10 +16,10 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ..campaign import RECORD_COLUMNS
+from ..campaign.run import RECORD_COLUMNS
 from ..errors import InvalidArgument
-from ..paths import replay_command
-from ..verdict import BUG, from_json_number
+from ..files import replay_command
+from ..judge.verdict import BUG, from_json_number
 
 __all__ = ["BLOCKED", "SCHEMA_VERSION", "SIGNED_OFF", "build_report", "load_report", "schema"]
 

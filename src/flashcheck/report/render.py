@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from ..verdict import write_text
+from ..judge.verdict import write_text
 from .plots import plots
 
 __all__ = ["NO_GPU", "ratio_text", "report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]

@@ -1,0 +1,108 @@
+"""Hypothesis example databases for campaigns: a directory, or a Redis server that campaigns on several
+machines share, so a failure one of them found and shrank is the first case the others replay.
+
+``open_database(None)`` is the corpus's own directory, ``open_database("DIR")`` another directory and
+``open_database("redis://HOST:PORT[/DB]")`` a Redis server (``pip install 'flashcheck[redis]'``), checked
+with a PING before the campaign starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from ..errors import InvalidArgument
+
+__all__ = ["KeyedDatabase", "open_database", "parse_redis_url"]
+
+CONNECT_TIMEOUT_S = 3.0
+# Bounds one database operation too: a server that stops answering mid-campaign is an error, not a hang.
+SOCKET_TIMEOUT_S = 30.0
+_FORM = "Pass --database redis://HOST:PORT or redis://HOST:PORT/DB (DB a number, e.g. redis://127.0.0.1:6379/0)."
+
+
+def open_database(spec: str | Path | None, *, default_dir: str | Path) -> ExampleDatabase:
+    """The example database ``spec`` names: None -> a directory database in ``default_dir``, a path -> a
+    directory database there, ``redis://HOST:PORT[/DB]`` -> a Redis database (the server must answer)."""
+    if spec is None:
+        return DirectoryBasedExampleDatabase(str(default_dir))
+    text = str(spec)
+    if "://" not in text:
+        return DirectoryBasedExampleDatabase(text)
+    return _redis_database(text, **parse_redis_url(text))
+
+
+def parse_redis_url(url: str) -> dict:
+    """``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`` as keyword arguments of ``redis.Redis``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError when it is not a number in range
+    except ValueError as exc:
+        raise _refused(url, f"not a valid Redis URL ({exc})") from None
+    if parts.scheme != "redis":
+        raise _refused(url, f"unsupported scheme {parts.scheme!r}: a database is a directory or a Redis URL")
+    db = parts.path.strip("/") or "0"
+    if not parts.hostname or not db.isdigit() or parts.query or parts.fragment:
+        raise _refused(url, "not a valid Redis URL (expected a host, an optional port and an optional database "
+                       "number, nothing else)")
+    return {"host": parts.hostname, "port": port or 6379, "db": int(db), "username": parts.username or None,
+            "password": parts.password or None}
+
+
+def _redis_database(url: str, **address) -> ExampleDatabase:
+    try:
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError:
+        raise _refused(url, "a Redis database needs the `redis` client package, which is not installed",
+                       "Run pip install 'flashcheck[redis]', or pass a directory.") from None
+    # The PING is not retried: a server that is down says so at once, one that is unreachable in one timeout.
+    probe = redis.Redis(**address, socket_connect_timeout=CONNECT_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+    try:
+        probe.ping()
+    except redis.RedisError as exc:
+        raise _refused(url, f"the Redis server did not answer a PING (connect timeout {CONNECT_TIMEOUT_S:g} s; "
+                       f"{type(exc).__name__}: {exc})", "Start the server (redis-server --port PORT), check the "
+                       "host, port and database number, or pass a directory.") from None
+    finally:
+        probe.close()
+    return RedisExampleDatabase(redis.Redis(**address, socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                            socket_timeout=SOCKET_TIMEOUT_S))
+
+
+def _refused(url: str, problem: str, fix: str = _FORM) -> InvalidArgument:
+    # The message echoes the URL, but never its password.
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    shown = url.replace(f":{password}@", ":***@", 1) if password else url
+    return InvalidArgument("--database", shown, problem, fix)
+
+
+class KeyedDatabase(ExampleDatabase):
+    """``base`` seen with every key suffixed by ``suffix``: one test body driven by engines with different
+    strategies (one per dtype) keeps each engine's stored choices apart, since another strategy would
+    read them as another case. ``failures_only`` hides the passing cases hypothesis keeps for its target
+    phase (the ``.pareto`` key), so that a replay reads stored failures only."""
+
+    def __init__(self, base: ExampleDatabase, suffix: str, *, failures_only: bool = False):
+        super().__init__()
+        self.base, self.suffix, self.failures_only = base, b"." + suffix.encode(), failures_only
+
+    def fetch(self, key: bytes):
+        if not (self.failures_only and key.endswith(b".pareto")):
+            yield from self.base.fetch(key + self.suffix)
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.base.save(key + self.suffix, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.base.delete(key + self.suffix, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.base.move(src + self.suffix, dest + self.suffix, value)

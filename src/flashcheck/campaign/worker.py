@@ -1,0 +1,443 @@
+"""Kernels run in a worker process, so that a campaign survives whatever the kernel does to its process.
+
+A :class:`KernelWorker` is a ``multiprocessing`` "spawn" child that resolves the kernel by its name
+(a built-in name or ``package.module:function``, never a pickled object) and runs
+:func:`flashcheck.judge.check.check` on each case the parent sends. The parent turns what can go wrong with the
+process into verdicts and goes on with a fresh worker:
+
+- the process dies (segfault, ``os._exit``, a CUDA error that aborts): a ``crash`` finding naming the exit
+  code or the signal;
+- the kernel hangs: the parent waits ``case_timeout`` seconds, kills the worker and reports a ``timeout``
+  finding;
+- the kernel raises a CUDA error that poisons the process's CUDA context (an illegal memory access, a
+  device-side assert): the worker reports the crash finding and then exits by itself, so that the next
+  case runs in a fresh process instead of failing on a dead context.
+
+Out-of-memory needs no process of its own: :func:`~flashcheck.judge.check.check` skips the case either way.
+
+*Starting early.* Importing torch and flashcheck's checking code takes a worker seconds (about 3 s on a
+GPU host). This module imports neither torch nor the case's code, so a process can start its
+:class:`WorkerProcess` first thing, before it imports torch itself: the worker imports while the parent
+imports and prepares its campaign, and waits for its kernel's name (:meth:`WorkerProcess.assign`, or
+the :class:`KernelWorker` that takes it over). ``flashcheck fuzz`` does this, in each ``--jobs`` worker
+too (:func:`flashcheck.campaign.run.run_campaign`'s ``worker_process``).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+import warnings
+from typing import TYPE_CHECKING
+
+from ..errors import FlashcheckError, InvalidArgument
+from ..judge.verdict import BUG, Finding, Verdict
+from .interrupts import sigint_ignored_by_children
+
+if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
+    from ..inputs.case import AttentionCase
+
+__all__ = ["KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "default_case_timeout",
+           "poisons_cuda", "POISON_MARKERS"]
+
+# Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
+POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
+# How long a worker may take to import torch, flashcheck and the kernel's module before it counts as broken.
+START_TIMEOUT = 300.0
+# How often the parent looks whether a worker it waits for is still alive.
+_POLL_S = 0.25
+# What the parent gets instead of a message when the worker died, or took too long.
+_DIED, _TIMEOUT = ("died",), ("timeout",)
+
+
+def default_case_timeout(device) -> float:
+    """Seconds one case may take: 300 on a GPU, 600 under the Triton interpreter (the CPU is ~100x slower)."""
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]  # a torch.device, or its name
+    return 600.0 if kind == "cpu" else 300.0
+
+
+def poisons_cuda(verdict: Verdict) -> bool:
+    """Whether a crash in ``verdict`` left the process's CUDA context unusable (so the worker must go)."""
+    for f in verdict.findings:
+        if f.kind == "crash":
+            text = f.diagnosis + "\n" + str((f.details or {}).get("traceback") or "")
+            if any(marker in text for marker in POISON_MARKERS):
+                return True
+    return False
+
+
+class WorkerError(RuntimeError):
+    """flashcheck itself failed inside the worker (not the kernel: what the kernel does is a finding)."""
+
+
+class WorkerStartError(FlashcheckError, RuntimeError):
+    """The worker could not resolve or load the kernel."""
+
+
+def quiet_interpreter() -> None:
+    """The Triton interpreter runs kernels through numpy, which warns on every inf and NaN a kernel
+    makes (masked scores are -inf by design); those warnings say nothing about the kernel."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
+
+
+def _exit_text(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "no exit status yet"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+        # nothing in flashcheck sends SIGKILL to a worker busy with a case; the kernel or the system did
+        hint = ", maybe by the system's out-of-memory killer" if name == "SIGKILL" else ""
+        return f"killed by signal {name}{hint}"
+    return f"exit code {exitcode}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The child
+# ------------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    # A hung kernel must not outlive a parent killed with SIGKILL (Linux only; elsewhere the parent's
+    # exit closes the pipe, which ends an idle worker).
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _send(conn, message) -> None:
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _serve(conn) -> None:
+    """The worker's main loop: import, receive the kernel to load and load it, then check each case
+    received until told to stop."""
+    # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():
+        return  # the parent died before that: nobody will name a kernel (a usage error, Ctrl-C)
+    quiet_interpreter()
+    try:  # the slow part (torch): done while the parent still prepares, before the kernel is named
+        from ..judge.backward import judge_case
+        from ..kernels.registry import resolve_kernel
+    except Exception as exc:
+        failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    else:
+        failed = None
+    try:
+        assignment = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        return  # the parent is gone, or closed a process it did not need
+    if assignment is None:
+        return
+    if failed is not None:  # reported in answer to the assignment: the parent reads it as its start's failure
+        _send(conn, failed)
+        return
+    target, device, options, paths = assignment
+    for path in reversed(paths):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    try:
+        kernel = resolve_kernel(target, device=device, **options)
+    except Exception as exc:
+        _send(conn, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return
+    _send(conn, ("ready", os.getpid(), kernel.name))
+    while True:
+        try:
+            message = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if message is None:
+            return
+        case, properties = message
+        try:
+            verdict = judge_case(kernel, case, device=device, properties=properties)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if not any(marker in text for marker in POISON_MARKERS):
+                _send(conn, ("error", text, traceback.format_exc()))
+                continue
+            # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
+            # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
+            verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
+        _send(conn, ("verdict", verdict.as_dict()))
+        if poisons_cuda(verdict):
+            conn.close()
+            os._exit(0)
+
+
+def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:
+    regime = case.provenance.get("strategy") if case.provenance else None
+    crash = Finding("crash", BUG, f"the CUDA context broke while this case ran ({text.splitlines()[0][:200]}); "
+                    "flashcheck's next CUDA call reported it, so the kernel's launch is the likely cause",
+                    regime=regime, details={"traceback": trace})
+    return Verdict.from_findings([crash], max_ratio=math.nan, kernel=kernel_name, case=case.describe(), regime=regime)
+
+
+# ------------------------------------------------------------------------------------------------
+# The parent
+# ------------------------------------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """A worker process started before its kernel is named: it imports torch and flashcheck's checking
+    code at once, then waits for :meth:`assign` (or for the :class:`KernelWorker` that takes it over).
+
+    Start it before this process imports torch (this module does not), and the two imports overlap.
+    :meth:`assign` names the kernel as soon as it is known, so that the worker loads the kernel's module
+    while this process goes on preparing. A worker process that is never taken over is ended by
+    :meth:`close` (or leaving its ``with`` block); once a :class:`KernelWorker` has taken it, closing it
+    does nothing and the :class:`KernelWorker` ends it.
+    """
+
+    def __init__(self):
+        ctx = multiprocessing.get_context("spawn")
+        parent_end, child_end = ctx.Pipe()
+        process = ctx.Process(target=_serve, args=(child_end,), name="flashcheck-worker", daemon=True)
+        with sigint_ignored_by_children():
+            process.start()
+        child_end.close()  # so that the parent sees EOF when the child dies
+        self._process, self._conn = process, parent_end
+        self.assignment: tuple | None = None
+
+    @property
+    def available(self) -> bool:
+        """Still here to be assigned or taken over (not closed, not taken)."""
+        return self._process is not None
+
+    def assign(self, target: str, *, device: str, options: dict | None = None, paths: list | None = None) -> None:
+        """Name the kernel the worker is to load (as :class:`KernelWorker` takes them); returns at once."""
+        if self._process is None or self.assignment is not None:
+            return
+        self.assignment = (target, str(device), dict(options or {}), list(paths) if paths is not None
+                           else [os.getcwd()])
+        try:
+            _send(self._conn, self.assignment)
+        except OSError:
+            pass  # it died: whoever waits for it finds out
+
+    def take(self, assignment: tuple):
+        """``(process, conn)`` for a :class:`KernelWorker` of ``assignment``, assigned now unless it was
+        before; None when it cannot serve that one (closed, taken, or assigned another kernel)."""
+        if self._process is None:
+            return None
+        if (self.assignment is not None and self.assignment != assignment) or \
+                (self.assignment is None and not self._process.is_alive()):  # killed while it waited
+            self.close()
+            return None
+        if self.assignment is None:
+            self.assign(assignment[0], device=assignment[1], options=assignment[2], paths=assignment[3])
+        taken, self._process, self._conn = (self._process, self._conn), None, None
+        return taken
+
+    def close(self) -> None:
+        """End it unless a :class:`KernelWorker` took it: it holds no case, so it is simply killed."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is not None:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10.0)
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class KernelWorker:
+    """A worker process that checks cases for one kernel, restarted whenever it dies or hangs.
+
+    ``target`` is the kernel's name (built-in or ``package.module:function``) and ``options`` the
+    built-in's options: the worker resolves them itself. ``case_timeout`` (seconds, default
+    :func:`default_case_timeout`) bounds one case, kernel runs, oracle and property reruns together.
+    ``paths`` go in front of the worker's ``sys.path`` (the current directory by default), so that an
+    import path that resolves here resolves there too. ``should_stop``, called while waiting, ends the
+    wait with ``KeyboardInterrupt`` when it returns true: a signal handler only sets a flag, and the
+    interruption surfaces here, at a safe point, rather than anywhere in the parent. ``process``, a
+    :class:`WorkerProcess` started earlier, is taken over by the first :meth:`start` (unless it was
+    assigned another kernel), which then waits only for what that process has left to do.
+    """
+
+    def __init__(self, target: str, *, device: str, options: dict | None = None, case_timeout: float | None = None,
+                 paths: list | None = None, should_stop=None, process: WorkerProcess | None = None):
+        if not isinstance(target, str):
+            raise InvalidArgument("target", target, "a worker process resolves its kernel by name",
+                                  "Pass a built-in name or 'package.module:function', or check a Kernel object "
+                                  "in-process.")
+        if case_timeout is not None and (isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float))
+                                         or not case_timeout > 0):
+            raise InvalidArgument("case_timeout", case_timeout, "expected a positive number of seconds",
+                                  f"Pass e.g. case_timeout={default_case_timeout(device):g}.")
+        self.target = target
+        self.device = str(device)
+        self.options = dict(options or {})
+        self.case_timeout = float(case_timeout) if case_timeout else default_case_timeout(device)
+        self.paths = list(paths) if paths is not None else [os.getcwd()]
+        self.should_stop = should_stop
+        self._spare = process  # taken over by the first start
+        self.starts = 0
+        self.kernel_name: str | None = None
+        self._process = None
+        self._conn = None
+        self._busy = False
+
+    @property
+    def restarts(self) -> int:
+        """Workers started after the first one (after a death, a hang or a poisoned CUDA context)."""
+        return max(0, self.starts - 1)
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    def start(self) -> None:
+        """Start a worker unless one is running; raises :class:`WorkerStartError` if it cannot load the kernel."""
+        if self.alive:
+            return
+        self._discard()
+        assignment = (self.target, self.device, self.options, self.paths)
+        spare, self._spare = self._spare, None
+        taken = spare.take(assignment) if spare is not None else None
+        if taken is None:
+            taken = WorkerProcess().take(assignment)
+        process, self._conn = taken
+        self._process = process
+        self.starts += 1
+        self._busy = True
+        message = self._receive(max(START_TIMEOUT, self.case_timeout))
+        self._busy = False
+        if message[0] == "ready":
+            self.kernel_name = message[2]
+            return
+        if message is _TIMEOUT:
+            why = f"it did not report ready within {max(START_TIMEOUT, self.case_timeout):g} s"
+        elif message is _DIED:
+            process.join(timeout=5.0)
+            why = f"it died while loading the kernel ({_exit_text(process.exitcode)})"
+        else:
+            why = message[1]
+        self._discard()
+        raise WorkerStartError(f"kernel={self.target!r}: the worker process could not load it: {why}. "
+                               "Check that the name resolves (flashcheck kernels; an import path must be importable "
+                               "from the current directory), or run in-process with --no-isolation to debug.")
+
+    def check(self, case: AttentionCase, *, properties=()) -> Verdict:
+        """The verdict on ``case``, or a crash / timeout verdict when the worker died or hung on it."""
+        self.start()
+        started = time.monotonic()
+        self._busy = True  # until the answer is in: an interrupted wait leaves the worker mid-case
+        try:
+            _send(self._conn, (case, tuple(properties)))
+        except OSError:  # a broken pipe: it died before reading the case
+            self._busy = False
+            return self._died(case, time.monotonic() - started)
+        message = self._receive(self.case_timeout)
+        self._busy = False
+        waited = time.monotonic() - started
+        if message is _TIMEOUT:
+            return self._timed_out(case, waited)
+        if message is _DIED:
+            return self._died(case, waited)
+        if message[0] == "error":
+            raise WorkerError(f"flashcheck failed in the worker on {case.describe()}: {message[1]}\n{message[2]}")
+        verdict = Verdict.from_dict(message[1])
+        if poisons_cuda(verdict):
+            self._discard(wait=True)  # it exits by itself; the next case starts a fresh one
+        return verdict
+
+    def close(self) -> None:
+        """Stop the worker: politely if it is idle, by force if it is busy or does not go."""
+        if self._spare is not None:  # never started
+            self._spare.close()
+            self._spare = None
+        if self._busy:
+            self._busy = False
+            self._discard()
+            return
+        if self._conn is not None and self.alive:
+            try:
+                _send(self._conn, None)
+            except OSError:
+                pass
+        self._discard(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- internals --------------------------------------------------------------------------------
+
+    def _receive(self, timeout: float):
+        """The next message, ``_DIED`` when the worker's end of the pipe closed, ``_TIMEOUT`` when
+        ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _TIMEOUT
+            if self.should_stop is not None and self.should_stop():
+                raise KeyboardInterrupt  # close() then kills the busy worker
+            try:
+                if self._conn.poll(min(left, _POLL_S)):
+                    return pickle.loads(self._conn.recv_bytes())
+            except (EOFError, OSError):
+                return _DIED  # the pipe closed: the process is exiting (maybe not yet reaped)
+            if not self._process.is_alive() and not self._conn.poll(0):
+                return _DIED
+
+    def _discard(self, *, wait: bool = False) -> None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is not None:
+            if wait:
+                process.join(timeout=2.0)
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10.0)
+        if conn is not None:
+            conn.close()
+
+    def _verdict(self, case: AttentionCase, finding: Finding, waited: float) -> Verdict:
+        regime = case.provenance.get("strategy") if case.provenance else None
+        finding.regime = regime
+        return Verdict.from_findings([finding], max_ratio=math.nan, kernel=self.kernel_name or self.target,
+                                     case=case.describe(), regime=regime, elapsed={"kernel": waited})
+
+    def _died(self, case: AttentionCase, waited: float) -> Verdict:
+        process = self._process
+        if process is not None:
+            process.join(timeout=5.0)
+        exitcode = process.exitcode if process is not None else None
+        self._discard()
+        how = _exit_text(exitcode)
+        return self._verdict(case, Finding(
+            "crash", BUG, f"the worker process running the kernel died ({how}) after {waited:.3g} s: a segfault, "
+            "an abort or an exit inside the kernel", details={"exitcode": exitcode, "died": how}), waited)
+
+    def _timed_out(self, case: AttentionCase, waited: float) -> Verdict:
+        self._discard()
+        return self._verdict(case, Finding(
+            "timeout", BUG, f"no result within the case timeout of {self.case_timeout:g} s (--case-timeout): the "
+            "kernel hangs or is far too slow; its worker process was killed",
+            details={"case_timeout": self.case_timeout}), waited)

@@ -1,0 +1,68 @@
+"""Precision contracts: what rounding a kernel is allowed to do.
+
+A contract names where a kernel may round (scores, P, accumulators, output) and in which format.
+The error model turns a contract into the terms of the per-element budget; nothing else reads these
+fields for numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ..errors import InvalidArgument
+
+__all__ = ["Precision", "PRESETS", "precision_named"]
+
+_P_DTYPES = ("input", "fp32")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A precision contract.
+
+    - ``tf32``: for fp32 inputs the two matmuls may run as tf32 (both operands rounded).
+    - ``p_dtype``: ``"input"`` if the unnormalised P is rounded to the input dtype before P @ V,
+      ``"fp32"`` if it stays in fp32.
+    - ``rescales_per_tile``: the accumulator may be rescaled once per key tile (online softmax).
+    - ``exp_ulps``: accuracy of the fp32 exp/exp2 the kernel uses, in fp32 ulps.
+    - ``scale_on_inputs``: the scale may multiply Q and K (each by sqrt(|scale|), in fp32) before the
+      product instead of the scores, as PyTorch's math backend does: two more roundings per logit.
+    """
+
+    name: str = "custom"
+    tf32: bool = False
+    p_dtype: str = "input"
+    rescales_per_tile: bool = True
+    exp_ulps: float = 2.0
+    scale_on_inputs: bool = False
+
+    def __post_init__(self):
+        if self.p_dtype not in _P_DTYPES:
+            raise InvalidArgument("p_dtype", self.p_dtype, "unknown rounding of P",
+                                  f"Use one of {list(_P_DTYPES)}.")
+        if not (isinstance(self.exp_ulps, (int, float)) and 0 <= self.exp_ulps < 1e6):
+            raise InvalidArgument("exp_ulps", self.exp_ulps, "expected a non-negative number of ulps",
+                                  "Pass e.g. exp_ulps=2.")
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+PRESETS: dict[str, Precision] = {
+    # Flash-style: fp32 scores (tf32 allowed for fp32 inputs), P rounded to the input dtype.
+    "flash": Precision("flash", tf32=True, p_dtype="input", rescales_per_tile=True),
+    # IEEE fp32 everywhere: no tf32, P still rounded to the input dtype for the second matmul.
+    "strict": Precision("strict", tf32=False, p_dtype="input", rescales_per_tile=True),
+    # Upcast: computed in fp32 and rounded once at the end (PyTorch's math backend).
+    "upcast": Precision("upcast", tf32=False, p_dtype="fp32", rescales_per_tile=False, scale_on_inputs=True),
+}
+
+
+def precision_named(value: object, *, argument: str = "precision") -> Precision:
+    """Resolve a preset name or pass a :class:`Precision` through."""
+    if isinstance(value, Precision):
+        return value
+    if isinstance(value, str) and value in PRESETS:
+        return PRESETS[value]
+    raise InvalidArgument(argument, value, "unknown precision contract",
+                          f"Use one of {sorted(PRESETS)} or a flashcheck.Precision(...).")

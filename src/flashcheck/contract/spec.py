@@ -1,0 +1,241 @@
+"""Kernel specs: what a kernel under test supports and promises, declared rather than guessed.
+
+``@flashcheck.kernel(...)`` attaches a :class:`KernelSpec` to a callable that follows the calling
+convention. Strategies draw only inputs the spec allows, and the checks hold the kernel to what the
+spec promises (fully masked rows, precision).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import InvalidArgument
+from .formats import FORMATS, name_of_dtype
+from .precision import Precision, precision_named
+from .validation import CAUSAL_MODES, Shapes
+
+__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
+
+FULLY_MASKED_PROMISES = ("zero", "nan", "any")
+DEVICES = ("cuda", "cpu")
+
+
+def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tuple:
+    items = (value,) if isinstance(value, str) else tuple(value)
+    bad = [x for x in items if x not in allowed]
+    if bad or not (items or allow_empty):
+        raise InvalidArgument(argument, value, f"unknown value(s) {bad}" if bad else "empty",
+                              f"Choose from {list(allowed)}.")
+    return items
+
+
+def _positive_int(argument: str, value, *, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(argument, value, "expected a positive integer",
+                              f"Pass {argument} as an int >= 1" + (" or None." if allow_none else "."))
+    return value
+
+
+# Input classes a spec can keep campaigns away from: known defects of a kernel that every campaign
+# would otherwise find again, each with a test that keeps it visible (see the PyTorch adapters).
+EXCLUSIONS = {
+    "negative_scale": "a negative softmax scale",
+    "tiny_scale": "a softmax scale 10^-4 times the default (the 'tiny' scale regime)",
+    "bottom_right_more_queries": "causal='bottom_right' with Nq > Nk (rows with no visible key)",
+    "stride0_heads": "K and V heads as stride-0 views (the 'expanded' layout)",
+    # Classes of the backward pass, known from the exact gradients (judged once the oracle has run):
+    "ds_past_range": "an exact dS = P (dP - D) past the dtype's largest value (kernels that round dS to it)",
+    "scaled_ds_past_range": "an exact scale x dS past the dtype's largest value (kernels that scale dS before "
+                            "rounding it)",
+}
+# The classes above that only the exact gradients tell apart: campaigns skip such a case once judged.
+GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a kernel supports (inputs it accepts) and promises (outputs it guarantees).
+
+    Promises beyond the output: ``deterministic`` (two identical calls give identical bits) and
+    ``nan_safe_masking`` (a NaN stored in a key no query may see never reaches the output: the kernel
+    does not read such keys, or masks before it multiplies). Huge finite values in such keys must
+    never leak, whatever the spec says. ``batch_invariant``: a sequence gives the same bits alone and
+    inside a batch (off by default: many correct kernels tile differently by batch size).
+    ``excludes`` names input classes of :data:`EXCLUSIONS` that strategies do not draw: a kernel's known
+    defects, kept out of campaigns so that they find something new (the verdict on such an input, when
+    given one, is still the real one).
+    ``layout_invariant``: the same numbers in another memory layout give the same bits (off by default:
+    compilers and libraries pick other instructions for other strides). Without it, another layout must
+    still stay within the error budget; with it, it must give identical bits.
+    ``backward``: autograd differentiates the kernel (:func:`flashcheck.check_backward` judges dQ, dK,
+    dV); ``deterministic_backward``: two identical backward calls give the same bits.
+    ``backward_excludes``: more classes of :data:`EXCLUSIONS` that backward campaigns keep out (those of
+    ``excludes`` too): defects of the backward pass alone. The classes of :data:`GRADIENT_EXCLUSIONS` are
+    known once the oracle has run, so a campaign counts such a case as skipped; a direct
+    :func:`flashcheck.check_backward` or a replay still gives the real verdict.
+
+    Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
+    ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
+    multiples of it; ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths.
+    """
+
+    dtypes: tuple = ("fp16", "bf16", "fp32")
+    causal: tuple = ("none",)
+    attn_mask: bool = False
+    gqa: bool = False
+    head_dims: tuple | None = None
+    min_head_dim: int = 1
+    max_head_dim: int = 256
+    dv_equals_d: bool = True
+    seq_multiple: int = 1
+    equal_lengths: bool = False
+    max_seqlen: int | None = None
+    fully_masked_rows: str = "any"
+    precision: Precision | str = "flash"
+    devices: tuple = DEVICES
+    deterministic: bool = True
+    nan_safe_masking: bool = True
+    batch_invariant: bool = False
+    layout_invariant: bool = False
+    excludes: tuple = ()
+    backward: bool = False
+    deterministic_backward: bool = True
+    backward_excludes: tuple = ()
+
+    def __post_init__(self):
+        put = functools.partial(object.__setattr__, self)
+        put("dtypes", _tuple_of("dtypes", self.dtypes, tuple(FORMATS)))
+        put("causal", _tuple_of("causal", self.causal, CAUSAL_MODES))
+        put("devices", _tuple_of("devices", self.devices, DEVICES))
+        put("excludes", _tuple_of("excludes", self.excludes, tuple(EXCLUSIONS), allow_empty=True))
+        put("backward_excludes", _tuple_of("backward_excludes", self.backward_excludes, tuple(EXCLUSIONS),
+                                           allow_empty=True))
+        if self.head_dims is not None:
+            dims = (self.head_dims,) if isinstance(self.head_dims, int) else tuple(self.head_dims)
+            for d in dims:
+                _positive_int("head_dims", d)
+            if not dims:
+                raise InvalidArgument("head_dims", self.head_dims, "empty", "Pass None or a list of sizes.")
+            put("head_dims", tuple(sorted(dims)))
+        _positive_int("min_head_dim", self.min_head_dim)
+        _positive_int("max_head_dim", self.max_head_dim)
+        if self.min_head_dim > self.max_head_dim:
+            raise InvalidArgument("min_head_dim", self.min_head_dim, f"exceeds max_head_dim={self.max_head_dim}",
+                                  "Pass min_head_dim <= max_head_dim.")
+        _positive_int("seq_multiple", self.seq_multiple)
+        _positive_int("max_seqlen", self.max_seqlen, allow_none=True)
+        if self.fully_masked_rows not in FULLY_MASKED_PROMISES:
+            raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
+                                  f"Use one of {list(FULLY_MASKED_PROMISES)}.")
+        put("precision", precision_named(self.precision))
+
+    def for_backward(self) -> "KernelSpec":
+        """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""
+        merged = self.excludes + tuple(x for x in self.backward_excludes if x not in self.excludes)
+        return dataclasses.replace(self, excludes=merged, backward_excludes=())
+
+    def allowed_head_dims(self) -> tuple:
+        if self.head_dims is not None:
+            return self.head_dims
+        return tuple(range(self.min_head_dim, self.max_head_dim + 1))
+
+    def unsupported(self, shapes: Shapes, *, dtype, causal: str, has_mask: bool) -> str | None:
+        """Why the spec excludes this input, or None if it is supported."""
+        name = name_of_dtype(dtype) if not isinstance(dtype, str) else dtype
+        if name not in self.dtypes:
+            return f"dtype {name} not in {self.dtypes}"
+        if causal not in self.causal:
+            return f"causal={causal!r} not in {self.causal}"
+        if has_mask and not self.attn_mask:
+            return "the kernel takes no attn_mask"
+        if shapes.heads_q != shapes.heads_kv and not self.gqa:
+            return f"GQA ({shapes.heads_q} query heads, {shapes.heads_kv} key heads) not supported"
+        if shapes.head_dim not in self.allowed_head_dims():
+            return f"head dim {shapes.head_dim} not allowed"
+        if self.dv_equals_d and shapes.head_dim_v != shapes.head_dim:
+            return f"Dv={shapes.head_dim_v} differs from D={shapes.head_dim}"
+        if shapes.head_dim_v > self.max_head_dim:
+            return f"Dv={shapes.head_dim_v} above max_head_dim={self.max_head_dim}"
+        if shapes.n_q % self.seq_multiple or shapes.n_k % self.seq_multiple:
+            return f"lengths {shapes.n_q}, {shapes.n_k} not multiples of {self.seq_multiple}"
+        if self.equal_lengths and shapes.n_q != shapes.n_k:
+            return f"Nq={shapes.n_q} != Nk={shapes.n_k}"
+        if self.max_seqlen is not None and max(shapes.n_q, shapes.n_k) > self.max_seqlen:
+            return f"length above max_seqlen={self.max_seqlen}"
+        return None
+
+    def replace(self, **changes) -> "KernelSpec":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["precision"] = self.precision.as_dict()
+        return out
+
+
+# A plain callable declares nothing, so it is tested only on what every kernel must accept.
+DEFAULT_SPEC = KernelSpec()
+
+
+class Kernel:
+    """A kernel under test: the callable, its spec and a name for reports."""
+
+    def __init__(self, fn: Callable, spec: KernelSpec = DEFAULT_SPEC, *, name: str | None = None,
+                 source: str | None = None):
+        if not callable(fn):
+            raise InvalidArgument("fn", fn, "a kernel must be callable",
+                                  "Pass a function kernel(q, k, v, *, scale, causal, attn_mask=None).")
+        if not isinstance(spec, KernelSpec):
+            raise InvalidArgument("spec", spec, "expected a flashcheck.KernelSpec",
+                                  "Build one with flashcheck.KernelSpec(...) or use @flashcheck.kernel(...).")
+        self.fn = fn
+        self.spec = spec
+        self.name = name or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        # What resolves back to this kernel (a built-in name with options, an import path), set when it
+        # was resolved from one: a saved case replays from it, whatever the display name says.
+        self.source = source
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, q, k, v, *, scale, causal, attn_mask=None):
+        return self.fn(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r})"
+
+    def reached_as(self, source: str) -> "Kernel":
+        """This kernel (a copy when it already names another source) remembering ``source``."""
+        if self.source in (None, source):
+            self.source = source
+            return self
+        return Kernel(self.fn, self.spec, name=self.name, source=source)
+
+
+def as_kernel(obj, *, name: str | None = None) -> Kernel:
+    """A :class:`Kernel` for a decorated kernel or a plain callable (which gets the default spec)."""
+    if isinstance(obj, Kernel):
+        return obj
+    return Kernel(obj, DEFAULT_SPEC, name=name)
+
+
+def kernel(fn: Callable | None = None, *, name: str | None = None, **spec) -> Kernel | Callable:
+    """Declare what a kernel supports and promises.
+
+    Usable bare (``@flashcheck.kernel``) or with spec options (``@flashcheck.kernel(dtypes=("fp16",))``);
+    the options are those of :class:`KernelSpec`.
+    """
+    known = {f.name for f in dataclasses.fields(KernelSpec)}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise InvalidArgument(unknown[0], spec[unknown[0]], "not a kernel spec option",
+                              f"Valid options: {sorted(known)}.")
+    built = KernelSpec(**spec)
+
+    def wrap(f: Callable) -> Kernel:
+        return Kernel(f, built, name=name)
+
+    return wrap(fn) if fn is not None else wrap

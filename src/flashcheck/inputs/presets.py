@@ -1,0 +1,91 @@
+"""Campaign presets: TOML files naming regimes, dtypes, size ranges and budgets.
+
+Built-in presets live in the repository's ``strategies/`` folder; a user preset is any TOML file given
+by path. Every key is validated: an unknown key or a value of the wrong kind is refused by name.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ..errors import InvalidArgument
+
+__all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]
+
+# An installed package carries the presets as flashcheck/_presets; a source checkout has them in the
+# repository's strategies/ (see pyproject.toml).
+_INSTALLED = Path(__file__).resolve().parents[1] / "_presets"
+PRESET_DIR = _INSTALLED if _INSTALLED.is_dir() else Path(__file__).resolve().parents[3] / "strategies"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str = ""
+    max_examples: int = 100
+    time_budget: float | None = None
+    dtypes: tuple = ("fp16", "bf16", "fp32")
+    value_regimes: tuple | None = None
+    mask_regimes: tuple | None = None
+    scale_regimes: tuple | None = None
+    layouts: tuple | None = None
+    min_n: int = 1
+    max_n: int = 256
+    max_batch: int = 2
+    max_heads: int = 4
+    head_dims: tuple | None = None
+    jobs: int = 1  # worker processes (fuzz --jobs, which wins over it)
+    source: str = field(default="", compare=False)
+
+    def strategy_options(self) -> dict:
+        """The keyword options of :func:`flashcheck.inputs.strategies.recipes` this preset sets."""
+        keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "min_n", "max_n",
+                "max_batch", "max_heads", "head_dims")
+        return {k: getattr(self, k) for k in keys}
+
+
+_KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), "min_n": int, "max_n": int,
+          "max_batch": int, "max_heads": int, "jobs": int}
+_LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
+          "head_dims": int}
+
+
+def builtin_presets() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(PRESET_DIR.glob("*.toml"))} if PRESET_DIR.is_dir() else {}
+
+
+def load_preset(name_or_path: str | Path) -> Preset:
+    """A built-in preset by name (``smoke``, ``adversarial``, ...) or a TOML file by path."""
+    builtins = builtin_presets()
+    text = str(name_or_path)
+    if text in builtins:
+        path = builtins[text]
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise InvalidArgument("preset", text, "neither a built-in preset nor a TOML file",
+                                  f"Use one of {sorted(builtins)} or the path of a .toml file.")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidArgument("preset", str(path), f"cannot be read as TOML ({exc})",
+                              "Fix the file's TOML syntax.") from None
+    known = {f.name for f in fields(Preset)} - {"name", "source"}
+    for key, value in data.items():
+        if key not in known:
+            raise InvalidArgument(f"{path.name}: {key}", value, "unknown preset key",
+                                  f"Valid keys: {sorted(known)}.")
+        if key in _KINDS and (isinstance(value, bool) or not isinstance(value, _KINDS[key])):
+            raise InvalidArgument(f"{path.name}: {key}", value, "wrong kind of value",
+                                  f"Give {key} as {getattr(_KINDS[key], '__name__', 'a number')}.")
+        if key in _LISTS:
+            if not isinstance(value, list) or not all(isinstance(x, _LISTS[key]) for x in value):
+                raise InvalidArgument(f"{path.name}: {key}", value, "expected a list",
+                                      f"Give {key} as a TOML list of {_LISTS[key].__name__}s.")
+            data[key] = tuple(value)
+    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs"):
+        if key in data and data[key] < 1:
+            raise InvalidArgument(f"{path.name}: {key}", data[key], "must be at least 1", f"Set {key} >= 1.")
+    return Preset(name=path.stem, source=str(path), **data)

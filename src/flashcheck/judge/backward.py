@@ -1,0 +1,242 @@
+"""Checking a kernel's backward pass: dQ, dK and dV through autograd, judged element by element against
+the oracle's gradients and their budget (:mod:`flashcheck.numerics.gradient_budget`). Findings say which
+gradient, and where (rows and heads for dQ, keys and K/V heads for dK and dV).
+
+A kernel declares ``backward=True`` in its spec to be differentiable; flashcheck then calls
+``torch.autograd.grad(out, (q, k, v), dO)``. ``deterministic_backward`` (default True) promises that
+two identical backward calls give the same bits, and is checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from ..contract.formats import format_of
+from ..contract.precision import Precision, precision_named
+from ..contract.spec import Kernel, as_kernel
+from ..errors import InvalidArgument, Unsupported
+from ..inputs.case import AttentionCase
+from ..inputs.regimes import make_upstream
+from ..numerics.gradient_budget import GradientBudget, gradient_budget
+from ..numerics.gradients import GRADIENTS
+from ..numerics.oracle import reference_attention
+from .check import check
+from .diagnose import _ranges, diagnose_elements
+from .verdict import BUG, Finding, Verdict
+
+__all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward", "backward_case", "is_backward_case",
+           "judge_case", "drawn_backward_case", "upstream_gradient"]
+
+
+def backward_case(case: AttentionCase, *, upstream: str, seed: int) -> AttentionCase:
+    """``case`` marked as a backward case: its provenance names the dO regime and seed, so that a saved
+    case replays its backward pass with the same upstream gradient."""
+    from ..inputs.regimes import UPSTREAM_REGIMES
+
+    if upstream not in UPSTREAM_REGIMES:
+        raise InvalidArgument("upstream", upstream, "unknown dO regime", f"Use one of {sorted(UPSTREAM_REGIMES)}.")
+    marks = {"pass": "backward", "upstream": upstream, "upstream_seed": int(seed)}
+    return dataclasses.replace(case, provenance={**(case.provenance or {}), **marks})
+
+
+def drawn_backward_case(case: AttentionCase, seed: int) -> AttentionCase:
+    """The backward case a campaign or the self-test draws: its dO regime follows from the recipe's
+    ``seed`` (replayable, no extra draw)."""
+    from ..inputs.regimes import UPSTREAM_REGIMES
+
+    regimes = sorted(UPSTREAM_REGIMES)
+    return backward_case(case, upstream=regimes[seed % len(regimes)], seed=seed)
+
+
+def upstream_gradient(case: AttentionCase, device, *, upstream: str | None = None, seed: int | None = None):
+    """dO for ``case`` on ``device``: the ``upstream`` regime with ``seed`` (default: the case's own, see
+    :func:`backward_case`, else ``"random"`` and 0), built from the exact forward output."""
+    marks = case.provenance or {}
+    upstream = upstream or marks.get("upstream") or "random"
+    seed = seed if seed is not None else int(marks.get("upstream_seed") or 0)
+    device = torch.device(device)
+    mask = None if case.attn_mask is None else case.attn_mask.to(device)
+    out = reference_attention(case.q.to(device), case.k.to(device), case.v.to(device), scale=case.scale,
+                              causal=case.causal, attn_mask=mask).out
+    return make_upstream(upstream, out=out, dtype=case.torch_dtype, seed=seed).to(device)
+
+
+def is_backward_case(case: AttentionCase) -> bool:
+    return (case.provenance or {}).get("pass") == "backward"
+
+
+@dataclass
+class BackwardRun:
+    """What one backward call produced: (dq, dk, dv), or the exception it raised."""
+
+    grads: tuple | None
+    error: BaseException | None
+    traceback: str | None
+    seconds: float
+
+
+def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None) -> BackwardRun:
+    """Run the kernel forward with autograd and take dQ, dK, dV for ``do``; never lets it raise."""
+    start = time.perf_counter()
+    inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
+    try:
+        with torch.enable_grad():
+            result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask)
+            out = result[0] if isinstance(result, (tuple, list)) else result
+            grads = torch.autograd.grad(out, inputs, do, allow_unused=True)
+        grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
+        if q.is_cuda:
+            torch.cuda.synchronize(q.device)
+    except Unsupported:
+        raise
+    except Exception as exc:  # a crash is a finding, not flashcheck's failure
+        return BackwardRun(None, exc, traceback.format_exc(), time.perf_counter() - start)
+    return BackwardRun(grads, None, None, time.perf_counter() - start)
+
+
+def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
+    shapes = budget.gradients.shapes
+    if name == "dq":
+        return diagnose_elements(bad, shapes, None, budget.gradients.forward.empty_rows)
+    keys = torch.nonzero(bad.any(-1).any(0).any(0)).flatten().tolist()
+    heads = torch.nonzero(bad.any(-1).any(-1).any(0)).flatten().tolist()
+    text = f"{int(bad.sum())} of {bad.numel()} elements; keys {_ranges(keys)} of {shapes.n_k}"
+    return text + (f"; K/V heads {_ranges(heads)} of {shapes.heads_kv}" if shapes.heads_kv > 1 else "")
+
+
+def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = None) -> tuple[list[Finding], dict]:
+    """Findings of a kernel's (dq, dk, dv) against the oracle and the budget, and err/budget per gradient."""
+    findings, worst = [], {}
+    for name, got in zip(GRADIENTS, grads):
+        exact, total = budget.gradients[name], budget.total[name]
+        fmax = format_of(got.dtype).max_value
+        got = got.detach().to(exact.device, torch.float64)
+        # Infinity is a legal result where the budget's interval around the exact gradient reaches past
+        # the dtype's largest value on that side (also where the exact gradient is 0: dS cancelling to
+        # rounding noise that large scales carry past 65,504).
+        overflow = ((got == torch.inf) & (exact + total > fmax)) | ((got == -torch.inf) & (exact - total < -fmax))
+        nonfinite = ~torch.isfinite(got) & ~overflow
+        err = (got - exact).abs()
+        # Where the oracle or its budget is NaN nothing can be judged (check_backward notes how many).
+        unjudged = torch.isnan(total) | torch.isnan(exact)
+        ratio = torch.where(~torch.isfinite(got) | (err == 0) | unjudged, torch.zeros_like(err), err / total)
+        worst[name] = float(ratio.max()) if ratio.numel() else 0.0
+        if bool(nonfinite.any()):
+            idx = tuple(int(i) for i in torch.nonzero(nonfinite)[0])
+            findings.append(Finding("nonfinite", BUG, f"{name} is {float(got[idx])} where the exact gradient is "
+                                    f"finite: {_where(name, nonfinite, budget)}", index=idx, regime=regime,
+                                    details={"gradient": name}))
+        over = ratio > 1
+        if bool(over.any()):
+            idx = tuple(int(i) for i in torch.nonzero(ratio == ratio.max())[0])
+            findings.append(Finding("over_budget", BUG, f"{name} over its budget: {_where(name, over, budget)}",
+                                    index=idx, error=float(err[idx]), budget=budget.breakdown(name, idx),
+                                    ratio=float(ratio[idx]), regime=regime,
+                                    details={"gradient": name, "elements_over": int(over.sum())}))
+    return findings, worst
+
+
+def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Finding]:
+    out = []
+    for name, a, b in zip(GRADIENTS, first.grads, second.grads):
+        differ = a != b
+        differ &= ~(torch.isnan(a) & torch.isnan(b))
+        if bool(differ.any()):
+            out.append(Finding("nondeterminism", BUG, f"{name}: {int(differ.sum())} of {differ.numel()} elements "
+                               "differ between two identical backward calls (the spec promises "
+                               "deterministic_backward)", regime=regime, details={"gradient": name}))
+    return out
+
+
+def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = None, upstream: str | None = None,
+                   seed: int | None = None, device=None, precision: Precision | str | None = None,
+                   exclusions: bool = False) -> Verdict:
+    """Run ``kernel``'s backward on ``case`` for the upstream gradient ``do`` (default: the ``upstream``
+    dO regime with ``seed``, which default to the case's own, see :func:`backward_case`, else
+    ``"random"`` and 0) and judge dQ, dK and dV element by element.
+
+    ``exclusions``: a case in a class of the spec's gradient exclusions (``backward_excludes``, see
+    :data:`flashcheck.contract.spec.GRADIENT_EXCLUSIONS`) is skipped, not judged, as campaigns do; by default
+    the verdict is the real one."""
+    upstream = upstream or (case.provenance or {}).get("upstream") or "random"
+    kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
+    if not kern.spec.backward:
+        raise InvalidArgument("kernel", kern.name, "declares no backward pass",
+                              "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
+                              "autograd can differentiate it.")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    contract = precision_named(precision) if precision is not None else kern.spec.precision
+    regime = (case.provenance or {}).get("strategy")
+    meta = dict(kernel=kern.name, case=case.describe() + f", dO {upstream}", regime=regime)
+    if kern.spec.fully_masked_rows != "zero" and not bool(case.visible().any(-1).all()):
+        # Zero gradients on such rows follow from a zero output there; another promise defines none.
+        reason = (f"unsupported: rows with no visible key, whose gradients fully_masked_rows="
+                  f"{kern.spec.fully_masked_rows!r} leaves undefined")
+        return Verdict.from_findings([], max_ratio=math.nan, skipped=reason, **meta)
+    q, k, v, mask = case.to_device(device)
+    exact = (case.q.to(device), case.k.to(device), case.v.to(device))
+    kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask)
+    do = upstream_gradient(case, device, upstream=upstream, seed=seed) if do is None else do.to(device)
+    try:
+        run = run_backward(kern, q, k, v, do, **kw)
+    except Unsupported as refusal:
+        return Verdict.from_findings([], max_ratio=math.nan, skipped=f"unsupported: {refusal.reason}", **meta)
+    if run.error is not None:
+        crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
+                        regime=regime, details={"traceback": run.traceback})
+        return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
+    t0 = time.perf_counter()
+    budget = gradient_budget(*exact, do, **kw, precision=contract)
+    excluded = _gradient_exclusion(kern.spec, case, budget.gradients) if exclusions else None
+    if excluded:
+        return Verdict.from_findings([], max_ratio=math.nan, skipped=f"excluded: {excluded}", **meta)
+    findings, worst = compare_gradients(run.grads, budget, regime=regime)
+    elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
+    notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in GRADIENTS)]
+    notes += [f"information: {count} elements of {n} not judged (the oracle or its budget is NaN there)"
+              for n in GRADIENTS
+              if (count := int((torch.isnan(budget.total[n]) | torch.isnan(budget.gradients[n])).sum()))]
+    # A second identical call: a broken promise is a BUG; without the promise, what differs is reported.
+    again = run_backward(kern, q, k, v, do, **kw)
+    if again.error is not None:
+        findings.append(Finding("crash", BUG, f"a second identical backward call raised {type(again.error).__name__}: "
+                                f"{again.error}".splitlines()[0][:300], regime=regime,
+                                details={"traceback": again.traceback}))
+    elif kern.spec.deterministic_backward:
+        findings += _nondeterminism(run, again, regime)
+    else:
+        notes += [f"information: {f.diagnosis.split(' (the spec')[0]} (not promised)" for f in _nondeterminism(run, again, regime)]
+    return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
+                                 output=run.grads, ratios=worst, **meta)
+
+
+def _gradient_exclusion(spec, case: AttentionCase, grads) -> str | None:
+    """The class of the spec's gradient exclusions ``case`` falls in, described, or None."""
+    fmax = format_of(case.torch_dtype).max_value
+    found = {"ds_past_range": grads.ds_max, "scaled_ds_past_range": abs(case.scale) * grads.ds_max}
+    for name, value in found.items():
+        if name in spec.backward_excludes and value > fmax:
+            what = "|dS|" if name == "ds_past_range" else "|scale x dS|"
+            return f"{name} (an exact {what} past {case.dtype}'s {fmax:.6g})"  # one reason per class: counted
+    return None
+
+
+def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties) -> Verdict:
+    """The verdict on ``case``: its backward pass for a backward case (:func:`backward_case`), else its
+    forward pass with ``properties`` (how campaigns and their worker processes judge a case, the spec's
+    gradient exclusions applied)."""
+    if is_backward_case(case):
+        return check_backward(kernel, case, device=device, exclusions=True)
+    return check(kernel, case, device=device, properties=properties)
+
+
+def _resolve(name: str, device) -> Kernel:
+    from ..kernels.registry import resolve_kernel
+
+    return resolve_kernel(name, device=torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type)

@@ -1,0 +1,199 @@
+"""One-line diagnoses: where in the output a defect sits, and what that points to.
+
+Bad elements are described by the rows, heads and columns they cover: tail rows of a partial tile,
+rows at a tile period, the first or last rows, a few heads, every column or a few.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..contract.validation import Shapes
+
+__all__ = ["describe_rows", "diagnose_elements", "growth_with_length", "which_keys"]
+
+TILES = (16, 32, 64, 128)
+
+
+def _ranges(values: list[int], limit: int = 4) -> str:
+    if not values:
+        return "none"
+    spans, start, prev = [], values[0], values[0]
+    for x in values[1:]:
+        if x != prev + 1:
+            spans.append((start, prev))
+            start = x
+        prev = x
+    spans.append((start, prev))
+    text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in spans[:limit])
+    return text + (f" (+{len(spans) - limit} more)" if len(spans) > limit else "")
+
+
+def describe_rows(rows: list[int], n_rows: int) -> str:
+    """What a set of bad query rows suggests (tail tile, tile period, edges)."""
+    hints = []
+    if not rows:
+        return "no rows"
+    bad = set(rows)
+    tails = [t for t in TILES if 0 < (n_rows // t) * t < n_rows and min(bad) >= (n_rows // t) * t]
+    if tails:
+        start = (n_rows // tails[-1]) * tails[-1]
+        sizes = ", ".join(str(t) for t in tails)
+        hints.append(f"only the partial tail tile (rows {start}..{n_rows - 1}; tiles of {sizes})")
+    for tile in TILES:
+        phases = {r % tile for r in rows}
+        if n_rows >= 2 * tile and len(rows) >= 2 and len(phases) <= max(1, tile // 8) \
+                and len({r // tile for r in rows}) > 1:
+            hints.append(f"periodic with tile {tile} (row phases {sorted(phases)[:4]})")
+            break
+    if bad == {0} or bad == {n_rows - 1}:
+        hints.append("a single edge row")
+    text = f"rows {_ranges(sorted(bad))} of {n_rows}"
+    return text + ("; " + "; ".join(hints) if hints else "")
+
+
+def diagnose_elements(bad: torch.Tensor, shapes: Shapes, rows: torch.Tensor | None = None,
+                      empty_rows: torch.Tensor | None = None) -> str:
+    """Summarise a boolean (B, Hq, R, Dv) map of bad output elements in one line."""
+    bad = bad.detach().cpu()
+    count = int(bad.sum())
+    if count == 0:
+        return "no element"
+    B, Hq, R, Dv = bad.shape
+    row_index = rows.cpu().tolist() if rows is not None else list(range(R))
+    bad_rows = sorted({row_index[i] for i in torch.nonzero(bad.any(-1).any(0).any(0)).flatten().tolist()})
+    heads = torch.nonzero(bad.any(-1).any(-1).any(0)).flatten().tolist()
+    cols = int(bad.any(0).any(0).any(0).sum())
+    parts = [f"{count} of {bad.numel()} elements", describe_rows(bad_rows, shapes.n_q)]
+    if Hq > 1:
+        parts.append(f"heads {_ranges(heads)} of {Hq}" if len(heads) < Hq else "every head")
+        if shapes.heads_kv < Hq and len(heads) < Hq:
+            groups = {h // shapes.group for h in heads}
+            parts.append(f"kv heads {_ranges(sorted(groups))} (GQA group {shapes.group})")
+    parts.append("every column" if cols == Dv else f"{cols} of {Dv} columns")
+    if empty_rows is not None:
+        touching = bool((bad.any(-1) & empty_rows.cpu()).any())
+        if touching:
+            parts.append("on rows with no visible key")
+    if shapes.n_q != shapes.n_k:
+        parts.append(f"Nq={shapes.n_q} != Nk={shapes.n_k}")
+    return "; ".join(parts)
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    for rank, i in enumerate(order):
+        ranks[i] = float(rank)
+    return ranks
+
+
+def growth_with_length(points: list[tuple[int, float]], *, min_lengths: int = 4) -> str | None:
+    """Across a campaign's cases of one bug, whether err/budget grows with the number of keys.
+
+    ``points`` are (Nk, err/budget) pairs. A Spearman rank correlation of 0.8 or more over at least
+    ``min_lengths`` distinct lengths says the defect accumulates along the keys (an accumulator, a
+    running sum, a rescale), rather than sitting in one tile.
+    """
+    points = [(n, r) for n, r in points if r == r and r != float("inf")]
+    if len({n for n, _ in points}) < min_lengths:
+        return None
+    xs, ys = _ranks([float(n) for n, _ in points]), _ranks([r for _, r in points])
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+    var = (sum((x - mean_x) ** 2 for x in xs) * sum((y - mean_y) ** 2 for y in ys)) ** 0.5
+    rho = cov / var if var else 0.0
+    if rho < 0.8:
+        return None
+    return (f"grows with the number of keys (Spearman {rho:.2f} over {len(points)} cases, "
+            f"Nk {min(n for n, _ in points)}..{max(n for n, _ in points)})")
+
+
+# ---- which keys: the key set a wrong row's output is attention over ------------------------------------
+
+
+def which_keys(got, inputs: dict, index: tuple, budget, *, row: int | None = None) -> str | None:
+    """Which keys the output row at ``index`` = (b, h, r, column) was computed over, if not its own.
+
+    Attention over a wrong set of keys is the commonest flash bug: a tail tile dropped or read
+    unmasked, the causal diagonal off by one, a mask ignored. For the worst row this tries, in float64,
+    the row's visible keys cut to a prefix or a suffix, with one key left out, with none, with one
+    masked-out key let in or with all of them, and names the set whose attention output matches the
+    kernel's row within the row's budget (``budget``: the budget's total for that row, per column),
+    the fewest keys changed first. A match is a fact about the numbers, not proof of the cause: with
+    peaked attention a wrong temperature can look like a dropped key. ``row`` is the query index when
+    ``index`` counts the oracle's sampled rows. ``None`` when no such set matches.
+    """
+    from ..contract.masks import causal as causal_fn
+
+    b, h, r = index[:3]
+    i = r if row is None else row
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    B, Hq, Nq, _ = q.shape
+    Nk, group = k.shape[2], Hq // k.shape[1]
+    kv_idx = torch.arange(Nk)
+    seen = causal_fn(inputs["causal"], Nq, Nk)(b, h, torch.tensor(i), kv_idx)
+    mask = inputs.get("attn_mask")
+    if mask is not None:
+        seen = seen & torch.broadcast_to(mask.cpu().bool(), (B, Hq, Nq, Nk))[b, h, i]
+    if not bool(seen.any()):
+        return None
+    s = (k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()) * float(inputs["scale"])
+    vv = v[b, h // group].cpu().double()
+    got_row, bud = got.detach().cpu().double(), budget.detach().cpu().double()
+
+    def fits(outs: torch.Tensor) -> torch.Tensor:
+        """err/budget of the row against each candidate output (rows of ``outs``); inf where undefined."""
+        err = (got_row - outs).abs()
+        ratio = torch.where(err == 0, 0.0, err / bud).amax(-1)
+        return torch.nan_to_num(ratio, nan=math.inf)
+
+    def weights(keys):
+        w = torch.where(keys, torch.exp(s - s[keys].max()), 0.0)
+        return w, w[:, None] * vv
+
+    w, wv = weights(seen)
+    if float(fits((wv.sum(0) / w.sum())[None])[0]) <= 1:
+        return None  # the row is its own attention within budget: not a key-set defect
+    # (keys changed, err/budget, description): the fewest keys changed that explain the row, then the best fit.
+    candidates = []
+    n_seen = int(seen.sum())
+
+    def best(ratios: torch.Tensor, usable: torch.Tensor, changed: torch.Tensor, describe) -> None:
+        ratios = torch.where(usable, ratios, math.inf)
+        fitting = torch.nonzero(ratios <= 1).flatten().tolist()
+        if fitting:
+            at = min(fitting, key=lambda x: (int(changed[x]), float(ratios[x])))
+            candidates.append((int(changed[at]), float(ratios[at]), describe(at)))
+
+    # Prefixes and suffixes of the visible keys, from running sums: attention over keys < t, or >= t.
+    cw, cwv = w.cumsum(0)[:-1], wv.cumsum(0)[:-1]  # entry t-1: keys < t, for t = 1..Nk-1
+    left = seen.cumsum(0)[:-1]
+    # A cut that leaves out one visible key is that key left out, which the single-key sets below name.
+    cut = (left > 0) & (left < n_seen)
+    best(fits(cwv / cw[:, None]), cut & (n_seen - left > 1), n_seen - left,
+         lambda x: f"keys {x + 1}..{Nk - 1} ({n_seen - int(left[x])} visible) left out")
+    best(fits((wv.sum(0) - cwv) / (w.sum() - cw)[:, None]), cut & (left > 1), left,
+         lambda x: f"keys 0..{x} ({int(left[x])} visible) left out")
+    ones = torch.ones(Nk, dtype=torch.long)
+    diagonal = i + (Nk - Nq if inputs["causal"] == "bottom_right" else 0) if inputs["causal"] != "none" else None
+    if n_seen > 1:
+        best(fits((wv.sum(0) - wv) / (w.sum() - w)[:, None]), seen, ones,
+             lambda j: f"visible key {j}{' (the causal diagonal)' if j == diagonal else ''} left out")
+    best(fits(torch.zeros_like(vv[:1])), torch.tensor([True]), torch.tensor([n_seen]),
+         lambda _: f"all {n_seen} visible keys left out (a row of 0)")
+    hidden = ~seen
+    if bool(hidden.any()):
+        w2, wv2 = weights(torch.ones_like(seen))
+        span = _ranges(torch.nonzero(hidden).flatten().tolist())
+        best(fits((wv2.sum(0) / w2.sum())[None]), torch.tensor([True]), torch.tensor([int(hidden.sum())]),
+             lambda _: f"the masked-out keys ({span}) let in")
+        vis_w, vis_wv = w2[seen].sum(), wv2[seen].sum(0)
+        best(fits((vis_wv + wv2) / (vis_w + w2)[:, None]), hidden, ones,
+             lambda j: f"masked-out key {j}{' (just past the causal diagonal)' if diagonal is not None and j == diagonal + 1 else ''} let in")
+    if not candidates:
+        return None
+    _, fit, text = min(candidates)
+    return f"row {i} matches attention with {text} (err/budget {fit:.2g} against it)"

@@ -1,0 +1,186 @@
+"""Exact properties of a correct attention kernel, checked with no tolerance at all.
+
+- ``determinism``: two identical calls give bit-identical output.
+- ``poison``: keys no query can see (masked out for every row of their kv head), poisoned with huge
+  values (2^16 times the largest real key in K, the dtype's largest value in V), and with NaN when the spec promises ``nan_safe_masking``, leave
+  the output bit-identical.
+- ``guard_bands``: memory right before and after each input holds NaN; the output stays bit-identical
+  (an out-of-bounds read shows up as NaN or as changed bits).
+- ``layout``: the same numbers in another memory layout (contiguous, transposed, strided, offset)
+  give output within the error budget, bit-identical when the spec promises ``layout_invariant``
+  (a GPU compiler or library may pick other instructions for other strides: other legal rounding).
+- ``batch``: the last sequence of a batch, run alone, gives the bits it got inside the batch. Many
+  correct kernels change their split or tiling with the batch size, so this is information (a note
+  on the verdict) unless the spec promises ``batch_invariant``.
+
+Each property reruns the kernel once or twice and compares bits with the first run's output (+0 and
+-0 count as one value).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract.formats import format_of
+from ..inputs.case import AttentionCase
+from .diagnose import diagnose_elements
+from .verdict import BUG, Finding
+
+__all__ = ["PROPERTIES", "PROPERTY_EVERY", "properties_for", "hidden_keys", "check_properties"]
+
+PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch")
+# Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
+# five more kernel calls, and a property defect is seldom specific to one case's numbers.
+PROPERTY_EVERY = 4
+
+
+def properties_for(key: int) -> tuple:
+    """The properties to check on the case with this key (a case index, or a recipe's seed: a campaign
+    must decide from the recipe alone, or hypothesis could not replay a failure while shrinking)."""
+    return PROPERTIES if key % PROPERTY_EVERY == 0 else ()
+_INT_VIEW = {2: torch.int16, 4: torch.int32}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().view(_INT_VIEW[t.element_size()])
+
+
+def _differs(a, b) -> torch.Tensor | None:
+    """Element map where two outputs differ in bits (None when shapes or dtypes differ).
+
+    +0 and -0 are the same value here: 0 * v takes the sign of v, so a zero weight on a poisoned key
+    may flip a zero's sign without anything of that key reaching the output.
+    """
+    if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+        return None
+    return (_bits(a) != _bits(b)) & ~((a == 0) & (b == 0))
+
+
+def hidden_keys(case: AttentionCase) -> torch.Tensor:
+    """Bool (B, Hkv, Nk): keys that no query of any head sharing that kv head may attend."""
+    s = case.shapes
+    vis = case.visible().view(s.batch, s.heads_kv, s.group, s.n_q, s.n_k)
+    return ~vis.any(dim=2).any(dim=2)
+
+
+def _poisoned(case: AttentionCase, hidden: torch.Tensor, value_k: float, value_v: float) -> AttentionCase:
+    k, v = case.k.clone(), case.v.clone()
+    k[hidden] = value_k
+    v[hidden] = value_v
+    return AttentionCase.create(case.q, k, v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
+                                layout=case.layout, provenance=case.provenance)
+
+
+def _other_layout(case: AttentionCase) -> str:
+    """One other layout to compare with: strided for a contiguous case, contiguous otherwise."""
+    return "strided" if case.layout.name == "contiguous" else "contiguous"
+
+
+def check_properties(run, case: AttentionCase, baseline, *, device, properties=PROPERTIES,
+                     deterministic: bool = True, nan_safe_masking: bool = True, fully_masked_rows: str = "any",
+                     batch_invariant: bool = False, layout_invariant: bool = False, judge=None,
+                     notes: list | None = None, regime: str | None = None) -> list[Finding]:
+    """Findings of the exact properties; ``run(q, k, v, mask)`` returns a KernelRun.
+
+    ``judge(out, lse)`` returns the findings of an output against the case's budget; another layout's
+    output whose bits differ is judged with it (and must not differ at all under ``layout_invariant``).
+
+    ``baseline`` is the KernelRun of the case as given. A rerun that crashes is a crash finding. When
+    the spec promises nothing for fully masked rows (``"any"``), those rows are not compared: such a
+    kernel may legally fill them from V (cuDNN gives the mean of V).
+    """
+    findings: list[Finding] = []
+    shapes = case.shapes
+    empty = case.empty_rows().to(device)
+
+    def compare(kind: str, what: str, rerun, **details) -> None:
+        if rerun.error is not None:
+            findings.append(Finding("crash", BUG, f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
+                                    regime=regime, details={"traceback": rerun.traceback, **details}))
+            return
+        diff = _differs(baseline.out, rerun.out)
+        if diff is not None and fully_masked_rows == "any":
+            diff &= ~empty[..., None]
+        if diff is None:
+            findings.append(Finding(kind, BUG, f"{what}: the output changed shape or dtype", regime=regime,
+                                    details=details))
+        elif bool(diff.any()):
+            findings.append(Finding(kind, BUG, f"{what} changed the output: " +
+                                    diagnose_elements(diff, shapes, empty_rows=empty), regime=regime,
+                                    index=tuple(int(i) for i in torch.nonzero(diff)[0]), details=details))
+        elif baseline.lse is not None:
+            lse_diff = _differs(baseline.lse, rerun.lse)
+            if lse_diff is not None and fully_masked_rows == "any":
+                lse_diff &= ~empty
+            if lse_diff is None or bool(lse_diff.any()):
+                findings.append(Finding(kind, BUG, f"{what} changed the lse", regime=regime, details=details))
+
+    # After a crashed rerun the process may be unusable (a CUDA error is sticky): check nothing more.
+    crashed = lambda: any(f.kind == "crash" for f in findings)  # noqa: E731
+    if "determinism" in properties and deterministic:
+        compare("nondeterminism", "a second identical call", run(*case.to_device(device)))
+    if "poison" in properties and not crashed():
+        hidden = hidden_keys(case)
+        if case.layout.name == "expanded":  # stride-0 heads must stay equal: poison keys hidden in all
+            hidden = hidden.all(dim=1, keepdim=True).expand_as(hidden)
+        if bool(hidden.any()):
+            n = int(hidden.sum())
+            fmax = format_of(case.q).max_value
+            # Huge but with finite logits: 2^16 times the largest real key (capped by the format), so
+            # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
+            huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
+            if nan_safe_masking:
+                compare("poison_leak", f"NaN in {n} masked-out keys of K and V",
+                        run(*_poisoned(case, hidden, float("nan"), float("nan")).to_device(device)))
+            if not crashed():
+                compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
+                        run(*_poisoned(case, hidden, huge_k, fmax).to_device(device)))
+    if "guard_bands" in properties and not crashed():
+        compare("poison_leak", "NaN in the memory around q, k and v (an out-of-bounds read)",
+                run(*case.to_device(device, guard_bands=True)))
+    if "layout" in properties and not crashed():
+        other = _other_layout(case)
+        what = f"the same numbers in the {other} layout (case: {case.layout})"
+        rerun = run(*case.to_device(device, layout=other))
+        if layout_invariant or judge is None or rerun.error is not None:
+            compare("layout_dependence", what, rerun, layout=other)
+        else:
+            _judge_layout(findings, judge, what, rerun, baseline, notes, regime, other)
+    if "batch" in properties and shapes.batch > 1 and not crashed():
+        alone = _last_sequence(case)
+        rerun = run(*alone.to_device(device))
+        if rerun.error is None and isinstance(rerun.out, torch.Tensor):
+            diff = _differs(baseline.out[-1:], rerun.out)
+            if diff is None or bool(diff.any()):
+                what = (f"the last of {shapes.batch} sequences run alone differs in "
+                        f"{'shape' if diff is None else f'{int(diff.sum())} of {diff.numel()} elements'}")
+                if batch_invariant:
+                    findings.append(Finding("batch_dependence", BUG, what + " (the spec promises batch invariance)",
+                                            regime=regime))
+                elif notes is not None:
+                    notes.append("batch-dependent: " + what)
+    return findings
+
+
+def _judge_layout(findings, judge, what, rerun, baseline, notes, regime, layout: str) -> None:
+    """Other bits in another layout: a bug if that output breaks the budget, else a note."""
+    diff = _differs(baseline.out, rerun.out)
+    if diff is not None and not bool(diff.any()):
+        return
+    broken = judge(rerun.out, rerun.lse)
+    if broken:
+        worst = max(broken, key=lambda f: f.ratio if f.ratio is not None else float("inf"))
+        findings.append(Finding("layout_dependence", BUG, f"{what}: {worst.kind}: {worst.diagnosis}",
+                                index=worst.index, error=worst.error, budget=worst.budget, ratio=worst.ratio,
+                                regime=regime, details={"layout": layout}))
+    elif notes is not None:
+        notes.append(f"layout-dependent bits within the budget: {what} changed "
+                     f"{int(diff.sum())} of {diff.numel()} output elements")
+
+
+def _last_sequence(case: AttentionCase) -> AttentionCase:
+    mask = case.attn_mask
+    if mask is not None and mask.dim() == 4 and mask.shape[0] > 1:
+        mask = mask[-1:]
+    return AttentionCase.create(case.q[-1:], case.k[-1:], case.v[-1:], scale=case.scale, causal=case.causal,
+                                attn_mask=mask, layout=case.layout, provenance=case.provenance)

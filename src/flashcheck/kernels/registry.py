@@ -1,0 +1,336 @@
+"""The kernel registry: from a name, an import path or a callable to a :class:`~flashcheck.contract.spec.Kernel`.
+
+``resolve_kernel(target, device=..., **options)`` accepts
+
+- a built-in name (:data:`BUILTIN_KERNELS`): ``torch:math``, ``torch:flash``, ``torch:efficient``,
+  ``torch:cudnn`` (PyTorch SDPA with that one backend forced), ``torch:flex`` (FlexAttention) and
+  ``flashcheck:triton`` (the project's Triton kernel; tile sizes as options);
+- an import path ``package.module:function`` (``function`` may be dotted: ``module:Class.method``)
+  naming a :class:`Kernel` or a plain callable, which gets the conservative default spec;
+- a :class:`Kernel` or a callable passed directly.
+
+Every refusal names the backend, the device and the reason: :class:`BackendUnavailable` when a
+kernel cannot run here, :class:`InvalidArgument` for a bad name, path or option.
+
+Nothing here imports triton. For ``flashcheck:triton`` on the CPU the registry sets
+``TRITON_INTERPRET=1`` (Triton reads it when a kernel is jitted, which flashcheck does lazily).
+Resolving any kernel applies ``$FLASHCHECK_TRITON_CACHE`` (see :mod:`flashcheck.kernels.triton.cache`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from typing import Callable
+
+import torch
+
+from ..contract.spec import Kernel, as_kernel
+from ..errors import BackendUnavailable, InvalidArgument
+from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
+from .triton.cache import use_triton_cache
+
+__all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
+
+DEVICES = ("cuda", "cpu")
+TRITON = "flashcheck:triton"
+FLEX = "torch:flex"
+
+BUILTIN_KERNELS: dict[str, str] = {
+    **{name: description for name, (_, description) in SDPA_KERNELS.items()},
+    FLEX: "PyTorch FlexAttention, the torch.compile'd fused kernel (option compile=False: unfused eager path)",
+    TRITON: "flashcheck's own Triton flash-attention kernel (options block_m, block_n, num_warps, "
+            "num_stages, input_precision; on the CPU it runs under the Triton interpreter)",
+}
+
+# Built-in names live under these prefixes; anything else with a colon is an import path.
+_RESERVED_PREFIXES = ("torch", "flashcheck")
+
+
+def _device_type(device) -> str:
+    try:
+        kind = torch.device(device).type if isinstance(device, (str, torch.device)) else None
+    except (RuntimeError, TypeError):
+        kind = None
+    if kind not in DEVICES:
+        raise InvalidArgument("device", device, "flashcheck runs kernels on CUDA or on the CPU",
+                              "Pass device='cuda' or device='cpu'.")
+    return kind
+
+
+def _builtin_list() -> str:
+    return ", ".join(BUILTIN_KERNELS)
+
+
+# ------------------------------------------------------------------------------------------------
+# Options
+# ------------------------------------------------------------------------------------------------
+
+
+def _triton_option_names() -> tuple | None:
+    try:
+        from .triton.forward import make_kernel
+    except ImportError:
+        return None  # unknown: _make_triton reports the import failure itself
+    params = inspect.signature(make_kernel).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _option_names(name: str) -> tuple | None:
+    if name == FLEX:
+        return ("compile",)
+    if name == TRITON:
+        return _triton_option_names()
+    return ()
+
+
+def _check_options(name: str, options: dict) -> None:
+    valid = _option_names(name)
+    if valid is None:
+        return
+    for option, value in options.items():
+        if option not in valid:
+            fix = f"Options of {name}: {', '.join(valid)}." if valid else f"{name} takes no options."
+            raise InvalidArgument(option, value, f"not an option of kernel {name!r}", fix)
+
+
+# ------------------------------------------------------------------------------------------------
+# flashcheck:triton
+# ------------------------------------------------------------------------------------------------
+
+
+def _triton_unavailable(device: str) -> BackendUnavailable | None:
+    """Why flashcheck:triton cannot run on ``device``, without changing anything; None if it can."""
+    if importlib.util.find_spec("triton") is None:
+        fix = "pip install 'flashcheck[cpu]' for the CPU interpreter." if device == "cpu" else "pip install triton."
+        return BackendUnavailable(TRITON, device, "triton is not installed", fix)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            return BackendUnavailable(TRITON, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return BackendUnavailable(TRITON, "cuda", "TRITON_INTERPRET=1 is set, so Triton would run the kernel in "
+                                      "its CPU interpreter instead of compiling it for the GPU",
+                                      "Unset TRITON_INTERPRET before starting Python, or use --device cpu.")
+        return None
+    # Triton decides between compiling and interpreting when a kernel is jitted; flashcheck jits its
+    # kernel on the first call, so only a kernel already jitted for the GPU makes the switch too late.
+    # (Triton itself may already be imported: torch._dynamo imports it, e.g. via torch.nn.attention.bias.)
+    module = sys.modules.get(__package__ + ".triton.forward")
+    jitted = getattr(module, "_JITTED", None) or {}
+    if os.environ.get("TRITON_INTERPRET") != "1" and jitted and not jitted.get("interpreted", False):
+        return BackendUnavailable(
+            TRITON, "cpu", "triton was already imported and flashcheck's kernel jitted without TRITON_INTERPRET=1, "
+            "so Triton cannot switch to its CPU interpreter in this process",
+            "Set TRITON_INTERPRET=1 before importing triton (or run flashcheck's CLI with --device cpu, which does it).",
+        )
+    return None
+
+
+def _make_triton(device: str, options: dict, mutant: str | None = None) -> Kernel:
+    problem = _triton_unavailable(device)
+    if problem is not None:
+        raise problem
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        from .triton.forward import make_kernel, on_device
+    except ImportError as exc:
+        raise BackendUnavailable(TRITON, device, f"flashcheck.kernels.triton.forward cannot be imported ({exc})",
+                                 "Reinstall flashcheck.") from exc
+    if mutant is not None:  # a planted-bug variant of the self-test, by name
+        from .triton.mutants import load_mutant
+
+        made = load_mutant(mutant, **options)
+    else:
+        made = make_kernel(**options)
+    return on_device(made, device)
+
+
+def dtype_left_out(kernel: Kernel, device: str, dtype: str) -> str | None:
+    """Why a built-in kernel's spec leaves ``dtype`` out on ``device`` although the kernel has it
+    (flashcheck:triton under the Triton interpreter); None when it does not."""
+    if _device_type(device) != "cpu" or parse_kernel_name(kernel.source or "")[0] != TRITON:
+        return None
+    from .triton.forward import INTERPRETER_WRONG_DTYPES
+
+    return INTERPRETER_WRONG_DTYPES.get(dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# Built-ins
+# ------------------------------------------------------------------------------------------------
+
+
+def _make_builtin(name: str, device: str, options: dict) -> Kernel:
+    _check_options(name, options)
+    if name in SDPA_KERNELS:
+        from .sdpa import make_sdpa_kernel
+
+        return make_sdpa_kernel(name, device=device)
+    if name == FLEX:
+        from .flex import make_flex_kernel
+
+        return make_flex_kernel(device=device, **options)
+    return _make_triton(device, options)
+
+
+def _why_unavailable(name: str, device: str) -> BackendUnavailable | None:
+    """Side-effect-free availability check of a built-in (never sets TRITON_INTERPRET)."""
+    if name == TRITON:
+        return _triton_unavailable(device)
+    try:
+        _make_builtin(name, device, {})
+    except BackendUnavailable as exc:
+        return exc
+    return None
+
+
+def available_kernels(device: str = "cuda") -> tuple:
+    """The built-in kernel names that can run on ``device`` (``"cuda"`` or ``"cpu"``) here."""
+    device = _device_type(device)
+    return tuple(name for name in BUILTIN_KERNELS if _why_unavailable(name, device) is None)
+
+
+# ------------------------------------------------------------------------------------------------
+# Import paths
+# ------------------------------------------------------------------------------------------------
+
+
+def _dotted(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def _public_callables(obj) -> str:
+    names = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
+    if not names:
+        return "no public callables"
+    return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+
+
+def _import_target(target: str) -> Kernel:
+    module_name, _, attr_path = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing == module_name or module_name.startswith(missing + "."):
+            problem = f"module {module_name!r} not found"
+            if missing != module_name:
+                problem += f" (no module named {missing!r})"
+            raise InvalidArgument("kernel", target, problem,
+                                  "Check the part before the colon: it must be an importable module "
+                                  "(installed, or on sys.path).") from exc
+        raise InvalidArgument("kernel", target, f"module {module_name!r} was found but importing it failed: {exc}",
+                              f"Install {missing!r} or fix that module's imports.") from exc
+    except Exception as exc:
+        raise InvalidArgument("kernel", target,
+                              f"importing module {module_name!r} raised {type(exc).__name__}: {exc}",
+                              "Fix the error in that module.") from exc
+    obj = module
+    parts = attr_path.split(".")
+    for i, part in enumerate(parts):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"
+            raise InvalidArgument("kernel", target, f"module {module_name!r} was imported, but attribute {part!r} "
+                                  f"was not found in {where!r}",
+                                  f"Check the part after the colon; {where} has {_public_callables(obj)}.") from None
+    if isinstance(obj, Kernel):
+        return obj
+    if not callable(obj):
+        raise InvalidArgument("kernel", target, f"{attr_path!r} is a {type(obj).__name__}, not a callable",
+                              "Point the import path at a kernel function "
+                              "kernel(q, k, v, *, scale, causal, attn_mask=None).")
+    return as_kernel(obj, name=target)
+
+
+# ------------------------------------------------------------------------------------------------
+# resolve_kernel
+# ------------------------------------------------------------------------------------------------
+
+
+_NAME_WITH_OPTIONS = re.compile(r"^(?P<base>[^\[~]+)(?:~(?P<mutant>\w+))?(?:\[(?P<options>[^\]]*)\])?$")
+
+
+def _option_value(text: str):
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def parse_kernel_name(name: str) -> tuple[str, str | None, dict]:
+    """``"flashcheck:triton~mutant[block_m=32,block_n=32]"`` -> (base, mutant, options).
+
+    Names of this form are what flashcheck:triton's kernels (and their planted-bug variants) call
+    themselves, so a saved case's kernel name resolves back to the same kernel.
+    """
+    match = _NAME_WITH_OPTIONS.match(name)
+    if not match:
+        return name, None, {}
+    options = {}
+    for item in filter(None, (match["options"] or "").split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise InvalidArgument("kernel", name, f"option {item!r} has no value",
+                                  "Write options as NAME[key=value,...], e.g. flashcheck:triton[block_m=32].")
+        options[key.strip()] = _option_value(value.strip())
+    return match["base"], match["mutant"], options
+
+
+def _builtin_reached(kernel: Kernel) -> Kernel:
+    # A built-in's name holds its options (flashcheck:triton[block_m=32,block_n=64]): it resolves back.
+    return kernel.reached_as(kernel.name)
+
+
+def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **options) -> Kernel:
+    """The :class:`Kernel` that ``target`` names, ready to run on ``device``.
+
+    ``target``: a name from :data:`BUILTIN_KERNELS`, an import path ``package.module:function``, or a
+    :class:`Kernel` / callable. ``options`` go to built-ins that take them (``torch:flex``:
+    ``compile``; ``flashcheck:triton``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages``,
+    ``input_precision``).
+    """
+    device = _device_type(device)
+    use_triton_cache()  # before any kernel compiles, and before a campaign starts its workers
+    if isinstance(target, str):
+        base, mutant, named = parse_kernel_name(target)
+        if base in BUILTIN_KERNELS and (named or mutant):
+            if mutant is not None and base != TRITON:
+                raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton only",
+                                      "Use flashcheck:triton~NAME (see flashcheck.kernels.triton.mutants.mutant_names()).")
+            merged = {**named, **options}
+            if mutant is not None:
+                _check_options(base, merged)
+                problem = _triton_unavailable(device)
+                if problem is not None:
+                    raise problem
+                return _builtin_reached(_make_triton(device, merged, mutant=mutant))
+            return _builtin_reached(_make_builtin(base, device, merged))
+        if target in BUILTIN_KERNELS:
+            return _builtin_reached(_make_builtin(target, device, options))
+        module_name, colon, attr_path = target.partition(":")
+        if module_name in _RESERVED_PREFIXES and colon:
+            raise InvalidArgument("kernel", target, "unknown built-in kernel",
+                                  f"Built-in kernels: {_builtin_list()}.")
+        if not (colon and _dotted(module_name) and _dotted(attr_path)):
+            raise InvalidArgument("kernel", target, "neither a built-in kernel name nor an import path",
+                                  f"Use a built-in ({_builtin_list()}) or 'package.module:function'.")
+        kernel = _import_target(target).reached_as(target)
+    elif isinstance(target, Kernel) or callable(target):
+        kernel = as_kernel(target)
+    else:
+        raise InvalidArgument("kernel", target, "expected a kernel name, an import path or a callable",
+                              f"Pass one of {_builtin_list()}, 'package.module:function', or the function itself.")
+    if options:
+        option, value = next(iter(options.items()))
+        raise InvalidArgument(option, value, f"options apply to built-in kernels only, not to {kernel.name!r}",
+                              "Bind the option in your own function (functools.partial) instead.")
+    if device not in kernel.spec.devices:
+        raise BackendUnavailable(kernel.name, device, f"its spec declares devices {kernel.spec.devices}",
+                                 f"Run it on {kernel.spec.devices[0]!r}, or declare devices=... in @flashcheck.kernel.")
+    return kernel

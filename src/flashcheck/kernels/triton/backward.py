@@ -1,0 +1,271 @@
+"""The backward pass of ``flashcheck:triton``: FA2-style recomputation in two deterministic Triton kernels.
+
+With the forward's lse (natural log) and rounded output O, and D_i = dO_i . O_i (fp32, on the host):
+
+    dK/dV kernel, one program per (key tile, batch * K/V head), looping over the group's query heads and
+    every query tile:
+        P  = exp2(S * log2(e) - lse * log2(e))      recomputed in fp32, 0 where a key is hidden
+        dV += P_t^T dO                              P rounded to the input dtype, fp32 accumulation
+        dP  = dO V^T                                fp32
+        dS  = P (dP - D)                            fp32, and kept in fp32 (below)
+        dK += dS^T Q                                fp32 products and accumulation; dK *= scale at the end
+    dQ kernel, one program per (query tile, batch * query head), looping over the key tiles:
+        dQ += dS K                                  fp32 products and accumulation; dQ *= scale at the end
+
+dS is not rounded to the input dtype before its two matmuls, as FA2 does: |dS| passes fp16's 65,504
+while every gradient is representable (large V with dO along O), and the rounding gives inf, then NaN.
+Its matmuls run in IEEE fp32, also where the contract allows tf32 (tf32 may truncate dS by 2^-10).
+
+Each gradient element is summed by one program in a fixed order (no atomics), so two identical calls
+give the same bits. The masks are the forward's: tail rows and keys, causality, the boolean mask.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+
+import torch
+
+from .cache import use_triton_cache, watch_compilations
+
+__all__ = ["triton_attention_backward"]
+
+_LOG2E = 1.4426950408889634
+
+
+def _head_py(ptr, off_b, off_h, stride_b, stride_h):
+    """The base of one (batch entry, head) of a tensor, in int64 (batch * stride passes 2^31)."""
+    return ptr + off_b.to(tl.int64) * stride_b + off_h.to(tl.int64) * stride_h
+
+
+def _tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok):
+    """A (rows, cols) tile; out-of-range elements load as 0."""
+    return tl.load(base + rows[:, None] * stride_r + cols[None, :] * stride_c, mask=row_ok[:, None] & col_ok[None, :],
+                   other=0.0)
+
+
+def _store_tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok, value):
+    tl.store(base + rows[:, None] * stride_r + cols[None, :] * stride_c, value, mask=row_ok[:, None] & col_ok[None, :])
+
+
+def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
+                IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+    """Which (row, key) pairs of a tile are visible: in range, causality, the boolean mask (as the forward)."""
+    visible = row_ok[:, None] & col_ok[None, :]
+    if IS_CAUSAL:
+        visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+    if HAS_MASK:
+        allowed = tl.load(m_base + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn,
+                          mask=row_ok[:, None] & col_ok[None, :], other=0)
+        visible = visible & (allowed != 0)
+    return visible
+
+
+def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION: tl.constexpr):
+    """P recomputed from the saved lse (base 2) and dS = P (dP - D), both fp32, 0 on hidden keys."""
+    s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+    p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
+    return p, tl.where(visible, p * (dp - delta[:, None]), 0.0)
+
+
+def _dkdv_kernel(
+    Q, K, V, DO, Lse, Delta, DK, DV, Mask,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_lb, stride_lh, stride_lm,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    n_heads_kv, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
+    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // n_heads_kv
+    off_hkv = pid_bh % n_heads_kv
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    col_ok = offs_n < n_k
+    d_ok = offs_d < head_dim
+    dv_ok = offs_dv < head_dim_v
+    k = _tile(_head(K, off_b, off_hkv, stride_kb, stride_kh), offs_n, offs_d, stride_kn, stride_kd, col_ok, d_ok)
+    v = _tile(_head(V, off_b, off_hkv, stride_vb, stride_vh), offs_n, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+    for g in range(0, group):
+        off_h = off_hkv * group + g
+        q_base = _head(Q, off_b, off_h, stride_qb, stride_qh)
+        do_base = _head(DO, off_b, off_h, stride_dob, stride_doh)
+        l_base = _head(Lse, off_b, off_h, stride_lb, stride_lh)
+        d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
+        m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
+        for start_m in range(0, n_q, BLOCK_M):
+            offs_m = start_m + offs_m0
+            row_ok = offs_m < n_q
+            q = _tile(q_base, offs_m, offs_d, stride_qm, stride_qd, row_ok, d_ok)
+            do = _tile(do_base, offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
+            lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
+            delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
+            visible = _visible(offs_m, offs_n, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
+                               IS_CAUSAL, HAS_MASK)
+            # A row with no visible key has lse = -inf: every P of it is 0 through `visible`.
+            lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
+            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
+            dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
+            dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
+    dk = dk * scale
+    _store_tile(_head(DK, off_b, off_hkv, stride_dkb, stride_dkh), offs_n, offs_d, stride_dkn, stride_dkd,
+                col_ok, d_ok, dk.to(DK.dtype.element_ty))
+    _store_tile(_head(DV, off_b, off_hkv, stride_dvb, stride_dvh), offs_n, offs_dv, stride_dvn, stride_dvd,
+                col_ok, dv_ok, dv.to(DV.dtype.element_ty))
+
+
+def _dq_kernel(
+    Q, K, V, DO, Lse, Delta, DQ, Mask,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_lb, stride_lh, stride_lm,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    n_heads_q, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
+    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // n_heads_q
+    off_h = pid_bh % n_heads_q
+    off_hkv = off_h // group
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < n_q
+    d_ok = offs_d < head_dim
+    dv_ok = offs_dv < head_dim_v
+    k_base = _head(K, off_b, off_hkv, stride_kb, stride_kh)
+    v_base = _head(V, off_b, off_hkv, stride_vb, stride_vh)
+    l_base = _head(Lse, off_b, off_h, stride_lb, stride_lh)
+    d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
+    m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
+    q = _tile(_head(Q, off_b, off_h, stride_qb, stride_qh), offs_m, offs_d, stride_qm, stride_qd, row_ok, d_ok)
+    do = _tile(_head(DO, off_b, off_h, stride_dob, stride_doh), offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
+    lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
+    delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
+    lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in range(0, n_k, BLOCK_N):
+        cols = start_n + offs_n0
+        col_ok = cols < n_k
+        k = _tile(k_base, cols, offs_d, stride_kn, stride_kd, col_ok, d_ok)
+        v = _tile(v_base, cols, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
+        visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
+                           IS_CAUSAL, HAS_MASK)
+        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
+        dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
+    dq = dq * scale
+    _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,
+                row_ok, d_ok, dq.to(DQ.dtype.element_ty))
+
+
+_LOCK = threading.Lock()
+_JITTED: dict = {}
+
+
+def _load():
+    """(dK/dV kernel, dQ kernel), jitted once, with the forward's specialisation policy."""
+    from .forward import _load as load_forward
+
+    triton, _, _ = load_forward()  # binds `tl` in that module; bind it here too
+    import triton.language as tl_module
+
+    with _LOCK:
+        if not _JITTED:
+            globals()["tl"] = tl_module
+            for helper in (_head_py, _tile_py, _store_tile_py, _visible_py, _p_and_ds_py):
+                globals()[helper.__name__[:-3]] = triton.jit(helper)  # the names the kernels call
+            sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
+            for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
+                params = inspect.signature(fn).parameters
+                skip = tuple(p for p in params if p.startswith("stride_") or p in sizes)
+                _JITTED[name] = triton.jit(fn, do_not_specialize=skip)
+            use_triton_cache()
+            watch_compilations()
+        return triton, _JITTED["dkdv"], _JITTED["dq"]
+
+
+_PLANS: dict = {}  # (device, dtype, tile sizes, constexprs) -> the launch plan that fit
+
+
+def _plans(block_m: int, block_n: int):
+    """Launch plans ``(block_m, block_n, num_stages)`` to try in turn: the forward's tiles with Triton's
+    default pipeline, then one stage, then halved tiles. Both kernels keep five tiles and two fp32
+    products in shared memory, so fp32 with 128-wide heads at 64 x 64 does not fit an H200's 227 KiB."""
+    yield block_m, block_n, None
+    while True:
+        yield block_m, block_n, 1
+        if block_m == block_n == 16:
+            return
+        block_m, block_n = (max(16, block_m // 2), block_n) if block_m >= block_n else (block_m, max(16, block_n // 2))
+
+
+def _launch(triton, kernel, grid_of, args, key, *, block_m, block_n, **common):
+    """Launch ``kernel`` with the first plan whose tiles fit (remembered per ``key``)."""
+    if key in _PLANS:
+        plans = [_PLANS[key]]
+    else:
+        plans = _plans(block_m, block_n)
+    out_of_resources = getattr(getattr(triton.runtime, "errors", None), "OutOfResources", ())
+    for bm, bn, stages in plans:
+        launch = dict(common, BLOCK_M=bm, BLOCK_N=bn) | ({} if stages is None else {"num_stages": stages})
+        try:
+            kernel[grid_of(bm, bn)](*args, **launch)
+        except out_of_resources:
+            continue
+        _PLANS[key] = (bm, bn, stages)
+        return
+    raise RuntimeError(f"no tile of the Triton backward fits this GPU's shared memory ({key})")
+
+
+def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask, shapes, block_m: int,
+                              block_n: int, block_d: int, block_dv: int, input_precision: str):
+    """(dq, dk, dv) in q's dtype for the forward's ``out`` and ``lse`` and the upstream gradient ``do``."""
+    triton, dkdv_kernel, dq_kernel = _load()
+    B, Hq, Hkv, Nq, Nk = shapes.batch, shapes.heads_q, shapes.heads_kv, shapes.n_q, shapes.n_k
+    do = do.to(q.dtype)
+    delta = (do.float() * out.float()).sum(-1)  # D_i = dO_i . O_i from the rounded O, fp32
+    lse = lse.contiguous()
+    delta = delta.contiguous()
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty((B, Hkv, Nk, shapes.head_dim), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, Hkv, Nk, shapes.head_dim_v), dtype=q.dtype, device=q.device)
+    if attn_mask is not None:
+        mask = torch.broadcast_to(attn_mask, (B, Hq, Nq, Nk)).view(torch.uint8)
+        mask_strides = mask.stride()
+    else:
+        mask, mask_strides = q, (0, 0, 0, 0)
+    causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
+    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
+                  INPUT_PRECISION=input_precision)
+    key = (str(q.device), q.dtype, block_m, block_n, *common.values())
+    sizes = (shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v, causal_offset, scale, scale * _LOG2E)
+    _launch(triton, dkdv_kernel, lambda bm, bn: (triton.cdiv(Nk, bn), B * Hkv),
+            (q, k, v, do, lse, delta, dk, dv, mask,
+             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(),
+             *mask_strides, Hkv, *sizes), ("dkdv",) + key, block_m=block_m, block_n=block_n, **common)
+    _launch(triton, dq_kernel, lambda bm, bn: (triton.cdiv(Nq, bm), B * Hq),
+            (q, k, v, do, lse, delta, dq, mask,
+             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dq.stride(),
+             *mask_strides, Hq, *sizes), ("dq",) + key, block_m=block_m, block_n=block_n, **common)
+    return dq, dk, dv

@@ -1,0 +1,237 @@
+"""Float64 array plumbing shared by the oracle and the error model.
+
+Both see one attention call as a few large batched array operations: every batch entry and head at
+once, with the query heads of one K/V head side by side (arrays of shape (P, G, rows, keys), P = B * Hkv
+flattened, G = Hq / Hkv), so that GQA needs no copy of K or V. Only when the (rows x keys) work arrays
+of the whole call would not fit does the walk split it, first along the rows, then along the heads:
+the block size is chosen from the memory the device has free, not fixed. numpy on the CPU, torch
+float64 on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..contract import masks
+from ..contract.validation import Shapes
+
+__all__ = ["ops_for", "Block", "iter_blocks", "scatter", "visible_block", "block_elements"]
+
+# How many (rows x keys) float64 work arrays the budget keeps alive at once, with room to spare.
+LIVE_ARRAYS = 16
+# CPU: ~32 MB a work array keeps numpy's passes in step with the caches and the walk short.
+CPU_BLOCK_ELEMENTS = 1 << 22
+# GPU: at most this many elements a work array (512 MB), and at most this share of the free memory,
+# so that several campaign processes can share one GPU.
+GPU_BLOCK_ELEMENTS = 1 << 26
+GPU_FREE_SHARE = 0.25
+
+
+def block_elements(device) -> int:
+    """Elements one (rows x keys) float64 work array may have on ``device``: from the free memory on a
+    GPU (what the caching allocator holds counts as free), a cache-sized constant on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return CPU_BLOCK_ELEMENTS
+    free, _ = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    by_memory = int(free * GPU_FREE_SHARE) // (8 * LIVE_ARRAYS)
+    return max(1 << 16, min(GPU_BLOCK_ELEMENTS, by_memory))
+
+
+def visible_block(causal: str, attn_mask, shapes: Shapes, rows: torch.Tensor, device, *,
+                  heads: slice | None = None, allow_none: bool = False):
+    """Visibility of the given query rows as a (P or 1, G or 1, R, Nk) bool tensor, P = B * Hkv flattened
+    (``heads`` selects a range of it).
+
+    With ``allow_none``, None stands for "every key visible" (no causal mode, no mask), which spares
+    the caller a pass over the scores.
+    """
+    if allow_none and causal == "none" and attn_mask is None:
+        return None
+    fn = masks.causal(causal, shapes.n_q, shapes.n_k)
+    q_idx = rows.to(device).view(-1, 1)
+    kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
+    vis = torch.broadcast_to(fn(0, 0, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k)).view(1, 1, -1, shapes.n_k)
+    if attn_mask is not None:
+        full = torch.broadcast_to(attn_mask, (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k))
+        grouped = full.reshape(shapes.batch * shapes.heads_kv, shapes.group, shapes.n_q, shapes.n_k)
+        grouped = grouped[heads if heads is not None else slice(None)]
+        vis = vis & grouped.index_select(2, rows.to(attn_mask.device)).to(device)
+    return vis
+
+
+def _fit(src, view):
+    # Per-row results keep their reduced key axis (R, 1); the (B, Hq, R) outputs have none.
+    return src[..., 0] if src.ndim > view.ndim else src
+
+
+class _NumpyOps:
+    """The few array operations the float64 oracle needs, on numpy (CPU)."""
+
+    @staticmethod
+    def asarray(t: torch.Tensor):
+        return t.detach().cpu().to(torch.float64).numpy()
+
+    @staticmethod
+    def mask(t: torch.Tensor):
+        return t.cpu().numpy()
+
+    @staticmethod
+    def float64(x):
+        return x.astype(np.float64)
+
+    concat = staticmethod(np.concatenate)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+
+    @staticmethod
+    def swap(x):
+        return np.swapaxes(x, -1, -2)
+
+    @staticmethod
+    def amax(x, axis):
+        return np.max(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return np.sum(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def logsumexp(x, axis):
+        top = np.max(x, axis=axis, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            return top + np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True))
+
+    @staticmethod
+    def store(dst: torch.Tensor, index, src) -> None:
+        view = dst.numpy()[index]  # a CPU tensor shares its memory with this array
+        view[...] = np.broadcast_to(_fit(src, view), view.shape)
+
+
+class _TorchOps:
+    """The same operations in torch float64 (GPU)."""
+
+    @staticmethod
+    def asarray(t: torch.Tensor):
+        return t.detach().to(torch.float64)
+
+    @staticmethod
+    def mask(t: torch.Tensor):
+        return t
+
+    @staticmethod
+    def float64(x):
+        return x.to(torch.float64)
+
+    concat = staticmethod(torch.cat)
+
+    @staticmethod
+    def minimum(a, b):
+        return torch.minimum(a, b) if torch.is_tensor(b) else torch.clamp(a, max=b)
+
+    @staticmethod
+    def maximum(a, b):
+        return torch.maximum(a, b) if torch.is_tensor(b) else torch.clamp(a, min=b)
+
+    @staticmethod
+    def swap(x):
+        return x.transpose(-1, -2)
+
+    @staticmethod
+    def amax(x, axis):
+        return torch.amax(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return torch.sum(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def logsumexp(x, axis):
+        return torch.logsumexp(x, dim=axis, keepdim=True)
+
+    @staticmethod
+    def store(dst: torch.Tensor, index, src) -> None:
+        view = dst[index]
+        view.copy_(torch.broadcast_to(_fit(src, view), view.shape))
+
+
+# Functions with the same name and meaning in numpy and torch are bound once for both.
+for _ops, _xp in ((_NumpyOps, np), (_TorchOps, torch)):
+    for _name in ("matmul", "exp", "expm1", "log", "sqrt", "abs", "where"):
+        setattr(_ops, _name, staticmethod(getattr(_xp, _name)))
+
+
+def ops_for(device) -> type:
+    """numpy on the CPU, torch float64 on a GPU (``FLASHCHECK_TORCH_OPS=1`` forces torch everywhere,
+    which lets CPU-only CI exercise the GPU code path)."""
+    if torch.device(device).type == "cuda" or os.environ.get("FLASHCHECK_TORCH_OPS") == "1":
+        return _TorchOps
+    return _NumpyOps
+
+
+@dataclass
+class Block:
+    """Query rows ``rows`` (positions ``sl`` of the output) of the flattened K/V heads ``heads``.
+
+    Arrays are (p, G, ...) with p = the heads in the block and G = query heads per K/V head; K and V
+    have G = 1 and broadcast over the group.
+    """
+
+    heads: slice  # a range of P = B * Hkv (flattened batch entry and K/V head)
+    sl: slice
+    Q: object  # (p, G, R, D) float64
+    K: object  # (p, 1, Nk, D) float64
+    V: object  # (p, 1, Nk, Dv) float64
+    vis: object  # (p or 1, G or 1, R, Nk) bool, or None when every key is visible
+
+
+def _grouped(ops, shapes: Shapes, q, k, v):
+    """Q as (P, G, Nq, D), K and V as (P, 1, Nk, .): the query heads of one K/V head side by side."""
+    P, G = shapes.batch * shapes.heads_kv, shapes.group
+    Q = ops.asarray(q).reshape(P, G, shapes.n_q, shapes.head_dim)
+    K = ops.asarray(k).reshape(P, 1, shapes.n_k, shapes.head_dim)
+    V = ops.asarray(v).reshape(P, 1, shapes.n_k, shapes.head_dim_v)
+    return Q, K, V
+
+
+def _steps(shapes: Shapes, rows: int, cap: int) -> tuple[int, int]:
+    """(heads, rows) per block so that heads * G * rows * Nk stays within ``cap`` elements."""
+    per_row = shapes.group * max(shapes.n_k, 1)
+    row_step = max(1, min(rows, cap // per_row))
+    head_step = max(1, cap // (per_row * row_step)) if row_step == rows else 1
+    return head_step, row_step
+
+
+def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor, *,
+                allow_none: bool = False, cap: int | None = None):
+    """The attention call in as few blocks as memory allows (usually one), with float64 operands.
+
+    ``allow_none``: a block whose keys are all visible gets ``vis=None`` (see :func:`visible_block`).
+    ``cap`` overrides the elements of one work array (:func:`block_elements`).
+    """
+    device = q.device
+    Q, K, V = _grouped(ops, shapes, q, k, v)
+    R, P = rows_all.numel(), shapes.batch * shapes.heads_kv
+    head_step, row_step = _steps(shapes, R, cap or block_elements(device))
+    in_order = R == shapes.n_q and torch.equal(rows_all, torch.arange(R))
+    for p0 in range(0, P, head_step):
+        heads = slice(p0, p0 + head_step)
+        for r0 in range(0, R, row_step):
+            rows = rows_all[r0:r0 + row_step]
+            vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none)
+            Qb = Q[heads, :, r0:r0 + row_step] if in_order else Q[heads][:, :, ops.mask(rows.to(device))]
+            yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K[heads], V[heads],
+                        None if vis is None else ops.mask(vis))
+
+
+def scatter(ops, outputs, block: Block, results) -> None:
+    """Write one block's results into the (B, Hq, R, ...) output tensors."""
+    for dst, src in zip(outputs, results):
+        grouped = dst.view(-1, block.Q.shape[1], *dst.shape[2:])  # (P, G, R, ...)
+        ops.store(grouped, (block.heads, slice(None), block.sl), src)

@@ -1,0 +1,243 @@
+"""The error budget: how far a legal kernel's output may sit from the exact one, element by element.
+
+For a kernel that honours a precision contract (see :mod:`flashcheck.contract.precision`), the error of output
+element (i, k) under any legal order of operations is at most (DESIGN.md)
+
+    tol_ik = u_o |o_ik| + s_o                                          output rounding
+           + sum_j delta_ij |v_jk - c_k| + |c_k - o_ik| sum_j delta_ij  logit error, key by key
+           + w_ik (u_p + u_v + gamma_K + c u_32)                        P cast, tf32 V, accumulation
+           + s_p sum_j |v_jk| / l_i  over keys with P_ij below P's smallest normal   subnormal P
+
+with eta_ij = |scale| ((1 + gamma_d') (1 + u_in)^2 - 1) sum_d |q_id||k_jd| + u_32 (c' |s_ij| + 2 |m_i|)
+bounding the error of logit (i, j), and delta_ij the largest move of weight a_ij when every logit j
+moves by at most eta_ij; d' = d, or d + 2 where the contract lets the scale multiply Q and K before the
+product (PyTorch's math backend scales each by sqrt(scale)). Every tolerance flashcheck applies comes from this module.
+
+Where the budget is tight on purpose: with huge logits and a near tie, a legal rounding (tf32 Q and K,
+say) can hand the whole weight from key A to key B. Then delta_A = delta_B = 1, the budget's logit term
+is |v_A - c| + |v_B - c| + 2 |c - o|, and the error |v_B - v_A| reaches it when the centre c lies between
+v_A and v_B next to o (triangle inequality with equality). Such cases sit at err/budget just below 1
+(0.99 measured, fp32 as tf32, logits near 1e5): tight, and still never above 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..contract.formats import FORMATS, TF32, format_of
+from ..contract.precision import Precision, precision_named
+from ..contract.validation import check_attention_inputs
+from .blockwise import iter_blocks, ops_for, scatter
+from .oracle import Reference, block_softmax, float64_reference_walk
+
+__all__ = ["Budget", "BudgetTerms", "TERMS", "error_budget", "contract_terms"]
+
+TERMS = ("output_rounding", "logit", "accumulation", "subnormal_p", "oracle")
+EXTRA_ULPS = 4.0  # the final division by l, the per-tile rescale multiply and l's own rounding
+LOGIT_ULPS = 4.0  # c': scale and log2(e) multiplies, the exp2 argument's rounding
+MIN_TILE = 16  # rescales per key are at most one per 16 keys (the smallest tile a kernel uses)
+
+
+@dataclass(frozen=True)
+class BudgetTerms:
+    """The unit roundoffs a precision contract allows for one input dtype."""
+
+    dtype: str
+    u_o: float  # output rounding
+    s_o: float  # output rounding near zero (half the subnormal spacing)
+    u_p: float  # rounding of P before P @ V
+    s_p: float  # absolute rounding of P below its smallest normal
+    p_min_normal: float
+    u_v: float  # rounding of V inside the matmul (tf32)
+    u_in: float  # rounding of Q and K inside the first matmul (tf32)
+    u_32: float  # fp32 accumulators
+    exp_ulps: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def contract_terms(precision: Precision | str, dtype) -> BudgetTerms:
+    """The roundoffs of ``precision`` for inputs of ``dtype``."""
+    precision = precision_named(precision)
+    fmt = format_of(dtype)
+    fp32 = FORMATS["fp32"]
+    tf32 = precision.tf32 and fmt.name == "fp32"
+    # tf32 conversion may truncate: a full 2^-10, not round-to-nearest's 2^-11 (measured).
+    u_tf32 = 2 * TF32.unit_roundoff if tf32 else 0.0
+    p_fmt = fmt if precision.p_dtype == "input" else fp32
+    return BudgetTerms(
+        dtype=fmt.name,
+        u_o=fmt.unit_roundoff,
+        s_o=fmt.subnormal_spacing / 2,
+        u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" else 0.0, u_tf32),
+        s_p=p_fmt.subnormal_spacing / 2,
+        p_min_normal=p_fmt.smallest_normal,
+        u_v=u_tf32,
+        u_in=u_tf32,
+        u_32=fp32.unit_roundoff,
+        exp_ulps=float(precision.exp_ulps),
+    )
+
+
+def _gamma(n: float, u: float) -> float:
+    return n * u / (1 - n * u)
+
+
+@dataclass
+class Budget:
+    """Per-element tolerance with its terms, all float64 tensors of the output's shape (B, Hq, R, Dv).
+
+    ``total`` is the sum of ``terms``; ``terms["oracle"]`` is the oracle's own certified error.
+    """
+
+    total: torch.Tensor
+    terms: dict[str, torch.Tensor]
+    reference: Reference
+    contract: BudgetTerms
+    precision: Precision
+    delta_sum: torch.Tensor = field(repr=False)  # (B, Hq, R): sum_j delta_ij, how far the row's weights may move
+    lse_total: torch.Tensor = field(repr=False)  # (B, Hq, R): tolerance of a returned lse
+
+    def breakdown(self, index: tuple) -> dict[str, float]:
+        """The budget of one element, term by term."""
+        out = {name: float(t[index]) for name, t in self.terms.items()}
+        out["total"] = float(self.total[index])
+        return out
+
+
+def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
+                 precision: Precision | str = "flash", reference: Reference | None = None,
+                 rows=None) -> Budget:
+    """The per-element budget of a kernel honouring ``precision`` on this input.
+
+    Without a ``reference``, the oracle and the budget share one walk over the scores.
+    """
+    q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
+        q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    precision = precision_named(precision)
+    model = _Model(shapes, scale, precision, contract_terms(precision, q.dtype))
+    ops = ops_for(q.device)
+    parts = None
+
+    def add(blk, sm, o, w):
+        scatter(ops, parts.outputs, blk, _budget_block(ops, blk, sm, o, w, model))
+
+    def add_forward(blk, forward):
+        add(blk, forward.softmax, forward.out, forward.w)
+
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if reference is None:
+            rows_n = shapes.n_q if rows is None else len(rows)
+            parts = _Parts((shapes.batch, shapes.heads_q, rows_n, shapes.head_dim_v), q.device)
+            reference = float64_reference_walk(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                                               rows=rows, on_block=add_forward)
+        else:
+            parts = _Parts(reference.out.shape, q.device)
+            rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)
+            for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
+                sm = block_softmax(ops, blk.Q, blk.K, blk.vis, scale)
+                o_w = ops.matmul(sm.p, ops.concat((blk.V, ops.abs(blk.V)), -1)) / sm.l
+                add(blk, sm, o_w[..., :shapes.head_dim_v], o_w[..., shapes.head_dim_v:])
+    return parts.budget(reference, model)
+
+
+@dataclass
+class _Model:
+    """The per-call constants of the budget: its contract's roundoffs and the factors they give."""
+
+    shapes: object
+    scale: float
+    precision: Precision
+    terms: BudgetTerms
+
+    def __post_init__(self):
+        u = self.terms.u_32
+        # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands
+        # that tf32 may have rounded.
+        dot_len = self.shapes.head_dim + 2 * self.precision.scale_on_inputs
+        self.logit_factor = abs(self.scale) * ((1 + _gamma(dot_len, u)) * (1 + self.terms.u_in) ** 2 - 1)
+        self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1
+        self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
+                         + (self.terms.exp_ulps + EXTRA_ULPS) * u)
+
+
+class _Parts:
+    """The budget's output tensors, filled block by block."""
+
+    NAMES = ("output_rounding", "logit", "accumulation", "subnormal_p")
+
+    def __init__(self, shape, device):
+        self.terms = {n: torch.zeros(shape, dtype=torch.float64, device=device) for n in self.NAMES}
+        self.delta_sum = torch.zeros(shape[:-1], dtype=torch.float64, device=device)
+        self.lse_shift = torch.zeros_like(self.delta_sum)
+        self.outputs = (*self.terms.values(), self.delta_sum, self.lse_shift)
+
+    def budget(self, reference: Reference, model: _Model) -> Budget:
+        empty = reference.empty_rows
+        parts = {n: t.masked_fill(empty[..., None], 0.0) for n, t in self.terms.items()}
+        parts["oracle"] = torch.nan_to_num(reference.bound, nan=0.0)
+        total = sum(parts[n] for n in TERMS)
+        lse_total = lse_tolerance(self.lse_shift, reference.lse.abs(), reference.lse_bound, model)
+        return Budget(total=total, terms=parts, reference=reference, contract=model.terms,
+                      precision=model.precision, delta_sum=self.delta_sum.masked_fill(empty, 0.0),
+                      lse_total=lse_total.masked_fill(empty, 0.0))
+
+
+def lse_tolerance(lse_shift, lse_abs, lse_bound, model: _Model):
+    """Tolerance of a legal kernel's lse: the logit shift of the row, fp32 rounding of m + log(l), l's
+    accumulation, and the oracle's own bound."""
+    u = model.terms.u_32
+    return lse_shift + u * (LOGIT_ULPS * lse_abs + LOGIT_ULPS) + _gamma(model.accumulation_len, u) + lse_bound
+
+
+def logit_error(ops, blk, sm, model: _Model):
+    """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys)."""
+    vis = blk.vis
+    qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
+    s_abs = ops.abs(sm.s) if vis is None else ops.abs(ops.where(vis, sm.s, 0.0))
+    eta = model.logit_factor * qk + model.terms.u_32 * (LOGIT_ULPS * s_abs + 2 * ops.abs(sm.m))
+    return eta if vis is None else ops.where(vis, eta, 0.0)
+
+
+def _budget_block(ops, blk, sm, o, w, model: _Model, eta=None):
+    """The budget's terms on one block, from the softmax the oracle computed (o, w: its out and w;
+    ``eta``: the block's :func:`logit_error`, when the caller has it)."""
+    t, vis = model.terms, blk.vis
+    absV = ops.abs(blk.V)
+    eta = logit_error(ops, blk, sm, model) if eta is None else eta
+    delta, lse_shift = _weight_shift(ops, sm.x - ops.log(sm.l), eta, vis)
+    delta_sum = ops.sum(delta, -1)
+    centre = ops.sum(blk.V, -2) / blk.V.shape[-2]
+    logit = ops.matmul(delta, ops.abs(blk.V - centre)) + ops.abs(centre - o) * delta_sum
+    output_rounding = t.u_o * ops.abs(o) + t.s_o
+    small = sm.p < t.p_min_normal  # unnormalised weights relative to the final max, as a kernel ends with them
+    small = ops.float64(small if vis is None else vis & small)
+    subnormal_p = ops.matmul(small, absV) * (t.s_p / sm.l)
+    return output_rounding, logit, w * model.w_factor, subnormal_p, delta_sum, lse_shift
+
+
+def _weight_shift(ops, log_a, eta, vis):
+    """(delta, lse shift) with delta_ij = min(1, max(a e^eta / Rmin - a, a - a e^-eta / Rmax)), in the log domain.
+
+    Rmin = sum_j a_j e^-eta_j and Rmax = sum_j a_j e^eta_j: the weights sum to one, so when every
+    logit j moves by at most eta_j, weight j moves by at most delta_j (per key, not per row).
+    """
+    log_rmax = ops.logsumexp(log_a + eta, -1)  # masked keys have log_a = -inf already
+    log_rmin = ops.logsumexp(log_a - eta, -1)
+    a = ops.exp(log_a)
+    up = eta - log_rmin
+    down = -eta - log_rmax
+    # expm1 keeps precision for small moves; the direct difference handles a weight that underflows.
+    upper = ops.where(up < 0.5, a * ops.expm1(up), ops.exp(log_a + up) - a)
+    lower = -a * ops.expm1(down)
+    delta = ops.minimum(ops.maximum(upper, lower), 1.0)
+    delta = ops.where(delta == delta, delta, 1.0)
+    delta = delta if vis is None else ops.where(vis, delta, 0.0)
+    # The row's log-sum-exp moves by at most max(log Rmax, -log Rmin).
+    lse_shift = ops.maximum(log_rmax, -log_rmin)
+    return delta, ops.where(lse_shift == lse_shift, lse_shift, 0.0)

@@ -1,0 +1,397 @@
+"""The oracle: attention in float64 with a certified bound on its own error, and an mpmath auditor.
+
+Inputs are fp16/bf16/fp32, so every product q_id * k_jd and p_ij * v_jk of the first matmul is exact in
+float64; the only errors are float64 roundings, which this module bounds element by element.
+
+Error analysis of ``method="float64"`` (u = 2^-53, gamma_n = n u / (1 - n u)). The computation is
+
+    s^ = fl(fl(Q K^T) * scale);  m = max_j s^;  x = fl(s^ - m);  p^ = fl(exp(x))
+    l^ = fl(sum_j p^);  o^ = fl(fl(p^ V) / l^);  w^ = fl(fl(p^ |V|) / l^);  lse^ = m + log(l^)
+
+1. Every computed weight is exact for a perturbed logit: p^_ij = exp(s_ij - m + theta_ij) with
+   |theta_ij| <= eta_ij = |scale| gamma_D sum_d |q_id||k_jd| + u|s^_ij| + u|x_ij| + eps_exp.
+   Cauchy-Schwarz bounds sum_d |q_id||k_jd| and |s_ij| by ||q_i|| ||k_j||, and |x_ij| <= |s_ij| + |m_i|,
+   so eta_ij <= C ||q_i|| ||k_j|| + u|m_i| + eps_exp <= eta_max_i = C ||q_i|| max_j ||k_j|| + u|m_i|
+   + eps_exp: the bound costs no pass over the N x N scores and no column of the P @ V product beyond
+   w's (a per-key eta costs Dv + 1 more columns of it, to tighten a bound that sits ~1e-13 relative,
+   far below the formats judged).
+2. The weights a~ = p^ / sum p^ differ from the exact a by delta_ij (the per-key weight shift of
+   DESIGN.md). For eta tiny (the usual case) expm1 and log1p are linear to within 2^-20, which gives
+   delta_ij <= a~_ij (eta_ij + r_i)(1 + 2^-19) with r_i = sum_j a~_ij eta_ij (1 + 2^-20) <= eta_max_i
+   (1 + 2^-20). Rows with larger eta (logits near 1e60 and beyond) use the exact log-domain formula,
+   key by key.
+3. sum_j (a - a~)_ij v_jk is bounded by sum_j delta_ij |v_jk|; the float64 matmul, sum and division add
+   at most 2 gamma_{N+1} w^_ik; keys whose weight underflowed add at most N 2^-1073 max_j |v_jk|.
+
+Every term is first order; a final factor (1 + 2^-16) covers the second-order remainder and the
+rounding of the bound's own arithmetic, which are below 2^-30 relative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..contract.formats import FP64
+from ..contract.validation import Shapes, check_attention_inputs
+from ..errors import FlashcheckError, InvalidArgument
+from .blockwise import iter_blocks, ops_for, scatter, visible_block
+
+__all__ = ["Audit", "Reference", "audit_reference", "reference_attention"]
+
+U64 = FP64.unit_roundoff
+EPS_EXP = 4 * U64 / (1 - 4 * U64)  # exp of numpy / torch float64: far inside 4 ulps
+TINY_ETA = 2.0**-20  # below this, first-order expansions are certified to 2^-20 relative
+SAFETY = 1 + 2.0**-16
+UNDERFLOW = 2.0**-1073  # largest weight an underflowed exp can hide, twice the smallest subnormal
+METHODS = ("float64", "mpmath")
+
+
+def _gamma(n: int) -> float:
+    return n * U64 / (1 - n * U64)
+
+
+@dataclass
+class Reference:
+    """The oracle's answer for one attention call.
+
+    All arrays are float64 torch tensors on the input's device, indexed (B, Hq, rows, ...):
+
+    - ``out`` (B, Hq, R, Dv): the attention output; NaN on rows with no visible key.
+    - ``lse`` (B, Hq, R): natural-log log-sum-exp of the scaled logits; -inf on empty rows.
+    - ``w`` (B, Hq, R, Dv): the weight scale sum_j a_ij |v_jk|, the natural size of output (i, k).
+    - ``bound`` (B, Hq, R, Dv): certified bound on |out - exact|; NaN on empty rows.
+    - ``lse_bound`` (B, Hq, R): certified bound on |lse - exact|.
+    - ``empty_rows`` (B, Hq, R) bool: rows with no visible key.
+    - ``rows``: the query indices computed (``None``: all).
+    """
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    w: torch.Tensor
+    bound: torch.Tensor
+    lse_bound: torch.Tensor
+    empty_rows: torch.Tensor
+    method: str
+    rows: torch.Tensor | None = None
+    dps: int | None = None
+    shapes: Shapes | None = field(default=None, repr=False)
+    inputs: dict | None = field(default=None, repr=False)  # the call it answers, for budgets
+
+
+def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
+                        method: str = "float64", dps: int = 50,
+                        rows: Sequence[int] | None = None) -> Reference:
+    """Attention computed exactly enough to judge a kernel, with a bound on its own error.
+
+    ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU. ``method="mpmath"``
+    computes the same quantities with ``dps`` decimal digits (an auditor: about 1 ms per row and
+    head at N = 100, D = 64). ``rows`` restricts either method to the given query indices.
+    """
+    q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
+        q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    if method not in METHODS:
+        raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
+    if isinstance(dps, bool) or not isinstance(dps, int) or not 20 <= dps <= 10_000:
+        raise InvalidArgument("dps", dps, "expected an int from 20 to 10000",
+                              "Pass dps=50 (the default) or more digits for extreme inputs.")
+    row_index = _check_rows(rows, shapes.n_q)
+    if method == "mpmath":
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_finite(name, t, bool(torch.isfinite(t).all()))
+        ref = _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)
+    else:
+        ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index)
+    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return ref
+
+
+def float64_reference_walk(q, k, v, *, scale: float, causal: str, attn_mask, rows, on_block) -> Reference:
+    """The float64 oracle of :func:`reference_attention` with a hook on every block (for the budget)."""
+    q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
+        q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, _check_rows(rows, shapes.n_q), on_block)
+    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return ref
+
+
+def _check_finite(name: str, tensor, finite: bool) -> None:
+    if not finite:
+        raise InvalidArgument(name, tensor, "contains NaN or infinity",
+                              "The oracle needs finite inputs; replace masked-out padding by any finite value "
+                              "(it cannot change the exact answer).")
+
+
+def _check_rows(rows, n_q: int) -> torch.Tensor | None:
+    if rows is None:
+        return None
+    try:
+        index = torch.as_tensor(list(rows) if not isinstance(rows, torch.Tensor) else rows,
+                                dtype=torch.int64).reshape(-1).cpu()
+    except (TypeError, ValueError, RuntimeError):
+        index = None
+    if index is None or index.numel() == 0 or bool((index < 0).any()) or bool((index >= n_q).any()):
+        raise InvalidArgument("rows", rows, f"expected query indices in [0, {n_q})",
+                              "Pass a non-empty list of row indices, or None for every row.")
+    return index
+
+
+# --- float64 ----------------------------------------------------------------------------------------
+
+@dataclass
+class Softmax:
+    """One block's scaled logits and unnormalised weights, shared by the oracle and the budget.
+
+    Arrays are (p, G, R, Nk) or, reduced over the keys, (p, G, R, 1); masked keys have s = -inf, p = 0.
+    """
+
+    s: object  # scaled logits
+    m: object  # row max (0 on empty rows)
+    empty: object  # rows with no visible key
+    x: object  # s - m
+    p: object  # exp(x)
+    l: object  # sum of p (1 on empty rows)
+
+
+def block_softmax(ops, Q, K, vis, scale: float) -> Softmax:
+    s = ops.matmul(Q, ops.swap(K)) * scale
+    if vis is not None:
+        s = ops.where(vis, s, -math.inf)
+    m = ops.amax(s, -1)
+    empty = m == -math.inf
+    m = ops.where(empty, 0.0, m)
+    x = s - m
+    p = ops.exp(x)
+    return Softmax(s, m, empty, x, p, ops.where(empty, 1.0, ops.sum(p, -1)))
+
+
+def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float) -> bool:
+    """Check the inputs once for the whole call, in one host sync (never a pass over the scores):
+    finite, and scaled logits that cannot overflow (|s_ij| <= |scale| ||q_i|| ||k_j||). Returns whether
+    every row's eta_max is small enough for the first-order bound, so that blocks need not ask."""
+    P = shapes.batch * shapes.heads_kv
+    q_rows = q if rows is None else q.index_select(2, rows.to(q.device))
+    q_norm = torch.linalg.vector_norm(q_rows.detach().double().reshape(P, -1, shapes.head_dim), dim=-1).amax(-1)
+    k_norm = torch.linalg.vector_norm(k.detach().double().reshape(P, -1, shapes.head_dim), dim=-1).amax(-1)
+    top = (q_norm * k_norm).amax()
+    flags = torch.stack([torch.isfinite(t).all().double() for t in (q, k, v)] + [top]).tolist()
+    for name, t, ok in zip("qkv", (q, k, v), flags):
+        _check_finite(name, t, bool(ok))
+    if not abs(scale) * flags[3] < 1e300:
+        raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
+                              "(|scale| * |q| * |k| above 1e300)")
+    # |m_i| <= |s^_ij| <= 2 |scale| ||q_i|| ||k_j||, so eta_max_i <= (C + 2 u |scale|) max ||q|| ||k|| + eps_exp.
+    eta_top = (C + 2 * U64 * abs(scale)) * flags[3] + EPS_EXP
+    return eta_top * (2 + TINY_ETA) <= TINY_ETA
+
+
+def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None) -> Reference:
+    """The float64 oracle; ``on_block(block, forward)`` sees each block's :class:`BlockForward` (the
+    budget and the gradients use it, so that one walk over the scores gives them all)."""
+    device = q.device
+    ops = ops_for(device)
+    B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
+    rows_all = row_index if row_index is not None else torch.arange(Nq)
+    R = rows_all.numel()
+    out = torch.empty((B, Hq, R, Dv), dtype=torch.float64, device=device)
+    w, bound = torch.empty_like(out), torch.empty_like(out)
+    lse = torch.empty((B, Hq, R), dtype=torch.float64, device=device)
+    lse_bound = torch.empty_like(lse)
+    empty = torch.empty((B, Hq, R), dtype=torch.bool, device=device)
+    outputs = (out, w, bound, lse, lse_bound, empty)
+    # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
+    # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
+    C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64)
+    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
+        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
+            forward, res = _float64_block(ops, blk, scale, C, small_eta)
+            scatter(ops, outputs, blk, res)
+            if on_block is not None:
+                on_block(blk, forward)
+    return Reference(out=out, lse=lse, w=w, bound=bound, lse_bound=lse_bound, empty_rows=empty,
+                     method="float64", rows=row_index, shapes=shapes)
+
+
+@dataclass
+class WeightError:
+    """How far the computed weights a~_ij = p^_ij / l^_i may sit from the exact a_ij, for one block:
+    |a~_ij - a_ij| <= ``rel_i`` a~_ij on rows of small eta (``rel`` (p, G, R, 1)), else <= ``delta_ij``
+    (``delta`` (p, G, R, Nk), exact per key, for the whole block); ``lse_shift`` bounds the lse's move."""
+
+    rel: object | None
+    delta: object | None
+    lse_shift: object
+
+
+@dataclass
+class BlockForward:
+    """One block of the float64 oracle as computed: the softmax, out and w (``out`` is 0, not NaN, on
+    empty rows), the bound on out (0 on empty rows) and the weights' error."""
+
+    softmax: Softmax
+    out: object
+    w: object
+    bound: object
+    weights: WeightError
+
+
+def _weight_error(ops, blk, sm: Softmax, C, small_eta: bool, q_norm, k_norm) -> WeightError:
+    # eta_max = C ||q_i|| max_j ||k_j|| + rho_i bounds every eta_ij of the row, and so r_i too.
+    rho = U64 * ops.abs(sm.m) + EPS_EXP
+    eta_max = C * q_norm * ops.amax(k_norm, -2) + rho
+    r = eta_max * (1 + TINY_ETA)
+    if small_eta or bool((eta_max + r <= TINY_ETA).all()):
+        # delta_ij <= a~_ij (eta_ij + r_i)(1 + 2^-19) <= a~_ij (eta_max + r_i)(1 + 2^-19)
+        return WeightError(rel=(eta_max + r) * (1 + 2 * TINY_ETA), delta=None, lse_shift=r)
+    eta = C * q_norm * ops.swap(k_norm) + rho
+    eta = eta if blk.vis is None else ops.where(blk.vis, eta, 0.0)
+    delta, lse_shift = _large_eta_shift(ops, sm, eta)
+    return WeightError(rel=None, delta=delta, lse_shift=lse_shift)
+
+
+def _float64_block(ops, blk, scale, C, small_eta: bool) -> tuple[BlockForward, tuple]:
+    """One block: its :class:`BlockForward`, and the results out, w, bound, lse, lse_bound and empty,
+    each (p, G, R, .), with empty rows marked. ``small_eta``: the whole call is known to take the
+    first-order bound (else the block finds out)."""
+    Q, K, V, vis = blk.Q, blk.K, blk.V, blk.vis
+    absV = ops.abs(V)
+    k_norm = ops.sqrt(ops.sum(K * K, -1))  # (p, 1, Nk, 1)
+    q_norm = ops.sqrt(ops.sum(Q * Q, -1))  # (p, G, R, 1)
+    sm = block_softmax(ops, Q, K, vis, scale)
+    Dv = V.shape[-1]
+    # One matmul gives out and w: P @ [V, |V|] (the bound needs no column of its own).
+    res = ops.matmul(sm.p, ops.concat((V, absV), -1)) / sm.l
+    out, w = res[..., :Dv], res[..., Dv:]
+    weights = _weight_error(ops, blk, sm, C, small_eta, q_norm, k_norm)
+    if weights.rel is not None:
+        shift = weights.rel * w  # sum_j delta_ij |v_jk| <= rel_i w_ik
+    else:
+        shift = ops.matmul(weights.delta, absV)
+    # Keys whose weight underflows can hide at most UNDERFLOW each (l^ >= 1).
+    underflow = (K.shape[-2] * UNDERFLOW) * ops.amax(absV, -2)
+    g = _gamma(K.shape[-2] + 1)
+    bound = (shift + 2 * g * w * (1 + 2 * g) + underflow) * SAFETY
+    log_l = ops.log(sm.l)
+    lse = sm.m + log_l
+    lse_bound = (weights.lse_shift + g + 4 * U64 * ops.abs(log_l) + 2 * U64 * ops.abs(lse)) * SAFETY
+    empty = sm.empty
+    forward = BlockForward(sm, out, w, ops.where(empty, 0.0, bound), weights)
+    return forward, (ops.where(empty, math.nan, out), ops.where(empty, 0.0, w), ops.where(empty, math.nan, bound),
+                     ops.where(empty, -math.inf, lse), ops.where(empty, 0.0, lse_bound), empty)
+
+
+def _large_eta_shift(ops, sm: Softmax, eta):
+    """Exact per-key weight shift (DESIGN.md's delta) in the log domain, for rows with large eta."""
+    neg_inf = -math.inf
+    log_a = sm.x - ops.log(sm.l)  # -inf on masked keys already
+    log_rmax = ops.logsumexp(log_a + eta, -1)
+    log_rmin = ops.logsumexp(log_a - eta, -1)
+    a = ops.exp(log_a)
+    upper = ops.exp(log_a + eta - log_rmin) - a
+    lower = a - ops.exp(log_a - eta - log_rmax)
+    delta = ops.minimum(ops.maximum(upper, lower), 1.0)
+    delta = ops.where(log_a > neg_inf, delta, 0.0)
+    # The lse of the exact logits lies within max(log Rmax, -log Rmin) of the computed one.
+    lse_shift = ops.maximum(log_rmax, -log_rmin)
+    return delta, ops.where(lse_shift == lse_shift, lse_shift, 0.0)
+
+
+# --- mpmath -----------------------------------------------------------------------------------------
+
+def _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, dps) -> Reference:
+    import mpmath
+
+    B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
+    rows_all = row_index if row_index is not None else torch.arange(Nq)
+    R = rows_all.numel()
+    out = torch.full((B, Hq, R, Dv), math.nan, dtype=torch.float64)
+    w = torch.zeros_like(out)
+    lse = torch.full((B, Hq, R), -math.inf, dtype=torch.float64)
+    empty = torch.zeros((B, Hq, R), dtype=torch.bool)
+    qd, kd, vd = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v))
+    ctx = mpmath.MPContext()
+    ctx.dps = dps
+    mp_scale = ctx.mpf(scale)
+    to_mp = np.frompyfunc(ctx.mpf, 1, 1)
+    visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, rows_all, "cpu")
+    visible = torch.broadcast_to(visible, (B * shapes.heads_kv, shapes.group, R, shapes.n_k)).numpy()
+    for b in range(B):
+        for kvh in range(shapes.heads_kv):
+            K = to_mp(kd[b, kvh])
+            V = to_mp(vd[b, kvh])
+            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
+                vis = visible[b * shapes.heads_kv + kvh, h - kvh * shapes.group]
+                for r, i in enumerate(rows_all.tolist()):
+                    keys = np.flatnonzero(vis[r])
+                    if keys.size == 0:
+                        empty[b, h, r] = True
+                        continue
+                    qi = to_mp(qd[b, h, i])
+                    s = [mp_scale * ctx.fdot(qi, K[j]) for j in keys]
+                    m = max(s)
+                    e = [ctx.exp(sj - m) for sj in s]
+                    total = ctx.fsum(e)
+                    for c in range(Dv):
+                        col = V[keys, c]
+                        out[b, h, r, c] = float(ctx.fdot(e, col) / total)
+                        w[b, h, r, c] = float(ctx.fdot(e, [abs(x) for x in col]) / total)
+                    lse[b, h, r] = float(m + ctx.log(total))
+    # Each value carries the float64 rounding of a result accurate to about 10^-(dps-5).
+    digits = 10.0 ** (5 - dps)
+    bound = (U64 * out.abs() + digits * w).masked_fill(empty[..., None], math.nan)
+    lse_bound = (U64 * lse.abs() + digits).masked_fill(empty, 0.0)
+    device = q.device
+    return Reference(out=out.to(device), lse=lse.to(device), w=w.to(device), bound=bound.to(device),
+                     lse_bound=lse_bound.to(device), empty_rows=empty.to(device), method="mpmath",
+                     rows=row_index, dps=dps, shapes=shapes)
+
+
+# --- audit ------------------------------------------------------------------------------------------
+
+@dataclass
+class Audit:
+    """The float64 oracle checked against mpmath on some rows.
+
+    ``worst_ratio`` is the largest |out64 - out_mp| / (bound64 + rounding of out_mp) over every element
+    audited; the float64 bound holds when it is at most 1. Likewise ``lse_worst_ratio``.
+    """
+
+    worst_ratio: float
+    worst_index: tuple
+    lse_worst_ratio: float
+    elements: int
+    empty_rows_agree: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.empty_rows_agree and self.worst_ratio <= 1.0 and self.lse_worst_ratio <= 1.0
+
+
+def audit_reference(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
+                    rows: Sequence[int] | None = None, dps: int = 50) -> Audit:
+    """Check the float64 oracle's bound against mpmath on ``rows`` (default: every row)."""
+    kw = dict(scale=scale, causal=causal, attn_mask=attn_mask, rows=rows)
+    fast = reference_attention(q, k, v, method="float64", **kw)
+    slow = reference_attention(q, k, v, method="mpmath", dps=dps, **kw)
+    fast_out, fast_bound = fast.out.cpu(), fast.bound.cpu()
+    live = ~slow.empty_rows.cpu()
+    agree = bool(torch.equal(fast.empty_rows.cpu(), slow.empty_rows.cpu()))
+    err = (fast_out - slow.out).abs()
+    allowed = fast_bound + slow.bound
+    ratio = torch.where(live[..., None], err / allowed, torch.zeros_like(err))
+    ratio = torch.where(err == 0, torch.zeros_like(ratio), ratio)  # 0/0 on exact answers
+    flat_index = int(torch.argmax(torch.nan_to_num(ratio, nan=math.inf, posinf=math.inf)))
+    worst = tuple(int(i) for i in np.unravel_index(flat_index, ratio.shape))
+    lse_err = (fast.lse.cpu() - slow.lse).abs()
+    lse_ratio = torch.where(live, lse_err / (fast.lse_bound.cpu() + slow.lse_bound), torch.zeros_like(lse_err))
+    lse_ratio = torch.where(lse_err == 0, torch.zeros_like(lse_ratio), lse_ratio)
+    return Audit(worst_ratio=float(torch.nan_to_num(ratio, nan=math.inf, posinf=math.inf).max()),
+                 worst_index=worst,
+                 lse_worst_ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf).max()),
+                 elements=int(live.sum()) * ratio.shape[-1],
+                 empty_rows_agree=agree)

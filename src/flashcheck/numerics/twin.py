@@ -1,0 +1,132 @@
+"""A precision-faithful twin: the tiled flash algorithm in plain torch, rounding where a contract says.
+
+The twin runs the online-softmax algorithm (running max, running sum, rescaled fp32 accumulator) with
+the tile sizes and key order as parameters, and rounds exactly where the precision contract allows a
+kernel to round: P to the input dtype before P @ V, tf32 operands for fp32 inputs, the output at the
+end. Its errors over several tilings and key orders are an empirical envelope of legal reordering.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..contract.masks import visible
+from ..contract.precision import Precision, precision_named
+from ..contract.validation import check_attention_inputs
+from ..errors import InvalidArgument
+
+__all__ = ["twin_attention", "round_tf32"]
+
+LOG2E = 1.4426950408889634
+
+
+def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
+    """fp32 values rounded to tf32's 10 explicit mantissa bits (``"nearest"`` or ``"truncate"``)."""
+    bits = x.float().contiguous().view(torch.int32)
+    if mode == "nearest":
+        bits = bits + 0x1000  # half of the dropped 13 bits; carries into the exponent like hardware
+    elif mode != "truncate":
+        raise InvalidArgument("mode", mode, "unknown tf32 rounding", "Use 'nearest' or 'truncate'.")
+    finite = torch.isfinite(x.float())
+    rounded = (bits & ~0x1FFF).view(torch.float32)
+    return torch.where(finite, rounded, x.float())
+
+
+def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
+                   precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
+                   key_order: torch.Tensor | None = None, tf32_mode: str = "nearest",
+                   scale_inputs: bool = False, softmax_first: bool = False):
+    """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``.
+
+    ``scale_inputs`` multiplies Q and K by sqrt(|scale|) before the product instead of scaling the
+    scores (PyTorch's math backend does). ``softmax_first`` (one-pass contracts only) normalises the
+    weights before P @ V, as softmax-then-matmul does, instead of dividing the output by l.
+    Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
+    """
+    q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
+                                                                  attn_mask=attn_mask)
+    precision = precision_named(precision)
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgument(name, value, "expected a positive tile size", f"Pass {name}=16, 32, 64, ...")
+    if scale_inputs and not precision.scale_on_inputs:
+        raise InvalidArgument("scale_inputs", scale_inputs, f"the {precision.name!r} contract scales the scores, "
+                              "not Q and K", "Pass scale_inputs only with a contract that has scale_on_inputs=True.")
+    if softmax_first and precision.rescales_per_tile:
+        raise InvalidArgument("softmax_first", softmax_first, f"the {precision.name!r} contract rescales per tile, "
+                              "so no kernel under it can normalise the weights before P @ V",
+                              "Pass softmax_first only with a one-pass contract such as 'upcast'.")
+    dtype = q.dtype
+    tf32 = precision.tf32 and dtype == torch.float32
+    vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device)
+    kq = k.repeat_interleave(s.group, dim=1).float()
+    vq = v.repeat_interleave(s.group, dim=1).float()
+    qf = q.float()
+    if scale_inputs:
+        root = math.sqrt(abs(scale))
+        qf, kq = qf * math.copysign(root, scale), kq * root
+        scale = 1.0
+    if key_order is not None:
+        order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
+        if sorted(order.tolist()) != list(range(s.n_k)):
+            raise InvalidArgument("key_order", key_order, "not a permutation of the keys",
+                                  f"Pass a permutation of range({s.n_k}).")
+        kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
+    if tf32:
+        qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
+    if not precision.rescales_per_tile:
+        return _upcast(qf, kq, vq, vis, scale, dtype, softmax_first)
+    out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=q.device)
+    lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=q.device)
+    qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=q.device)
+    # Rows are independent in the online softmax, so block_m changes no number: rows go through in
+    # multiples of block_m as large as memory allows, and only the key tiling and order shape the rounding.
+    per_row = s.batch * s.heads_q * max(block_n, s.head_dim_v)
+    chunk = block_m * max(1, (1 << 24) // max(per_row * block_m, 1))
+    for m0 in range(0, s.n_q, chunk):
+        rows = slice(m0, m0 + chunk)
+        qb = qf[:, :, rows]
+        m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=q.device)
+        for n0 in range(0, s.n_k, block_n):
+            cols = slice(n0, n0 + block_n)
+            s2 = (qb @ kq[:, :, cols].transpose(-1, -2)) * qk_scale  # log2 domain, fp32
+            s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
+            m_new = torch.maximum(m, s2.amax(-1, keepdim=True))
+            safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with nothing visible yet
+            alpha = torch.exp2(m - safe)
+            p = torch.exp2(s2 - safe)
+            l = l * alpha + p.sum(-1, keepdim=True)
+            if precision.p_dtype == "input":
+                p = round_tf32(p, mode=tf32_mode) if tf32 else p.to(dtype).float()
+            # Keys no row sees are not read (a careful kernel's masked V load): 0 * NaN from poisoned or
+            # uninitialised memory would otherwise poison the product.
+            seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)
+            acc = acc * alpha + p @ torch.where(seen, vq[:, :, cols], 0.0)
+            m = m_new
+        empty = l == 0
+        o = torch.where(empty, 0.0, acc / torch.where(empty, 1.0, l))
+        out[:, :, rows] = o.to(dtype)
+        lse[:, :, rows] = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)[..., 0]
+    return out, lse
+
+
+def _upcast(qf, kq, vq, vis, scale, dtype, softmax_first):
+    """Computed in fp32 and rounded once (PyTorch's math backend)."""
+    s = (qf @ kq.transpose(-1, -2)) * torch.tensor(scale, dtype=torch.float32, device=qf.device)
+    s = torch.where(vis, s, -math.inf)
+    m = s.amax(-1, keepdim=True)
+    empty = m == -math.inf
+    p = torch.exp(s - torch.where(empty, 0.0, m))
+    l = p.sum(-1, keepdim=True)
+    seen = vis.any(dim=2, keepdim=True).transpose(-1, -2)
+    vq = torch.where(seen, vq, 0.0)
+    if softmax_first:
+        out = torch.where(empty, 0.0, (p / torch.where(empty, 1.0, l)) @ vq)
+    else:
+        out = torch.where(empty, 0.0, (p @ vq) / torch.where(empty, 1.0, l))
+    lse = torch.where(empty, -math.inf, m + torch.log(torch.where(empty, 1.0, l)))[..., 0]
+    return out.to(dtype), lse

@@ -1,0 +1,438 @@
+"""``flashcheck selftest``: the mutation suite that proves the error model works.
+
+Planted-bug variants of ``flashcheck:triton`` (see :mod:`flashcheck.kernels.triton.mutants`) must each get BUG; the
+correct kernel at several tile shapes and PyTorch's backends must get none. In the same run the anchor
+rules of the field (:mod:`flashcheck.selftest.anchors`) judge the same variants, on the same adversarial cases and
+on plain randn inputs of the same shapes, so the gain is measured, not claimed.
+
+``backward=True`` (``selftest --backward``) does the same for the backward pass: the planted backward
+bugs, the correct kernels' gradients for a dO regime that follows from the case's seed (as in
+``fuzz --backward``), and the anchors' backward rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..contract.spec import Kernel
+from ..inputs.strategies import Recipe, draw_recipes
+from ..judge.backward import check_backward, drawn_backward_case, run_backward, upstream_gradient
+from ..judge.check import check
+from ..judge.properties import properties_for
+from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number
+from ..numerics.gradients import GRADIENTS
+from .anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
+
+__all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",
+           "merge_chunks", "DEFAULT_CHUNK"]
+
+CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
+MUTANT_TILE = (32, 32)
+
+
+@dataclass
+class Variant:
+    name: str
+    correct: bool
+    area: str
+    description: str
+    make: Callable[[], Kernel]
+    dtypes: tuple = ("fp16", "bf16", "fp32")  # where a planted bug is a defect at all
+
+
+def variants(device: str, *, names: list[str] | None = None, which: str = "all",
+             backward: bool = False) -> list[Variant]:
+    """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs (of the backward
+    pass with ``backward``, those whose defect can show on ``device``).
+
+    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
+    """
+    from ..kernels.registry import resolve_kernel
+    from ..kernels.triton import mutants as mutant_module
+    from ..kernels.triton.forward import make_kernel, on_device
+
+    # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
+    # to) the strict contract; on a GPU they run as tf32 under the flash contract.
+    precision = "ieee" if device == "cpu" else "tf32"
+    out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
+                   lambda m=m, n=n: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device))
+           for m, n in CORRECT_TILES]
+    # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
+    # judge them; they are not rows that must stay clean here.
+    torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
+    out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
+            for name in torch_backends]
+    chosen = [m for m in mutant_module.BACKWARD_MUTANTS if device in m.devices] if backward else mutant_module.MUTANTS
+    out += [Variant(m.name, False, m.area, m.description,
+                    lambda m=m: on_device(mutant_module.load_mutant(
+                        m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
+                    dtypes=m.dtypes)
+            for m in chosen]
+    return [v for v in out if (which == "all" or v.correct == (which == "correct"))
+            and (names is None or v.name in names)]
+
+
+@dataclass
+class Detection:
+    """When one detector (flashcheck or an anchor rule) first flagged a variant, if it did."""
+
+    first_case: int | None = None
+    how: str = ""
+    false_alarms: int = 0
+
+    def flag(self, index: int, how: str) -> None:
+        if self.first_case is None:
+            self.first_case, self.how = index, how
+
+    def as_dict(self) -> dict:
+        return {"first_case": self.first_case, "how": self.how, "false_alarms": self.false_alarms}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Detection":
+        return cls(d["first_case"], d["how"], d["false_alarms"])
+
+
+@dataclass
+class Row:
+    variant: str
+    correct: bool
+    area: str
+    dtype: str
+    cases: int = 0
+    flashcheck: Detection = field(default_factory=Detection)
+    anchors: dict = field(default_factory=dict)  # "rule/inputs" -> Detection
+    max_ratio: float = 0.0  # correct variants: the margin
+    min_caught_ratio: float = math.inf  # bug variants: the closest a caught case came to the budget
+    suspicious: int = 0
+    seconds: float = 0.0
+    stopped: bool = False  # the time budget ran out before the row's cases did
+    gradient_max: dict = field(default_factory=dict)  # the backward pass: largest err/budget of dq, dk, dv
+
+    def as_dict(self) -> dict:
+        return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
+                "cases": self.cases, "flashcheck": self.flashcheck.as_dict(),
+                "anchors": {k: v.as_dict() for k, v in self.anchors.items()},
+                "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
+                "suspicious": self.suspicious, "seconds": round(self.seconds, 2), "stopped": self.stopped,
+                "gradient_max": {k: json_number(v) for k, v in self.gradient_max.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Row":
+        """A row saved by ``as_dict`` (``selftest --json``), so shards of one run print as one table."""
+        return cls(d["variant"], d["correct"], d["area"], d["dtype"], d["cases"],
+                   Detection.from_dict(d["flashcheck"]), {k: Detection.from_dict(v) for k, v in d["anchors"].items()},
+                   from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"],
+                   d.get("stopped", False), {k: from_json_number(v) for k, v in d.get("gradient_max", {}).items()})
+
+
+def _randn_twin(recipe: Recipe) -> Recipe:
+    """The anchors' own inputs: randn values, no mask, default scale, same shapes and causal mode."""
+    return dataclasses.replace(recipe, values="random", mask="none", scale="default", layout="contiguous")
+
+
+def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Recipe], device: str,
+                 bug_cases: int, deadline: float | None, start: int = 0, stop: int | None = None,
+                 fired=(), backward: bool = False) -> Row:
+    """The row's cases ``start .. stop - 1`` (0-based; case ``i`` is numbered ``i + 1`` in the row).
+
+    A whole row by default. A slice (a chunk, :func:`row_chunks`) runs the same cases as the whole row
+    would, numbered alike; ``fired`` names the detectors that earlier chunks of a planted bug's row
+    flagged already (:func:`fired_detectors`), so that the slice stops where the whole row would.
+    """
+    row = Row(variant.name, variant.correct, variant.area, dtype)
+    for rule in (BACKWARD_ANCHORS if backward else ANCHORS):
+        for inputs in ("randn", "adversarial"):
+            row.anchors[f"{rule}/{inputs}"] = Detection()
+    judge = _backward_case if backward else _forward_case
+    begin = time.perf_counter()
+    limit = len(recipes) if variant.correct else min(bug_cases, len(recipes))
+    stop = limit if stop is None else min(stop, limit)
+    for index, recipe in enumerate(recipes[start:stop], start=start + 1):
+        # index > 1: a row runs its first case even past the deadline; a later chunk then runs none
+        if deadline is not None and index > 1 and time.monotonic() > deadline:
+            row.stopped = True
+            break
+        judge(row, kernel, recipe, index, device)
+        if not variant.correct and all_fired(row, fired):
+            break
+    row.seconds = time.perf_counter() - begin
+    return row
+
+
+def _record(row: Row, verdict, index: int) -> None:
+    """flashcheck's verdict on the row's case ``index``."""
+    row.cases += 1
+    if math.isfinite(verdict.max_ratio):
+        row.max_ratio = max(row.max_ratio, verdict.max_ratio)
+    for name, ratio in verdict.ratios.items():
+        if math.isfinite(ratio):
+            row.gradient_max[name] = max(row.gradient_max.get(name, 0.0), ratio)
+    if verdict.status == SUSPICIOUS:
+        row.suspicious += 1
+    if verdict.status == BUG:
+        kinds = "+".join(sorted({_kind(f) for f in verdict.findings}))
+        row.flashcheck.flag(index, kinds)
+        row.flashcheck.false_alarms += row.correct
+        # How far past its budget the bug went on this case, to see how near it came to escaping.
+        ratios = [f.ratio for f in verdict.findings if f.ratio is not None and math.isfinite(f.ratio)]
+        if ratios:
+            row.min_caught_ratio = min(row.min_caught_ratio, max(ratios))
+
+
+def _kind(finding) -> str:
+    """A finding's kind, with the gradient it concerns for the backward pass (``over_budget:dq``)."""
+    gradient = (finding.details or {}).get("gradient")
+    return f"{finding.kind}:{gradient}" if gradient else finding.kind
+
+
+def _forward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str) -> None:
+    case = recipe.build(kernel=kernel.name)
+    verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=row.correct)
+    _record(row, verdict, index)
+    _judge_anchors(row, kernel, case, verdict, index, device, recipe)
+
+
+def _backward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str) -> None:
+    case = drawn_backward_case(recipe.build(kernel=kernel.name), recipe.seed)
+    do = upstream_gradient(case, device)
+    verdict = check_backward(kernel, case, do=do, device=device)
+    _record(row, verdict, index)
+    randn_case = _randn_twin(recipe).build(kernel=kernel.name)
+    randn_do = upstream_gradient(randn_case, device, upstream="random", seed=recipe.seed)
+    q, k, v, mask = randn_case.to_device(device)
+    randn_run = run_backward(kernel, q, k, v, randn_do, scale=randn_case.scale, causal=randn_case.causal,
+                             attn_mask=mask)
+    for inputs, grads, c, d in (("adversarial", verdict.output, case, do), ("randn", randn_run.grads, randn_case, randn_do)):
+        wanted = (c.q.shape, c.k.shape, c.v.shape)
+        if grads is None or tuple(tuple(g.shape) for g in grads) != tuple(tuple(w) for w in wanted):
+            for rule_name in BACKWARD_ANCHORS:
+                _anchor_says(row, f"{rule_name}/{inputs}", index, False, "crash or wrong gradients")
+            continue
+        refs = GradientReferences(c, d, device)
+        for rule_name, rule in BACKWARD_ANCHORS.items():
+            _anchor_says(row, f"{rule_name}/{inputs}", index, rule(grads, refs))
+
+
+def _anchor_says(row: Row, key: str, index: int, accepted: bool | None, how: str = "rejected") -> None:
+    """Record one anchor rule's judgement of the row's case ``index`` (None: undefined here)."""
+    det = row.anchors[key]
+    if accepted is None:  # the rule is undefined here (flash-attention's rule on fp32)
+        det.how = det.how or "n/a"
+    elif not accepted:
+        det.flag(index, how)
+        det.false_alarms += row.correct
+
+
+def fired_detectors(row: Row) -> frozenset:
+    """The detectors done with this row: flashcheck once it flagged, an anchor once it flagged or found
+    itself undefined ("n/a"). A planted bug's row ends once they all are."""
+    done = {key for key, det in row.anchors.items() if det.first_case or det.how == "n/a"}
+    return frozenset(done | ({"flashcheck"} if row.flashcheck.first_case else set()))
+
+
+def all_fired(row: Row, fired=()) -> bool:
+    """Whether every detector is done with ``row``, counting those ``fired`` (by earlier chunks) too."""
+    done = fired_detectors(row) | set(fired)
+    return "flashcheck" in done and all(key in done for key in row.anchors)
+
+
+# ------------------------------------------------------------------------------------------------
+# Chunks: slices of a row's cases, run apart (``selftest --jobs N``) and merged back into its row
+# ------------------------------------------------------------------------------------------------
+
+DEFAULT_CHUNK = 50      # cases per chunk (``selftest --chunk``)
+BUG_FIRST_CHUNK = 12    # a planted bug's first chunk: most are caught by then
+
+
+def row_chunks(correct: bool, cases: int, bug_cases: int, chunk: int = DEFAULT_CHUNK,
+               first_bug_chunk: int = BUG_FIRST_CHUNK) -> list[tuple[int, int]]:
+    """A row's cases as ``[start, stop)`` slices, in order: ``chunk`` cases each; a planted bug's first
+    slice holds at most ``first_bug_chunk`` (its later slices run only while it is not caught)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
+    total = max(cases, 0) if correct else max(min(bug_cases, cases), 0)
+    if total == 0:
+        return [(0, 0)]
+    bounds = [0, min(total, chunk if correct else min(chunk, first_bug_chunk))]
+    while bounds[-1] < total:
+        bounds.append(min(bounds[-1] + chunk, total))
+    return list(zip(bounds, bounds[1:]))
+
+
+def _merge_detections(dets: list[Detection]) -> Detection:
+    flagged = [d for d in dets if d.first_case is not None]
+    first = min(flagged, key=lambda d: d.first_case) if flagged else None
+    how = first.how if first else ("n/a" if any(d.how == "n/a" for d in dets) else "")
+    return Detection(first.first_case if first else None, how, sum(d.false_alarms for d in dets))
+
+
+def merge_chunks(chunks: list[Row]) -> Row:
+    """One row from the rows of its chunks (any order): what the whole row gives on the same cases.
+
+    Cases, suspicious cases, false alarms and seconds add up; the largest ratio and the smallest caught
+    ratio are kept; each detector's first case is the smallest of the chunks' (with its "how"); stopped
+    if any chunk was.
+    """
+    if not chunks:
+        raise ValueError("no chunks to merge")
+    head = chunks[0]
+    return Row(head.variant, head.correct, head.area, head.dtype,
+               cases=sum(c.cases for c in chunks),
+               flashcheck=_merge_detections([c.flashcheck for c in chunks]),
+               anchors={key: _merge_detections([c.anchors[key] for c in chunks]) for key in head.anchors},
+               max_ratio=max(c.max_ratio for c in chunks),
+               min_caught_ratio=min(c.min_caught_ratio for c in chunks),
+               suspicious=sum(c.suspicious for c in chunks),
+               seconds=sum(c.seconds for c in chunks),
+               stopped=any(c.stopped for c in chunks),
+               gradient_max={k: max(c.gradient_max.get(k, 0.0) for c in chunks)
+                             for k in sorted({k for c in chunks for k in c.gradient_max})})
+
+
+class RowRunner:
+    """Runs chunks of the self-test's rows in one process (a ``selftest --jobs`` worker), keeping the
+    kernels it built and the case lists it drew: the same cases as :func:`run_selftest` draws."""
+
+    def __init__(self, *, device: str, cases: int = 200, bug_cases: int = 60, seed: int = 0, max_n: int = 160,
+                 head_dims=None, backward: bool = False):
+        self.device, self.cases, self.bug_cases = device, cases, bug_cases
+        self.seed, self.max_n, self.head_dims, self.backward = seed, max_n, head_dims, backward
+        self._kernels: dict = {}
+        self._recipes: dict = {}
+
+    def variant(self, name: str) -> tuple[Variant, Kernel]:
+        if name not in self._kernels:
+            found = variants(self.device, names=[name], backward=self.backward)
+            if not found:
+                raise ValueError(f"no self-test variant named {name!r}")
+            self._kernels[name] = (found[0], found[0].make())
+        return self._kernels[name]
+
+    def recipes(self, kernel: Kernel, dtype: str) -> list[Recipe]:
+        key = (kernel.spec, dtype)
+        if key not in self._recipes:
+            self._recipes[key] = draw_recipes(self.cases, seed=self.seed, spec=kernel.spec, dtypes=[dtype],
+                                              max_n=self.max_n, max_heads=4, head_dims=self.head_dims)
+        return self._recipes[key]
+
+    def run(self, name: str, dtype: str, start: int = 0, stop: int | None = None, fired=(),
+            time_budget: float | None = None) -> Row:
+        """Cases ``[start, stop)`` of the row ``(name, dtype)``, as a row of their own (see merge_chunks)."""
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        variant, kernel = self.variant(name)
+        return _run_variant(variant, kernel, dtype, self.recipes(kernel, dtype), self.device, self.bug_cases,
+                            deadline, start=start, stop=stop, fired=fired, backward=self.backward)
+
+
+def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe) -> None:
+    from ..judge.check import run_kernel
+
+    adversarial_out = verdict.output[0] if verdict.output else None
+    randn_case = _randn_twin(recipe).build(kernel=kernel.name)
+    q, k, v, mask = randn_case.to_device(device)
+    randn_run = run_kernel(kernel, q, k, v, scale=randn_case.scale, causal=randn_case.causal, attn_mask=mask)
+    for rule_name, rule in ANCHORS.items():
+        for inputs, out, c in (("adversarial", adversarial_out, case), ("randn", randn_run.out, randn_case)):
+            key = f"{rule_name}/{inputs}"
+            if out is None or not hasattr(out, "shape") or tuple(out.shape) != tuple(c.q.shape[:3]) + (c.v.shape[3],):
+                _anchor_says(row, key, index, False, "crash or wrong output")
+            else:
+                _anchor_says(row, key, index, rule(out, c))
+
+
+def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
+                 max_n: int = 160, names: list[str] | None = None, which: str = "all",
+                 head_dims=None, time_budget: float | None = None, progress=None, backward: bool = False) -> list[Row]:
+    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired);
+    the backward pass's variants and rules with ``backward``.
+
+    ``time_budget`` (seconds) ends the run early: the row in progress and the ones after it stop after
+    their first case and are marked ``stopped``, so a bug not yet caught reads as stopped, not missed.
+    """
+    deadline = None if time_budget is None else time.monotonic() + time_budget
+    rows = []
+    recipe_cache: dict = {}
+    for variant, kernel, dtype in _rows(device, dtypes, names, which, backward):
+        key = (kernel.spec, dtype)
+        if key not in recipe_cache:
+            recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
+                                             max_heads=4, head_dims=head_dims)
+        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline, backward=backward)
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def selftest_plan(*, device: str, dtypes=("fp16", "fp32"), names: list[str] | None = None,
+                  which: str = "all", backward: bool = False) -> list[tuple[str, str]]:
+    """The rows :func:`run_selftest` runs, in its order, as ``(variant name, dtype)`` pairs: each row's
+    cases depend on the seed and the row alone, so rows may run apart (``selftest --jobs``)."""
+    return [(variant.name, dtype) for variant, _, dtype in _rows(device, dtypes, names, which, backward)]
+
+
+def _rows(device: str, dtypes, names, which, backward=False):
+    for variant in variants(device, names=names, which=which, backward=backward):
+        kernel = variant.make()
+        for dtype in dtypes:
+            if dtype in kernel.spec.dtypes and dtype in variant.dtypes:
+                yield variant, kernel, dtype
+
+
+def format_table(rows: list[Row]) -> str:
+    """One text table: each variant, caught or not, by which check, after how many cases."""
+    def cell(det: "Detection", correct: bool, stopped: bool) -> str:
+        if det.how == "n/a" and det.first_case is None:
+            return "n/a"
+        if correct:
+            return "ok" if det.first_case is None else f"FALSE ALARM x{det.false_alarms}"
+        return f"caught @{det.first_case}" if det.first_case else "stopped" if stopped else "missed"
+
+    anchor_keys = list(rows[0].anchors) if rows else []
+    head = ["variant", "dtype", "cases", "flashcheck", "check", "ratio"] + anchor_keys
+    lines = []
+    for r in rows:
+        if r.correct:
+            fc = "ok" if r.flashcheck.first_case is None else f"FALSE ALARM x{r.flashcheck.false_alarms}"
+            ratio = f"max {r.max_ratio:.3g}" + (f" susp {r.suspicious}" if r.suspicious else "")
+        else:
+            fc = f"BUG @{r.flashcheck.first_case}" if r.flashcheck.first_case else "STOPPED" if r.stopped else "MISSED"
+            ratio = f"min {r.min_caught_ratio:.3g}" if math.isfinite(r.min_caught_ratio) else "-"
+        lines.append([r.variant, r.dtype, f"{r.cases}{' (stopped)' if r.stopped else ''}", fc, r.flashcheck.how or "-", ratio]
+                     + [cell(r.anchors[k], r.correct, r.stopped) for k in anchor_keys])
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*line) for line in lines]
+    bugs = [r for r in rows if not r.correct]
+    good = [r for r in rows if r.correct]
+    summary = [""]
+    for label, det_of in [("flashcheck", lambda r: r.flashcheck)] + [(k, lambda r, k=k: r.anchors[k]) for k in anchor_keys]:
+        caught = sum(1 for r in bugs if det_of(r).first_case)
+        alarms = sum(1 for r in good if det_of(r).first_case)
+        defined = sum(1 for r in bugs if not (det_of(r).how == "n/a" and det_of(r).first_case is None))
+        summary.append(f"{label:28} caught {caught}/{defined} planted bugs (variant x dtype); "
+                       f"false alarms on {alarms}/{len(good)} correct rows")
+    stopped = [r for r in rows if r.stopped]
+    if stopped:
+        summary.append(f"time budget: {len(stopped)} rows stopped before their last case "
+                       f"({sum(1 for r in stopped if not r.correct and not r.flashcheck.first_case)} planted bugs "
+                       "not caught by then)")
+    cases_correct = sum(r.cases for r in good)
+    summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
+        f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}{_by_gradient(good, d)}"
+        for d in sorted({r.dtype for r in good})))
+    return "\n".join(out + summary)
+
+
+def _by_gradient(rows: list[Row], dtype: str) -> str:
+    """`` (dq 0.9, dk 0.8, dv 0.99)``: the largest err/budget of each gradient in ``dtype`` (backward rows)."""
+    found = {k for r in rows if r.dtype == dtype for k in r.gradient_max}
+    names = [k for k in GRADIENTS if k in found] + sorted(found - set(GRADIENTS))
+    if not names:
+        return ""
+    worst = {k: max(r.gradient_max.get(k, 0.0) for r in rows if r.dtype == dtype) for k in names}
+    return " (" + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()) + ")"
