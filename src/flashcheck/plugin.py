@@ -59,6 +59,8 @@ from pathlib import Path
 
 import pytest
 
+from .contract.counts import check_count
+from .errors import InvalidArgument
 from .testing import property_test as testing
 
 _KEY = "flashcheck_verdicts"
@@ -104,18 +106,15 @@ def _parse(name: str, value, where: str, base: Path):
     if name in ("max_examples", "seed"):
         minimum = 1 if name == "max_examples" else 0
         try:
-            number = int(value)
-        except (TypeError, ValueError):
-            number = None
-        if number is None or number < minimum:
-            raise _usage(where, value, f"expected an integer >= {minimum}", f"Pass e.g. {where} {max(minimum, 10)}.")
-        return number
+            return check_count(where, int(value), minimum=minimum)
+        except (TypeError, ValueError, InvalidArgument):
+            raise _usage(where, value, f"expected an integer >= {minimum}",
+                         f"Pass e.g. {where} {max(minimum, 10)}.") from None
     if name == "device":
         if value not in testing.DEVICES:
             raise _usage(where, value, "unknown device", f"Use one of {list(testing.DEVICES)}.")
         return value
     if name == "preset":
-        from .errors import InvalidArgument
         from .inputs.presets import builtin_presets, load_preset
 
         text = str(value)

@@ -344,12 +344,12 @@ def test_layout_value_object():
     (lambda: Layout.parse({"pad_n": 3}), "layout", "no 'name' key"),
     (lambda: Layout.transposed(tensors=("q", "o")), "tensors", "subset of ('q', 'k', 'v')"),
     (lambda: Layout.transposed(tensors=()), "tensors", "subset of ('q', 'k', 'v')"),
-    (lambda: Layout.strided(pad_n=-1), "pad_n", "integer >= 0"),
-    (lambda: Layout.strided(pad_d=2.5), "pad_d", "integer >= 0"),
+    (lambda: Layout.strided(pad_n=-1), "pad_n", "whole number N, N >= 0"),
+    (lambda: Layout.strided(pad_d=2.5), "pad_d", "whole number N, N >= 0"),
     (lambda: Layout.strided(pad_n=0, pad_d=0), "pad_d", "no padding is contiguous"),
     (lambda: Layout("transposed", pad_d=4), "pad_d", "padding applies to the strided layout"),
     (lambda: Layout.offset(elements=0), "storage_offset", "needs an offset"),
-    (lambda: Layout.offset(elements=True), "storage_offset", "integer >= 0"),
+    (lambda: Layout.offset(elements=True), "storage_offset", "whole number N, N >= 0"),
     (lambda: Layout("contiguous", storage_offset=2), "storage_offset", "applies to the offset layout"),
 ])
 def test_bad_layouts(make_layout, name, problem):

@@ -57,6 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
+from ..contract.counts import check_count
 from ..errors import FlashcheckError, InvalidArgument
 from .bugs import bugs_with_findings
 from .interrupts import defer_terminate, sigint_ignored_by_children, take_pending
@@ -78,10 +79,8 @@ class JobError(FlashcheckError, RuntimeError):
 
 def check_jobs(jobs, option: str = "--jobs") -> int:
     """``jobs`` if it is a whole number >= 1, else :class:`InvalidArgument` naming ``option``."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise InvalidArgument(option, jobs, "expected a number of worker processes, at least 1",
-                              f"Pass e.g. {option} 4 (several per GPU are fine), or leave it out for one process.")
-    return jobs
+    return check_count(option, jobs, what="a number of worker processes",
+                       fix=f"Pass e.g. {option} 4 (several per GPU are fine), or leave it out for one process.")
 
 
 def job_seed(seed: int | None, index: int, jobs: int) -> int | None:
@@ -572,9 +571,7 @@ def run_selftest_rows(plan: list[tuple[str, str]], *, jobs: int, device: str, ti
 
     check_jobs(jobs, "jobs")
     chunk = DEFAULT_CHUNK if chunk is None else chunk
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise InvalidArgument("chunk", chunk, "expected a number of cases, at least 1",
-                              "Pass e.g. --chunk 50, or leave it out for the default.")
+    check_count("chunk", chunk, what="a number of cases", fix="Pass e.g. --chunk 50, or leave it out for the default.")
     cases, bug_cases = options.get("cases", 200), options.get("bug_cases", 60)
     correct = {v.name: v.correct for v in variants(device, names=sorted({name for name, _ in plan}),
                                                    backward=options.get("backward", False))}

@@ -36,6 +36,7 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING
 
+from ..contract.counts import check_seconds
 from ..errors import FlashcheckError, InvalidArgument
 from ..judge.verdict import BUG, Finding, Verdict
 from .interrupts import sigint_ignored_by_children
@@ -283,10 +284,8 @@ class KernelWorker:
             raise InvalidArgument("target", target, "a worker process resolves its kernel by name",
                                   "Pass a built-in name or 'package.module:function', or check a Kernel object "
                                   "in-process.")
-        if case_timeout is not None and (isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float))
-                                         or not case_timeout > 0):
-            raise InvalidArgument("case_timeout", case_timeout, "expected a positive number of seconds",
-                                  f"Pass e.g. case_timeout={default_case_timeout(device):g}.")
+        check_seconds("case_timeout", case_timeout, none_ok=True,
+                      fix=f"Pass e.g. case_timeout={default_case_timeout(device):g}.")
         self.target = target
         self.device = str(device)
         self.options = dict(options or {})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InvalidArgument
+from .counts import check_count
 from .formats import FORMATS, name_of_dtype
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
@@ -30,15 +31,6 @@ def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tu
         raise InvalidArgument(argument, value, f"unknown value(s) {bad}" if bad else "empty",
                               f"Choose from {list(allowed)}.")
     return items
-
-
-def _positive_int(argument: str, value, *, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(argument, value, "expected a positive integer",
-                              f"Pass {argument} as an int >= 1" + (" or None." if allow_none else "."))
-    return value
 
 
 # Input classes a spec can keep campaigns away from: known defects of a kernel that every campaign
@@ -118,17 +110,17 @@ class KernelSpec:
         if self.head_dims is not None:
             dims = (self.head_dims,) if isinstance(self.head_dims, int) else tuple(self.head_dims)
             for d in dims:
-                _positive_int("head_dims", d)
+                check_count("head_dims", d)
             if not dims:
                 raise InvalidArgument("head_dims", self.head_dims, "empty", "Pass None or a list of sizes.")
             put("head_dims", tuple(sorted(dims)))
-        _positive_int("min_head_dim", self.min_head_dim)
-        _positive_int("max_head_dim", self.max_head_dim)
+        check_count("min_head_dim", self.min_head_dim)
+        check_count("max_head_dim", self.max_head_dim)
         if self.min_head_dim > self.max_head_dim:
             raise InvalidArgument("min_head_dim", self.min_head_dim, f"exceeds max_head_dim={self.max_head_dim}",
                                   "Pass min_head_dim <= max_head_dim.")
-        _positive_int("seq_multiple", self.seq_multiple)
-        _positive_int("max_seqlen", self.max_seqlen, allow_none=True)
+        check_count("seq_multiple", self.seq_multiple)
+        check_count("max_seqlen", self.max_seqlen, none_ok=True)
         if self.fully_masked_rows not in FULLY_MASKED_PROMISES:
             raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
                                   f"Use one of {list(FULLY_MASKED_PROMISES)}.")

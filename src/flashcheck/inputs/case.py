@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..contract import masks
+from ..contract.counts import check_count
 from ..contract.formats import FORMATS, format_of
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import CaseFormatError, InvalidArgument
@@ -50,13 +51,6 @@ _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32":
 def layouts() -> tuple[str, ...]:
     """Names of the memory layouts a case can be materialised in."""
     return _LAYOUT_NAMES
-
-
-def _count(argument: str, value, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise InvalidArgument(argument, value, f"expected an integer >= {minimum}",
-                              f"Pass {argument} as an int >= {minimum}.")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -89,7 +83,7 @@ class Layout:
                                   "Pass e.g. tensors=('k', 'v').")
         object.__setattr__(self, "tensors", tuple(t for t in _TENSORS if t in tensors))
         for arg in ("pad_n", "pad_d", "storage_offset"):
-            object.__setattr__(self, arg, _count(arg, getattr(self, arg), minimum=0))
+            object.__setattr__(self, arg, check_count(arg, getattr(self, arg), minimum=0))
         # Parameters of another layout would be silently ignored; refuse them instead.
         if self.name != "strided" and (self.pad_n or self.pad_d):
             raise InvalidArgument("pad_n" if self.pad_n else "pad_d", self.pad_n or self.pad_d,
@@ -257,7 +251,7 @@ def _guard_size(guard_bands, shape: tuple) -> int:
     if guard_bands is True:
         # Wide enough that a kernel overrunning by a whole 128-row tile still lands in NaN.
         return max(1024, 128 * shape[-1])
-    return _count("guard_bands", guard_bands, minimum=0)
+    return check_count("guard_bands", guard_bands, minimum=0)
 
 
 def _materialise(t: torch.Tensor, layout: Layout, applies: bool, device: torch.device, guard: int):
@@ -461,7 +455,7 @@ class AttentionCase:
         layout = self.layout if layout is None else Layout.parse(layout)
         self._check_layout(layout, argument="layout")
         if not isinstance(guard_bands, bool):
-            _count("guard_bands", guard_bands, minimum=0)
+            check_count("guard_bands", guard_bands, minimum=0)
         out = []
         for name in _TENSORS:
             t = getattr(self, name)

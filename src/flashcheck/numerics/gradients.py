@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import InvalidArgument
@@ -89,9 +90,8 @@ def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn
     do = _check_upstream(do, q, shapes)
     if method not in METHODS:
         raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
-    if isinstance(dps, bool) or not isinstance(dps, int) or not 20 <= dps <= 10_000:
-        raise InvalidArgument("dps", dps, "expected an int from 20 to 10000",
-                              "Pass dps=50 (the default) or more digits for extreme inputs.")
+    check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
+                fix="Pass dps=50 (the default) or more digits for extreme inputs.")
     if method == "mpmath":
         return _mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes, dps)
     return _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes)

@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import FlashcheckError, InvalidArgument
@@ -96,9 +97,8 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     if method not in METHODS:
         raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
-    if isinstance(dps, bool) or not isinstance(dps, int) or not 20 <= dps <= 10_000:
-        raise InvalidArgument("dps", dps, "expected an int from 20 to 10000",
-                              "Pass dps=50 (the default) or more digits for extreme inputs.")
+    check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
+                fix="Pass dps=50 (the default) or more digits for extreme inputs.")
     row_index = _check_rows(rows, shapes.n_q)
     if method == "mpmath":
         for name, t in (("q", q), ("k", k), ("v", v)):

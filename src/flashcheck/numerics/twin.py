@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ..contract.counts import check_count
 from ..contract.masks import visible
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
@@ -49,8 +50,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
                                                                   attn_mask=attn_mask)
     precision = precision_named(precision)
     for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidArgument(name, value, "expected a positive tile size", f"Pass {name}=16, 32, 64, ...")
+        check_count(name, value, what="a tile size", fix=f"Pass {name}=16, 32, 64, ...")
     if scale_inputs and not precision.scale_on_inputs:
         raise InvalidArgument("scale_inputs", scale_inputs, f"the {precision.name!r} contract scales the scores, "
                               "not Q and K", "Pass scale_inputs only with a contract that has scale_on_inputs=True.")

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..contract.counts import check_count
 from ..errors import InvalidArgument
 
 __all__ = ["property_test", "assert_passes", "KernelCheckFailed", "register_profiles", "PROFILES",
@@ -281,15 +282,6 @@ class _Options:
     device: str | None
 
 
-def _check_int(argument: str, value, *, minimum: int):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgument(argument, value, f"expected an integer >= {minimum} or None",
-                              f"Pass {argument}=N with N >= {minimum}, or leave it out for the default.")
-    return value
-
-
 def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=None, max_examples: int | None = None,
                   seed: int | None = None, device: str | None = None, backward: bool = False):
     """A pytest test function that checks ``kernel`` on cases drawn by hypothesis from its spec.
@@ -347,8 +339,8 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
         if not chosen or any(d not in kern.spec.dtypes for d in chosen) or len(set(chosen)) != len(chosen):
             raise InvalidArgument("dtypes", dtypes, f"expected distinct dtypes of the kernel's spec {kern.spec.dtypes}",
                                   "Pass e.g. dtypes=('fp16',), or leave it out to test every dtype the spec declares.")
-    _check_int("max_examples", max_examples, minimum=1)
-    _check_int("seed", seed, minimum=0)
+    check_count("max_examples", max_examples, none_ok=True)
+    check_count("seed", seed, minimum=0, none_ok=True)
     if device is not None and device not in DEVICES:
         raise InvalidArgument("device", device, "unknown device", f"Pass one of {list(DEVICES)}, or None for "
                               "CUDA when available.")

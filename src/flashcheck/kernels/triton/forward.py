@@ -28,6 +28,7 @@ import threading
 
 import torch
 
+from ...contract.counts import check_count
 from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
 from ...errors import BackendUnavailable, InvalidArgument
@@ -237,12 +238,10 @@ def _load():
 
 
 def _check_block(name: str, value: object) -> int:
-    if (isinstance(value, bool) or not isinstance(value, int) or value < MIN_BLOCK or value > MAX_BLOCK
-            or value & (value - 1)):
-        raise InvalidArgument(
-            name, value, f"a tile size must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}",
-            f"Pass {name} as one of 16, 32, 64, 128 or 256.",
-        )
+    fix = f"Pass {name} as one of 16, 32, 64, 128 or 256."
+    check_count(name, value, minimum=MIN_BLOCK, maximum=MAX_BLOCK, what="a tile size", fix=fix)
+    if value & (value - 1):
+        raise InvalidArgument(name, value, f"a tile size must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}", fix)
     return value
 
 
@@ -252,10 +251,7 @@ def _check_options(*, block_m, block_n, num_warps, num_stages, input_precision) 
     if num_warps is not None and (isinstance(num_warps, bool) or num_warps not in _NUM_WARPS):
         raise InvalidArgument("num_warps", num_warps, "Triton needs a power of two from 1 to 32",
                               "Pass num_warps as one of 1, 2, 4, 8, 16, 32, or None for Triton's default.")
-    if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)
-                                   or num_stages < 1):
-        raise InvalidArgument("num_stages", num_stages, "expected a positive integer",
-                              "Pass num_stages as an int >= 1, or None for Triton's default.")
+    check_count("num_stages", num_stages, none_ok=True, fix="Pass num_stages as an int >= 1, or None for Triton's default.")
     if input_precision not in INPUT_PRECISIONS:
         raise InvalidArgument(
             "input_precision", input_precision, "unknown tl.dot input precision",
