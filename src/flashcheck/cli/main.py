@@ -29,10 +29,11 @@ import sys
 import time
 from pathlib import Path
 
+from ..contract.formats import DEVICES, DTYPES
+
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NO_CASES = 0, 1, 2, 3
 _FUZZ_EPILOG = """exit status: 0 nothing wrong (PASS or SUSPICIOUS), 1 a bug was found (BUG), 2 usage error,
 3 no case was judged (NO_CASES: every case skipped, e.g. out of memory or unsupported, or none run)"""
-DTYPES = ("fp16", "bf16", "fp32")
 _DEVICE_HELP = "cpu runs Triton kernels under the Triton interpreter (default: cuda if available)"
 _DESCRIPTION = ("Numerical property testing for tiled (flash) attention kernels: fuzz a kernel, replay a saved "
                 "case, self-test, sign off kernels with a report.")
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     fuzz = sub.add_parser("fuzz", help="run a fuzzing campaign against a kernel", epilog=_FUZZ_EPILOG)
     fuzz.add_argument("kernel", help="torch:math, torch:flash, ..., flashcheck:triton, or package.module:function")
     fuzz.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
-    fuzz.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
+    fuzz.add_argument("--device", choices=DEVICES, default=None, help=_DEVICE_HELP)
     fuzz.add_argument("--max-examples", type=int, default=None, metavar="N",
                       help="cases to draw, at least 1 (default: the preset's)")
     fuzz.add_argument("--time-budget", type=float, default=None, metavar="S",
@@ -104,11 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run one saved case (a backward case re-runs the backward pass)")
     replay.add_argument("case", help="a saved case (.json, .npz or their common stem)")
     replay.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
-    replay.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
+    replay.add_argument("--device", choices=DEVICES, default=None, help=_DEVICE_HELP)
     replay.add_argument("--json", default=None, metavar="PATH", help="write the verdict here as JSON")
 
     selftest = sub.add_parser("selftest", help="the mutation suite: planted bugs against flashcheck and two anchor rules")
-    selftest.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
+    selftest.add_argument("--device", choices=DEVICES, default=None, help=_DEVICE_HELP)
     selftest.add_argument("--dtype", action="append", choices=DTYPES, help="default: fp16 and fp32 on the CPU, all on a GPU")
     selftest.add_argument("--cases", type=int, default=200, metavar="N", help="cases per correct variant and dtype")
     selftest.add_argument("--bug-cases", type=int, default=60, metavar="N", help="at most this many cases per planted bug and dtype")
@@ -149,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     signoff.add_argument("--jobs", type=int, default=None, metavar="N",
                          help="worker processes per campaign, spread over the visible GPUs (default: the preset's)")
     signoff.add_argument("--dtype", action="append", choices=DTYPES, help="repeat for several (default: the preset's)")
-    signoff.add_argument("--device", choices=("cuda", "cpu"), default=None, help=_DEVICE_HELP)
+    signoff.add_argument("--device", choices=DEVICES, default=None, help=_DEVICE_HELP)
     signoff.add_argument("--max-examples", type=int, default=None, metavar="N", help="cases per campaign")
     signoff.add_argument("--time-budget", type=float, default=None, metavar="S",
                          help="seconds for the whole sign-off, shared by its campaigns (default: the preset's)")
@@ -538,7 +539,7 @@ def _cmd_selftest(args) -> int:
 
     check_writable_file("--json", args.json)
     device = _device(args.device)
-    dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else ["fp16", "bf16", "fp32"])
+    dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else list(DTYPES))
     _check_variant_names(args.variant, device, args.backward)
 
     done = []

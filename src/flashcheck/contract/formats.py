@@ -1,18 +1,20 @@
 """Facts about the floating-point formats flashcheck tests: names, torch dtypes, unit roundoffs.
 
 This is one of the few places where numbers about rounding live; the oracle and the error model
-take them from here.
+take them from here. The table :data:`FORMATS` is also the one list of dtype names (:data:`DTYPES`),
+and :data:`DEVICES` the one list of devices: both are read without importing torch (the CLI's
+options), so a format names its torch dtype and looks it up on first use.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..errors import InvalidArgument
 
-__all__ = ["FloatFormat", "FORMATS", "format_of", "dtype_named", "name_of_dtype"]
+__all__ = ["DEVICES", "DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named", "name_of_dtype"]
+
+DEVICES = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,16 @@ class FloatFormat:
     """
 
     name: str
-    dtype: torch.dtype
+    torch_name: str  # the torch dtype's attribute name: torch.float16, ...
     significand_bits: int  # including the implicit bit
     min_exponent: int  # exponent of the smallest normal number
     max_value: float
+
+    @property
+    def dtype(self):
+        import torch
+
+        return getattr(torch, self.torch_name)
 
     @property
     def unit_roundoff(self) -> float:
@@ -42,32 +50,36 @@ class FloatFormat:
         return 2.0**self.min_exponent
 
 
+def _largest(significand_bits: int, max_exponent: int) -> float:
+    return (2.0 - 2.0 ** (1 - significand_bits)) * 2.0**max_exponent
+
+
 FORMATS: dict[str, FloatFormat] = {
-    "fp16": FloatFormat("fp16", torch.float16, 11, -14, 65504.0),
-    "bf16": FloatFormat("bf16", torch.bfloat16, 8, -126, float(torch.finfo(torch.bfloat16).max)),
-    "fp32": FloatFormat("fp32", torch.float32, 24, -126, float(torch.finfo(torch.float32).max)),
+    "fp16": FloatFormat("fp16", "float16", 11, -14, _largest(11, 15)),
+    "bf16": FloatFormat("bf16", "bfloat16", 8, -126, _largest(8, 127)),
+    "fp32": FloatFormat("fp32", "float32", 24, -126, _largest(24, 127)),
 }
+DTYPES = tuple(FORMATS)  # the names options, specs and presets accept
 # tf32 keeps fp32's range with 10 explicit mantissa bits; float64 is the oracle's format.
-TF32 = FloatFormat("tf32", torch.float32, 11, -126, float(torch.finfo(torch.float32).max))
-FP64 = FloatFormat("fp64", torch.float64, 53, -1022, float(torch.finfo(torch.float64).max))
-
-_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
+TF32 = FloatFormat("tf32", "float32", 11, -126, _largest(24, 127))
+FP64 = FloatFormat("fp64", "float64", 53, -1022, _largest(53, 1023))
 
 
-def dtype_named(name: object, *, argument: str = "dtype") -> torch.dtype:
+def dtype_named(name: object, *, argument: str = "dtype"):
     """The torch dtype for ``"fp16"``, ``"bf16"`` or ``"fp32"`` (a torch dtype is accepted too)."""
     return format_of(name, argument=argument).dtype
 
 
 def format_of(value: object, *, argument: str = "dtype") -> FloatFormat:
     """The :class:`FloatFormat` of a dtype name, a torch dtype, or a tensor."""
-    if isinstance(value, torch.Tensor):
-        value = value.dtype
-    if isinstance(value, torch.dtype):
-        if value in _BY_DTYPE:
-            return _BY_DTYPE[value]
-    elif isinstance(value, str) and value in FORMATS:
-        return FORMATS[value]
+    if isinstance(value, str):
+        if value in FORMATS:
+            return FORMATS[value]
+    else:
+        value = getattr(value, "dtype", value)  # a tensor's dtype
+        for f in FORMATS.values():
+            if value is f.dtype:
+                return f
     raise InvalidArgument(
         argument,
         value,
@@ -76,5 +88,5 @@ def format_of(value: object, *, argument: str = "dtype") -> FloatFormat:
     )
 
 
-def name_of_dtype(dtype: torch.dtype, *, argument: str = "dtype") -> str:
+def name_of_dtype(dtype, *, argument: str = "dtype") -> str:
     return format_of(dtype, argument=argument).name

@@ -14,14 +14,13 @@ from typing import Callable
 
 from ..errors import InvalidArgument
 from .counts import check_count
-from .formats import FORMATS, name_of_dtype
+from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
 
 __all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
 
 FULLY_MASKED_PROMISES = ("zero", "nan", "any")
-DEVICES = ("cuda", "cpu")
 
 
 def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tuple:
@@ -76,7 +75,7 @@ class KernelSpec:
     multiples of it; ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths.
     """
 
-    dtypes: tuple = ("fp16", "bf16", "fp32")
+    dtypes: tuple = DTYPES
     causal: tuple = ("none",)
     attn_mask: bool = False
     gqa: bool = False

@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ..contract.formats import DTYPES
 from ..errors import InvalidArgument
 
 __all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]
@@ -26,7 +27,7 @@ class Preset:
     description: str = ""
     max_examples: int = 100
     time_budget: float | None = None
-    dtypes: tuple = ("fp16", "bf16", "fp32")
+    dtypes: tuple = DTYPES
     value_regimes: tuple | None = None
     mask_regimes: tuple | None = None
     scale_regimes: tuple | None = None

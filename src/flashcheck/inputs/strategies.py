@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
+from ..contract.formats import DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
@@ -130,7 +131,7 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
             scale_regimes=None, layouts=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
             max_heads: int = 4, head_dims=None) -> Recipe:
     """Recipes of cases the spec supports, over the chosen regimes."""
-    dtype_pool = [d for d in _subset("dtypes", dtypes, ("fp16", "bf16", "fp32")) if d in spec.dtypes]
+    dtype_pool = [d for d in _subset("dtypes", dtypes, DTYPES) if d in spec.dtypes]
     if not dtype_pool:
         raise InvalidArgument("dtypes", dtypes, f"the kernel supports only {spec.dtypes}",
                               "Pick dtypes the kernel spec declares.")

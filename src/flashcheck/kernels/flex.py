@@ -29,6 +29,7 @@ import warnings
 
 import torch
 
+from ..contract.formats import DTYPES
 from ..contract.masks import from_tensor
 from ..contract.spec import Kernel, KernelSpec
 from ..contract.validation import CAUSAL_MODES
@@ -154,7 +155,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
     _check_available(device, compile)
     returns_lse = not (compile and device == "cpu")
     spec = KernelSpec(
-        dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
+        dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,
         # The compiled CUDA kernel refuses D or Dv below 16 ("NYI: embedding dimension ... at least 16").
         min_head_dim=16 if (compile and device == "cuda") else 1, max_head_dim=256, dv_equals_d=False,
         fully_masked_rows="zero", precision="flash", devices=(device,),

@@ -29,6 +29,7 @@ from typing import Callable
 
 import torch
 
+from ..contract.formats import DEVICES
 from ..contract.spec import Kernel, as_kernel
 from ..errors import BackendUnavailable, InvalidArgument
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
@@ -36,7 +37,6 @@ from .triton.cache import use_triton_cache
 
 __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
 
-DEVICES = ("cuda", "cpu")
 TRITON = "flashcheck:triton"
 FLEX = "torch:flex"
 

@@ -39,6 +39,7 @@ import warnings
 
 import torch
 
+from ..contract.formats import DTYPES
 from ..contract.masks import causal as causal_mask_fn
 from ..contract.masks import materialize
 from ..contract.precision import Precision
@@ -114,7 +115,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
     dev = (device_type,)
     if name == "torch:math":
         return KernelSpec(
-            dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
+            dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=False, fully_masked_rows="zero",
             precision=UPCAST_TF32 if fp32_mode == "tf32" else "upcast", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
@@ -123,7 +124,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
     if name == "torch:flash" and device_type == "cpu":
         # PyTorch's own tiled CPU kernel takes everything the math backend does except Dv != D.
         return KernelSpec(
-            dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
+            dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=True, fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
             backward=True,
@@ -151,7 +152,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
     if name == "torch:efficient":
         # D and Dv must be multiples of 8 (fp16/bf16; 4 for fp32), seen up to 512.
         return KernelSpec(
-            dtypes=("fp16", "bf16", "fp32"), causal=CAUSAL_MODES, attn_mask=True, gqa=True,
+            dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             head_dims=_MULTIPLES_OF_8(512), max_head_dim=512, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN

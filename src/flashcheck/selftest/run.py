@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..contract.formats import DTYPES
 from ..contract.spec import Kernel
 from ..inputs.strategies import Recipe, draw_recipes
 from ..judge.backward import check_backward, drawn_backward_case, run_backward, upstream_gradient
@@ -41,7 +42,7 @@ class Variant:
     area: str
     description: str
     make: Callable[[], Kernel]
-    dtypes: tuple = ("fp16", "bf16", "fp32")  # where a planted bug is a defect at all
+    dtypes: tuple = DTYPES  # where a planted bug is a defect at all
 
 
 def variants(device: str, *, names: list[str] | None = None, which: str = "all",

@@ -43,13 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..contract.counts import check_count
+from ..contract.formats import DEVICES
 from ..errors import InvalidArgument
 
 __all__ = ["property_test", "assert_passes", "KernelCheckFailed", "register_profiles", "PROFILES",
            "DEFAULT_PRESET", "DEFAULT_CORPUS"]
 
-DEVICES = ("cuda", "cpu")
-DTYPES = ("fp16", "bf16", "fp32")
 DEFAULT_PRESET = "smoke"
 DEFAULT_CORPUS = ".flashcheck/corpus"
 # property_test shrinks a failing case for at most this long (the Triton interpreter can take seconds

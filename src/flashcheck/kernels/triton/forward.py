@@ -28,6 +28,7 @@ import threading
 
 import torch
 
+from ...contract.formats import DTYPES
 from ...contract.counts import check_count
 from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
@@ -448,7 +449,7 @@ def make_kernel(
     if input_precision != "tf32":
         options.append(f"input_precision={input_precision}")
     spec = KernelSpec(
-        dtypes=("fp16", "bf16", "fp32"),
+        dtypes=DTYPES,
         causal=CAUSAL_MODES,
         attn_mask=True,
         gqa=True,

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...contract.formats import DTYPES
 from ...contract.spec import Kernel
 from ...errors import FlashcheckError, InvalidArgument
 
@@ -55,7 +56,7 @@ class Mutant:
     exposed_by: str
     # The input dtypes in which the edit is a defect; in the others it changes nothing (rounding fp32
     # scores to the fp32 input dtype is a no-op), so a self-test must not count it as missed there.
-    dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
+    dtypes: tuple[str, ...] = DTYPES
     # Which source the edits apply to: "forward" (forward.py) or "backward" (backward.py).
     target: str = "forward"
     # Where the defect can show: a race needs programs that run at once, which the interpreter's
