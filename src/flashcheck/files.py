@@ -1,4 +1,8 @@
-"""Paths that flashcheck writes and prints.
+"""The files flashcheck writes, and the paths it prints.
+
+Every JSON summary, report page, plot and saved case is written atomically by the one writer here: a
+temporary file in the same folder (so the rename cannot cross file systems), flushed and fsynced, then
+renamed over the target. A reader, a second worker or a crash never sees half a file.
 
 Output paths are checked before any work starts: a campaign that runs for an hour and then cannot write
 its summary has lost its result. Each check creates the folder and a probe file in it (then removes the
@@ -7,6 +11,7 @@ command every summary, report and failing test prints for a saved case."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import tempfile
@@ -14,7 +19,53 @@ from pathlib import Path
 
 from .errors import InvalidArgument
 
-__all__ = ["check_writable_file", "check_writable_folder", "replay_command"]
+__all__ = ["check_writable_file", "check_writable_folder", "remove_quietly", "replay_command", "write_bytes",
+           "write_json", "write_temporary", "write_text"]
+
+
+def write_temporary(path, write) -> str:
+    """A hidden temporary file next to ``path``, filled by ``write(binary_file)``, flushed and fsynced; the
+    caller renames it over ``path`` with ``os.replace`` (several files can then be committed in order)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make shared corpora and reports unreadable to others
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return tmp
+
+
+def remove_quietly(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_bytes(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    tmp = write_temporary(path, lambda f: f.write(data))
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def write_text(path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path, data) -> None:
+    """Write ``data`` as indented JSON atomically (values JSON cannot hold are written as strings)."""
+    write_text(path, json.dumps(data, indent=2, default=str))
 
 
 def _probe(option: str, value, folder: Path) -> None:

@@ -261,7 +261,7 @@ def pytest_sessionfinish(session):
         return
     path = state.option("json")
     if path:
-        from .judge.verdict import write_json
+        from .files import write_json
 
         rows = testing.summary_rows(state.records)
         write_json(path, {"summary": rows, "verdicts": state.records,

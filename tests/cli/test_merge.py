@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from flashcheck.campaign.run import CampaignResult
+from flashcheck.campaign.result import CampaignResult
 from flashcheck.cli import main
-from flashcheck.campaign.merge import NO_CASES, merge_summaries
+from flashcheck.campaign.merge import merge_summaries
+from flashcheck.judge.verdict import NO_CASES
 
 K = "tests.cli._planted"
 

@@ -20,7 +20,8 @@ import torch
 
 from flashcheck.kernels.triton import mutants
 from flashcheck.numerics.budget import error_budget
-from flashcheck.inputs.case import AttentionCase, Layout
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.layout import Layout
 from flashcheck.judge.check import check, compare
 from flashcheck.errors import InvalidArgument
 from flashcheck.kernels.triton.forward import BACKEND_NAME, make_kernel

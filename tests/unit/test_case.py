@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashcheck.contract import masks
-from flashcheck.inputs.case import AttentionCase, Layout, case_paths, layouts
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.casefile import case_paths
+from flashcheck.inputs.layout import Layout, layouts
 from flashcheck.errors import CaseFormatError, InvalidArgument
 from flashcheck.contract.validation import Shapes
 

@@ -6,7 +6,8 @@ import torch
 
 from flashcheck.numerics.budget import error_budget
 from flashcheck.inputs.case import AttentionCase
-from flashcheck.judge.check import envelope_findings, error_ratios, reordering_envelope
+from flashcheck.judge.check import error_ratios
+from flashcheck.judge.envelope import envelope_findings, reordering_envelope
 from flashcheck.numerics.twin import twin_attention
 
 

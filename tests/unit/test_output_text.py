@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from flashcheck.campaign.run import _slug
+from flashcheck.campaign.corpus import _slug
 from flashcheck.judge.verdict import BUG, Finding, Verdict
 
 LONG = "flashcheck:triton~acc_rescale_forgotten[block_m=32,block_n=32,num_warps=4,num_stages=2,input_precision=ieee]"

@@ -233,7 +233,7 @@ def test_math_backend_orders_of_operations_are_inside_its_envelope():
     orders in the envelope a correct backend read as SUSPICIOUS (13 times on the H200)."""
     from flashcheck import check
     from flashcheck.inputs.case import Shapes
-    from flashcheck.judge.check import reordering_envelope
+    from flashcheck.judge.envelope import reordering_envelope
     from flashcheck.inputs.strategies import Recipe
     from flashcheck.numerics.twin import twin_attention
 

@@ -19,12 +19,11 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import InvalidArgument
-from ..judge.verdict import BUG, PASS, SUSPICIOUS, from_json_number, json_number, worst_status
+from ..judge.verdict import from_json_number, json_number, run_verdict
 from .bugs import merge_bugs
 
-__all__ = ["NO_CASES", "load_summary", "merge_summaries", "merged_verdict", "validate_summary"]
+__all__ = ["load_summary", "merge_summaries", "merged_verdict", "validate_summary"]
 
-NO_CASES = "NO_CASES"
 _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "preset": (str, list), "cases": int,
              "examples": int, "elapsed_s": (int, float), "counts": dict, "findings": list, "stopped": (str, list),
              "time_split_s": dict, "max_ratio_by_dtype": dict, "skipped": dict, "bug_signatures": dict,
@@ -71,11 +70,9 @@ def _judged(summary: dict) -> int:
 
 
 def merged_verdict(summaries: list[dict]) -> str:
-    """The campaign's rule (the worst status of its findings and judged cases), or NO_CASES if none was judged."""
-    statuses = [f.get("status") for s in summaries for f in s["findings"]]
-    statuses += [k for s in summaries for k, n in s["counts"].get("by_status", {}).items() if n]
-    statuses = [x for x in statuses if x in (PASS, SUSPICIOUS, BUG)]
-    return worst_status(statuses) if statuses else NO_CASES
+    """The campaign's rule (:func:`flashcheck.judge.verdict.run_verdict`) over several summaries."""
+    by_status = _sum_dicts(s["counts"].get("by_status", {}) for s in summaries)
+    return run_verdict([f for s in summaries for f in s["findings"]], by_status)
 
 
 def _sum_dicts(dicts) -> dict:

@@ -386,7 +386,7 @@ def _merged(jobs: list[_Job], kernel_name: str, device: str, preset, seed: int |
 
 def _partial_summary(job: _Job, kernel_name: str, device: str, preset) -> dict:
     """A summary for a worker that ended without one: its last snapshot, and every finding it reported."""
-    from .run import CampaignResult
+    from .result import CampaignResult
 
     base = job.snapshot or CampaignResult(verdict="", kernel=kernel_name, device=str(device), preset=preset.name,
                                           seed=job.seed, isolation="worker").as_dict()
@@ -403,7 +403,7 @@ def _partial_summary(job: _Job, kernel_name: str, device: str, preset) -> dict:
 
 def _add_new_counts(merged: dict, summaries: list[dict]) -> None:
     # merge_summaries predates these two keys; setdefault leaves its own sums once it has them.
-    from .run import count_skip_reasons
+    from .result import count_skip_reasons
 
     reasons: Counter = Counter()
     for s in summaries:

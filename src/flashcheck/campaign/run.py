@@ -31,184 +31,49 @@ worker process started before this one imported torch (``worker_process``) loads
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import signal
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from unittest import SkipTest
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
-from hypothesis import seed as hypothesis_seed
-from hypothesis.errors import Flaky
+from hypothesis import Phase, event, target
 
 from ..contract.spec import Kernel, as_kernel
 from ..errors import InvalidArgument
-from ..files import replay_command
-from ..inputs.case import AttentionCase, Layout
+from ..inputs.case import AttentionCase
+from ..inputs.layout import Layout
 from ..inputs.presets import Preset
 from ..inputs.strategies import Recipe, recipes
 from ..judge.backward import drawn_backward_case, judge_case
 from ..judge.diagnose import growth_with_length
-from ..judge.properties import PROPERTIES, PROPERTY_EVERY, properties_for
-from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict, json_number, write_json
-from ..kernels.origin import kernel_origin
+from ..judge.properties import properties_for
+from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict, run_verdict
 from ..kernels.registry import dtype_left_out, resolve_kernel
 from ..numerics.oracle import reference_attention
-from .bugs import BugTally
 from .causes import Cause, needs_layout_triage, root_cause
+from .corpus import save_finding
 from .database import KeyedDatabase, open_database
+from .engine import Shrink, hypothesis_test, run_test
 from .interrupts import take_pending
-from .merge import NO_CASES, merged_verdict
+from .result import TIMED_PARTS, TRIAGE, CampaignResult, count_skip_reasons, finding_entry, record_row
 from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
-__all__ = ["CampaignResult", "NO_CASES", "count_skip_reasons", "prepare_campaign", "run_campaign", "save_finding",
-           "signature"]
-
-# The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
-_TIMED_PARTS = ("kernel", "compile", "oracle", "properties", "envelope")
-# Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
-_TRIAGE = "triage"
-# One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
-RECORD_COLUMNS = ("dtype", "values", "mask", "causal", "layout", "n_q", "n_k", "head_dim", "status", "ratio", "cause")
-MAX_SKIP_REASONS = 20  # distinct skip reasons a summary keeps; the others count together
-OTHER_SKIP_REASONS = "(other reasons)"
-
-
-class _FoundBug(Exception):
-    def __init__(self, verdict: Verdict, case: AttentionCase, cause: Cause):
-        super().__init__(verdict.status)
-        self.verdict = verdict
-        self.case = case
-        self.cause = cause
-
-
-def _fail(failure: tuple):
-    # One place that raises: hypothesis tells failures apart by where they were raised, and a failure
-    # replayed from memory must look like the one the kernel produced.
-    raise _FoundBug(*failure)
-
+__all__ = ["prepare_campaign", "run_campaign"]
 
 class _Stop(Exception):
     """The time budget ran out or the user interrupted: end the campaign, keep what was found."""
 
 
 @dataclass
-class CampaignResult:
-    verdict: str
-    kernel: str
-    device: str
-    preset: str
-    seed: int | None
-    cases: int = 0     # every case checked, shrink candidates included
-    examples: int = 0  # the cases hypothesis generated (what max_examples counts)
-    elapsed: float = 0.0
-    first_case: float | None = None  # seconds from the campaign's start (started_at) to its first judged case
-    # Cases/s from the first judged case to the end: startup left out, the rate a long campaign approaches.
-    steady_rate: float | None = None
-    # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
-    # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
-    # envelope (the twin's tilings, for SUSPICIOUS).
-    time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + _TIMED_PARTS + (_TRIAGE,), 0.0))
-    by_status: Counter = field(default_factory=Counter)
-    by_dtype: Counter = field(default_factory=Counter)
-    by_regime: Counter = field(default_factory=Counter)
-    max_ratio_by_dtype: dict = field(default_factory=dict)
-    findings: list = field(default_factory=list)
-    stopped: str = "max_examples"
-    isolation: str = "in-process"
-    case_timeout: float | None = None
-    keep_going: bool = False
-    backward: bool = False  # the cases checked the backward pass
-    skipped: Counter = field(default_factory=lambda: Counter(oom=0))  # by kind: "oom", "unsupported"
-    skipped_reasons: Counter = field(default_factory=Counter)  # "kind: reason" -> cases (count_skip_reasons)
-    compilations: int = 0  # Triton compilations during the kernel's calls
-    timeouts: int = 0
-    worker_restarts: int = 0
-    bug_signatures: Counter = field(default_factory=Counter)  # drawn failing cases per cause (its key)
-    bugs: BugTally = field(default_factory=BugTally)  # the distinct bugs, by cause
-    # Information, not findings: e.g. cases whose last sequence gave other bits alone than in its batch.
-    info: Counter = field(default_factory=lambda: Counter(batch_dependent=0, batch_checked=0))
-    case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
-    notes: list = field(default_factory=list)
-    records: list | None = None  # rows of RECORD_COLUMNS, when the campaign keeps them
+class _Round(Shrink):
+    """What the test body knows about one hypothesis run of the campaign; its failures are
+    ``(verdict, case, cause)`` of the one cause it shrinks."""
 
-    def as_dict(self) -> dict:
-        log_hash = hashlib.sha256("\n".join(self.case_log).encode()).hexdigest()
-        return {
-            "verdict": self.verdict, "bugs": self.bugs.as_list(), "kernel": self.kernel, "device": self.device, "preset": self.preset,
-            "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
-            "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
-            "first_case_s": round(self.first_case, 3) if self.first_case is not None else None,
-            "steady_cases_per_s": round(self.steady_rate, 3) if self.steady_rate is not None else None,
-            "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
-            "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
-                       "by_regime": dict(self.by_regime)},
-            "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
-            "properties": {"checked": [] if self.backward else list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
-            "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
-            "backward": self.backward,
-            "skipped": dict(self.skipped), "skipped_reasons": dict(self.skipped_reasons),
-            "compilations": self.compilations, "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
-            "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
-            "findings": self.findings,
-            "case_log_sha256": log_hash, "case_log": self.case_log,
-            **({} if self.records is None else {"record_columns": list(RECORD_COLUMNS), "records": self.records}),
-        }
-
-
-def _slug(text: str, limit: int = 60) -> str:
-    """``text`` as a file-name part of at most ``limit`` characters, cut between words, never inside one
-    (``flashcheck-triton-block_m-32-block_n-32``); a cut name ends with a hash of the whole."""
-    slug = "-".join(filter(None, "".join(c if c.isalnum() or c in "_." else "-" for c in text).split("-")))
-    if len(slug) <= limit:
-        return slug
-    digest = hashlib.sha1(text.encode()).hexdigest()[:6]
-    words, kept = slug.split("-"), ""
-    for word in words:
-        if len(kept) + len(word) + 1 > limit - len(digest) - 1:
-            break
-        kept = f"{kept}-{word}" if kept else word
-    return f"{kept}-{digest}" if kept else digest
-
-
-def signature(verdict: Verdict) -> str:
-    """The sorted kinds of a verdict's findings (``crash``, ``over_budget+poison_leak``, ...): part of a
-    saved case's file name. Distinct bugs are told apart by cause (:func:`flashcheck.campaign.causes.root_cause`)."""
-    return "+".join(sorted({f.kind for f in verdict.findings})) or verdict.status.lower()
-
-
-def save_finding(corpus: Path, verdict: Verdict, case: AttentionCase, *, label: str, kernel=None) -> Path:
-    """Save a failing case under ``corpus`` with its verdict, and how to reach ``kernel`` again (its
-    source and import folder, apart from its display name); returns the JSON path."""
-    kinds = signature(verdict)
-    digest = hashlib.sha1(json.dumps(case.provenance.get("recipe", case.describe()), sort_keys=True,
-                                     default=str).encode()).hexdigest()[:10]
-    stem = corpus / f"{_slug(verdict.kernel)}-{kinds}-{label}-{digest}"
-    provenance = dict(case.provenance)
-    provenance["verdict"] = verdict.as_dict()
-    if kernel is not None:
-        provenance.update(kernel_origin(kernel))
-    saved = AttentionCase.create(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
-                                 attn_mask=case.attn_mask, layout=case.layout, provenance=provenance)
-    _, json_path = saved.save(stem)
-    return json_path
-
-
-class _Round:
-    """What the test body knows about one hypothesis run of the campaign."""
-
-    def __init__(self):
-        self.signature: str | None = None  # the cause of the bug being shrunk; None while hypothesis generates
-        self.generated = 0                 # cases generated (not shrink candidates): they count to max_examples
-        self.partial = False               # the shrink was cut short (time budget, a worker that failed)
-        self.failures: dict = {}           # recipe -> (verdict, case) of failures of that cause
-        self.first: tuple | None = None    # the failure that started the shrink (saved as found)
-        self.best: tuple | None = None     # the latest such failure: the smallest so far
+    signature: str | None = None  # the cause of the bug being shrunk; None while hypothesis generates
+    generated: int = 0            # cases generated (not shrink candidates): they count to max_examples
 
 
 def _round_seed(seed: int | None, round_no: int) -> int | None:
@@ -216,16 +81,6 @@ def _round_seed(seed: int | None, round_no: int) -> int | None:
     if seed is None or round_no == 0:
         return seed
     return int(hashlib.sha256(f"{seed}/{round_no}".encode()).hexdigest()[:16], 16)
-
-
-def count_skip_reasons(counter: Counter, reasons: dict) -> None:
-    """Add ``reasons`` (reason -> cases) to ``counter``, keeping at most ``MAX_SKIP_REASONS`` distinct ones:
-    reasons past that count under ``OTHER_SKIP_REASONS`` (an OOM message naming its size differs per case)."""
-    for reason, n in reasons.items():
-        reason = reason[:200]
-        key = reason if reason in counter or len(counter.keys() - {OTHER_SKIP_REASONS}) < MAX_SKIP_REASONS \
-            else OTHER_SKIP_REASONS
-        counter[key] += n
 
 
 def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, isolate: bool = True,
@@ -370,8 +225,7 @@ class _Campaign:
         if self.stop_reason or time.monotonic() > self.deadline:
             self._out_of_time(recipe, shrinking)
             return
-        if recipe in rnd.failures:  # hypothesis's final replay: the kernel need not run (or die) again
-            _fail(rnd.failures[recipe])
+        rnd.raise_known(recipe)  # hypothesis's final replay: the kernel need not run (or die) again
         ran = self._run_case(recipe, shrinking)
         if ran is None:
             return
@@ -384,7 +238,7 @@ class _Campaign:
             return
         cause = self.cause(verdict, case, recipe) if verdict.status in (BUG, SUSPICIOUS) else None
         if self.result.records is not None and not shrinking:
-            self.result.records.append(_record(recipe, verdict, cause))
+            self.result.records.append(record_row(recipe, verdict, cause))
         if verdict.status == BUG:
             self._on_bug(verdict, case, recipe, shrinking, cause)
         elif cause is not None and not shrinking:
@@ -396,9 +250,7 @@ class _Campaign:
             raise _Stop()
         # Out of time while shrinking: failures replay from memory and anything else passes, so that
         # hypothesis ends the shrink at once with the smallest failing case so far.
-        self.round.partial = True
-        if recipe in self.round.failures:
-            _fail(self.round.failures[recipe])
+        self.round.out_of_time(recipe)
 
     def _run_case(self, recipe: Recipe, shrinking: bool) -> tuple | None:
         """``(verdict, case)``, or None when no worker could start while shrinking (the shrink ends)."""
@@ -413,7 +265,7 @@ class _Campaign:
             self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
             self.stop_reason = "worker_failed"
             if shrinking:
-                self.round.partial = True
+                self.round.cut = True
                 return None
             raise _Stop() from None
 
@@ -440,14 +292,14 @@ class _Campaign:
                 contiguous = None  # no verdict: the findings alone name the cause; the case is saved next
             if self.interrupted():
                 contiguous = None  # a rerun cut short by the stop says nothing
-            self.result.time_split[_TRIAGE] += time.monotonic() - t0
+            self.result.time_split[TRIAGE] += time.monotonic() - t0
             self.last_end = time.monotonic()
         return root_cause(verdict, layout_name=case.layout.name, contiguous=contiguous)
 
     def _count(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool) -> bool:
         """Count the case in the result; whether it was judged (not skipped)."""
         r = self.result
-        for part in _TIMED_PARTS:
+        for part in TIMED_PARTS:
             r.time_split[part] += verdict.elapsed.get(part, 0.0)
         r.compilations += getattr(verdict, "compilations", 0)
         self.last_end = time.monotonic()
@@ -504,15 +356,13 @@ class _Campaign:
             self.save(verdict, case, cause, label="found", examples_at=r.examples)  # drawn cases so far
         if sig in self.shrunk or (shrinking and sig != rnd.signature):
             return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
-        failure = (verdict, case, cause)
         if not shrinking:
-            rnd.signature, rnd.first = sig, failure
-        rnd.failures[recipe] = rnd.best = failure
-        _fail(failure)
+            rnd.signature = sig
+        rnd.fail(recipe, (verdict, case, cause))
 
     def save(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, label: str, **extra) -> None:
         path = save_finding(self.corpus, verdict, case, label=label, kernel=self.resolved)
-        entry = {**_finding_entry(verdict, case, path, cause, shrunk=label == "shrunk", device=self.device), **extra}
+        entry = {**finding_entry(verdict, case, path, cause, shrunk=label == "shrunk", device=self.device), **extra}
         self.result.findings.append(entry)
         self.result.bugs.saved(cause, verdict.status, entry)
         if self.on_finding is not None:
@@ -527,15 +377,10 @@ class _Campaign:
     # ---- the rounds ------------------------------------------------------------------------------------
 
     def _make_test(self, strategy, *, examples: int, database, phases: tuple):
-        test = given(recipe=strategy)(self.body)
         round_seed = _round_seed(self.seed, self.round_no)
         self.round_no += 1
-        if round_seed is not None:  # before settings: @seed sets database=None, and settings set it back
-            test = hypothesis_seed(round_seed)(test)
-        return settings(
-            max_examples=examples, deadline=None, database=database, suppress_health_check=list(HealthCheck),
-            verbosity=Verbosity.quiet, report_multiple_bugs=False, phases=phases,
-        )(test)
+        return hypothesis_test(self.body, given_args=dict(recipe=strategy), max_examples=examples, seed=round_seed,
+                               database=database, phases=phases)
 
     def _strata(self, max_examples: int) -> str:
         """Each dtype draws its share of the cases, in a hypothesis engine of its own, one dtype after the
@@ -600,23 +445,17 @@ class _Campaign:
         """Run one hypothesis engine; True when it ended on a failure (shrunk and recorded)."""
         rnd = self.round = _Round()
         try:
-            test()
-            return False
-        except SkipTest:  # a replay with nothing stored
-            return False
-        except _FoundBug as found:
-            self._record_shrunk(found.verdict, found.case, found.cause, complete=not rnd.partial)
-        except Flaky:
-            if rnd.signature is None and self.stop_reason:
-                # hypothesis replayed a case that had passed, after the time ran out: the stop, not a
-                # flaky kernel
-                raise _Stop() from None
-            # hypothesis could not reproduce the failure: keep the smallest case that did fail
-            self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
-            if rnd.best is not None:
-                self._record_shrunk(*rnd.best, complete=False)
+            outcome = run_test(test, rnd)
         finally:
             self.generated += rnd.generated
+        if outcome.flaky and rnd.signature is None and self.stop_reason:
+            # hypothesis replayed a case that had passed, after the time ran out: the stop, not a flaky kernel
+            raise _Stop()
+        if outcome.flaky:  # hypothesis could not reproduce the failure: keep the smallest case that did fail
+            self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
+        if outcome.failure is None:
+            return outcome.flaky
+        self._record_shrunk(*outcome.failure, complete=not (rnd.cut or outcome.flaky))
         return True
 
     def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:
@@ -663,7 +502,7 @@ class _Campaign:
                     if entry["cause"] == key:
                         entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
         # PASS needs a judged case: with none (all skipped, or no case at all) the verdict is NO_CASES.
-        r.verdict = merged_verdict([{"findings": r.findings, "counts": {"by_status": r.by_status}}])
+        r.verdict = run_verdict(r.findings, r.by_status)
         return r
 
     # ---- signals -----------------------------------------------------------------------------------------
@@ -688,33 +527,3 @@ class _Campaign:
         return previous
 
 
-def _record(recipe: Recipe, verdict: Verdict, cause: Cause | None) -> list:
-    s = recipe.shapes
-    ratio = verdict.max_ratio
-    return [recipe.dtype, recipe.values, recipe.mask, recipe.causal, recipe.layout, s.n_q, s.n_k, s.head_dim,
-            verdict.status, json_number(round(ratio, 6) if math.isfinite(ratio) else ratio),
-            None if cause is None else cause.key]
-
-
-def _finding_entry(verdict: Verdict, case: AttentionCase, path: Path, cause: Cause, *, shrunk: bool,
-                   device: str) -> dict:
-    return {
-        "status": verdict.status,
-        "cause": cause.key,
-        "title": cause.title,
-        "dtype": case.dtype,
-        "kinds": sorted({f.kind for f in verdict.findings}),
-        "diagnosis": [f.diagnosis for f in verdict.findings],
-        "max_ratio": json_number(verdict.max_ratio),
-        "case": verdict.case,
-        "regime": verdict.regime,
-        "elements": case.q.numel() + case.k.numel() + case.v.numel(),
-        "shrunk": shrunk,
-        "path": str(path),
-        "replay": replay_command(path, device=device),
-    }
-
-
-def write_summary(result: CampaignResult, path: str | Path) -> None:
-    """Write the JSON summary atomically."""
-    write_json(path, result.as_dict())

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 
-__all__ = ["DEVICES", "DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named", "name_of_dtype"]
+__all__ = ["DEVICES", "DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named", "name_of_dtype", "raw_bits"]
 
 DEVICES = ("cuda", "cpu")
 
@@ -90,3 +90,12 @@ def format_of(value: object, *, argument: str = "dtype") -> FloatFormat:
 
 def name_of_dtype(dtype, *, argument: str = "dtype") -> str:
     return format_of(dtype, argument=argument).name
+
+
+def raw_bits(t):
+    """``t`` viewed as integers of its width: copies and comparisons of bits that never do float
+    arithmetic (NaN payloads kept, -0.0 apart from +0.0)."""
+    import torch
+
+    width = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    return t.view(width) if t.is_floating_point() and width is not None else t

@@ -20,7 +20,7 @@ from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from .case import AttentionCase
-from .case import layouts as layout_names
+from .layout import layouts as layout_names
 from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
 
 __all__ = ["Recipe", "shapes", "recipes", "cases", "draw_recipes", "SPECIAL_LENGTHS"]

@@ -26,8 +26,8 @@ from ..inputs.regimes import make_upstream
 from ..numerics.gradient_budget import GradientBudget, gradient_budget
 from ..numerics.gradients import GRADIENTS
 from ..numerics.oracle import reference_attention
-from .check import check
-from .diagnose import _ranges, diagnose_elements
+from .check import check, crash_verdict
+from .diagnose import describe_ranges, diagnose_elements, first_index
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward", "backward_case", "is_backward_case",
@@ -106,8 +106,8 @@ def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
         return diagnose_elements(bad, shapes, None, budget.gradients.forward.empty_rows)
     keys = torch.nonzero(bad.any(-1).any(0).any(0)).flatten().tolist()
     heads = torch.nonzero(bad.any(-1).any(-1).any(0)).flatten().tolist()
-    text = f"{int(bad.sum())} of {bad.numel()} elements; keys {_ranges(keys)} of {shapes.n_k}"
-    return text + (f"; K/V heads {_ranges(heads)} of {shapes.heads_kv}" if shapes.heads_kv > 1 else "")
+    text = f"{int(bad.sum())} of {bad.numel()} elements; keys {describe_ranges(keys)} of {shapes.n_k}"
+    return text + (f"; K/V heads {describe_ranges(heads)} of {shapes.heads_kv}" if shapes.heads_kv > 1 else "")
 
 
 def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = None) -> tuple[list[Finding], dict]:
@@ -128,13 +128,13 @@ def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = Non
         ratio = torch.where(~torch.isfinite(got) | (err == 0) | unjudged, torch.zeros_like(err), err / total)
         worst[name] = float(ratio.max()) if ratio.numel() else 0.0
         if bool(nonfinite.any()):
-            idx = tuple(int(i) for i in torch.nonzero(nonfinite)[0])
+            idx = first_index(nonfinite)
             findings.append(Finding("nonfinite", BUG, f"{name} is {float(got[idx])} where the exact gradient is "
                                     f"finite: {_where(name, nonfinite, budget)}", index=idx, regime=regime,
                                     details={"gradient": name}))
         over = ratio > 1
         if bool(over.any()):
-            idx = tuple(int(i) for i in torch.nonzero(ratio == ratio.max())[0])
+            idx = first_index(ratio == ratio.max())
             findings.append(Finding("over_budget", BUG, f"{name} over its budget: {_where(name, over, budget)}",
                                     index=idx, error=float(err[idx]), budget=budget.breakdown(name, idx),
                                     ratio=float(ratio[idx]), regime=regime,
@@ -188,9 +188,7 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     except Unsupported as refusal:
         return Verdict.from_findings([], max_ratio=math.nan, skipped=f"unsupported: {refusal.reason}", **meta)
     if run.error is not None:
-        crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
-                        regime=regime, details={"traceback": run.traceback})
-        return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
+        return crash_verdict(run, regime, meta)
     t0 = time.perf_counter()
     budget = gradient_budget(*exact, do, **kw, precision=contract)
     excluded = _gradient_exclusion(kern.spec, case, budget.gradients) if exclusions else None
@@ -198,22 +196,34 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
         return Verdict.from_findings([], max_ratio=math.nan, skipped=f"excluded: {excluded}", **meta)
     findings, worst = compare_gradients(run.grads, budget, regime=regime)
     elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
+    notes = _ratio_notes(worst, budget)
+    more_findings, more_notes = _second_call(kern, run, (q, k, v, do), kw, regime)
+    findings, notes = findings + more_findings, notes + more_notes
+    return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
+                                 output=run.grads, ratios=worst, **meta)
+
+
+def _ratio_notes(worst: dict, budget: GradientBudget) -> list[str]:
+    """Each gradient's largest err/budget, and how many of its elements could not be judged."""
     notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in GRADIENTS)]
     notes += [f"information: {count} elements of {n} not judged (the oracle or its budget is NaN there)"
               for n in GRADIENTS
               if (count := int((torch.isnan(budget.total[n]) | torch.isnan(budget.gradients[n])).sum()))]
-    # A second identical call: a broken promise is a BUG; without the promise, what differs is reported.
-    again = run_backward(kern, q, k, v, do, **kw)
+    return notes
+
+
+def _second_call(kern: Kernel, first: BackwardRun, args: tuple, kw: dict, regime) -> tuple[list[Finding], list[str]]:
+    """Findings and notes of a second identical call: a broken promise is a BUG; without the promise,
+    what differs is reported."""
+    again = run_backward(kern, *args, **kw)
     if again.error is not None:
-        findings.append(Finding("crash", BUG, f"a second identical backward call raised {type(again.error).__name__}: "
-                                f"{again.error}".splitlines()[0][:300], regime=regime,
-                                details={"traceback": again.traceback}))
-    elif kern.spec.deterministic_backward:
-        findings += _nondeterminism(run, again, regime)
-    else:
-        notes += [f"information: {f.diagnosis.split(' (the spec')[0]} (not promised)" for f in _nondeterminism(run, again, regime)]
-    return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
-                                 output=run.grads, ratios=worst, **meta)
+        return [Finding("crash", BUG, f"a second identical backward call raised {type(again.error).__name__}: "
+                        f"{again.error}".splitlines()[0][:300], regime=regime,
+                        details={"traceback": again.traceback})], []
+    differ = _nondeterminism(first, again, regime)
+    if kern.spec.deterministic_backward:
+        return differ, []
+    return [], [f"information: {f.diagnosis.split(' (the spec')[0]} (not promised)" for f in differ]
 
 
 def _gradient_exclusion(spec, case: AttentionCase, grads) -> str | None:

@@ -6,18 +6,22 @@ rows at a tile period, the first or last rows, a few heads, every column or a fe
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..contract.validation import Shapes
 
-__all__ = ["describe_rows", "diagnose_elements", "growth_with_length", "which_keys"]
+__all__ = ["describe_ranges", "describe_rows", "diagnose_elements", "first_index", "growth_with_length",
+           "which_keys"]
 
 TILES = (16, 32, 64, 128)
 
 
-def _ranges(values: list[int], limit: int = 4) -> str:
+def describe_ranges(values: list[int], limit: int = 4) -> str:
+    """Sorted indices as runs: ``0..3, 7, 9..12`` (the first ``limit`` runs, then how many more)."""
     if not values:
         return "none"
     spans, start, prev = [], values[0], values[0]
@@ -29,6 +33,11 @@ def _ranges(values: list[int], limit: int = 4) -> str:
     spans.append((start, prev))
     text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in spans[:limit])
     return text + (f" (+{len(spans) - limit} more)" if len(spans) > limit else "")
+
+
+def first_index(bad: torch.Tensor) -> tuple[int, ...]:
+    """The index of the first True element of a bool map: the example element a finding names."""
+    return tuple(int(i) for i in torch.nonzero(bad)[0])
 
 
 def describe_rows(rows: list[int], n_rows: int) -> str:
@@ -50,7 +59,7 @@ def describe_rows(rows: list[int], n_rows: int) -> str:
             break
     if bad == {0} or bad == {n_rows - 1}:
         hints.append("a single edge row")
-    text = f"rows {_ranges(sorted(bad))} of {n_rows}"
+    text = f"rows {describe_ranges(sorted(bad))} of {n_rows}"
     return text + ("; " + "; ".join(hints) if hints else "")
 
 
@@ -68,10 +77,10 @@ def diagnose_elements(bad: torch.Tensor, shapes: Shapes, rows: torch.Tensor | No
     cols = int(bad.any(0).any(0).any(0).sum())
     parts = [f"{count} of {bad.numel()} elements", describe_rows(bad_rows, shapes.n_q)]
     if Hq > 1:
-        parts.append(f"heads {_ranges(heads)} of {Hq}" if len(heads) < Hq else "every head")
+        parts.append(f"heads {describe_ranges(heads)} of {Hq}" if len(heads) < Hq else "every head")
         if shapes.heads_kv < Hq and len(heads) < Hq:
             groups = {h // shapes.group for h in heads}
-            parts.append(f"kv heads {_ranges(sorted(groups))} (GQA group {shapes.group})")
+            parts.append(f"kv heads {describe_ranges(sorted(groups))} (GQA group {shapes.group})")
     parts.append("every column" if cols == Dv else f"{cols} of {Dv} columns")
     if empty_rows is not None:
         touching = bool((bad.any(-1) & empty_rows.cpu()).any())
@@ -126,74 +135,160 @@ def which_keys(got, inputs: dict, index: tuple, budget, *, row: int | None = Non
     peaked attention a wrong temperature can look like a dropped key. ``row`` is the query index when
     ``index`` counts the oracle's sampled rows. ``None`` when no such set matches.
     """
-    from ..contract.masks import causal as causal_fn
-
-    b, h, r = index[:3]
-    i = r if row is None else row
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    B, Hq, Nq, _ = q.shape
-    Nk, group = k.shape[2], Hq // k.shape[1]
-    kv_idx = torch.arange(Nk)
-    seen = causal_fn(inputs["causal"], Nq, Nk)(b, h, torch.tensor(i), kv_idx)
-    mask = inputs.get("attn_mask")
-    if mask is not None:
-        seen = seen & torch.broadcast_to(mask.cpu().bool(), (B, Hq, Nq, Nk))[b, h, i]
-    if not bool(seen.any()):
-        return None
-    s = (k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()) * float(inputs["scale"])
-    vv = v[b, h // group].cpu().double()
-    got_row, bud = got.detach().cpu().double(), budget.detach().cpu().double()
-
-    def fits(outs: torch.Tensor) -> torch.Tensor:
-        """err/budget of the row against each candidate output (rows of ``outs``); inf where undefined."""
-        err = (got_row - outs).abs()
-        ratio = torch.where(err == 0, 0.0, err / bud).amax(-1)
-        return torch.nan_to_num(ratio, nan=math.inf)
-
-    def weights(keys):
-        w = torch.where(keys, torch.exp(s - s[keys].max()), 0.0)
-        return w, w[:, None] * vv
-
-    w, wv = weights(seen)
-    if float(fits((wv.sum(0) / w.sum())[None])[0]) <= 1:
-        return None  # the row is its own attention within budget: not a key-set defect
-    # (keys changed, err/budget, description): the fewest keys changed that explain the row, then the best fit.
-    candidates = []
-    n_seen = int(seen.sum())
-
-    def best(ratios: torch.Tensor, usable: torch.Tensor, changed: torch.Tensor, describe) -> None:
-        ratios = torch.where(usable, ratios, math.inf)
-        fitting = torch.nonzero(ratios <= 1).flatten().tolist()
-        if fitting:
-            at = min(fitting, key=lambda x: (int(changed[x]), float(ratios[x])))
-            candidates.append((int(changed[at]), float(ratios[at]), describe(at)))
-
-    # Prefixes and suffixes of the visible keys, from running sums: attention over keys < t, or >= t.
-    cw, cwv = w.cumsum(0)[:-1], wv.cumsum(0)[:-1]  # entry t-1: keys < t, for t = 1..Nk-1
-    left = seen.cumsum(0)[:-1]
-    # A cut that leaves out one visible key is that key left out, which the single-key sets below name.
-    cut = (left > 0) & (left < n_seen)
-    best(fits(cwv / cw[:, None]), cut & (n_seen - left > 1), n_seen - left,
-         lambda x: f"keys {x + 1}..{Nk - 1} ({n_seen - int(left[x])} visible) left out")
-    best(fits((wv.sum(0) - cwv) / (w.sum() - cw)[:, None]), cut & (left > 1), left,
-         lambda x: f"keys 0..{x} ({int(left[x])} visible) left out")
-    ones = torch.ones(Nk, dtype=torch.long)
-    diagonal = i + (Nk - Nq if inputs["causal"] == "bottom_right" else 0) if inputs["causal"] != "none" else None
-    if n_seen > 1:
-        best(fits((wv.sum(0) - wv) / (w.sum() - w)[:, None]), seen, ones,
-             lambda j: f"visible key {j}{' (the causal diagonal)' if j == diagonal else ''} left out")
-    best(fits(torch.zeros_like(vv[:1])), torch.tensor([True]), torch.tensor([n_seen]),
-         lambda _: f"all {n_seen} visible keys left out (a row of 0)")
-    hidden = ~seen
-    if bool(hidden.any()):
-        w2, wv2 = weights(torch.ones_like(seen))
-        span = _ranges(torch.nonzero(hidden).flatten().tolist())
-        best(fits((wv2.sum(0) / w2.sum())[None]), torch.tensor([True]), torch.tensor([int(hidden.sum())]),
-             lambda _: f"the masked-out keys ({span}) let in")
-        vis_w, vis_wv = w2[seen].sum(), wv2[seen].sum(0)
-        best(fits((vis_wv + wv2) / (vis_w + w2)[:, None]), hidden, ones,
-             lambda j: f"masked-out key {j}{' (just past the causal diagonal)' if diagonal is not None and j == diagonal + 1 else ''} let in")
+    key_row = _KeyRow.at(got, inputs, index, budget, row)
+    if key_row is None or key_row.is_own_attention():
+        return None  # no visible key, or the row is its own attention within budget: not a key-set defect
+    candidates = [found for key_set in _KEY_SETS if (found := key_set(key_row)) is not None]
     if not candidates:
         return None
     _, fit, text = min(candidates)
-    return f"row {i} matches attention with {text} (err/budget {fit:.2g} against it)"
+    return f"row {key_row.i} matches attention with {text} (err/budget {fit:.2g} against it)"
+
+
+@dataclass
+class _KeyRow:
+    """One output row of the kernel beside what attention over any set of its keys gives, in float64."""
+
+    i: int  # the query index
+    n_q: int
+    causal: str
+    seen: torch.Tensor  # (Nk,) the keys this query may see
+    scores: torch.Tensor  # (Nk,) q . k * scale
+    values: torch.Tensor  # (Nk, Dv)
+    got: torch.Tensor  # (Dv,) the kernel's row
+    budget: torch.Tensor  # (Dv,) its budget
+
+    @classmethod
+    def at(cls, got, inputs: dict, index: tuple, budget, row: int | None) -> "_KeyRow | None":
+        """The row at ``index`` (see :func:`which_keys`); None when its query sees no key."""
+        from ..contract.masks import causal as causal_fn
+
+        b, h, r = index[:3]
+        i = r if row is None else row
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        B, Hq, Nq, _ = q.shape
+        Nk, group = k.shape[2], Hq // k.shape[1]
+        seen = causal_fn(inputs["causal"], Nq, Nk)(b, h, torch.tensor(i), torch.arange(Nk))
+        mask = inputs.get("attn_mask")
+        if mask is not None:
+            seen = seen & torch.broadcast_to(mask.cpu().bool(), (B, Hq, Nq, Nk))[b, h, i]
+        if not bool(seen.any()):
+            return None
+        scores = (k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()) * float(inputs["scale"])
+        return cls(i, Nq, inputs["causal"], seen, scores, v[b, h // group].cpu().double(),
+                   got.detach().cpu().double(), budget.detach().cpu().double())
+
+    @property
+    def n_k(self) -> int:
+        return self.seen.shape[0]
+
+    @functools.cached_property
+    def n_seen(self) -> int:
+        return int(self.seen.sum())
+
+    @property
+    def hidden(self) -> torch.Tensor:
+        return ~self.seen
+
+    @property
+    def diagonal(self) -> int | None:
+        """The last key the causal mask lets this query see (None without a causal mask)."""
+        if self.causal == "none":
+            return None
+        return self.i + (self.n_k - self.n_q if self.causal == "bottom_right" else 0)
+
+    def fits(self, outs: torch.Tensor) -> torch.Tensor:
+        """err/budget of the row against each candidate output (rows of ``outs``); inf where undefined."""
+        err = (self.got - outs).abs()
+        ratio = torch.where(err == 0, 0.0, err / self.budget).amax(-1)
+        return torch.nan_to_num(ratio, nan=math.inf)
+
+    def weights(self, keys: torch.Tensor):
+        """Softmax numerators over ``keys`` (0 elsewhere) and each key's weighted value row."""
+        w = torch.where(keys, torch.exp(self.scores - self.scores[keys].max()), 0.0)
+        return w, w[:, None] * self.values
+
+    @functools.cached_property
+    def visible(self):
+        return self.weights(self.seen)
+
+    @functools.cached_property
+    def every(self):
+        return self.weights(torch.ones_like(self.seen))
+
+    def is_own_attention(self) -> bool:
+        w, wv = self.visible
+        return float(self.fits((wv.sum(0) / w.sum())[None])[0]) <= 1
+
+
+# A candidate is (keys changed, err/budget, description): the fewest keys changed that explain the row,
+# then the best fit. Each key set below gives its best candidate, or None when none fits.
+
+
+def _best(ratios: torch.Tensor, usable: torch.Tensor, changed: torch.Tensor, describe) -> tuple | None:
+    ratios = torch.where(usable, ratios, math.inf)
+    fitting = torch.nonzero(ratios <= 1).flatten().tolist()
+    if not fitting:
+        return None
+    at = min(fitting, key=lambda x: (int(changed[x]), float(ratios[x])))
+    return int(changed[at]), float(ratios[at]), describe(at)
+
+
+def _cuts(row: _KeyRow):
+    """Prefixes and suffixes of the visible keys, from running sums: entry t-1 is attention over keys < t
+    (or >= t), for t = 1..Nk-1. A cut that leaves out one visible key is that key left out, which the
+    single-key sets name: ``cut`` marks the cuts that keep a visible key on each side."""
+    w, wv = row.visible
+    left = row.seen.cumsum(0)[:-1]
+    return w.cumsum(0)[:-1], wv.cumsum(0)[:-1], left, (left > 0) & (left < row.n_seen)
+
+
+def _only_a_prefix(row: _KeyRow) -> tuple | None:
+    cw, cwv, left, cut = _cuts(row)
+    return _best(row.fits(cwv / cw[:, None]), cut & (row.n_seen - left > 1), row.n_seen - left,
+                 lambda x: f"keys {x + 1}..{row.n_k - 1} ({row.n_seen - int(left[x])} visible) left out")
+
+
+def _only_a_suffix(row: _KeyRow) -> tuple | None:
+    cw, cwv, left, cut = _cuts(row)
+    w, wv = row.visible
+    return _best(row.fits((wv.sum(0) - cwv) / (w.sum() - cw)[:, None]), cut & (left > 1), left,
+                 lambda x: f"keys 0..{x} ({int(left[x])} visible) left out")
+
+
+def _one_visible_key_left_out(row: _KeyRow) -> tuple | None:
+    if row.n_seen <= 1:
+        return None
+    w, wv = row.visible
+    return _best(row.fits((wv.sum(0) - wv) / (w.sum() - w)[:, None]), row.seen,
+                 torch.ones(row.n_k, dtype=torch.long),
+                 lambda j: f"visible key {j}{' (the causal diagonal)' if j == row.diagonal else ''} left out")
+
+
+def _no_key(row: _KeyRow) -> tuple | None:
+    return _best(row.fits(torch.zeros_like(row.values[:1])), torch.tensor([True]), torch.tensor([row.n_seen]),
+                 lambda _: f"all {row.n_seen} visible keys left out (a row of 0)")
+
+
+def _every_key(row: _KeyRow) -> tuple | None:
+    if not bool(row.hidden.any()):
+        return None
+    w, wv = row.every
+    span = describe_ranges(torch.nonzero(row.hidden).flatten().tolist())
+    return _best(row.fits((wv.sum(0) / w.sum())[None]), torch.tensor([True]), torch.tensor([int(row.hidden.sum())]),
+                 lambda _: f"the masked-out keys ({span}) let in")
+
+
+def _one_masked_out_key_let_in(row: _KeyRow) -> tuple | None:
+    if not bool(row.hidden.any()):
+        return None
+    w, wv = row.every
+    past_diagonal = None if row.diagonal is None else row.diagonal + 1
+    return _best(row.fits((wv[row.seen].sum(0) + wv) / (w[row.seen].sum() + w)[:, None]), row.hidden,
+                 torch.ones(row.n_k, dtype=torch.long),
+                 lambda j: f"masked-out key {j}{' (just past the causal diagonal)' if j == past_diagonal else ''}"
+                           " let in")
+
+
+_KEY_SETS = (_only_a_prefix, _only_a_suffix, _one_visible_key_left_out, _no_key, _every_key,
+             _one_masked_out_key_let_in)

@@ -19,11 +19,15 @@ Each property reruns the kernel once or twice and compares bits with the first r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import torch
 
 from ..contract.formats import format_of
+from ..contract.spec import KernelSpec
 from ..inputs.case import AttentionCase
-from .diagnose import diagnose_elements
+from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
 __all__ = ["PROPERTIES", "PROPERTY_EVERY", "properties_for", "hidden_keys", "check_properties"]
@@ -38,6 +42,8 @@ def properties_for(key: int) -> tuple:
     """The properties to check on the case with this key (a case index, or a recipe's seed: a campaign
     must decide from the recipe alone, or hypothesis could not replay a failure while shrinking)."""
     return PROPERTIES if key % PROPERTY_EVERY == 0 else ()
+
+
 _INT_VIEW = {2: torch.int16, 4: torch.int32}
 
 
@@ -76,106 +82,152 @@ def _other_layout(case: AttentionCase) -> str:
     return "strided" if case.layout.name == "contiguous" else "contiguous"
 
 
-def check_properties(run, case: AttentionCase, baseline, *, device, properties=PROPERTIES,
-                     deterministic: bool = True, nan_safe_masking: bool = True, fully_masked_rows: str = "any",
-                     batch_invariant: bool = False, layout_invariant: bool = False, judge=None,
-                     notes: list | None = None, regime: str | None = None) -> list[Finding]:
+def check_properties(run, case: AttentionCase, baseline, *, device, spec: KernelSpec, properties=PROPERTIES,
+                     judge=None, notes: list | None = None, regime: str | None = None) -> list[Finding]:
     """Findings of the exact properties; ``run(q, k, v, mask)`` returns a KernelRun.
 
-    ``judge(out, lse)`` returns the findings of an output against the case's budget; another layout's
-    output whose bits differ is judged with it (and must not differ at all under ``layout_invariant``).
+    ``spec`` is the kernel's: the properties read its promises (``deterministic``, ``nan_safe_masking``,
+    ``fully_masked_rows``, ``layout_invariant``, ``batch_invariant``). ``judge(out, lse)`` returns the
+    findings of an output against the case's budget; another layout's output whose bits differ is judged
+    with it (and must not differ at all under ``layout_invariant``).
 
     ``baseline`` is the KernelRun of the case as given. A rerun that crashes is a crash finding. When
     the spec promises nothing for fully masked rows (``"any"``), those rows are not compared: such a
     kernel may legally fill them from V (cuDNN gives the mean of V).
     """
-    findings: list[Finding] = []
-    shapes = case.shapes
-    empty = case.empty_rows().to(device)
+    reruns = _Reruns(run, case, baseline, device, spec, judge, notes, regime, case.empty_rows().to(device))
+    for name in PROPERTIES:  # in this order, whatever the order asked
+        # After a crashed rerun the process may be unusable (a CUDA error is sticky): check nothing more.
+        if name in properties and not reruns.crashed:
+            _CHECKS[name](reruns)
+    return reruns.findings
 
-    def compare(kind: str, what: str, rerun, **details) -> None:
+
+@dataclass
+class _Reruns:
+    """One case's reruns of the kernel for its properties, each compared with the first run, and the
+    findings they gave."""
+
+    run: Callable  # (q, k, v, mask) -> KernelRun
+    case: AttentionCase
+    baseline: object  # the KernelRun of the case as given
+    device: torch.device
+    spec: KernelSpec
+    judge: Callable | None
+    notes: list | None
+    regime: str | None
+    empty: torch.Tensor  # the rows with no visible key
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def crashed(self) -> bool:
+        return any(f.kind == "crash" for f in self.findings)
+
+    def rerun(self, case: AttentionCase, **placement):
+        """The kernel on ``case`` placed on the device (``placement``: ``to_device``'s layout or guard bands)."""
+        return self.run(*case.to_device(self.device, **placement))
+
+    def finding(self, kind: str, diagnosis: str, **kw) -> None:
+        self.findings.append(Finding(kind, BUG, diagnosis, regime=self.regime, **kw))
+
+    def compare(self, kind: str, what: str, rerun, **details) -> None:
+        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or lse."""
         if rerun.error is not None:
-            findings.append(Finding("crash", BUG, f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
-                                    regime=regime, details={"traceback": rerun.traceback, **details}))
+            self.finding("crash", f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
+                         details={"traceback": rerun.traceback, **details})
             return
-        diff = _differs(baseline.out, rerun.out)
-        if diff is not None and fully_masked_rows == "any":
-            diff &= ~empty[..., None]
+        diff = self._changed_bits(self.baseline.out, rerun.out, self.empty[..., None])
         if diff is None:
-            findings.append(Finding(kind, BUG, f"{what}: the output changed shape or dtype", regime=regime,
-                                    details=details))
+            self.finding(kind, f"{what}: the output changed shape or dtype", details=details)
         elif bool(diff.any()):
-            findings.append(Finding(kind, BUG, f"{what} changed the output: " +
-                                    diagnose_elements(diff, shapes, empty_rows=empty), regime=regime,
-                                    index=tuple(int(i) for i in torch.nonzero(diff)[0]), details=details))
-        elif baseline.lse is not None:
-            lse_diff = _differs(baseline.lse, rerun.lse)
-            if lse_diff is not None and fully_masked_rows == "any":
-                lse_diff &= ~empty
+            self.finding(kind, f"{what} changed the output: " +
+                         diagnose_elements(diff, self.case.shapes, empty_rows=self.empty),
+                         index=first_index(diff), details=details)
+        elif self.baseline.lse is not None:
+            lse_diff = self._changed_bits(self.baseline.lse, rerun.lse, self.empty)
             if lse_diff is None or bool(lse_diff.any()):
-                findings.append(Finding(kind, BUG, f"{what} changed the lse", regime=regime, details=details))
+                self.finding(kind, f"{what} changed the lse", details=details)
 
-    # After a crashed rerun the process may be unusable (a CUDA error is sticky): check nothing more.
-    crashed = lambda: any(f.kind == "crash" for f in findings)  # noqa: E731
-    if "determinism" in properties and deterministic:
-        compare("nondeterminism", "a second identical call", run(*case.to_device(device)))
-    if "poison" in properties and not crashed():
-        hidden = hidden_keys(case)
-        if case.layout.name == "expanded":  # stride-0 heads must stay equal: poison keys hidden in all
-            hidden = hidden.all(dim=1, keepdim=True).expand_as(hidden)
-        if bool(hidden.any()):
-            n = int(hidden.sum())
-            fmax = format_of(case.q).max_value
-            # Huge but with finite logits: 2^16 times the largest real key (capped by the format), so
-            # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
-            huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
-            if nan_safe_masking:
-                compare("poison_leak", f"NaN in {n} masked-out keys of K and V",
-                        run(*_poisoned(case, hidden, float("nan"), float("nan")).to_device(device)))
-            if not crashed():
-                compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
-                        run(*_poisoned(case, hidden, huge_k, fmax).to_device(device)))
-    if "guard_bands" in properties and not crashed():
-        compare("poison_leak", "NaN in the memory around q, k and v (an out-of-bounds read)",
-                run(*case.to_device(device, guard_bands=True)))
-    if "layout" in properties and not crashed():
-        other = _other_layout(case)
-        what = f"the same numbers in the {other} layout (case: {case.layout})"
-        rerun = run(*case.to_device(device, layout=other))
-        if layout_invariant or judge is None or rerun.error is not None:
-            compare("layout_dependence", what, rerun, layout=other)
-        else:
-            _judge_layout(findings, judge, what, rerun, baseline, notes, regime, other)
-    if "batch" in properties and shapes.batch > 1 and not crashed():
-        alone = _last_sequence(case)
-        rerun = run(*alone.to_device(device))
-        if rerun.error is None and isinstance(rerun.out, torch.Tensor):
-            diff = _differs(baseline.out[-1:], rerun.out)
-            if diff is None or bool(diff.any()):
-                what = (f"the last of {shapes.batch} sequences run alone differs in "
-                        f"{'shape' if diff is None else f'{int(diff.sum())} of {diff.numel()} elements'}")
-                if batch_invariant:
-                    findings.append(Finding("batch_dependence", BUG, what + " (the spec promises batch invariance)",
-                                            regime=regime))
-                elif notes is not None:
-                    notes.append("batch-dependent: " + what)
-    return findings
+    def _changed_bits(self, a, b, empty) -> torch.Tensor | None:
+        """:func:`_differs`, on the rows the spec promises something for."""
+        diff = _differs(a, b)
+        if diff is not None and self.spec.fully_masked_rows == "any":
+            diff &= ~empty
+        return diff
 
 
-def _judge_layout(findings, judge, what, rerun, baseline, notes, regime, layout: str) -> None:
-    """Other bits in another layout: a bug if that output breaks the budget, else a note."""
-    diff = _differs(baseline.out, rerun.out)
+def _determinism(reruns: _Reruns) -> None:
+    if reruns.spec.deterministic:
+        reruns.compare("nondeterminism", "a second identical call", reruns.rerun(reruns.case))
+
+
+def _poison(reruns: _Reruns) -> None:
+    case = reruns.case
+    hidden = hidden_keys(case)
+    if case.layout.name == "expanded":  # stride-0 heads must stay equal: poison keys hidden in all
+        hidden = hidden.all(dim=1, keepdim=True).expand_as(hidden)
+    if not bool(hidden.any()):
+        return
+    n = int(hidden.sum())
+    fmax = format_of(case.q).max_value
+    # Huge but with finite logits: 2^16 times the largest real key (capped by the format), so
+    # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
+    huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
+    if reruns.spec.nan_safe_masking:
+        reruns.compare("poison_leak", f"NaN in {n} masked-out keys of K and V",
+                       reruns.rerun(_poisoned(case, hidden, float("nan"), float("nan"))))
+    if not reruns.crashed:
+        reruns.compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
+                       reruns.rerun(_poisoned(case, hidden, huge_k, fmax)))
+
+
+def _guard_bands(reruns: _Reruns) -> None:
+    reruns.compare("poison_leak", "NaN in the memory around q, k and v (an out-of-bounds read)",
+                   reruns.rerun(reruns.case, guard_bands=True))
+
+
+def _layout(reruns: _Reruns) -> None:
+    case = reruns.case
+    other = _other_layout(case)
+    what = f"the same numbers in the {other} layout (case: {case.layout})"
+    rerun = reruns.rerun(case, layout=other)
+    if reruns.spec.layout_invariant or reruns.judge is None or rerun.error is not None:
+        reruns.compare("layout_dependence", what, rerun, layout=other)
+        return
+    # Other bits in another layout: a bug if that output breaks the budget, else a note.
+    diff = _differs(reruns.baseline.out, rerun.out)
     if diff is not None and not bool(diff.any()):
         return
-    broken = judge(rerun.out, rerun.lse)
+    broken = reruns.judge(rerun.out, rerun.lse)
     if broken:
         worst = max(broken, key=lambda f: f.ratio if f.ratio is not None else float("inf"))
-        findings.append(Finding("layout_dependence", BUG, f"{what}: {worst.kind}: {worst.diagnosis}",
-                                index=worst.index, error=worst.error, budget=worst.budget, ratio=worst.ratio,
-                                regime=regime, details={"layout": layout}))
-    elif notes is not None:
-        notes.append(f"layout-dependent bits within the budget: {what} changed "
-                     f"{int(diff.sum())} of {diff.numel()} output elements")
+        reruns.finding("layout_dependence", f"{what}: {worst.kind}: {worst.diagnosis}", index=worst.index,
+                       error=worst.error, budget=worst.budget, ratio=worst.ratio, details={"layout": other})
+    elif reruns.notes is not None:
+        reruns.notes.append(f"layout-dependent bits within the budget: {what} changed "
+                            f"{int(diff.sum())} of {diff.numel()} output elements")
+
+
+def _batch(reruns: _Reruns) -> None:
+    batch = reruns.case.shapes.batch
+    if batch <= 1:
+        return
+    rerun = reruns.rerun(_last_sequence(reruns.case))
+    if rerun.error is not None or not isinstance(rerun.out, torch.Tensor):
+        return
+    diff = _differs(reruns.baseline.out[-1:], rerun.out)
+    if diff is not None and not bool(diff.any()):
+        return
+    what = (f"the last of {batch} sequences run alone differs in "
+            f"{'shape' if diff is None else f'{int(diff.sum())} of {diff.numel()} elements'}")
+    if reruns.spec.batch_invariant:
+        reruns.finding("batch_dependence", what + " (the spec promises batch invariance)")
+    elif reruns.notes is not None:
+        reruns.notes.append("batch-dependent: " + what)
+
+
+_CHECKS = {"determinism": _determinism, "poison": _poison, "guard_bands": _guard_bands, "layout": _layout,
+           "batch": _batch}
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["PASS", "SUSPICIOUS", "BUG", "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number",
-           "worst_status"]
+from ..files import write_json, write_text  # noqa: F401  TEMPORARY until cli/ imports them from files
+
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "FINDING_KINDS", "Finding", "Verdict", "from_json_number",
+           "json_number", "run_verdict", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
+# A run (campaign, merge, sign-off cell) that judged no case: never a pass.
+NO_CASES = "NO_CASES"
 _RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
 
 FINDING_KINDS = (
@@ -38,20 +40,6 @@ def json_number(x):
     return x if math.isfinite(x) else str(x)
 
 
-def write_json(path, data) -> None:
-    """Write ``data`` as JSON atomically (a temporary file, then a rename), so no reader sees half a file."""
-    write_text(path, json.dumps(data, indent=2, default=str))
-
-
-def write_text(path, text: str) -> None:
-    """Write ``text`` atomically (a temporary file, then a rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def from_json_number(x):
     """The inverse of :func:`json_number`: ``"nan"``, ``"inf"``, ``"-inf"`` back to floats."""
     if x is None or isinstance(x, bool):
@@ -61,6 +49,14 @@ def from_json_number(x):
 
 def worst_status(statuses) -> str:
     return max(statuses, key=_RANK.__getitem__, default=PASS)
+
+
+def run_verdict(findings, by_status: dict) -> str:
+    """A run's verdict from its findings (dicts with a ``status``) and its judged cases counted by status:
+    the worst status of either, or NO_CASES when there is neither."""
+    statuses = [f.get("status") for f in findings] + [status for status, n in by_status.items() if n]
+    statuses = [s for s in statuses if s in _RANK]
+    return worst_status(statuses) if statuses else NO_CASES
 
 
 @dataclass

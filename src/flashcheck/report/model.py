@@ -16,7 +16,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ..campaign.run import RECORD_COLUMNS
+from ..campaign.result import RECORD_COLUMNS
 from ..errors import InvalidArgument
 from ..files import replay_command
 from ..judge.verdict import BUG, from_json_number

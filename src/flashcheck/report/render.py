@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from ..judge.verdict import write_text
+from ..files import write_bytes, write_text
 from .plots import plots
 
 __all__ = ["NO_GPU", "ratio_text", "report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
@@ -209,10 +209,10 @@ def write_pages(blocks: list, plot_list: list, out: Path, *, stem: str, title: s
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
     for name, _, png in plot_list:
-        (out / "plots" / f"{name}.png").write_bytes(png)
-    (out / f"{stem}.md").write_text(to_markdown(blocks))
+        write_bytes(out / "plots" / f"{name}.png", png)
+    write_text(out / f"{stem}.md", to_markdown(blocks))
     page = "index.html" if stem == "report" else f"{stem}.html"
-    (out / page).write_text(to_html(blocks, {name: png for name, _, png in plot_list}, title))
+    write_text(out / page, to_html(blocks, {name: png for name, _, png in plot_list}, title))
 
 
 def report_json(report: dict) -> str:

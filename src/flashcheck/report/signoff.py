@@ -18,8 +18,7 @@ from pathlib import Path
 from ..campaign.parallel import run_campaigns
 from ..campaign.run import prepare_campaign
 from ..errors import InvalidArgument
-from ..files import check_writable_folder
-from ..judge.verdict import write_json
+from ..files import check_writable_folder, write_json
 from .machine import flashcheck_version, machine_info
 from .model import build_report
 from .plots import check_plotting

@@ -168,7 +168,7 @@ def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
 
 
 def _save(session: Session, verdict, case, kernel, *, label: str, device: str, corpus=None) -> tuple[Path, str]:
-    from ..campaign.run import save_finding
+    from ..campaign.corpus import save_finding
 
     folder = Path(corpus) if corpus is not None else session.corpus
     folder.mkdir(parents=True, exist_ok=True)

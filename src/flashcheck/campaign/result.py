@@ -1,0 +1,139 @@
+"""What a campaign reports: its result while it runs, and the JSON summary written from it.
+
+The summary's schema (its keys and what they count) lives here, apart from the run that fills it, so
+that readers of summaries (merges, sign-off reports) need neither torch nor hypothesis to load it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..files import replay_command, write_json
+from ..judge.verdict import Verdict, json_number
+from .bugs import BugTally
+from .causes import Cause
+
+__all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS", "TRIAGE",
+           "count_skip_reasons", "finding_entry", "record_row", "write_summary"]
+
+# The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
+TIMED_PARTS = ("kernel", "compile", "oracle", "properties", "envelope")
+# Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
+TRIAGE = "triage"
+# One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
+RECORD_COLUMNS = ("dtype", "values", "mask", "causal", "layout", "n_q", "n_k", "head_dim", "status", "ratio", "cause")
+MAX_SKIP_REASONS = 20  # distinct skip reasons a summary keeps; the others count together
+OTHER_SKIP_REASONS = "(other reasons)"
+
+
+@dataclass
+class CampaignResult:
+    verdict: str
+    kernel: str
+    device: str
+    preset: str
+    seed: int | None
+    cases: int = 0     # every case checked, shrink candidates included
+    examples: int = 0  # the cases hypothesis generated (what max_examples counts)
+    elapsed: float = 0.0
+    first_case: float | None = None  # seconds from the campaign's start (started_at) to its first judged case
+    # Cases/s from the first judged case to the end: startup left out, the rate a long campaign approaches.
+    steady_rate: float | None = None
+    # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
+    # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
+    # envelope (the twin's tilings, for SUSPICIOUS).
+    time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + TIMED_PARTS + (TRIAGE,), 0.0))
+    by_status: Counter = field(default_factory=Counter)
+    by_dtype: Counter = field(default_factory=Counter)
+    by_regime: Counter = field(default_factory=Counter)
+    max_ratio_by_dtype: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)
+    stopped: str = "max_examples"
+    isolation: str = "in-process"
+    case_timeout: float | None = None
+    keep_going: bool = False
+    backward: bool = False  # the cases checked the backward pass
+    skipped: Counter = field(default_factory=lambda: Counter(oom=0))  # by kind: "oom", "unsupported"
+    skipped_reasons: Counter = field(default_factory=Counter)  # "kind: reason" -> cases (count_skip_reasons)
+    compilations: int = 0  # Triton compilations during the kernel's calls
+    timeouts: int = 0
+    worker_restarts: int = 0
+    bug_signatures: Counter = field(default_factory=Counter)  # drawn failing cases per cause (its key)
+    bugs: BugTally = field(default_factory=BugTally)  # the distinct bugs, by cause
+    # Information, not findings: e.g. cases whose last sequence gave other bits alone than in its batch.
+    info: Counter = field(default_factory=lambda: Counter(batch_dependent=0, batch_checked=0))
+    case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
+    notes: list = field(default_factory=list)
+    records: list | None = None  # rows of RECORD_COLUMNS, when the campaign keeps them
+
+    def as_dict(self) -> dict:
+        from ..judge.properties import PROPERTIES, PROPERTY_EVERY  # a campaign has them loaded; a report does not
+
+        log_hash = hashlib.sha256("\n".join(self.case_log).encode()).hexdigest()
+        return {
+            "verdict": self.verdict, "bugs": self.bugs.as_list(), "kernel": self.kernel, "device": self.device, "preset": self.preset,
+            "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
+            "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
+            "first_case_s": round(self.first_case, 3) if self.first_case is not None else None,
+            "steady_cases_per_s": round(self.steady_rate, 3) if self.steady_rate is not None else None,
+            "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
+            "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
+                       "by_regime": dict(self.by_regime)},
+            "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
+            "properties": {"checked": [] if self.backward else list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
+            "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
+            "backward": self.backward,
+            "skipped": dict(self.skipped), "skipped_reasons": dict(self.skipped_reasons),
+            "compilations": self.compilations, "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
+            "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
+            "findings": self.findings,
+            "case_log_sha256": log_hash, "case_log": self.case_log,
+            **({} if self.records is None else {"record_columns": list(RECORD_COLUMNS), "records": self.records}),
+        }
+
+
+def count_skip_reasons(counter: Counter, reasons: dict) -> None:
+    """Add ``reasons`` (reason -> cases) to ``counter``, keeping at most ``MAX_SKIP_REASONS`` distinct ones:
+    reasons past that count under ``OTHER_SKIP_REASONS`` (an OOM message naming its size differs per case)."""
+    for reason, n in reasons.items():
+        reason = reason[:200]
+        key = reason if reason in counter or len(counter.keys() - {OTHER_SKIP_REASONS}) < MAX_SKIP_REASONS \
+            else OTHER_SKIP_REASONS
+        counter[key] += n
+
+
+def record_row(recipe, verdict: Verdict, cause: Cause | None) -> list:
+    """One row of RECORD_COLUMNS for a drawn, judged case."""
+    s = recipe.shapes
+    ratio = verdict.max_ratio
+    return [recipe.dtype, recipe.values, recipe.mask, recipe.causal, recipe.layout, s.n_q, s.n_k, s.head_dim,
+            verdict.status, json_number(round(ratio, 6) if math.isfinite(ratio) else ratio),
+            None if cause is None else cause.key]
+
+
+def finding_entry(verdict: Verdict, case, path: Path, cause: Cause, *, shrunk: bool,
+                   device: str) -> dict:
+    return {
+        "status": verdict.status,
+        "cause": cause.key,
+        "title": cause.title,
+        "dtype": case.dtype,
+        "kinds": sorted({f.kind for f in verdict.findings}),
+        "diagnosis": [f.diagnosis for f in verdict.findings],
+        "max_ratio": json_number(verdict.max_ratio),
+        "case": verdict.case,
+        "regime": verdict.regime,
+        "elements": case.q.numel() + case.k.numel() + case.v.numel(),
+        "shrunk": shrunk,
+        "path": str(path),
+        "replay": replay_command(path, device=device),
+    }
+
+
+def write_summary(result: CampaignResult, path: str | Path) -> None:
+    """Write the JSON summary atomically."""
+    write_json(path, result.as_dict())

@@ -1,0 +1,237 @@
+"""The saved-case file format: one ``.npz`` (exact bits; bf16 as raw uint16) plus one small ``.json``
+(everything else: shapes, dtype, layout, scale as hex, mask shape, provenance, the npz's SHA-256).
+
+Both files are written atomically (:mod:`flashcheck.files`), the npz first and the JSON last, and the JSON
+records the npz's hash, so a crash or a stray file never passes for a valid case: loading refuses it,
+naming the file and what is wrong with it. The case itself is :mod:`flashcheck.inputs.case`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..contract.formats import FORMATS
+from ..errors import CaseFormatError, InvalidArgument
+from ..files import remove_quietly, write_temporary
+from .case import AttentionCase
+from .layout import TENSORS, Layout
+
+__all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
+
+FORMAT_VERSION = 1
+_FORMAT_NAME = "flashcheck-case"
+# How each dtype's bits are stored in the .npz.
+_NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32)}
+
+
+def case_paths(path) -> tuple[Path, Path]:
+    """``(npz_path, json_path)`` of a saved case given its ``.json``, its ``.npz`` or their stem."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgument("path", path, "expected a file path",
+                              "Pass the case's .json, .npz or their common stem as a str or Path.")
+    text = os.fspath(path)
+    # Strip only our own suffixes: stems often contain dots (case.fp16.seed3).
+    for suffix in (".json", ".npz"):
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+            break
+    return Path(text + ".npz"), Path(text + ".json")
+
+
+# A JSON list of plain tokens (numbers, identifiers): safe to put on one line since no token holds a comma.
+_TOKEN = r'(?:-?\d[\d.eE+-]*|"\w*"|null|true|false)'
+_FLAT_LIST = re.compile(r"\[\s*(" + _TOKEN + r"(?:\s*,\s*" + _TOKEN + r")*)\s*\]")
+
+
+def _dumps(meta: dict) -> str:
+    """Indented JSON with short lists (shapes, tensor names) kept on one line, for people reading it."""
+    text = json.dumps(meta, indent=2, allow_nan=False)
+    return _FLAT_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+
+
+def _sha256(path) -> str:
+    # Streamed: long-sequence cases reach hundreds of MB.
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+
+
+def _metadata(case) -> dict:
+    s = case.shapes
+    return {
+        "format": _FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "describe": case.describe(),
+        "dtype": case.dtype,
+        "storage": {"q": _NPZ_DTYPE[case.dtype].name, "k": _NPZ_DTYPE[case.dtype].name,
+                    "v": _NPZ_DTYPE[case.dtype].name},
+        "shapes": {"q": list(case.q.shape), "k": list(case.k.shape), "v": list(case.v.shape)},
+        "dims": {"B": s.batch, "Hq": s.heads_q, "Hkv": s.heads_kv, "Nq": s.n_q, "Nk": s.n_k,
+                 "D": s.head_dim, "Dv": s.head_dim_v},
+        "scale": case.scale,
+        "scale_hex": case.scale.hex(),
+        "causal": case.causal,
+        "attn_mask": None if case.attn_mask is None else {"shape": list(case.attn_mask.shape)},
+        "layout": case.layout.as_dict(),
+        "provenance": case.provenance,
+    }
+
+
+def _arrays(case) -> dict:
+    def array(t: torch.Tensor) -> np.ndarray:
+        if t.dtype == torch.bfloat16:
+            # numpy has no bf16: store the raw bits.
+            return t.view(torch.int16).numpy().view(np.uint16)
+        return t.numpy()
+
+    arrays = {"q": array(case.q), "k": array(case.k), "v": array(case.v)}
+    if case.attn_mask is not None:
+        arrays["attn_mask"] = case.attn_mask.numpy()
+    return arrays
+
+
+def save_case(case, path_stem) -> tuple[Path, Path]:
+    """Write ``case`` as ``<stem>.npz`` and ``<stem>.json`` atomically; return their paths."""
+    npz_path, json_path = case_paths(path_stem)
+    npz_path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = _arrays(case)
+    temporaries = []
+    try:
+        temporaries.append(write_temporary(npz_path, lambda f: np.savez(f, **arrays)))
+        meta = _metadata(case)
+        meta["npz_sha256"] = _sha256(temporaries[0])
+        json_bytes = (_dumps(meta) + "\n").encode()
+        temporaries.append(write_temporary(json_path, lambda f: f.write(json_bytes)))
+        # npz first, json last: the JSON records the npz's hash, so a crash in between (an old JSON
+        # next to a new npz, or an npz alone) is refused at load instead of replayed as a mismatch.
+        os.replace(temporaries[0], npz_path)
+        os.replace(temporaries[1], json_path)
+    finally:
+        for tmp in temporaries:
+            remove_quietly(tmp)
+    return npz_path, json_path
+
+
+def load_case(path) -> AttentionCase:
+    """Load a case saved by :meth:`save` from its ``.json``, its ``.npz`` or their stem."""
+    npz_path, json_path = case_paths(path)
+    fix_resave = "Re-save the case, or delete this pair of files."
+    for p in (json_path, npz_path):
+        if not p.is_file():
+            raise CaseFormatError(p, "file not found",
+                                  "A saved case is a .json and a .npz with the same stem; both are needed.")
+    try:
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CaseFormatError(json_path, f"unreadable JSON ({exc})", fix_resave) from None
+    meta = _check_meta(json_path, meta)
+    expected_hash = meta.get("npz_sha256")
+    if expected_hash is not None:
+        try:
+            actual_hash = _sha256(npz_path)
+        except OSError as exc:
+            raise CaseFormatError(npz_path, f"unreadable ({exc})", fix_resave) from None
+        if actual_hash != expected_hash:
+            raise CaseFormatError(npz_path, "its SHA-256 differs from the one its JSON records (the npz "
+                                  "was replaced, truncated or belongs to another case)", fix_resave)
+    arrays = _read_npz(npz_path)
+    tensors = _check_arrays(npz_path, meta, arrays)
+    try:
+        return AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
+                   attn_mask=tensors.get("attn_mask"), layout=meta["layout"],
+                   provenance=meta.get("provenance") or {})
+    except InvalidArgument as exc:
+        raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}", fix_resave) from None
+
+
+
+
+def _check_meta(path: Path, meta) -> dict:
+    fix = "Re-save the case with this flashcheck, or repair the JSON by hand."
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT_NAME:
+        raise CaseFormatError(path, f"not a flashcheck case (no \"format\": \"{_FORMAT_NAME}\")", fix)
+    version = meta.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CaseFormatError(path, f"format_version={version!r} is not an integer", fix)
+    if version > FORMAT_VERSION:
+        raise CaseFormatError(path, f"format_version {version} is newer than this flashcheck's "
+                              f"{FORMAT_VERSION}", "Upgrade flashcheck to replay this case.")
+    if version < 1:
+        raise CaseFormatError(path, f"format_version {version} is not a known version", fix)
+    for key in ("dtype", "shapes", "causal", "layout", "scale_hex"):
+        if key not in meta:
+            raise CaseFormatError(path, f"missing key {key!r}", fix)
+    if meta["dtype"] not in FORMATS:
+        raise CaseFormatError(path, f"dtype {meta['dtype']!r} is not one of {sorted(FORMATS)}", fix)
+    shapes = meta["shapes"]
+    if not isinstance(shapes, dict) or any(
+            not isinstance(shapes.get(n), list) or not all(isinstance(x, int) for x in shapes[n])
+            for n in TENSORS):
+        raise CaseFormatError(path, "'shapes' must map q, k and v to lists of ints", fix)
+    try:
+        scale = float.fromhex(meta["scale_hex"])
+    except (TypeError, ValueError):
+        raise CaseFormatError(path, f"scale_hex={meta['scale_hex']!r} is not a float.hex() string", fix) from None
+    # The hex is authoritative; a decimal 'scale' that disagrees means a hand edit that would be ignored.
+    if "scale" in meta and not (isinstance(meta["scale"], (int, float)) and float(meta["scale"]) == scale):
+        raise CaseFormatError(path, f"scale={meta['scale']!r} disagrees with scale_hex={meta['scale_hex']!r} "
+                              f"({scale!r})", "Edit scale_hex (the exact value) and scale together.")
+    if not math.isfinite(scale):
+        raise CaseFormatError(path, f"scale {scale!r} is not finite", fix)
+    mask = meta.get("attn_mask")
+    if mask is not None and (not isinstance(mask, dict) or not isinstance(mask.get("shape"), list)):
+        raise CaseFormatError(path, "'attn_mask' must be null or {\"shape\": [...]}", fix)
+    try:
+        Layout.parse(meta["layout"])
+    except InvalidArgument as exc:
+        raise CaseFormatError(path, f"bad layout: {exc}", fix) from None
+    return dict(meta, _scale=scale)
+
+
+def _read_npz(path: Path) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise CaseFormatError(path, f"corrupt npz ({type(exc).__name__}: {exc})",
+                              "Re-save the case, or delete this pair of files.") from None
+
+
+def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
+    fix = "The .npz and .json do not describe the same case; re-save it."
+    names = list(TENSORS) + (["attn_mask"] if meta.get("attn_mask") is not None else [])
+    extra = sorted(set(arrays) - set(names))
+    missing = [n for n in names if n not in arrays]
+    if missing or extra:
+        raise CaseFormatError(path, f"arrays {sorted(arrays)} found; expected {names}", fix)
+    want = _NPZ_DTYPE[meta["dtype"]]
+    out = {}
+    for name in names:
+        a = arrays[name]
+        expected_shape = meta["shapes"][name] if name in TENSORS else meta["attn_mask"]["shape"]
+        expected_dtype = np.dtype(np.bool_) if name == "attn_mask" else want
+        if a.dtype != expected_dtype:
+            raise CaseFormatError(path, f"{name} is stored as {a.dtype}; a {meta['dtype']} case stores "
+                                  f"{expected_dtype}", fix)
+        if list(a.shape) != list(expected_shape):
+            raise CaseFormatError(path, f"{name} has shape {list(a.shape)}; the JSON says {expected_shape}", fix)
+        if meta["dtype"] == "bf16" and name != "attn_mask":
+            t = torch.from_numpy(np.array(a, order="C").view(np.int16)).view(torch.bfloat16)
+        else:
+            # np.array, not np.ascontiguousarray: the latter turns a 0-d mask into shape (1,).
+            t = torch.from_numpy(np.array(a, order="C"))
+        out[name] = t
+    return out

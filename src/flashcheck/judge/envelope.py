@@ -1,0 +1,112 @@
+"""The reordering envelope: how far from the oracle the precision-faithful twin lands over the legal orders
+of operations, and a SUSPICIOUS finding for an output inside the budget but far outside that envelope.
+
+The budget bounds every legal order; a kernel many times past the worst of them is likely systematic
+(a wrong rounding mode, a bias) even though no element breaks the budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..inputs.case import AttentionCase
+from ..numerics.budget import Budget
+from ..numerics.twin import twin_attention
+from .comparison import error_ratios, on_oracle_rows
+from .verdict import SUSPICIOUS, Finding
+
+__all__ = ["ENVELOPE_FACTOR", "ENVELOPE_FLOOR", "ENVELOPE_TILINGS", "ENVELOPE_ONE_PASS", "reordering_envelope",
+           "envelope_findings"]
+
+# An output inside the budget but this many times past the worst legal reordering is SUSPICIOUS.
+ENVELOPE_FACTOR = 8.0
+# Below this err/budget nothing is suspicious: the budget is loose there and the envelope is noise.
+ENVELOPE_FLOOR = 0.05
+# The twin's runs whose spread is the envelope: for a tiled contract, tile shapes and key orders
+# (block_m, block_n, keys shuffled); for a one-pass contract, where tiles change nothing, the orders
+# of operations a kernel may pick (scale on Q and K, softmax before P @ V, keys shuffled).
+ENVELOPE_TILINGS = ((16, 16, False), (64, 64, False), (32, 128, True), (128, 32, True))
+ENVELOPE_ONE_PASS = ((False, False, False), (True, True, False), (True, False, True), (False, True, True))
+
+
+def _envelope_runs(precision, dtype: str):
+    tf32_modes = ("nearest", "truncate") if precision.tf32 and dtype == "fp32" else ("nearest",)
+    if precision.rescales_per_tile:
+        runs = [dict(block_m=m, block_n=n, shuffled=shuffled) for m, n, shuffled in ENVELOPE_TILINGS]
+    else:
+        runs = [dict(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first, shuffled=shuffled)
+                for scaled, first, shuffled in ENVELOPE_ONE_PASS]
+    return [dict(run, tf32_mode=mode) for run in runs for mode in tf32_modes]
+
+
+def reordering_envelope(case: AttentionCase, budget: Budget, *, device, enough: float = math.inf,
+                        head: tuple[int, int] | None = None) -> float:
+    """The largest err/budget of the precision-faithful twin over the legal orders of operations.
+
+    It stops once it reaches ``enough`` (past that the verdict cannot change). ``head=(b, h)`` runs the
+    twin on that head alone: its envelope is at most the whole case's, and costs a fraction of it.
+    """
+    q, k, v, mask, ref_parts = _envelope_inputs(case, budget, device, head)
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for run in _envelope_runs(budget.precision, case.dtype):
+        order = torch.randperm(case.shapes.n_k, generator=gen) if run.pop("shuffled") else None
+        out, _ = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
+                                precision=budget.precision, key_order=order, **run)
+        ratio, _ = error_ratios(on_oracle_rows(out, budget.reference), *ref_parts)
+        worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
+        if worst >= enough:
+            break
+    return worst
+
+
+def _envelope_inputs(case: AttentionCase, budget: Budget, device, head):
+    """The twin's inputs and the oracle's (out, budget, empty rows) for the whole case or one head."""
+    q, k, v = (t.to(device) for t in (case.q, case.k, case.v))
+    mask = None if case.attn_mask is None else case.attn_mask.to(device)
+    ref = budget.reference
+    parts = (ref.out, budget.total, ref.empty_rows)
+    if head is None:
+        return q, k, v, mask, parts
+    b, h = head
+    kv = h // case.shapes.group
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (*q.shape[:3], k.shape[2]))[b:b + 1, h:h + 1]
+    one = (slice(b, b + 1), slice(h, h + 1))
+    return (q[one], k[b:b + 1, kv:kv + 1], v[b:b + 1, kv:kv + 1], mask, tuple(t[one] for t in parts))
+
+
+def envelope_findings(case: AttentionCase, budget: Budget, max_ratio: float, *, device,
+                      regime: str | None = None, out: torch.Tensor | None = None) -> list[Finding]:
+    """A SUSPICIOUS finding when the kernel sits far outside the twin's reordering envelope.
+
+    With the kernel's ``out``, the twin first runs on the head of its worst element alone, and on the
+    whole case only when that head's envelope leaves the verdict open.
+    """
+    enough = max_ratio / ENVELOPE_FACTOR
+    envelope = 0.0
+    if out is not None and budget.reference.shapes.batch * budget.reference.shapes.heads_q > 1:
+        envelope = reordering_envelope(case, budget, device=device, enough=enough, head=_worst_head(out, budget))
+    if envelope < enough:
+        envelope = reordering_envelope(case, budget, device=device, enough=enough)
+    # An envelope of 0 (the twin exact everywhere) makes any error an outlier, without dividing by 0.
+    envelope_or_tiny = max(envelope, 1e-300)
+    if max_ratio <= ENVELOPE_FACTOR * envelope_or_tiny:
+        return []
+    return [Finding(
+        "reordering_outlier", SUSPICIOUS,
+        f"inside the hard budget (max error/budget {max_ratio:.3g}) but {max_ratio / envelope_or_tiny:.3g} "
+        f"times the worst legal reordering of the twin ({envelope:.3g} over its orders of operations: tilings, "
+        f"key orders, where the scale and the normalisation apply); a systematic error below the budget, "
+        "or a kernel outside its precision contract",
+        ratio=max_ratio, regime=regime, details={"envelope": envelope, "factor": ENVELOPE_FACTOR})]
+
+
+def _worst_head(out: torch.Tensor, budget: Budget) -> tuple[int, int]:
+    ref = budget.reference
+    ratio, _ = error_ratios(on_oracle_rows(out, ref), ref.out, budget.total, ref.empty_rows)
+    per_head = ratio.flatten(2).amax(-1)
+    b, h = divmod(int(per_head.argmax()), per_head.shape[1])
+    return b, h
