@@ -41,7 +41,7 @@ _PUBLIC = {
     "SUSPICIOUS": ("judge.verdict", "SUSPICIOUS"),
     "Finding": ("judge.verdict", "Finding"),
     "Verdict": ("judge.verdict", "Verdict"),
-    "assert_passes": ("testing.property_test", "assert_passes"),
+    "assert_passes": ("testing.asserts", "assert_passes"),
     "property_test": ("testing.property_test", "property_test"),
 }
 

@@ -41,7 +41,7 @@ written in the test, which wins over the ini key):
 Hypothesis profiles ``flashcheck-ci`` (derandomize, no deadline, no example database) and
 ``flashcheck-long`` (2000 examples, no deadline) are chosen with hypothesis's own option,
 ``--hypothesis-profile flashcheck-ci`` (also in ini ``addopts``); call
-``flashcheck.testing.property_test.register_profiles()`` to load one from a conftest. Tests made by property_test, and
+``flashcheck.testing.session.register_profiles()`` to load one from a conftest. Tests made by property_test, and
 tests using the fixture, carry the ``flashcheck`` marker (``-m flashcheck``); a ``@given`` test with that
 marker (put ``@pytest.mark.flashcheck`` on one that calls ``assert_passes``) runs with no hypothesis
 deadline, since a kernel's first call compiles it. The terminal summary has a line per kernel and dtype:
@@ -60,8 +60,9 @@ from pathlib import Path
 import pytest
 
 from .contract.counts import check_count
+from .contract.formats import DEVICES
 from .errors import InvalidArgument
-from .testing import property_test as testing
+from .testing import session as testing
 
 _KEY = "flashcheck_verdicts"
 _STASH = pytest.StashKey[testing.Session]()
@@ -91,7 +92,7 @@ def pytest_addoption(parser):
         if kind == "bool":
             group.addoption(flag, action="store_true", default=None, help=help_text)
         elif name == "device":
-            group.addoption(flag, default=None, choices=testing.DEVICES, help=help_text)
+            group.addoption(flag, default=None, choices=DEVICES, help=help_text)
         else:
             group.addoption(flag, default=None, metavar=metavars[name], help=help_text)
         parser.addini("flashcheck_" + name, help_text + " (ini key; the command line wins)", type=kind,
@@ -111,8 +112,8 @@ def _parse(name: str, value, where: str, base: Path):
             raise _usage(where, value, f"expected an integer >= {minimum}",
                          f"Pass e.g. {where} {max(minimum, 10)}.") from None
     if name == "device":
-        if value not in testing.DEVICES:
-            raise _usage(where, value, "unknown device", f"Use one of {list(testing.DEVICES)}.")
+        if value not in DEVICES:
+            raise _usage(where, value, "unknown device", f"Use one of {list(DEVICES)}.")
         return value
     if name == "preset":
         from .inputs.presets import builtin_presets, load_preset
@@ -240,7 +241,9 @@ class FlashcheckFixture:
         """Check ``kernel`` on ``case``; fail the test on BUG (and on SUSPICIOUS unless allowed), with the
         verdict and the replay command of the saved case (see :func:`flashcheck.assert_passes`)."""
         __tracebackhide__ = True
-        return testing.assert_passes(kernel, case, allow_suspicious=allow_suspicious, **options)
+        from .testing.asserts import assert_passes
+
+        return assert_passes(kernel, case, allow_suspicious=allow_suspicious, **options)
 
 
 @pytest.fixture(scope="session")

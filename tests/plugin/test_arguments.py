@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 import flashcheck
-from flashcheck.testing.property_test import PROFILES, register_profiles
+from flashcheck.testing.session import PROFILES, register_profiles
 
 
 @flashcheck.kernel(causal=("none",), dtypes=("fp16", "fp32"))

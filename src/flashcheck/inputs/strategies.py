@@ -23,7 +23,7 @@ from .case import AttentionCase
 from .layout import layouts as layout_names
 from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
 
-__all__ = ["Recipe", "shapes", "recipes", "cases", "draw_recipes", "SPECIAL_LENGTHS"]
+__all__ = ["Recipe", "shapes", "recipes", "cases", "draw_recipes", "SPECIAL_LENGTHS", "without_local_constants"]
 
 # Lengths that sit on tile edges: 1, tile +- 1, primes, 64 mod 128, 1 mod 32.
 SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
@@ -172,7 +172,7 @@ def cases(**options) -> st.SearchStrategy[AttentionCase]:
 
 
 @contextlib.contextmanager
-def _without_local_constants():
+def without_local_constants():
     """Hypothesis draws, now and then, a literal found in any loaded local module (the calling script,
     test files, an editable install): the same seed then gave another case list from another caller.
     Fixed lists leave those literals out (hypothesis has no setting for it, hence its internals)."""
@@ -213,7 +213,7 @@ def draw_recipes(count: int, *, seed: int = 0, **options) -> list[Recipe]:
     def collect(recipe):
         drawn.append(recipe)
 
-    with _without_local_constants():
+    with without_local_constants():
         collect()
     regimes = _subset("value_regimes", options.get("value_regimes"), VALUE_ORDER)
     designed = {}

@@ -1,7 +1,5 @@
-"""flashcheck inside a kernel repository's tests: a kernel's property test in one line, and verdicts
-asserted inside your own tests (``@given`` ones included).
-
-``property_test`` turns a kernel into a hypothesis-driven pytest test, one test id per dtype::
+"""A kernel's property test in one line: ``property_test`` turns a kernel into a hypothesis-driven
+pytest test, one test id per dtype (and pass)::
 
     import flashcheck
     from mykernels import attention          # decorated with @flashcheck.kernel(...)
@@ -10,268 +8,36 @@ asserted inside your own tests (``@given`` ones included).
     test_attention_fp16 = flashcheck.property_test(attention, dtypes="fp16", preset="adversarial",
                                                    max_examples=200, seed=0)
 
-``assert_passes`` asserts a verdict anywhere, including inside your own hypothesis tests: it is a plain
-function, so no function-scoped fixture meets ``@given`` (hypothesis's health check refuses those)::
-
-    from hypothesis import given
-    import flashcheck
-    from flashcheck.inputs.strategies import cases
-
-    @pytest.mark.flashcheck                  # in -m flashcheck and the summary; no hypothesis deadline
-    @given(cases(spec=attention.spec, max_n=64))
-    def test_attention_on_my_cases(case):
-        flashcheck.assert_passes(attention, case)
-
 A failure shows the verdict (the worst element, its error budget term by term, the diagnosis) and the
 exact ``flashcheck replay PATH`` command of the failing case, saved to the corpus folder
-(``--flashcheck-corpus``, default ``.flashcheck/corpus`` under pytest's rootdir). Inside ``@given``, the
-case saved is the one hypothesis reports, after shrinking. The options and their precedence are in
-:mod:`flashcheck.plugin`'s docstring.
+(``--flashcheck-corpus``, default ``.flashcheck/corpus`` under pytest's rootdir). The options and their
+precedence are in :mod:`flashcheck.plugin`'s docstring; hypothesis is driven by the campaigns' engine
+(:mod:`flashcheck.campaign.engine`). Verdicts asserted in your own tests: :mod:`flashcheck.testing.asserts`.
 
 Nothing heavy is imported here: torch and the checks load when a test first runs a check.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..campaign.engine import Shrink, hypothesis_test, run_test
 from ..contract.counts import check_count
 from ..contract.formats import DEVICES
 from ..errors import InvalidArgument
+from .asserts import display_path, save_failure
+from .session import DEFAULT_PRESET, Session, active_session, default_device, register_profiles
 
-__all__ = ["property_test", "assert_passes", "KernelCheckFailed", "register_profiles", "PROFILES",
-           "DEFAULT_PRESET", "DEFAULT_CORPUS"]
+__all__ = ["SHRINK_SECONDS", "property_test"]
 
-DEFAULT_PRESET = "smoke"
-DEFAULT_CORPUS = ".flashcheck/corpus"
 # property_test shrinks a failing case for at most this long (the Triton interpreter can take seconds
 # a case); the smallest failing case found by then is the one reported.
 SHRINK_SECONDS = 60.0
 
-# Hypothesis settings profiles (``pytest --hypothesis-profile NAME``, or settings.load_profile(NAME)
-# after register_profiles()). flashcheck-long also raises property_test's example count.
-PROFILES = {
-    "flashcheck-ci": dict(derandomize=True, deadline=None, database=None, print_blob=True),
-    "flashcheck-long": dict(max_examples=2000, deadline=None),
-}
-
-
-def register_profiles() -> None:
-    """Register the hypothesis profiles of :data:`PROFILES` not registered yet (the plugin does it when
-    ``--hypothesis-profile`` names one, and property tests when they run); a profile of that name that
-    a user registered first is kept."""
-    from hypothesis import settings
-    from hypothesis.errors import InvalidArgument as NoSuchProfile
-
-    for name, values in PROFILES.items():
-        try:
-            settings.get_profile(name)
-        except NoSuchProfile:
-            settings.register_profile(name, **values)
-
-
-class KernelCheckFailed(AssertionError):
-    """A kernel got a failing verdict (BUG, or SUSPICIOUS when not allowed) on a case."""
-
-    def __init__(self, message: str, verdict=None, path: Path | None = None, replay: str | None = None):
-        super().__init__(message)
-        self.verdict, self.path, self.replay = verdict, path, replay
-
-
-# ---- what a pytest run tells the checks ---------------------------------------------------------------
-
-@dataclass
-class Session:
-    """Options of one pytest run, the verdicts it recorded and where failing cases go.
-
-    ``cli`` and ``ini`` hold the options given on the command line and as ini keys, apart, since a
-    value written in a test (``property_test(..., max_examples=...)``) sits between the two.
-    """
-
-    cli: dict = field(default_factory=dict)
-    ini: dict = field(default_factory=dict)
-    corpus: Path = field(default_factory=lambda: Path.cwd() / DEFAULT_CORPUS)
-    invocation_dir: Path = field(default_factory=Path.cwd)
-    import_paths: tuple = ()  # sys.path entries a fresh `flashcheck replay` process also has
-    require_gpu: bool = False
-    records: list = field(default_factory=list)
-    current_test: str | None = None
-
-    def option(self, name: str, code_value=None, default=None):
-        """Command line, then the test's own value, then the ini key, then ``default``."""
-        for value in (self.cli.get(name), code_value, self.ini.get(name)):
-            if value is not None:
-                return value
-        return default
-
-    def record(self, verdict, case, *, source: str, test: str | None = None, **extra) -> dict:
-        rec = verdict.as_dict()
-        rec.update(test=test or self.current_test, dtype=case.dtype, source=source, **extra)
-        self.records.append(rec)
-        return rec
-
-
-_SESSIONS: list[Session] = []
-
-
-def push_session(session: Session) -> None:
-    _SESSIONS.append(session)
-
-
-def pop_session(session: Session) -> None:
-    if session in _SESSIONS:
-        _SESSIONS.remove(session)
-
-
-def active_session() -> Session | None:
-    return _SESSIONS[-1] if _SESSIONS else None
-
-
-def _session() -> Session:
-    """The pytest run's session; outside pytest a default one (auto device, corpus under the cwd)."""
-    return active_session() or Session(import_paths=tuple(sys.path))
-
-
-# ---- the replay command ---------------------------------------------------------------------------------
-
-def _display(path: Path, base: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(base.resolve()))
-    except ValueError:
-        return str(Path(path).resolve())
-
-
-def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
-    """The exact shell command, run from the directory pytest was started in, that re-runs a saved case.
-
-    The case records how to reach its kernel (:func:`flashcheck.kernels.origin.kernel_origin`); a module
-    that a fresh process would not find on its own gets a ``PYTHONPATH`` prefix as well."""
-    from ..files import replay_command as replay_path_command
-    from ..kernels.origin import import_root, source_of
-
-    command = replay_path_command(_display(path, session.invocation_dir), device=device)
-    prefix = ""
-    source = source_of(kernel)
-    if source and not source.startswith(("torch:", "flashcheck:")):
-        root = import_root(source.split(":", 1)[0])
-        known = {str(Path(p).resolve()) for p in session.import_paths if p}
-        if root is not None and str(root) not in known:
-            prefix = f"PYTHONPATH={shlex.quote(_display(root, session.invocation_dir) or '.')} "
-    return prefix + command
-
-
-def _save(session: Session, verdict, case, kernel, *, label: str, device: str, corpus=None) -> tuple[Path, str]:
-    from ..campaign.corpus import save_finding
-
-    folder = Path(corpus) if corpus is not None else session.corpus
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (case.provenance or {}).get("kernel"):  # cases(): the kernel was not known when it was drawn
-        case = dataclasses.replace(case, provenance={**(case.provenance or {}), "kernel": verdict.kernel})
-    path = save_finding(folder, verdict, case, label=label, kernel=kernel)
-    return path, replay_command(path, kernel, device=device, session=session)
-
-
-def _in_hypothesis() -> bool:
-    try:
-        from hypothesis import currently_in_test_context
-    except ImportError:  # pragma: no cover - hypothesis is a dependency
-        return False
-    return currently_in_test_context()
-
-
-def _final_hypothesis_run() -> bool:
-    """True outside hypothesis, and on the run hypothesis reports (the shrunk failing example)."""
-    if not _in_hypothesis():
-        return True
-    from hypothesis.control import current_build_context
-
-    return bool(getattr(current_build_context(), "is_final", True))
-
-
-def _default_device(session: Session, code_value=None) -> str:
-    device = session.option("device", code_value)
-    if device is None:
-        import torch
-
-        device = "cuda" if session.require_gpu or torch.cuda.is_available() else "cpu"
-    return device
-
-
-# ---- assert_passes --------------------------------------------------------------------------------------
-
-def assert_passes(kernel, case, *, allow_suspicious: bool = True, device: str | None = None, corpus=None,
-                  **check_options):
-    """Check ``kernel`` on ``case`` and return the verdict; raise :class:`KernelCheckFailed` (an
-    ``AssertionError``) on BUG, and on SUSPICIOUS unless ``allow_suspicious``.
-
-    A plain function: call it from any test, ``@given`` ones included, with no fixture. The failure
-    message is the verdict and the ``flashcheck replay`` command of the case, saved under ``corpus``
-    (default: the run's ``--flashcheck-corpus``). Inside ``@given`` only the case hypothesis finally
-    reports is saved, not every step of its shrinking. A case the kernel declines
-    (:class:`flashcheck.Unsupported`) or that does not fit in memory is not judged: inside ``@given``
-    hypothesis discards it, in a plain pytest test the test is skipped, elsewhere the verdict is
-    returned with ``verdict.skipped`` set. ``device`` defaults to ``--flashcheck-device``, else CUDA
-    when available; ``check_options`` go to :func:`flashcheck.check`.
-
-    Example::
-
-        from flashcheck.inputs.strategies import cases
-
-        @pytest.mark.flashcheck      # no hypothesis deadline (a kernel's first call compiles it)
-        @given(cases(spec=attention.spec, max_n=64))
-        def test_attention(case):
-            flashcheck.assert_passes(attention, case)
-
-    Without the marker, give the test ``@settings(deadline=None)`` or run with
-    ``--hypothesis-profile flashcheck-ci``: hypothesis's default 200 ms deadline trips on a first call.
-    """
-    __tracebackhide__ = True  # pytest shows the verdict, not this function's source
-    if not isinstance(allow_suspicious, bool):
-        raise InvalidArgument("allow_suspicious", allow_suspicious, "expected True or False",
-                              "Pass allow_suspicious=False to fail on SUSPICIOUS verdicts too.")
-    if device is not None and device not in DEVICES:
-        raise InvalidArgument("device", device, "unknown device", f"Pass one of {list(DEVICES)} or None.")
-    from ..judge.check import check
-    from ..judge.verdict import BUG, SUSPICIOUS
-
-    session = _session()
-    device = _default_device(session, device)
-    verdict = check(kernel, case, device=device, **check_options)
-    rec = session.record(verdict, case, source="assert_passes")
-    if verdict.skipped:
-        _not_judged(verdict.skipped)
-        return verdict
-    if verdict.status == BUG or (verdict.status == SUSPICIOUS and not allow_suspicious):
-        path = replay = None
-        lines = [str(verdict)]
-        if _final_hypothesis_run():
-            label = "shrunk" if _in_hypothesis() else "found"
-            path, replay = _save(session, verdict, case, kernel, label=label, device=device, corpus=corpus)
-            rec.update(saved=str(path), replay=replay)
-            lines += [f"saved: {_display(path, session.invocation_dir)}", f"replay: {replay}"]
-        raise KernelCheckFailed("\n".join(lines), verdict, path, replay)
-    return verdict
-
-
-def _not_judged(reason: str) -> None:
-    if _in_hypothesis():
-        from hypothesis import reject
-
-        reject()
-    if active_session() is not None:
-        import pytest
-
-        pytest.skip(f"flashcheck did not judge the case: {reason}")
-
-
-# ---- property_test ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class _Options:
@@ -357,25 +123,23 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
     return pytest.mark.flashcheck(pytest.mark.parametrize("flashcheck_dtype,flashcheck_pass", params)(test_property))
 
 
-class _CaseFailed(Exception):
-    def __init__(self, verdict, case, recipe):
-        super().__init__(verdict.status)
-        self.verdict, self.case, self.recipe = verdict, case, recipe
-
-
 @dataclass
-class _Run:
+class _Run(Shrink):
+    """One property test's hypothesis run; its failures are :class:`_Failed`."""
+
     generated: int = 0       # cases drawn before the first failure
     shrink_cases: int = 0    # cases tried while shrinking
     judged: int = 0
     skipped: dict = field(default_factory=dict)
-    first: _CaseFailed | None = None
-    last: _CaseFailed | None = None
     found_path: Path | None = None
     found_replay: str | None = None
-    failures: dict = field(default_factory=dict)  # recipe -> _CaseFailed, to replay from memory
-    shrink_deadline: float = math.inf
-    shrink_cut: bool = False
+
+
+@dataclass(frozen=True)
+class _Failed:
+    verdict: object
+    case: object
+    recipe: object  # the recipe, or (recipe, dO regime) for a backward test
 
 
 def _strategy_options(preset, spec) -> dict:
@@ -390,6 +154,75 @@ def _strategy_options(preset, spec) -> dict:
     return options
 
 
+class _PropertyTest:
+    """One test id of a property test: its kernel, dtype, pass and device, and the body hypothesis drives."""
+
+    def __init__(self, kern, dtype: str, device: str, session: Session, nodeid: str, *, backward: bool):
+        self.kern, self.dtype, self.device, self.session = kern, dtype, device, session
+        self.nodeid, self.backward = nodeid, backward
+        self.run = _Run()
+
+    def judge(self, recipe, upstream) -> None:
+        run = self.run
+        key = (recipe, upstream) if self.backward else recipe
+        if run.shrinking and time.monotonic() > run.deadline:
+            run.out_of_time(key)
+            return
+        verdict, case = self._check(recipe, upstream)
+        if run.shrinking:
+            run.shrink_cases += 1
+        else:
+            run.generated += 1
+        rec = self.session.record(verdict, case, source="property_test", test=self.nodeid,
+                                  phase="shrink" if run.shrinking else "generate",
+                                  **({"pass": "backward"} if self.backward else {}))
+        if verdict.skipped:
+            kind = verdict.skipped.split(":")[0]
+            run.skipped[kind] = run.skipped.get(kind, 0) + 1
+            return
+        run.judged += 1
+        if verdict.status == "BUG":
+            if not run.shrinking:  # saved the moment it fails: an interrupted shrink loses nothing
+                run.deadline = time.monotonic() + SHRINK_SECONDS
+                run.found_path, run.found_replay = save_failure(self.session, verdict, case, self.kern,
+                                                                label="found", device=self.device)
+                rec.update(saved=str(run.found_path), replay=run.found_replay)
+            run.fail(key, _Failed(verdict, case, key))
+
+    def _check(self, recipe, upstream):
+        from ..judge.backward import backward_case, check_backward
+        from ..judge.check import check
+        from ..judge.properties import properties_for
+
+        case = recipe.build(kernel=self.kern.name)
+        if self.backward:
+            case = backward_case(case, upstream=upstream, seed=recipe.seed)
+            return check_backward(self.kern, case, device=self.device, exclusions=True), case
+        return check(self.kern, case, device=self.device, properties=properties_for(recipe.seed)), case
+
+    def hypothesis_test(self, strategy, *, examples: int, seed: int | None):
+        from hypothesis import Verbosity, settings
+
+        if self.backward:
+            from hypothesis import strategies as st
+
+            from ..inputs.regimes import UPSTREAM_REGIMES
+
+            def body(recipe, upstream):
+                self.judge(recipe, upstream)
+
+            given_args = dict(recipe=strategy, upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
+        else:
+            def body(recipe):
+                self.judge(recipe, None)
+
+            given_args = dict(recipe=strategy)
+        verbosity = settings.default.verbosity if settings.default.verbosity > Verbosity.normal else Verbosity.quiet
+        # the test id keys the database entries and the random stream; the database is hypothesis's own
+        return hypothesis_test(body, given_args=given_args, max_examples=examples, seed=seed,
+                               database=settings.default.database, verbosity=verbosity, digest=self.nodeid.encode())
+
+
 def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, backward: bool = False) -> None:
     import pytest
 
@@ -398,15 +231,10 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
         pytest.fail("flashcheck.property_test needs flashcheck's pytest plugin (it was disabled: drop "
                     "-p no:flashcheck, or add `pytest_plugins = ['flashcheck.plugin']` to a conftest.py)",
                     pytrace=False)
-    from hypothesis import HealthCheck, Verbosity, given, settings
-    from hypothesis import seed as hypothesis_seed
-    from hypothesis.errors import Flaky
+    from hypothesis import settings
 
     from ..inputs.presets import load_preset
-    from ..inputs.strategies import _without_local_constants, recipes
-    from ..judge.backward import backward_case, check_backward
-    from ..judge.check import check
-    from ..judge.properties import properties_for
+    from ..inputs.strategies import recipes, without_local_constants
 
     register_profiles()
     preset = load_preset(session.option("preset", options.preset, DEFAULT_PRESET))
@@ -414,8 +242,25 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
     if examples is None:
         long_profile = settings.get_current_profile_name() == "flashcheck-long"
         examples = settings.default.max_examples if long_profile else preset.max_examples
-    seed = session.option("seed", options.seed)
-    device = _default_device(session, options.device)
+    device = default_device(session, options.device)
+    _skip_unless_runnable(kern, device)
+    spec = kern.spec.for_backward() if backward else kern.spec  # a backward test skips the backward's defects
+    strategy = recipes(spec=spec, dtypes=[dtype], **_strategy_options(preset, spec))
+    test = _PropertyTest(kern, dtype, device, session, nodeid, backward=backward)
+    with without_local_constants():
+        outcome = run_test(test.hypothesis_test(strategy, examples=examples, seed=session.option("seed", options.seed)),
+                           test.run)
+    if outcome.failure is not None:
+        pytest.fail(_failure_message(session, kern, dtype, device, test.run, outcome.failure), pytrace=False)
+    if test.run.judged == 0:
+        why = ", ".join(f"{n} {k}" for k, n in sorted(test.run.skipped.items())) or "no case drawn"
+        pytest.fail(f"flashcheck judged no case of {kern.name} ({dtype}): {why}. A test that judged "
+                    "nothing is not a pass: check the spec, the preset and the device.", pytrace=False)
+
+
+def _skip_unless_runnable(kern, device: str) -> None:
+    import pytest
+
     if device == "cuda":
         import torch
 
@@ -424,98 +269,21 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
                         "by skipping; --flashcheck-device cpu runs on the CPU)")
     if device not in kern.spec.devices:
         pytest.skip(f"{kern.name} declares devices {kern.spec.devices}, and this run's device is {device}")
-    spec = kern.spec.for_backward() if backward else kern.spec  # a backward test skips the backward's defects
-    strategy = recipes(spec=spec, dtypes=[dtype], **_strategy_options(preset, spec))
-    run = _Run()
-
-    def judge(recipe, upstream):
-        shrinking = run.first is not None
-        if shrinking and time.monotonic() > run.shrink_deadline:
-            # Out of shrinking time: known failures fail again from memory, anything else passes, so
-            # hypothesis ends its shrink at once with the smallest failing case so far.
-            run.shrink_cut = True
-            key = (recipe, upstream) if backward else recipe
-            if key in run.failures:
-                raise run.failures[key]
-            return
-        case = recipe.build(kernel=kern.name)
-        if backward:
-            case = backward_case(case, upstream=upstream, seed=recipe.seed)
-            verdict = check_backward(kern, case, device=device, exclusions=True)
-        else:
-            verdict = check(kern, case, device=device, properties=properties_for(recipe.seed))
-        if shrinking:
-            run.shrink_cases += 1
-        else:
-            run.generated += 1
-        rec = session.record(verdict, case, source="property_test", test=nodeid,
-                             phase="shrink" if shrinking else "generate", **({"pass": "backward"} if backward else {}))
-        if verdict.skipped:
-            kind = verdict.skipped.split(":")[0]
-            run.skipped[kind] = run.skipped.get(kind, 0) + 1
-            return
-        run.judged += 1
-        if verdict.status == "BUG":
-            failure = _CaseFailed(verdict, case, (recipe, upstream) if backward else recipe)
-            if run.first is None:  # saved the moment it fails: an interrupted shrink loses nothing
-                run.first = failure
-                run.shrink_deadline = time.monotonic() + SHRINK_SECONDS
-                run.found_path, run.found_replay = _save(session, verdict, case, kern, label="found", device=device)
-                rec.update(saved=str(run.found_path), replay=run.found_replay)
-            run.last = run.failures[failure.recipe] = failure
-            raise failure
-
-    if backward:
-        from hypothesis import strategies as st
-
-        from ..inputs.regimes import UPSTREAM_REGIMES
-
-        def body(recipe, upstream):
-            judge(recipe, upstream)
-
-        given_args = dict(recipe=strategy, upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
-    else:
-        def body(recipe):
-            judge(recipe, None)
-
-        given_args = dict(recipe=strategy)
-    body._hypothesis_internal_add_digest = nodeid.encode()  # a database key and a random stream per test id
-    test = given(**given_args)(body)
-    if seed is not None:
-        test = hypothesis_seed(seed)(test)
-    verbosity = settings.default.verbosity if settings.default.verbosity > Verbosity.normal else Verbosity.quiet
-    test = settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck),
-                    report_multiple_bugs=False, verbosity=verbosity)(test)
-    failure = None
-    try:
-        with _without_local_constants():
-            test()
-    except _CaseFailed as exc:
-        failure = exc
-    except Flaky:  # the smallest failure did not fail again: report the last one that did
-        failure = run.last
-    if failure is None:
-        if run.judged == 0:
-            why = ", ".join(f"{n} {k}" for k, n in sorted(run.skipped.items())) or "no case drawn"
-            pytest.fail(f"flashcheck judged no case of {kern.name} ({dtype}): {why}. A test that judged "
-                        "nothing is not a pass: check the spec, the preset and the device.", pytrace=False)
-        return
-    pytest.fail(_failure_message(session, kern, dtype, device, run, failure), pytrace=False)
 
 
-def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run, failure: _CaseFailed) -> str:
+def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run, failure: _Failed) -> str:
     first = run.first
     same = first is not None and failure.recipe == first.recipe
     if same:
         path, replay = run.found_path, run.found_replay
     else:
-        path, replay = _save(session, failure.verdict, failure.case, kern, label="shrunk", device=device)
+        path, replay = save_failure(session, failure.verdict, failure.case, kern, label="shrunk", device=device)
         for rec in reversed(session.records):  # the record of the shrunk case names its file too
             if rec.get("case") == failure.verdict.case and rec.get("status") == failure.verdict.status:
                 rec.update(saved=str(path), replay=replay)
                 break
     tried = f"{run.shrink_cases} more case{'s' if run.shrink_cases != 1 else ''}"
-    if run.shrink_cut:
+    if run.cut:
         how = f"case {run.generated} drawn, " + (f"shrunk over {tried}" if not same else f"{tried} tried") + \
               f" (shrinking stopped after {SHRINK_SECONDS:g} s)"
     elif not same:
@@ -525,31 +293,10 @@ def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run,
     what = f"{dtype}, backward" if isinstance(failure.recipe, tuple) else dtype
     lines = [f"flashcheck: {kern.name} ({what}, {device}) failed on {how}:", str(failure.verdict),
              f"drawn from: {failure.recipe!r}",
-             f"saved: {_display(path, session.invocation_dir)}"]
+             f"saved: {display_path(path, session.invocation_dir)}"]
     if not same and run.found_path is not None:
-        lines.append(f"first found as: {_display(run.found_path, session.invocation_dir)}")
+        lines.append(f"first found as: {display_path(run.found_path, session.invocation_dir)}")
     lines.append(f"replay: {replay}")
     return "\n".join(lines)
 
 
-def summary_rows(records: list) -> list[dict]:
-    """One row per kernel, dtype and pass (forward or backward): cases (``shrinking`` of them tried while hypothesis shrank a failure),
-    verdicts, skips, the largest error/budget, and the replay commands of the failing cases saved."""
-    rows: dict = {}
-    for r in records:
-        key = (r.get("kernel") or "?", r.get("dtype") or "?", r.get("pass") or "forward")
-        row = rows.setdefault(key, {"kernel": key[0], "dtype": key[1], "pass": key[2], "cases": 0, "PASS": 0,
-                                    "SUSPICIOUS": 0, "BUG": 0, "skipped": 0, "shrinking": 0, "max_ratio": None,
-                                    "replay": []})
-        row["cases"] += 1
-        row["shrinking"] += r.get("phase") == "shrink"
-        if r.get("skipped"):
-            row["skipped"] += 1
-        else:
-            row[r["status"]] += 1
-        ratio = r.get("max_ratio")
-        if isinstance(ratio, (int, float)) and math.isfinite(ratio):
-            row["max_ratio"] = ratio if row["max_ratio"] is None else max(row["max_ratio"], ratio)
-        if r.get("replay"):
-            row["replay"].append(r["replay"])
-    return [rows[k] for k in sorted(rows)]
