@@ -180,7 +180,7 @@ def main(argv=None):
     print(_table(results))
     if args.json:
         sys.path.insert(0, str(HERE / "src"))
-        from flashcheck.judge.verdict import write_json
+        from flashcheck.files import write_json
 
         write_json(args.json, results)
     return results

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from flashcheck import reference_attention
-from flashcheck.judge.verdict import write_json
+from flashcheck.files import write_json
 
 
 def bare_numpy(q, k, v, scale):

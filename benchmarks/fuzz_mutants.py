@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from flashcheck.kernels.triton.mutants import MUTANTS
     from flashcheck.inputs.presets import load_preset
     from flashcheck.selftest.run import CORRECT_TILES, MUTANT_TILE
-    from flashcheck.judge.verdict import write_json
+    from flashcheck.files import write_json
     from flashcheck.campaign.worker import quiet_interpreter
 
     quiet_interpreter()

@@ -58,7 +58,7 @@ def main(argv=None):
     from flashcheck.kernels.registry import resolve_kernel
     from flashcheck.inputs.presets import load_preset
     from flashcheck.inputs.strategies import draw_recipes
-    from flashcheck.judge.verdict import write_json
+    from flashcheck.files import write_json
 
     kernel = resolve_kernel(args.kernel, device=args.device)
     preset = load_preset(args.preset)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from flashcheck.cli.main import EXIT_NO_CASES, main
+from flashcheck.cli import main
+from flashcheck.cli.options import EXIT_NO_CASES
 
 from .test_cli import K, fuzz
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 import flashcheck
-from flashcheck.campaign.run import prepare_campaign, run_campaign
+from flashcheck.campaign.run import run_campaign
+from flashcheck.campaign.setup import prepare_campaign
 from flashcheck.cli import main
 from flashcheck.errors import InvalidArgument
-from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.inputs.presets import load_preset
+from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.selftest.run import selftest_plan
 
 pytestmark = pytest.mark.interpreter

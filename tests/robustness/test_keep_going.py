@@ -36,15 +36,15 @@ def test_a_replay_that_meets_the_time_budget_is_the_stop_not_a_flaky_kernel(tmp_
     # reports the different outcome as Flaky: no bug was being shrunk, so the campaign just ends
     from hypothesis.errors import Flaky
 
-    from flashcheck.campaign import run as campaign
+    from flashcheck.campaign import rounds
 
     def make_test(self, strategy, **settings):
         def test():
-            self.stop_reason = "time_budget"
+            self.host.stop_reason = "time_budget"
             raise Flaky("Inconsistent results from replaying a test case!")
         return test
 
-    monkeypatch.setattr(campaign._Campaign, "_make_test", make_test)
+    monkeypatch.setattr(rounds.Schedule, "_make_test", make_test)
     code, summary = fuzz(tmp_path, "correct", "--keep-going")
     assert summary["stopped"] == "time_budget" and code == 3  # no case judged: NO_CASES, not PASS
     assert not [n for n in summary["notes"] if "flaky" in n], summary["notes"]

@@ -13,7 +13,8 @@ import signal
 import threading
 from contextlib import contextmanager
 
-__all__ = ["defer", "defer_terminate", "restore", "restore_quietly", "sigint_ignored_by_children", "take_pending"]
+__all__ = ["defer", "defer_terminate", "handle_signals", "restore", "restore_handlers", "restore_quietly",
+           "sigint_ignored_by_children", "take_pending"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
@@ -86,3 +87,19 @@ def sigint_ignored_by_children():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def handle_signals(handler) -> tuple[dict, bool]:
+    """``handler`` for SIGINT and SIGTERM (main thread only): the handlers it replaced, and whether a
+    signal was pending from before (then forgotten)."""
+    if not _main_thread():
+        return {}, False  # signal handlers can only be set in the main thread
+    previous = {s: signal.getsignal(s) for s in _SIGNALS}
+    for s in previous:
+        signal.signal(s, handler)
+    return previous, take_pending()
+
+
+def restore_handlers(previous: dict) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)

@@ -338,7 +338,7 @@ def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, m
         # The workers start first and import while this process resolves the kernel for its own checks.
         running = stop.jobs = _start_jobs(_campaign_child, options, device, "flashcheck-fuzz")
         try:
-            from .run import prepare_campaign
+            from .setup import prepare_campaign
 
             resolved, _, _ = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes, isolate=True,
                                               case_timeout=case_timeout, kernel_options=kernel_options,

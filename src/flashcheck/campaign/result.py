@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..files import replay_command, write_json
-from ..judge.verdict import Verdict, json_number
+from ..judge.verdict import Verdict, json_number, run_verdict
 from .bugs import BugTally
 from .causes import Cause
 
@@ -69,6 +69,43 @@ class CampaignResult:
     case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
     notes: list = field(default_factory=list)
     records: list | None = None  # rows of RECORD_COLUMNS, when the campaign keeps them
+
+    def count_case(self, verdict: Verdict, logged: str, recipe, *, drawn: bool) -> None:
+        """Count one case run (``drawn``: not a shrink candidate); ``logged`` is its line in the case log."""
+        for part in TIMED_PARTS:
+            self.time_split[part] += verdict.elapsed.get(part, 0.0)
+        self.compilations += getattr(verdict, "compilations", 0)
+        self.cases += 1
+        self.case_log.append(logged)
+        self.by_dtype[recipe.dtype] += 1
+        self.by_regime[recipe.regime] += 1
+        self.examples += drawn
+        if verdict.skipped:  # out of memory, unsupported: not the kernel's fault, and no verdict on it
+            self.skipped[verdict.skipped.split(":")[0]] += 1
+            count_skip_reasons(self.skipped_reasons, {verdict.skipped: 1})
+            return
+        self.by_status[verdict.status] += 1
+        if drawn and "batch" in verdict.properties:
+            self.info["batch_checked"] += 1
+            self.info["batch_dependent"] += any(n.startswith("batch-dependent") for n in verdict.notes)
+        self.timeouts += any(f.kind == "timeout" for f in verdict.findings)
+        if math.isfinite(verdict.max_ratio):
+            previous = self.max_ratio_by_dtype.get(recipe.dtype, 0.0)
+            self.max_ratio_by_dtype[recipe.dtype] = max(previous, verdict.max_ratio)
+
+    def conclude(self) -> None:
+        """The verdict, and the diagnosis of bugs whose error grows with the number of keys."""
+        from ..judge.diagnose import growth_with_length  # torch: only a campaign concludes
+
+        for key, points in self.bugs.lengths.items():  # a defect that accumulates along the keys says so
+            growth = growth_with_length(points)
+            if growth:
+                self.bugs.add_diagnosis(key, growth)
+                for entry in self.findings:
+                    if entry["cause"] == key:
+                        entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
+        # PASS needs a judged case: with none (all skipped, or no case at all) the verdict is NO_CASES.
+        self.verdict = run_verdict(self.findings, self.by_status)
 
     def as_dict(self) -> dict:
         from ..judge.properties import PROPERTIES, PROPERTY_EVERY  # a campaign has them loaded; a report does not

@@ -30,111 +30,30 @@ worker process started before this one imported torch (``worker_process``) loads
 
 from __future__ import annotations
 
-import hashlib
 import math
-import signal
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from hypothesis import Phase, event, target
+from hypothesis import event, target
 
-from ..contract.spec import Kernel, as_kernel
-from ..errors import InvalidArgument
+from ..contract.spec import Kernel
 from ..inputs.case import AttentionCase
 from ..inputs.layout import Layout
 from ..inputs.presets import Preset
 from ..inputs.strategies import Recipe, recipes
 from ..judge.backward import drawn_backward_case, judge_case
-from ..judge.diagnose import growth_with_length
 from ..judge.properties import properties_for
-from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict, run_verdict
-from ..kernels.registry import dtype_left_out, resolve_kernel
-from ..numerics.oracle import reference_attention
+from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause
 from .corpus import save_finding
-from .database import KeyedDatabase, open_database
-from .engine import Shrink, hypothesis_test, run_test
-from .interrupts import take_pending
-from .result import TIMED_PARTS, TRIAGE, CampaignResult, count_skip_reasons, finding_entry, record_row
+from .database import open_database
+from .interrupts import handle_signals, restore_handlers
+from .result import TRIAGE, CampaignResult, finding_entry, record_row
+from .rounds import Schedule, Stop
+from .setup import prepare_campaign, warm_oracle
 from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
-__all__ = ["prepare_campaign", "run_campaign"]
-
-class _Stop(Exception):
-    """The time budget ran out or the user interrupted: end the campaign, keep what was found."""
-
-
-@dataclass
-class _Round(Shrink):
-    """What the test body knows about one hypothesis run of the campaign; its failures are
-    ``(verdict, case, cause)`` of the one cause it shrinks."""
-
-    signature: str | None = None  # the cause of the bug being shrunk; None while hypothesis generates
-    generated: int = 0            # cases generated (not shrink candidates): they count to max_examples
-
-
-def _round_seed(seed: int | None, round_no: int) -> int | None:
-    # Round 0 keeps the seed as given; later rounds derive theirs, so one seed still fixes every case.
-    if seed is None or round_no == 0:
-        return seed
-    return int(hashlib.sha256(f"{seed}/{round_no}".encode()).hexdigest()[:16], 16)
-
-
-def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, isolate: bool = True,
-                     case_timeout: float | None = None, kernel_options: dict | None = None,
-                     backward: bool = False) -> tuple:
-    """Resolve the kernel and check the options: ``(kernel, isolate, dtypes)``, or :class:`InvalidArgument`."""
-    if isinstance(kernel, str):
-        resolved = resolve_kernel(kernel, device=device, **(kernel_options or {}))
-    else:
-        if kernel_options:
-            raise InvalidArgument("kernel_options", kernel_options, "options are for a kernel given by name",
-                                  "Pass the kernel's name, or bind the options in the kernel itself.")
-        resolved, isolate = as_kernel(kernel), False  # an object cannot be resolved again in another process
-    if case_timeout is not None and not isolate:
-        raise InvalidArgument("case_timeout", case_timeout, "only a worker process can be stopped when a case "
-                              "hangs, and this kernel runs in-process",
-                              "Pass the kernel by name with isolate=True (CLI: drop --no-isolation), or drop "
-                              "the timeout.")
-    if backward and not resolved.spec.backward:
-        raise InvalidArgument("backward", backward, f"kernel {resolved.name} declares no backward pass",
-                              "Declare backward=True in its spec if autograd can differentiate it, or drop "
-                              "--backward (the forward pass is checked).")
-    wanted = list(preset.dtypes if dtypes is None else dtypes)
-    dtypes = [d for d in wanted if d in resolved.spec.dtypes]
-    if not dtypes:
-        raise _no_dtype(resolved, device, wanted)
-    return resolved, isolate, dtypes
-
-
-def _no_dtype(resolved: Kernel, device: str, wanted: list) -> InvalidArgument:
-    problem, fix = f"kernel {resolved.name} supports only {resolved.spec.dtypes}", "Pick a dtype the kernel supports."
-    why = [(d, reason) for d in wanted if (reason := dtype_left_out(resolved, device, d))]
-    if why:  # a built-in that has the dtype, but not on this device
-        problem += f" on {device}: {why[0][1]}"
-        fix = f"Check {why[0][0]} with --device cuda, or pick one of {resolved.spec.dtypes}."
-    return InvalidArgument("dtype", wanted, problem, fix)
-
-
-def warm_oracle(device) -> None:
-    """On a GPU, run the oracle once on a tiny input in a background thread: the CUDA context, the
-    cuBLAS handle and the float64 kernels load while the campaign is prepared and the first case drawn
-    and run (torch releases the GIL inside its operations), not inside the first case's oracle."""
-    if torch.device(device).type != "cuda":
-        return
-
-    def warm():
-        try:
-            q = torch.ones((1, 1, 4, 8), dtype=torch.float16, device=device)
-            reference_attention(q, q, q, scale=1.0)
-        except Exception:  # noqa: BLE001 - a broken device shows itself in the first case, with its error
-            pass
-
-    threading.Thread(target=warm, name="flashcheck-warm-oracle", daemon=True).start()
-
+__all__ = ["run_campaign"]
 
 def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, max_examples: int | None = None,
                  time_budget: float | None = None, seed: int | None = None, corpus: str | Path = "flashcheck-corpus",
@@ -205,10 +124,7 @@ class _Campaign:
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
         self.start = self.last_end = time.monotonic()
         self.first_case_at: float | None = None
-        self.deadline = self.campaign_deadline = math.inf  # the current dtype's, the campaign's
-        self.round = _Round()
-        self.round_no = 0
-        self.generated = 0                   # cases drawn (not shrink candidates): they count to max_examples
+        self.schedule = Schedule(self, strategies, database=database, seed=seed, reuse=reuse, keep_going=keep_going)
         self.saved_found: set[str] = set()   # causes whose first case is saved
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 
@@ -218,11 +134,11 @@ class _Campaign:
     # ---- hypothesis's test body ---------------------------------------------------------------------
 
     def body(self, recipe: Recipe) -> None:
-        rnd = self.round
+        rnd = self.schedule.round
         shrinking = rnd.signature is not None
         if self.interrupted():
             raise KeyboardInterrupt
-        if self.stop_reason or time.monotonic() > self.deadline:
+        if self.stop_reason or time.monotonic() > self.schedule.deadline:
             self._out_of_time(recipe, shrinking)
             return
         rnd.raise_known(recipe)  # hypothesis's final replay: the kernel need not run (or die) again
@@ -247,10 +163,10 @@ class _Campaign:
     def _out_of_time(self, recipe: Recipe, shrinking: bool) -> None:
         self.stop_reason = self.stop_reason or "time_budget"
         if not shrinking:
-            raise _Stop()
+            raise Stop()
         # Out of time while shrinking: failures replay from memory and anything else passes, so that
         # hypothesis ends the shrink at once with the smallest failing case so far.
-        self.round.out_of_time(recipe)
+        self.schedule.round.out_of_time(recipe)
 
     def _run_case(self, recipe: Recipe, shrinking: bool) -> tuple | None:
         """``(verdict, case)``, or None when no worker could start while shrinking (the shrink ends)."""
@@ -265,9 +181,9 @@ class _Campaign:
             self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
             self.stop_reason = "worker_failed"
             if shrinking:
-                self.round.cut = True
+                self.schedule.round.cut = True
                 return None
-            raise _Stop() from None
+            raise Stop() from None
 
     def judge(self, case: AttentionCase, recipe: Recipe, *, triage: bool = False) -> Verdict:
         properties = () if self.backward else properties_for(recipe.seed)
@@ -299,43 +215,24 @@ class _Campaign:
     def _count(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool) -> bool:
         """Count the case in the result; whether it was judged (not skipped)."""
         r = self.result
-        for part in TIMED_PARTS:
-            r.time_split[part] += verdict.elapsed.get(part, 0.0)
-        r.compilations += getattr(verdict, "compilations", 0)
         self.last_end = time.monotonic()
-        r.cases += 1
-        r.case_log.append(f"{case.describe()} regime={recipe.regime} seed={recipe.seed}")
-        r.by_dtype[recipe.dtype] += 1
-        r.by_regime[recipe.regime] += 1
+        r.count_case(verdict, f"{case.describe()} regime={recipe.regime} seed={recipe.seed}", recipe,
+                     drawn=not shrinking)
         if self.worker is not None:
             r.worker_restarts = self.worker.restarts
         if not shrinking:
-            self.round.generated += 1
-            r.examples += 1
-        if verdict.skipped:  # out of memory, unsupported: not the kernel's fault, and no verdict on it
-            r.skipped[verdict.skipped.split(":")[0]] += 1
-            count_skip_reasons(r.skipped_reasons, {verdict.skipped: 1})
-        else:
+            self.schedule.round.generated += 1
+        if not verdict.skipped:
             if r.first_case is None:
                 r.first_case = self.last_end - self.started_at
                 self.first_case_at = self.last_end
-            self._count_judged(verdict, recipe, shrinking)
+            if math.isfinite(verdict.max_ratio):  # hypothesis's target phase climbs towards larger errors
+                target(min(verdict.max_ratio, 1e6), label="error/budget")
+            event(f"regime {recipe.regime}")
+            event(f"dtype {recipe.dtype}")
         if self.progress is not None:
             self.progress(r)
         return not verdict.skipped
-
-    def _count_judged(self, verdict: Verdict, recipe: Recipe, shrinking: bool) -> None:
-        r = self.result
-        r.by_status[verdict.status] += 1
-        if not shrinking and "batch" in verdict.properties:
-            r.info["batch_checked"] += 1
-            r.info["batch_dependent"] += any(n.startswith("batch-dependent") for n in verdict.notes)
-        r.timeouts += any(f.kind == "timeout" for f in verdict.findings)
-        if math.isfinite(verdict.max_ratio):
-            r.max_ratio_by_dtype[recipe.dtype] = max(r.max_ratio_by_dtype.get(recipe.dtype, 0.0), verdict.max_ratio)
-            target(min(verdict.max_ratio, 1e6), label="error/budget")
-        event(f"regime {recipe.regime}")
-        event(f"dtype {recipe.dtype}")
 
     def _on_suspicious(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, cause: Cause) -> None:
         r = self.result
@@ -346,7 +243,7 @@ class _Campaign:
             self.save(verdict, case, cause, label="found", examples_at=r.examples)
 
     def _on_bug(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool, cause: Cause) -> None:
-        rnd, r, sig = self.round, self.result, cause.key
+        rnd, r, sig = self.schedule.round, self.result, cause.key
         if not shrinking:
             r.bug_signatures[sig] += 1
         if not shrinking or sig != rnd.signature:  # a shrink's candidates count apart, for other bugs only
@@ -370,93 +267,9 @@ class _Campaign:
         if self.interrupted():
             raise KeyboardInterrupt
 
-    def _record_shrunk(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, complete: bool) -> None:
+    def record_shrunk(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, complete: bool) -> None:
         self.shrunk.add(cause.key)
         self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
-
-    # ---- the rounds ------------------------------------------------------------------------------------
-
-    def _make_test(self, strategy, *, examples: int, database, phases: tuple):
-        round_seed = _round_seed(self.seed, self.round_no)
-        self.round_no += 1
-        return hypothesis_test(self.body, given_args=dict(recipe=strategy), max_examples=examples, seed=round_seed,
-                               database=database, phases=phases)
-
-    def _strata(self, max_examples: int) -> str:
-        """Each dtype draws its share of the cases, in a hypothesis engine of its own, one dtype after the
-        other; returns why the campaign stopped. Hypothesis's free drawing over several dtypes is lumpy
-        (25 cases over fp16 and fp32 gave 22 and 3), which starves a sign-off cell of its dtype."""
-        strata = [(dtype, strategy, KeyedDatabase(self.database, dtype) if len(self.strategies) > 1 else
-                   self.database) for dtype, strategy in self.strategies.items()]
-        if self.reuse and len(strata) > 1 and self._replay_stored(strata, max_examples):
-            if not self.keep_going or self.stop_reason:
-                return self.stop_reason or "bug_found"
-        for i, (_, strategy, database) in enumerate(strata):
-            left = len(strata) - i
-            now = time.monotonic()
-            self.deadline = now + (self.campaign_deadline - now) / left  # the time left, shared the same way
-            try:
-                stopped = self._rounds(strategy, database, math.ceil((max_examples - self.generated) / left),
-                                       reuse=self.reuse and len(strata) == 1)
-            except _Stop:
-                stopped = self.stop_reason or "time_budget"
-            if stopped == "time_budget" and left > 1 and time.monotonic() < self.campaign_deadline:
-                self.stop_reason = None  # this dtype's share of the time is spent (maybe while shrinking)
-                continue
-            if stopped != "max_examples":
-                return stopped
-        return "max_examples"
-
-    def _replay_stored(self, strata: list, max_examples: int) -> bool:
-        """Replay every dtype's stored failures before any dtype draws a case; True when one failed. (The
-        passing cases hypothesis keeps for its target phase are not replayed in a campaign over dtypes.)"""
-        found = False
-        for dtype, strategy, _ in strata:
-            test = self._make_test(strategy, examples=max_examples,
-                                   database=KeyedDatabase(self.database, dtype, failures_only=True),
-                                   phases=(Phase.explicit, Phase.reuse, Phase.shrink))
-            if self._run_round(test):
-                found = True
-                if not self.keep_going or self.stop_reason:
-                    break
-        self.round_no = 0  # the first dtype's first round keeps the seed as given
-        return found
-
-    def _rounds(self, strategy, database, examples: int, *, reuse: bool) -> str:
-        """Run hypothesis once per bug (once in all without keep_going) until ``examples`` more cases are
-        drawn; returns why it stopped."""
-        end = self.generated + examples
-        # Later rounds skip the database: it holds the failures just shrunk, which would only count again,
-        # and with one hypothesis keeps a pareto front that draws the later rounds back to them.
-        phases = (Phase.explicit, Phase.reuse) if reuse else ()
-        while self.generated < end:
-            test = self._make_test(strategy, examples=end - self.generated, database=database,
-                                   phases=phases + (Phase.generate, Phase.target, Phase.shrink))
-            phases, database = (), None
-            if not self._run_round(test):
-                return "max_examples"
-            if not self.keep_going:
-                return "bug_found"
-            if self.stop_reason:
-                return self.stop_reason
-        return "max_examples"
-
-    def _run_round(self, test) -> bool:
-        """Run one hypothesis engine; True when it ended on a failure (shrunk and recorded)."""
-        rnd = self.round = _Round()
-        try:
-            outcome = run_test(test, rnd)
-        finally:
-            self.generated += rnd.generated
-        if outcome.flaky and rnd.signature is None and self.stop_reason:
-            # hypothesis replayed a case that had passed, after the time ran out: the stop, not a flaky kernel
-            raise _Stop()
-        if outcome.flaky:  # hypothesis could not reproduce the failure: keep the smallest case that did fail
-            self.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
-        if outcome.failure is None:
-            return outcome.flaky
-        self._record_shrunk(*outcome.failure, complete=not (rnd.cut or outcome.flaky))
-        return True
 
     def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:
         previous = self._install_signal_handlers()
@@ -465,26 +278,24 @@ class _Campaign:
                 self.worker.start()  # a kernel that cannot load in the worker is a usage error, before any case
             # The clock starts once the kernel is loaded, as it did when the kernel loaded in this process.
             self.start = self.last_end = time.monotonic()
-            self.campaign_deadline = self.start + time_budget if time_budget else math.inf
-            self.result.stopped = self._strata(max_examples)
-        except _Stop:
+            self.result.stopped = self.schedule.run(max_examples, until=self.start + time_budget if time_budget else math.inf)
+        except Stop:
             self.result.stopped = self.stop_reason or "time_budget"
         except KeyboardInterrupt:
             self.result.stopped = "interrupted"
             self._keep_shrink_progress()
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            restore_handlers(previous)
             if self.worker is not None:
                 self.worker.close()
                 self.result.worker_restarts = self.worker.restarts
         return self._finish()
 
     def _keep_shrink_progress(self) -> None:
-        rnd = self.round
+        rnd = self.schedule.round
         if rnd.best is not None and rnd.best is not rnd.first and rnd.signature not in self.shrunk:
             try:  # keep the shrink's progress: the smallest failing case so far
-                self._record_shrunk(*rnd.best, complete=False)
+                self.record_shrunk(*rnd.best, complete=False)
             except KeyboardInterrupt:
                 pass
 
@@ -494,15 +305,7 @@ class _Campaign:
         r.elapsed = end - self.start
         if self.first_case_at is not None and r.cases > 1 and end > self.first_case_at:
             r.steady_rate = (r.cases - 1) / (end - self.first_case_at)
-        for key, points in r.bugs.lengths.items():  # a defect that accumulates along the keys says so
-            growth = growth_with_length(points)
-            if growth:
-                r.bugs.add_diagnosis(key, growth)
-                for entry in r.findings:
-                    if entry["cause"] == key:
-                        entry["diagnosis"] = list(entry["diagnosis"]) + [growth]
-        # PASS needs a judged case: with none (all skipped, or no case at all) the verdict is NO_CASES.
-        r.verdict = run_verdict(r.findings, r.by_status)
+        r.conclude()
         return r
 
     # ---- signals -----------------------------------------------------------------------------------------
@@ -517,12 +320,8 @@ class _Campaign:
 
     def _install_signal_handlers(self) -> dict:
         """Install :meth:`on_signal` for SIGTERM and SIGINT; returns the handlers it replaced."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}  # signal handlers can only be set in the main thread
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-        for s in previous:
-            signal.signal(s, self.on_signal)
-        if take_pending():  # Ctrl-C while the command started up: stop before the first case
+        previous, pending = handle_signals(self.on_signal)
+        if pending:  # Ctrl-C while the command started up: stop before the first case
             self.stop_reason = "interrupted"
         return previous
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-from ..files import write_json, write_text  # noqa: F401  TEMPORARY until cli/ imports them from files
 
 __all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "FINDING_KINDS", "Finding", "Verdict", "from_json_number",
            "json_number", "run_verdict", "worst_status"]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..campaign.parallel import run_campaigns
-from ..campaign.run import prepare_campaign
+from ..campaign.setup import prepare_campaign
 from ..errors import InvalidArgument
 from ..files import check_writable_folder, write_json
 from .machine import flashcheck_version, machine_info

@@ -1,0 +1,30 @@
+"""``flashcheck kernels`` and ``flashcheck presets``: what can be named without reading the source."""
+
+from __future__ import annotations
+
+from .options import EXIT_OK
+
+__all__ = ["add_parser", "run_kernels", "run_presets"]
+
+
+def add_parser(subparsers) -> None:
+    subparsers.add_parser("kernels", help="list the built-in kernels").set_defaults(run=run_kernels)
+    subparsers.add_parser("presets", help="list the built-in campaign presets").set_defaults(run=run_presets)
+
+
+def run_kernels(args) -> int:
+    """The built-in kernels' names, each with what it is."""
+    from ..kernels.registry import BUILTIN_KERNELS
+
+    for name, text in BUILTIN_KERNELS.items():
+        print(f"{name:20} {text}")
+    return EXIT_OK
+
+
+def run_presets(args) -> int:
+    """The built-in presets' names, each with its description."""
+    from ..inputs.presets import builtin_presets, load_preset
+
+    for name in builtin_presets():
+        print(f"{name:14} {load_preset(name).description}")
+    return EXIT_OK

@@ -1,0 +1,101 @@
+"""A campaign's summary for people: what ``fuzz`` prints at its end and ``merge`` prints for the summaries
+it merged (``CampaignResult.as_dict()``, or the merged one of ``--jobs``)."""
+
+from __future__ import annotations
+
+__all__ = ["print_summary"]
+
+
+def _text(value) -> str:
+    # A value that merged campaigns share, or their different values.
+    if isinstance(value, list):
+        return ", ".join(_text(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def print_summary(d: dict) -> None:
+    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people."""
+    print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])}): {d['verdict']}")
+    first = f", first judged case {_text(d['first_case_s'])} s after start" if d.get("first_case_s") is not None else ""
+    print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s){first}, "
+          f"stopped: {_text(d['stopped'])}")
+    if d["cases"] != d["examples"]:
+        print(f"  {d['examples']} cases drawn, {d['cases'] - d['examples']} tried while shrinking")
+    print(f"  time: {_time_split(d['time_split_s'], d.get('compilations', 0))}")
+    isolation = _text(d["isolation"])
+    if isolation == "worker":
+        isolation += (f" process, case timeout {_text(d['case_timeout_s'])} s, {d['worker_restarts']} restarts, "
+                      f"{d['timeouts']} timeouts")
+    print(f"  kernel ran: {isolation}")
+    for source in d.get("sources") or []:  # one per --jobs worker
+        gpu = f" (GPU {source['gpu']})" if source.get("gpu") is not None else ""
+        ended = f", ended: {source['exit']}" if source.get("exit") else ""
+        print(f"  {source['source']}{gpu}: {source['verdict']}, {source['cases']} cases, {source['findings']} "
+              f"findings, stopped: {source.get('stopped')}{ended}")
+    info = d["info"]
+    if info.get("batch_checked"):
+        print(f"  batch invariance (information): {info['batch_dependent']} of {info['batch_checked']} "
+              "batched cases gave other bits for a sequence run alone")
+    _print_skipped(d)
+    for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
+        print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}")
+    _print_bugs(d.get("bugs") or [])
+    for note in d["notes"]:
+        print(f"  note: {note}")
+    if d["findings"]:
+        print(f"  raw findings ({len(d['findings'])}, each saved case):")
+    for f in d["findings"]:
+        state = "as found" if not f["shrunk"] else "shrunk" if f.get("shrink_complete", True) else "partly shrunk"
+        source = f", {f['source']}" if "source" in f else ""
+        print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}{source}): {f['case']}")
+        for line in f["diagnosis"]:
+            print(f"      {line}")
+        print(f"      replay: {f['replay']}")
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _print_bugs(bugs: list) -> None:
+    """The distinct bugs, first: what a reader acts on (one per root cause, with its smallest case)."""
+    if not bugs:
+        return
+    print(f"  distinct bugs: {len(bugs)}")
+    for bug in bugs:
+        print(f"  #{bug['id']} {bug['status']} [{bug['cause']}] {bug['title']}")
+        shrink = f" (+{bug['shrink_cases']} met while shrinking another)" if bug.get("shrink_cases") else ""
+        print(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; dtypes: "
+              f"{_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: {_counts(bug['causal'])}; "
+              f"where: {_counts(bug.get('parts') or {})}")
+        print(f"      regimes: {_counts(bug['regimes'])}")
+        smallest = bug.get("smallest")
+        if smallest:
+            state = "shrunk" if smallest["shrunk"] else "as found"
+            print(f"      smallest case ({state}): {smallest['case']}")
+            for line in bug["diagnosis"]:
+                print(f"        {line}")
+            print(f"      replay: {smallest['replay']}")
+
+
+def _time_split(split: dict, compilations: int) -> str:
+    # Compilation time is part of the kernel's: shown inside it, not beside it.
+    parts = []
+    for part, seconds in split.items():
+        if part == "kernel" and (compilations or split.get("compile")):
+            parts.append(f"kernel {seconds:.2f} s (compiling {split.get('compile', 0.0):.2f} s of it, "
+                         f"{compilations} compilations)")
+        elif part != "compile":
+            parts.append(f"{part} {seconds:.2f} s")
+    return ", ".join(parts)
+
+
+def _print_skipped(d: dict) -> None:
+    skipped = sum(d["skipped"].values())
+    if not skipped:
+        return
+    why = ", ".join(f"{n} {'out of memory' if k == 'oom' else k}" for k, n in d["skipped"].items() if n)
+    print(f"  skipped (not judged): {skipped} cases ({why})")
+    for reason, n in sorted((d.get("skipped_reasons") or {}).items(), key=lambda kv: -kv[1]):
+        print(f"      {n} x {reason}")
+
