@@ -32,11 +32,11 @@ def main(argv=None) -> int:
     from flashcheck.inputs.case import AttentionCase
     from flashcheck.judge.check import check
     from flashcheck.kernels.registry import resolve_kernel
-    from flashcheck.kernels.triton.mutants import MUTANTS
+    from flashcheck.kernels.triton.planted import MUTANTS
     from flashcheck.inputs.presets import load_preset
     from flashcheck.selftest.run import CORRECT_TILES, MUTANT_TILE
     from flashcheck.files import write_json
-    from flashcheck.campaign.worker import quiet_interpreter
+    from flashcheck.campaign.serve import quiet_interpreter
 
     quiet_interpreter()
     precision = "ieee" if args.device == "cpu" else "tf32"

@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from flashcheck.campaign.jobs import Job
 from flashcheck.cli import main
-from flashcheck.campaign.parallel import _ChunkScheduler, _Job
+from flashcheck.selftest.parallel import ChunkScheduler
 from flashcheck.selftest.run import Detection, Row, merge_chunks, row_chunks
 
 ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-tutorial/randn",
@@ -63,8 +64,8 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
     plan = [("good", "fp16"), ("bug", "fp16"), ("other", "fp16")]
     correct = {"good": True, "bug": False, "other": True}
     done = []
-    scheduler = _ChunkScheduler(plan, correct, lambda ok: row_chunks(ok, 9, 9, 3, 2), None, done.append)
-    job = _Job(0, None, _Conn(), None)
+    scheduler = ChunkScheduler(plan, correct, lambda ok: row_chunks(ok, 9, 9, 3, 2), None, done.append)
+    job = Job(0, None, _Conn(), None)
     order = []
 
     def step(result=None):
@@ -102,9 +103,9 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
 def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
     plan = [("good", "fp16"), ("bug", "fp16")]
     done = []
-    scheduler = _ChunkScheduler(plan, {"good": True, "bug": False}, lambda ok: row_chunks(ok, 9, 9, 3), 0.0,
+    scheduler = ChunkScheduler(plan, {"good": True, "bug": False}, lambda ok: row_chunks(ok, 9, 9, 3), 0.0,
                                 done.append)
-    job = _Job(0, None, _Conn(), None)
+    job = Job(0, None, _Conn(), None)
     scheduler.idle.append(job)
     scheduler.dispatch()  # past the deadline, a row still gets its first chunk (its first case)
     scheduler.received(job, job.conn.sent[-1][0], _row(1, stopped=True).as_dict())

@@ -11,7 +11,8 @@ import torch
 
 from flashcheck import AttentionCase, check_backward
 from flashcheck.kernels.triton.forward import make_kernel
-from flashcheck.kernels.triton.mutants import AREAS, BACKWARD_MUTANTS, MUTANTS, load_mutant, mutant_names, mutant_source
+from flashcheck.kernels.triton.mutants import load_mutant, mutant_names, mutant_source
+from flashcheck.kernels.triton.planted import AREAS, BACKWARD_MUTANTS, MUTANTS
 
 pytestmark = pytest.mark.interpreter
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from flashcheck.contract.validation import Shapes
 from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.regimes import make_values
 from flashcheck.judge.check import check
 from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.inputs.regimes import make_values
-from flashcheck.contract.validation import Shapes
 
 pytestmark = pytest.mark.interpreter
 

@@ -18,16 +18,17 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from flashcheck.kernels.triton import mutants
-from flashcheck.numerics.budget import error_budget
+from flashcheck.contract.validation import Shapes
+from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.layout import Layout
-from flashcheck.judge.check import check, compare
-from flashcheck.errors import InvalidArgument
-from flashcheck.kernels.triton.forward import BACKEND_NAME, make_kernel
-from flashcheck.kernels.triton.mutants import AREAS, MUTANTS, MutantSourceError, load_mutant, mutant_names, mutant_source
 from flashcheck.inputs.regimes import VALUE_REGIMES
-from flashcheck.contract.validation import Shapes
+from flashcheck.judge.check import check, compare
+from flashcheck.kernels.triton import mutants
+from flashcheck.kernels.triton.forward import BACKEND_NAME, make_kernel
+from flashcheck.kernels.triton.mutants import MutantSourceError, load_mutant, mutant_names, mutant_source
+from flashcheck.kernels.triton.planted import AREAS, MUTANTS, SOURCES, Mutant
+from flashcheck.numerics.budget import error_budget
 
 pytestmark = pytest.mark.interpreter
 
@@ -49,7 +50,7 @@ def test_at_least_22_mutants_with_unique_names_and_known_areas():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_edits_apply_once_and_give_valid_python(name):
-    source = mutants._KERNEL_FILE.read_text()
+    source = SOURCES["forward"].read_text()
     mutant = mutants._BY_NAME[name]
     for old, new in mutant.edits:
         assert source.count(old) == 1, (name, old)
@@ -60,7 +61,7 @@ def test_edits_apply_once_and_give_valid_python(name):
 
 
 def test_stale_edit_names_the_mutant(monkeypatch):
-    broken = mutants.Mutant("stale", "bounds", "d", (("no such text", "x"),), "e")
+    broken = Mutant("stale", "bounds", "d", (("no such text", "x"),), "e")
     monkeypatch.setitem(mutants._BY_NAME, "stale", broken)
     with pytest.raises(MutantSourceError, match="stale"):
         mutant_source("stale")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from flashcheck.inputs.case import AttentionCase
 from flashcheck.cli import main
-from flashcheck.inputs.regimes import make_values
 from flashcheck.contract.validation import Shapes
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.regimes import make_values
 
 pytestmark = pytest.mark.interpreter
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from flashcheck.selftest.run import Row, format_table, run_selftest, variants
+from flashcheck.selftest.run import Row, run_selftest, variants
+from flashcheck.selftest.table import format_table
 
 pytestmark = pytest.mark.interpreter
 

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashcheck import check_backward
-from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.inputs.regimes import UPSTREAM_REGIMES
 from flashcheck.inputs.strategies import recipes
+from flashcheck.kernels.registry import resolve_kernel
 from tests._cases import large_v_case
 
 pytestmark = pytest.mark.interpreter

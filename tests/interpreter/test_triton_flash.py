@@ -15,10 +15,10 @@ import textwrap
 import pytest
 import torch
 
-from flashcheck.errors import InvalidArgument
-from flashcheck.kernels.triton.forward import make_kernel, triton_attention
 from flashcheck.contract.precision import PRESETS
 from flashcheck.contract.spec import Kernel
+from flashcheck.errors import InvalidArgument
+from flashcheck.kernels.triton.forward import make_kernel, triton_attention
 from tests._compare import assert_close_to_reference, reference
 
 pytestmark = pytest.mark.interpreter

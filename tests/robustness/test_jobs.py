@@ -118,14 +118,14 @@ def _report_gpu(conn, index: int, payload) -> None:
 
 
 def test_worker_i_gets_visible_gpu_i_mod_n_before_it_starts(monkeypatch):
-    from flashcheck.campaign import parallel
+    from flashcheck.campaign import jobs as parallel
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # what this process may use: workers share it out
-    jobs = parallel._start_jobs(_report_gpu, [{}] * 3, "cuda", "test")
+    jobs = parallel.start_jobs(_report_gpu, [{}] * 3, "cuda", "test")
     try:
-        seen = {job.index: gpu for job, _, gpu in parallel._messages(jobs)}
+        seen = {job.index: gpu for job, _, gpu in parallel.messages(jobs)}
     finally:
-        parallel._end_jobs(jobs)
+        parallel.end_jobs(jobs)
     assert seen == {0: "3", 1: "5", 2: "3"} and [job.gpu for job in jobs] == ["3", "5", "3"]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,5"
     assert parallel.visible_gpus("cpu") == []
@@ -147,29 +147,29 @@ def _report_threads(conn, index: int, payload) -> None:
 
 
 def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
-    from flashcheck.campaign import parallel
+    from flashcheck.campaign import jobs as parallel
 
     for name in parallel.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
-    jobs = parallel._start_jobs(_report_threads, [{}] * 8, "cpu", "test")
+    jobs = parallel.start_jobs(_report_threads, [{}] * 8, "cpu", "test")
     try:
-        seen = [threads for _, _, threads in parallel._messages(jobs)]
+        seen = [threads for _, _, threads in parallel.messages(jobs)]
     finally:
-        parallel._end_jobs(jobs)
+        parallel.end_jobs(jobs)
     assert seen == [("2", "2", 2)] * 8  # 16 cores over 8 workers, torch's own pool included
     assert "OMP_NUM_THREADS" not in os.environ
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
-    jobs = parallel._start_jobs(_report_threads, [{}] * 2, "cpu", "test")
+    jobs = parallel.start_jobs(_report_threads, [{}] * 2, "cpu", "test")
     try:
-        seen = [threads for _, _, threads in parallel._messages(jobs)]
+        seen = [threads for _, _, threads in parallel.messages(jobs)]
     finally:
-        parallel._end_jobs(jobs)
+        parallel.end_jobs(jobs)
     assert {t[0] for t in seen} == {"3"}
 
 
 def test_usable_cores_follow_the_affinity_not_the_machine():
-    from flashcheck.campaign import parallel
+    from flashcheck.campaign import jobs as parallel
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")

@@ -30,25 +30,20 @@ import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import time
-import traceback
-import warnings
 from typing import TYPE_CHECKING
 
 from ..contract.counts import check_seconds
 from ..errors import FlashcheckError, InvalidArgument
 from ..judge.verdict import BUG, Finding, Verdict
 from .interrupts import sigint_ignored_by_children
+from .serve import poisons_cuda, send_message, serve
 
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
 
-__all__ = ["KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "default_case_timeout",
-           "poisons_cuda", "POISON_MARKERS"]
+__all__ = ["KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "default_case_timeout", "exit_text"]
 
-# Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
-POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
 # How long a worker may take to import torch, flashcheck and the kernel's module before it counts as broken.
 START_TIMEOUT = 300.0
 # How often the parent looks whether a worker it waits for is still alive.
@@ -63,16 +58,6 @@ def default_case_timeout(device) -> float:
     return 600.0 if kind == "cpu" else 300.0
 
 
-def poisons_cuda(verdict: Verdict) -> bool:
-    """Whether a crash in ``verdict`` left the process's CUDA context unusable (so the worker must go)."""
-    for f in verdict.findings:
-        if f.kind == "crash":
-            text = f.diagnosis + "\n" + str((f.details or {}).get("traceback") or "")
-            if any(marker in text for marker in POISON_MARKERS):
-                return True
-    return False
-
-
 class WorkerError(RuntimeError):
     """flashcheck itself failed inside the worker (not the kernel: what the kernel does is a finding)."""
 
@@ -81,13 +66,7 @@ class WorkerStartError(FlashcheckError, RuntimeError):
     """The worker could not resolve or load the kernel."""
 
 
-def quiet_interpreter() -> None:
-    """The Triton interpreter runs kernels through numpy, which warns on every inf and NaN a kernel
-    makes (masked scores are -inf by design); those warnings say nothing about the kernel."""
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
-
-
-def _exit_text(exitcode: int | None) -> str:
+def exit_text(exitcode: int | None) -> str:
     if exitcode is None:
         return "no exit status yet"
     if exitcode < 0:
@@ -99,95 +78,6 @@ def _exit_text(exitcode: int | None) -> str:
         hint = ", maybe by the system's out-of-memory killer" if name == "SIGKILL" else ""
         return f"killed by signal {name}{hint}"
     return f"exit code {exitcode}"
-
-
-# ------------------------------------------------------------------------------------------------
-# The child
-# ------------------------------------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    # A hung kernel must not outlive a parent killed with SIGKILL (Linux only; elsewhere the parent's
-    # exit closes the pipe, which ends an idle worker).
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-
-def _send(conn, message) -> None:
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _serve(conn) -> None:
-    """The worker's main loop: import, receive the kernel to load and load it, then check each case
-    received until told to stop."""
-    # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
-    parent = multiprocessing.parent_process()
-    if parent is not None and parent.pid != os.getppid():
-        return  # the parent died before that: nobody will name a kernel (a usage error, Ctrl-C)
-    quiet_interpreter()
-    try:  # the slow part (torch): done while the parent still prepares, before the kernel is named
-        from ..judge.backward import judge_case
-        from ..kernels.registry import resolve_kernel
-    except Exception as exc:
-        failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
-    else:
-        failed = None
-    try:
-        assignment = pickle.loads(conn.recv_bytes())
-    except (EOFError, OSError):
-        return  # the parent is gone, or closed a process it did not need
-    if assignment is None:
-        return
-    if failed is not None:  # reported in answer to the assignment: the parent reads it as its start's failure
-        _send(conn, failed)
-        return
-    target, device, options, paths = assignment
-    for path in reversed(paths):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    try:
-        kernel = resolve_kernel(target, device=device, **options)
-    except Exception as exc:
-        _send(conn, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-        return
-    _send(conn, ("ready", os.getpid(), kernel.name))
-    while True:
-        try:
-            message = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return  # the parent is gone
-        if message is None:
-            return
-        case, properties = message
-        try:
-            verdict = judge_case(kernel, case, device=device, properties=properties)
-        except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            if not any(marker in text for marker in POISON_MARKERS):
-                _send(conn, ("error", text, traceback.format_exc()))
-                continue
-            # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
-            # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
-            verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
-        _send(conn, ("verdict", verdict.as_dict()))
-        if poisons_cuda(verdict):
-            conn.close()
-            os._exit(0)
-
-
-def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:
-    regime = case.provenance.get("strategy") if case.provenance else None
-    crash = Finding("crash", BUG, f"the CUDA context broke while this case ran ({text.splitlines()[0][:200]}); "
-                    "flashcheck's next CUDA call reported it, so the kernel's launch is the likely cause",
-                    regime=regime, details={"traceback": trace})
-    return Verdict.from_findings([crash], max_ratio=math.nan, kernel=kernel_name, case=case.describe(), regime=regime)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -209,7 +99,7 @@ class WorkerProcess:
     def __init__(self):
         ctx = multiprocessing.get_context("spawn")
         parent_end, child_end = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child_end,), name="flashcheck-worker", daemon=True)
+        process = ctx.Process(target=serve, args=(child_end,), name="flashcheck-worker", daemon=True)
         with sigint_ignored_by_children():
             process.start()
         child_end.close()  # so that the parent sees EOF when the child dies
@@ -228,7 +118,7 @@ class WorkerProcess:
         self.assignment = (target, str(device), dict(options or {}), list(paths) if paths is not None
                            else [os.getcwd()])
         try:
-            _send(self._conn, self.assignment)
+            send_message(self._conn, self.assignment)
         except OSError:
             pass  # it died: whoever waits for it finds out
 
@@ -331,7 +221,7 @@ class KernelWorker:
             why = f"it did not report ready within {max(START_TIMEOUT, self.case_timeout):g} s"
         elif message is _DIED:
             process.join(timeout=5.0)
-            why = f"it died while loading the kernel ({_exit_text(process.exitcode)})"
+            why = f"it died while loading the kernel ({exit_text(process.exitcode)})"
         else:
             why = message[1]
         self._discard()
@@ -345,7 +235,7 @@ class KernelWorker:
         started = time.monotonic()
         self._busy = True  # until the answer is in: an interrupted wait leaves the worker mid-case
         try:
-            _send(self._conn, (case, tuple(properties)))
+            send_message(self._conn, (case, tuple(properties)))
         except OSError:  # a broken pipe: it died before reading the case
             self._busy = False
             return self._died(case, time.monotonic() - started)
@@ -374,7 +264,7 @@ class KernelWorker:
             return
         if self._conn is not None and self.alive:
             try:
-                _send(self._conn, None)
+                send_message(self._conn, None)
             except OSError:
                 pass
         self._discard(wait=True)
@@ -429,7 +319,7 @@ class KernelWorker:
             process.join(timeout=5.0)
         exitcode = process.exitcode if process is not None else None
         self._discard()
-        how = _exit_text(exitcode)
+        how = exit_text(exitcode)
         return self._verdict(case, Finding(
             "crash", BUG, f"the worker process running the kernel died ({how}) after {waited:.3g} s: a segfault, "
             "an abort or an exit inside the kernel", details={"exitcode": exitcode, "died": how}), waited)

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
 def _run_command(args) -> int:
     """The command ``args`` names, with its options checked first; flashcheck's own errors are usage errors."""
     from ..campaign import interrupts
-    from ..campaign.worker import quiet_interpreter
+    from ..campaign.serve import quiet_interpreter
     from ..errors import FlashcheckError
 
     quiet_interpreter()

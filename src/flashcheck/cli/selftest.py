@@ -64,7 +64,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     """The rows, each reported as it ends and all in one table at the end; or (``--table``) saved rows."""
     from ..files import check_writable_file, write_json
-    from ..selftest.run import format_table
+    from ..selftest.table import format_table
 
     if args.table:
         rows = _saved_rows(args.table)
@@ -102,7 +102,7 @@ def _run_selftest(args, device: str, dtypes, progress) -> list:
     if args.jobs == 1:
         return run_selftest(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
                             time_budget=args.time_budget, progress=progress, **options)
-    from ..campaign.parallel import run_selftest_rows
+    from ..selftest.parallel import run_selftest_rows
 
     plan = selftest_plan(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
                          backward=args.backward)

@@ -59,7 +59,7 @@ def run(args) -> int:
     """The sign-off: its campaigns, each reported as it ends, then the report written and summed up."""
     importable_from_cwd(args.kernels)
     device = choose_device(args.device)
-    from ..campaign.parallel import check_jobs
+    from ..campaign.jobs import check_jobs
     from ..inputs.presets import load_preset
     from ..report.signoff import run_signoff
 

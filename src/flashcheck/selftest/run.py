@@ -25,7 +25,6 @@ from ..judge.backward import check_backward, drawn_backward_case, run_backward, 
 from ..judge.check import check
 from ..judge.properties import properties_for
 from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number
-from ..numerics.gradients import GRADIENTS
 from .anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
 
 __all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",
@@ -54,6 +53,7 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     """
     from ..kernels.registry import resolve_kernel
     from ..kernels.triton import mutants as mutant_module
+    from ..kernels.triton import planted
     from ..kernels.triton.forward import make_kernel, on_device
 
     # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
@@ -67,7 +67,7 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    chosen = [m for m in mutant_module.BACKWARD_MUTANTS if device in m.devices] if backward else mutant_module.MUTANTS
+    chosen = [m for m in planted.BACKWARD_MUTANTS if device in m.devices] if backward else planted.MUTANTS
     out += [Variant(m.name, False, m.area, m.description,
                     lambda m=m: on_device(mutant_module.load_mutant(
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
@@ -382,58 +382,3 @@ def _rows(device: str, dtypes, names, which, backward=False):
         for dtype in dtypes:
             if dtype in kernel.spec.dtypes and dtype in variant.dtypes:
                 yield variant, kernel, dtype
-
-
-def format_table(rows: list[Row]) -> str:
-    """One text table: each variant, caught or not, by which check, after how many cases."""
-    def cell(det: "Detection", correct: bool, stopped: bool) -> str:
-        if det.how == "n/a" and det.first_case is None:
-            return "n/a"
-        if correct:
-            return "ok" if det.first_case is None else f"FALSE ALARM x{det.false_alarms}"
-        return f"caught @{det.first_case}" if det.first_case else "stopped" if stopped else "missed"
-
-    anchor_keys = list(rows[0].anchors) if rows else []
-    head = ["variant", "dtype", "cases", "flashcheck", "check", "ratio"] + anchor_keys
-    lines = []
-    for r in rows:
-        if r.correct:
-            fc = "ok" if r.flashcheck.first_case is None else f"FALSE ALARM x{r.flashcheck.false_alarms}"
-            ratio = f"max {r.max_ratio:.3g}" + (f" susp {r.suspicious}" if r.suspicious else "")
-        else:
-            fc = f"BUG @{r.flashcheck.first_case}" if r.flashcheck.first_case else "STOPPED" if r.stopped else "MISSED"
-            ratio = f"min {r.min_caught_ratio:.3g}" if math.isfinite(r.min_caught_ratio) else "-"
-        lines.append([r.variant, r.dtype, f"{r.cases}{' (stopped)' if r.stopped else ''}", fc, r.flashcheck.how or "-", ratio]
-                     + [cell(r.anchors[k], r.correct, r.stopped) for k in anchor_keys])
-    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    fmt = "  ".join(f"{{:{w}}}" for w in widths)
-    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*line) for line in lines]
-    bugs = [r for r in rows if not r.correct]
-    good = [r for r in rows if r.correct]
-    summary = [""]
-    for label, det_of in [("flashcheck", lambda r: r.flashcheck)] + [(k, lambda r, k=k: r.anchors[k]) for k in anchor_keys]:
-        caught = sum(1 for r in bugs if det_of(r).first_case)
-        alarms = sum(1 for r in good if det_of(r).first_case)
-        defined = sum(1 for r in bugs if not (det_of(r).how == "n/a" and det_of(r).first_case is None))
-        summary.append(f"{label:28} caught {caught}/{defined} planted bugs (variant x dtype); "
-                       f"false alarms on {alarms}/{len(good)} correct rows")
-    stopped = [r for r in rows if r.stopped]
-    if stopped:
-        summary.append(f"time budget: {len(stopped)} rows stopped before their last case "
-                       f"({sum(1 for r in stopped if not r.correct and not r.flashcheck.first_case)} planted bugs "
-                       "not caught by then)")
-    cases_correct = sum(r.cases for r in good)
-    summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
-        f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}{_by_gradient(good, d)}"
-        for d in sorted({r.dtype for r in good})))
-    return "\n".join(out + summary)
-
-
-def _by_gradient(rows: list[Row], dtype: str) -> str:
-    """`` (dq 0.9, dk 0.8, dv 0.99)``: the largest err/budget of each gradient in ``dtype`` (backward rows)."""
-    found = {k for r in rows if r.dtype == dtype for k in r.gradient_max}
-    names = [k for k in GRADIENTS if k in found] + sorted(found - set(GRADIENTS))
-    if not names:
-        return ""
-    worst = {k: max(r.gradient_max.get(k, 0.0) for r in rows if r.dtype == dtype) for k in names}
-    return " (" + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()) + ")"

@@ -1,0 +1,126 @@
+"""The kernel worker process's side: import torch and the checks at once, load the kernel it is told,
+judge each case it is sent and send back the verdict; leave at once when a kernel broke the process's CUDA
+context, so that the next case runs in a fresh process. The parent's side is :mod:`.worker`."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import traceback
+import warnings
+from typing import TYPE_CHECKING
+
+from ..judge.verdict import BUG, Finding, Verdict
+
+if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
+    from ..inputs.case import AttentionCase
+
+__all__ = ["POISON_MARKERS", "die_with_parent", "poisons_cuda", "quiet_interpreter", "send_message", "serve"]
+
+# Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
+POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
+
+def poisons_cuda(verdict: Verdict) -> bool:
+    """Whether a crash in ``verdict`` left the process's CUDA context unusable (so the worker must go)."""
+    for f in verdict.findings:
+        if f.kind == "crash":
+            text = f.diagnosis + "\n" + str((f.details or {}).get("traceback") or "")
+            if any(marker in text for marker in POISON_MARKERS):
+                return True
+    return False
+
+
+def quiet_interpreter() -> None:
+    """The Triton interpreter runs kernels through numpy, which warns on every inf and NaN a kernel
+    makes (masked scores are -inf by design); those warnings say nothing about the kernel."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
+
+
+def die_with_parent() -> None:
+    # A hung kernel must not outlive a parent killed with SIGKILL (Linux only; elsewhere the parent's
+    # exit closes the pipe, which ends an idle worker).
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def send_message(conn, message) -> None:
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def serve(conn) -> None:
+    """The worker's main loop: import, receive the kernel to load and load it, then check each case
+    received until told to stop."""
+    # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():
+        return  # the parent died before that: nobody will name a kernel (a usage error, Ctrl-C)
+    quiet_interpreter()
+    try:  # the slow part (torch): done while the parent still prepares, before the kernel is named
+        from ..judge.backward import judge_case
+        from ..kernels.registry import resolve_kernel
+    except Exception as exc:
+        failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    else:
+        failed = None
+    try:
+        assignment = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        return  # the parent is gone, or closed a process it did not need
+    if assignment is None:
+        return
+    if failed is not None:  # reported in answer to the assignment: the parent reads it as its start's failure
+        send_message(conn, failed)
+        return
+    target, device, options, paths = assignment
+    for path in reversed(paths):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    try:
+        kernel = resolve_kernel(target, device=device, **options)
+    except Exception as exc:
+        send_message(conn, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return
+    send_message(conn, ("ready", os.getpid(), kernel.name))
+    while True:
+        try:
+            message = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if message is None:
+            return
+        case, properties = message
+        try:
+            verdict = judge_case(kernel, case, device=device, properties=properties)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if not any(marker in text for marker in POISON_MARKERS):
+                send_message(conn, ("error", text, traceback.format_exc()))
+                continue
+            # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
+            # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
+            verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
+        send_message(conn, ("verdict", verdict.as_dict()))
+        if poisons_cuda(verdict):
+            conn.close()
+            os._exit(0)
+
+
+def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:
+    regime = case.provenance.get("strategy") if case.provenance else None
+    crash = Finding("crash", BUG, f"the CUDA context broke while this case ran ({text.splitlines()[0][:200]}); "
+                    "flashcheck's next CUDA call reported it, so the kernel's launch is the likely cause",
+                    regime=regime, details={"traceback": trace})
+    return Verdict.from_findings([crash], max_ratio=math.nan, kernel=kernel_name, case=case.describe(), regime=regime)
+
+
