@@ -34,10 +34,10 @@ from ..contract.spec import Kernel, as_kernel
 from ..errors import BackendUnavailable, InvalidArgument
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
 from .triton.cache import use_triton_cache
+from .triton.runtime import BACKEND_NAME as TRITON
 
 __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
 
-TRITON = "flashcheck:triton"
 FLEX = "torch:flex"
 
 BUILTIN_KERNELS: dict[str, str] = {

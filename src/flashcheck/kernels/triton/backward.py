@@ -28,6 +28,7 @@ import threading
 import torch
 
 from .cache import use_triton_cache, watch_compilations
+from .runtime import import_triton
 
 __all__ = ["triton_attention_backward"]
 
@@ -185,11 +186,7 @@ _JITTED: dict = {}
 
 def _load():
     """(dK/dV kernel, dQ kernel), jitted once, with the forward's specialisation policy."""
-    from .forward import _load as load_forward
-
-    triton, _, _ = load_forward()  # binds `tl` in that module; bind it here too
-    import triton.language as tl_module
-
+    triton, tl_module = import_triton()
     with _LOCK:
         if not _JITTED:
             globals()["tl"] = tl_module

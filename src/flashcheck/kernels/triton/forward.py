@@ -34,6 +34,7 @@ from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
 from ...errors import BackendUnavailable, InvalidArgument
 from .cache import use_triton_cache, watch_compilations
+from .runtime import BACKEND_NAME, import_triton
 
 __all__ = [
     "BACKEND_NAME",
@@ -46,7 +47,6 @@ __all__ = [
     "triton_attention",
 ]
 
-BACKEND_NAME = "flashcheck:triton"
 INPUT_PRECISIONS = ("tf32", "ieee")
 MIN_HEAD_DIM = 16  # tl.dot needs every operand dimension >= 16
 MAX_HEAD_DIM = 256  # a (BLOCK_M, 256) fp32 accumulator is the most a tile holds in registers
@@ -217,14 +217,7 @@ def _load():
     """Import triton and jit the kernel once; return ``(triton, kernel, interpreted)``."""
     with _LOCK:
         if not _JITTED:
-            try:
-                import triton
-                import triton.language as tl
-            except ImportError as exc:
-                raise BackendUnavailable(
-                    BACKEND_NAME, "any", f"triton cannot be imported ({exc})",
-                    "Install triton (pip install 'flashcheck[cpu]' for the CPU interpreter).",
-                ) from exc
+            triton, tl = import_triton()
             globals()["tl"] = tl  # the kernel's source refers to the global `tl`
             kernel = triton.jit(_flash_attention_fwd, **_JIT_OPTIONS)
             use_triton_cache()
