@@ -134,14 +134,14 @@ def test_blocks_of_one_row_of_one_head_give_the_same_gradients(monkeypatch, ops)
 
 def test_the_audit_fails_when_a_gradient_leaves_its_bound(monkeypatch):
     q, k, v, do = _small(seed=6)
-    real = gradients._float64_gradients
+    real = gradients.float64_gradients
 
     def off_by_a_little(*args):
         g = real(*args)
         g.dk = g.dk + 4 * g.bound["dk"].amax()  # off by four times the bound: what a wrong term would do
         return g
 
-    monkeypatch.setattr(gradients, "_float64_gradients", off_by_a_little)
+    monkeypatch.setattr(gradients, "float64_gradients", off_by_a_little)
     audit = audit_gradients(q, k, v, do, scale=0.3)
     assert not audit.ok and audit.worst_ratio["dk"] > 1 and audit.worst_ratio["dq"] <= 1
 

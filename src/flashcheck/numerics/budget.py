@@ -120,12 +120,12 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
-    model = _Model(shapes, scale, precision, contract_terms(precision, q.dtype))
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype))
     ops = ops_for(q.device)
     parts = None
 
     def add(blk, sm, o, w):
-        scatter(ops, parts.outputs, blk, _budget_block(ops, blk, sm, o, w, model))
+        scatter(ops, parts.outputs, blk, budget_block(ops, blk, sm, o, w, model))
 
     def add_forward(blk, forward):
         add(blk, forward.softmax, forward.out, forward.w)
@@ -147,7 +147,7 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
 
 
 @dataclass
-class _Model:
+class BudgetModel:
     """The per-call constants of the budget: its contract's roundoffs and the factors they give."""
 
     shapes: object
@@ -177,7 +177,7 @@ class _Parts:
         self.lse_shift = torch.zeros_like(self.delta_sum)
         self.outputs = (*self.terms.values(), self.delta_sum, self.lse_shift)
 
-    def budget(self, reference: Reference, model: _Model) -> Budget:
+    def budget(self, reference: Reference, model: BudgetModel) -> Budget:
         empty = reference.empty_rows
         parts = {n: t.masked_fill(empty[..., None], 0.0) for n, t in self.terms.items()}
         parts["oracle"] = torch.nan_to_num(reference.bound, nan=0.0)
@@ -188,14 +188,14 @@ class _Parts:
                       lse_total=lse_total.masked_fill(empty, 0.0))
 
 
-def lse_tolerance(lse_shift, lse_abs, lse_bound, model: _Model):
+def lse_tolerance(lse_shift, lse_abs, lse_bound, model: BudgetModel):
     """Tolerance of a legal kernel's lse: the logit shift of the row, fp32 rounding of m + log(l), l's
     accumulation, and the oracle's own bound."""
     u = model.terms.u_32
     return lse_shift + u * (LOGIT_ULPS * lse_abs + LOGIT_ULPS) + _gamma(model.accumulation_len, u) + lse_bound
 
 
-def logit_error(ops, blk, sm, model: _Model):
+def logit_error(ops, blk, sm, model: BudgetModel):
     """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys)."""
     vis = blk.vis
     qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
@@ -204,7 +204,7 @@ def logit_error(ops, blk, sm, model: _Model):
     return eta if vis is None else ops.where(vis, eta, 0.0)
 
 
-def _budget_block(ops, blk, sm, o, w, model: _Model, eta=None):
+def budget_block(ops, blk, sm, o, w, model: BudgetModel, eta=None):
     """The budget's terms on one block, from the softmax the oracle computed (o, w: its out and w;
     ``eta``: the block's :func:`logit_error`, when the caller has it)."""
     t, vis = model.terms, blk.vis

@@ -34,8 +34,8 @@ from ..contract.formats import FORMATS
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from .blockwise import ops_for
-from .budget import LOGIT_ULPS, _budget_block, _Model, contract_terms, logit_error, lse_tolerance
-from .gradients import GRADIENTS, Gradients, _check_upstream, _float64_gradients, group_rows
+from .budget import LOGIT_ULPS, budget_block, BudgetModel, contract_terms, logit_error, lse_tolerance
+from .gradients import GRADIENTS, Gradients, check_upstream, float64_gradients, group_rows
 
 __all__ = ["GradientBudget", "gradient_budget", "GRADIENT_TERMS"]
 
@@ -67,7 +67,7 @@ class GradientBudget:
 class _Factors:
     """The per-call roundoffs of the backward model."""
 
-    model: _Model
+    model: BudgetModel
     u_ds: float  # dS rounded before its matmuls (like P)
     g_dp: float  # dP and D: fp32 over Dv, tf32 operands
     g_q: float   # dQ: fp32 over Nk (with tile rescales), tf32 operands, the scale multiply
@@ -79,7 +79,7 @@ class _Factors:
     group: int  # query heads per K/V head
 
     @classmethod
-    def of(cls, model: _Model, shapes) -> "_Factors":
+    def of(cls, model: BudgetModel, shapes) -> "_Factors":
         t = model.terms
         u, tf = t.u_32, (1 + t.u_in) ** 2 - 1
         return cls(model=model, u_ds=t.u_p, g_dp=_gamma(shapes.head_dim_v, u) + tf,
@@ -95,9 +95,9 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
     input and upstream gradient; one walk over the scores gives the oracle's gradients and the budget."""
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    do = _check_upstream(do, q, shapes)
+    do = check_upstream(do, q, shapes)
     precision = precision_named(precision)
-    model = _Model(shapes, scale, precision, contract_terms(precision, q.dtype))
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype))
     f = _Factors.of(model, shapes)
     ops = ops_for(q.device)
     acc = _TermSums(shapes, q.device)
@@ -105,7 +105,7 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
         acc.add(ops, blk, _block_terms(ops, blk, fwd, bg, scale, f))
 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        grads = _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, extra_on_block=on_block)
+        grads = float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, extra_on_block=on_block)
     return acc.budget(grads, f, precision)
 
 
@@ -113,7 +113,7 @@ def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors):
     """{gradient: (recompute, products)} of one block (dK and dV: this block's rows' share)."""
     sm, model = fwd.softmax, f.model
     eta = logit_error(ops, blk, sm, model)
-    output_rounding, logit, accumulation, subnormal_p, _, lse_shift = _budget_block(
+    output_rounding, logit, accumulation, subnormal_p, _, lse_shift = budget_block(
         ops, blk, sm, fwd.out, fwd.w, model, eta=eta)
     tol_O = output_rounding + logit + accumulation + subnormal_p + fwd.bound
     lse = sm.m + ops.log(sm.l)
@@ -160,12 +160,12 @@ class _TermSums:
                      "dv": [z(P, shapes.n_k, shapes.head_dim_v) for _ in range(2)]}
 
     def add(self, ops, blk, block_terms: dict) -> None:
-        from .gradients import _add
+        from .gradients import add_into
 
         for name, values in block_terms.items():
             index = (blk.heads, slice(None), blk.sl) if name == "dq" else (blk.heads,)
             for target, value in zip(self.sums[name], values):
-                _add(ops, target, index, value)
+                add_into(ops, target, index, value)
 
     def budget(self, grads: Gradients, f: _Factors, precision: Precision) -> GradientBudget:
         terms, total = {}, {}

@@ -87,17 +87,17 @@ def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    do = _check_upstream(do, q, shapes)
+    do = check_upstream(do, q, shapes)
     if method not in METHODS:
         raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
     check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
                 fix="Pass dps=50 (the default) or more digits for extreme inputs.")
     if method == "mpmath":
         return _mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes, dps)
-    return _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes)
+    return float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes)
 
 
-def _check_upstream(do, q, shapes: Shapes):
+def check_upstream(do, q, shapes: Shapes):
     want = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v)
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != want:
         raise InvalidArgument("do", getattr(do, "shape", do), f"expected a tensor of shape {want} (B, Hq, Nq, Dv)",
@@ -123,7 +123,7 @@ class _Accumulators:
         self.ds_max = []  # each block's largest |dS|, read once at the end (one host sync, not one a block)
 
 
-def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, extra_on_block=None) -> Gradients:
+def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, extra_on_block=None) -> Gradients:
     """The float64 gradients; ``extra_on_block(block, forward, block_gradients)`` sees each block's
     intermediates (the gradient budget uses them, in the same walk)."""
     ops = ops_for(q.device)
@@ -147,9 +147,9 @@ def _float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ex
             for what, value in zip(("value", "bound", "scale"), results):
                 target = getattr(acc, name)[what]
                 if name == "dq":
-                    _add(ops, target, (blk.heads, slice(None), blk.sl), value)
+                    add_into(ops, target, (blk.heads, slice(None), blk.sl), value)
                 else:
-                    _add(ops, target, (blk.heads,), value)
+                    add_into(ops, target, (blk.heads,), value)
 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         forward = float64_reference_walk(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, rows=None,
@@ -172,7 +172,8 @@ def _largest_magnitude(x):
     return torch.nan_to_num(x.abs(), nan=0.0).max()
 
 
-def _add(ops, target: torch.Tensor, index, value) -> None:
+def add_into(ops, target: torch.Tensor, index, value) -> None:
+    """``target[index] += value``, for a numpy block (through the tensor's memory) or a torch one."""
     if isinstance(value, np.ndarray):
         view = target.numpy()[index]  # a CPU tensor shares its memory with this array
         view += value.reshape(view.shape)
