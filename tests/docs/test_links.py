@@ -16,7 +16,7 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 
 def _markdown_files() -> list[Path]:
-    return [*documents(), *sorted((ROOT / "reports").glob("*.md"))]
+    return [*documents(), *sorted((ROOT / "reports").glob("*.md")), *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def _slug(heading: str) -> str:
@@ -57,3 +57,39 @@ def test_the_link_check_sees_a_dead_link(tmp_path):
     assert _broken(page) == [f"nowhere.md: no {tmp_path / 'nowhere.md'}",
                              f"#no-such-heading: no heading #no-such-heading in {page}",
                              f"other.md#gone: no heading #gone in {tmp_path / 'other.md'}"]
+
+
+# A document named in a source file, a test or a page, as ``name.md`` with an upper-case or path-like name
+# (``DESIGN.md``, ``docs/design.md``): it must be one the repository holds.
+CITED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[A-Za-z][\w-]*\.md)\b")
+
+
+def cited_documents(text: str) -> set[str]:
+    return {m for m in CITED.findall(text) if "/" in m or m.split(".")[0].isupper()}
+
+
+def _tracked_text_files() -> list[Path]:
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    files = [ROOT / f for f in listed if f.endswith((".py", ".md", ".toml", ".ini", ".sh", ".cfg"))]
+    return files or [p for p in ROOT.rglob("*.py") if ".venv" not in p.parts]
+
+
+def _holds(name: str, where: Path) -> bool:
+    return any(candidate.exists() for candidate in (ROOT / name, where.parent / name)) or \
+        any(ROOT.glob(f"**/{name}"))
+
+
+def test_no_file_cites_a_document_the_repository_lacks():
+    here = Path(__file__).resolve()  # this file names missing documents on purpose, below
+    missing = sorted({f"{show(path)}: {name}" for path in _tracked_text_files() if path.exists() and path != here
+                      for name in cited_documents(path.read_text(encoding="utf-8", errors="replace"))
+                      if not _holds(name, path)})
+    assert missing == []
+
+
+def test_the_citation_check_sees_a_missing_document():
+    assert cited_documents("see DESIGN.md and docs/design.md; README.md; notes.md") == \
+        {"DESIGN.md", "docs/design.md", "README.md"}
+    assert not _holds("NOWHERE-ELSE.md", ROOT / "README.md")

@@ -1,4 +1,4 @@
-"""The public surface, pinned: DESIGN.md's contracts are what other code depends on."""
+"""The public surface, pinned: the contracts in docs/design.md are what other code depends on."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 import flashcheck
-from flashcheck.inputs.strategies import cases
+from flashcheck.strategies import cases
 from tinyflash import attention
 
 # The Triton interpreter computes tl.dot on bf16 operands on their raw bits (flashcheck reports it as a

@@ -1,7 +1,7 @@
 """The error budget: how far a legal kernel's output may sit from the exact one, element by element.
 
 For a kernel that honours a precision contract (see :mod:`flashcheck.contract.precision`), the error of output
-element (i, k) under any legal order of operations is at most (DESIGN.md)
+element (i, k) under any legal order of operations is at most (docs/design.md, section 3)
 
     tol_ik = u_o |o_ik| + s_o                                          output rounding
            + sum_j delta_ij |v_jk - c_k| + |c_k - o_ik| sum_j delta_ij  logit error, key by key

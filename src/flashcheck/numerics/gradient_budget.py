@@ -1,5 +1,5 @@
 """The backward pass's error budget: how far a legal backward kernel's dQ, dK and dV may sit from the
-exact gradients, element by element (DESIGN.md, "The backward pass").
+exact gradients, element by element (docs/design.md, "The backward model").
 
 The kernel model: FA2-style recomputation, as Triton's and flash-attention's backward kernels do it,
 under the forward's precision contract (:func:`flashcheck.numerics.budget.contract_terms`):

@@ -16,7 +16,7 @@ Error analysis of ``method="float64"`` (u = 2^-53, gamma_n = n u / (1 - n u)). T
    w's (a per-key eta costs Dv + 1 more columns of it, to tighten a bound that sits ~1e-13 relative,
    far below the formats judged).
 2. The weights a~ = p^ / sum p^ differ from the exact a by delta_ij (the per-key weight shift of
-   DESIGN.md). For eta tiny (the usual case) expm1 and log1p are linear to within 2^-20, which gives
+   docs/design.md). For eta tiny (the usual case) expm1 and log1p are linear to within 2^-20, which gives
    delta_ij <= a~_ij (eta_ij + r_i)(1 + 2^-19) with r_i = sum_j a~_ij eta_ij (1 + 2^-20) <= eta_max_i
    (1 + 2^-20). Rows with larger eta (logits near 1e60 and beyond) use the exact log-domain formula,
    key by key.
@@ -286,7 +286,7 @@ def _float64_block(ops, blk, scale, C, small_eta: bool) -> tuple[BlockForward, t
 
 
 def _large_eta_shift(ops, sm: Softmax, eta):
-    """Exact per-key weight shift (DESIGN.md's delta) in the log domain, for rows with large eta."""
+    """Exact per-key weight shift (docs/design.md's delta) in the log domain, for rows with large eta."""
     neg_inf = -math.inf
     log_a = sm.x - ops.log(sm.l)  # -inf on masked keys already
     log_rmax = ops.logsumexp(log_a + eta, -1)
