@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from flashcheck.judge.comparison import compare
 from flashcheck.numerics.budget import error_budget
-from flashcheck.judge.check import compare
 from flashcheck.numerics.oracle import reference_attention
 
 

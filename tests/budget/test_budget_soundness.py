@@ -11,11 +11,11 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from flashcheck.numerics.budget import contract_terms, error_budget
-from flashcheck.judge.check import compare
 from flashcheck.contract.precision import PRESETS
 from flashcheck.contract.spec import KernelSpec
 from flashcheck.inputs.strategies import recipes
+from flashcheck.judge.comparison import compare
+from flashcheck.numerics.budget import contract_terms, error_budget
 from flashcheck.numerics.twin import twin_attention
 
 ALL = KernelSpec(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,

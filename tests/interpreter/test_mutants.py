@@ -23,11 +23,13 @@ from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.layout import Layout
 from flashcheck.inputs.regimes import VALUE_REGIMES
-from flashcheck.judge.check import check, compare
+from flashcheck.judge.check import check
+from flashcheck.judge.comparison import compare
 from flashcheck.kernels.triton import mutants
-from flashcheck.kernels.triton.forward import BACKEND_NAME, make_kernel
+from flashcheck.kernels.triton.forward import make_kernel
 from flashcheck.kernels.triton.mutants import MutantSourceError, load_mutant, mutant_names, mutant_source
 from flashcheck.kernels.triton.planted import AREAS, MUTANTS, SOURCES, Mutant
+from flashcheck.kernels.triton.runtime import BACKEND_NAME
 from flashcheck.numerics.budget import error_budget
 
 pytestmark = pytest.mark.interpreter

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from flashcheck.numerics.budget import error_budget
 from flashcheck.inputs.case import AttentionCase
-from flashcheck.judge.check import error_ratios
+from flashcheck.judge.comparison import error_ratios
 from flashcheck.judge.envelope import envelope_findings, reordering_envelope
+from flashcheck.numerics.budget import error_budget
 from flashcheck.numerics.twin import twin_attention
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from flashcheck import BackendUnavailable, InvalidArgument, Unsupported
-from flashcheck.numerics.budget import error_budget
-from flashcheck.judge.check import compare
+from flashcheck.judge.comparison import compare
 from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.numerics.budget import error_budget
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CAUSAL = ("none", "top_left", "bottom_right")
@@ -99,8 +99,8 @@ def test_cpu_flash_negative_scale_defect_is_still_there():
     """The spec excludes negative scales because PyTorch's CPU flash kernel gives NaN for them under
     causal masking. flashcheck must still say so when given such a case; when this fails, PyTorch
     fixed it: drop the exclusion."""
-    from flashcheck.judge.check import check
     from flashcheck.inputs.strategies import Recipe
+    from flashcheck.judge.check import check
 
     kernel = resolve_kernel("torch:flash", device="cpu")
     assert "negative_scale" in kernel.spec.excludes
@@ -233,8 +233,8 @@ def test_math_backend_orders_of_operations_are_inside_its_envelope():
     orders in the envelope a correct backend read as SUSPICIOUS (13 times on the H200)."""
     from flashcheck import check
     from flashcheck.inputs.case import Shapes
-    from flashcheck.judge.envelope import reordering_envelope
     from flashcheck.inputs.strategies import Recipe
+    from flashcheck.judge.envelope import reordering_envelope
     from flashcheck.numerics.twin import twin_attention
 
     recipe = Recipe(shapes=Shapes(2, 1, 1, 131, 131, 128, 128), dtype="fp32", values="coherent_p_rounding",

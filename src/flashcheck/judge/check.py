@@ -27,12 +27,12 @@ from ..inputs.case import AttentionCase
 from ..kernels.registry import resolve_kernel
 from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
-from .comparison import compare, error_ratios  # noqa: F401  (error_ratios: imported from here too)
+from .comparison import compare
 from .envelope import ENVELOPE_FLOOR, envelope_findings
 from .properties import PROPERTIES, check_properties
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["KernelRun", "run_kernel", "check", "compare", "assert_attention_close"]
+__all__ = ["KernelRun", "run_kernel", "check", "assert_attention_close"]
 
 
 @dataclass

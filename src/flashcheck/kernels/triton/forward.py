@@ -37,7 +37,6 @@ from .cache import use_triton_cache, watch_compilations
 from .runtime import BACKEND_NAME, import_triton
 
 __all__ = [
-    "BACKEND_NAME",
     "INPUT_PRECISIONS",
     "MAX_HEAD_DIM",
     "MIN_HEAD_DIM",

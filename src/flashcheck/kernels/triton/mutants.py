@@ -25,6 +25,7 @@ from pathlib import Path
 from ...contract.spec import Kernel
 from ...errors import FlashcheckError, InvalidArgument
 from .planted import BACKWARD_MUTANTS, MUTANTS, SOURCES, Mutant
+from .runtime import BACKEND_NAME
 
 __all__ = ["MutantSourceError", "load_mutant", "mutant_names", "mutant_source"]
 
@@ -139,6 +140,6 @@ def load_mutant(name: str, *, block_m: int = 64, block_n: int = 64, num_warps: i
                    input_precision=input_precision)
     correct = triton_flash.make_kernel(**options)  # validates the options and gives the promised spec
     made = _module(name).make_kernel(**options)
-    base = triton_flash.BACKEND_NAME
+    base = BACKEND_NAME
     label = correct.name.replace(base, f"{base}~{name}", 1)
     return Kernel(made.fn, correct.spec, name=label)
