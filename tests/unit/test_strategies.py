@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
-from flashcheck.inputs.regimes import VALUE_REGIMES
-from flashcheck.inputs.strategies import VALUE_ORDER, Recipe, cases, draw_recipes, recipes, shapes
+from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
+from flashcheck.inputs.strategies import LAYOUT_ORDER, MASK_ORDER, VALUE_ORDER, Recipe, cases, draw_recipes, recipes, shapes
 from flashcheck.contract.validation import Shapes
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
@@ -113,11 +113,16 @@ def test_coherent_p_rounding_puts_every_weight_under_a_bf16_midpoint(dtype, head
 
 def test_fixed_case_lists_hold_every_value_regime_early():
     n = len(VALUE_ORDER)
-    drawn = draw_recipes(2 * n, seed=0, max_n=64)
-    assert [r.values for r in drawn] == 2 * list(VALUE_ORDER)
-    assert len({r.scale for r in drawn[:n]}) > 1  # first round as drawn
-    assert {(r.scale, r.mask) for r in drawn[n:]} == {("default", "none")}  # second round as designed
-    assert draw_recipes(2 * n, seed=0, max_n=64) == drawn  # the same list for the same seed
+    spec = KernelSpec(attn_mask=True, causal=("none", "top_left"))
+    drawn = draw_recipes(2 * n, seed=0, max_n=64, spec=spec)
+    early = drawn[:n + len(MASK_ORDER)]  # each regime once as designed, taking turns with the other fields
+    designed = {r.values for r in early if (r.scale, r.mask, r.layout) == ("default", "none", "contiguous")}
+    assert designed == set(VALUE_ORDER)
+    assert {r.mask for r in early} == set(MASK_ORDER) and {r.layout for r in early} == set(LAYOUT_ORDER)
+    assert {r.scale for r in early} == set(SCALE_REGIMES) and {r.causal for r in early} == set(spec.causal)
+    assert drawn[1].scale != "default" or drawn[1].mask != "none"  # the other fields come from the start
+    assert draw_recipes(2 * n, seed=0, max_n=64, spec=spec) == drawn  # the same list for the same seed
+    assert draw_recipes(2 * n, seed=1, max_n=64, spec=spec) != drawn
     assert {r.values for r in draw_recipes(4, seed=0, max_n=64, value_regimes=["ties"])} == {"ties"}
     masked = draw_recipes(4, seed=0, max_n=64, mask_regimes=["random"], spec=KernelSpec(attn_mask=True))
     assert {r.mask for r in masked} == {"random"}

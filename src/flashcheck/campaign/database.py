@@ -15,7 +15,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from ..errors import InvalidArgument
 
-__all__ = ["KeyedDatabase", "open_database", "parse_redis_url"]
+__all__ = ["KeyedDatabase", "PlannedDatabase", "open_database", "parse_redis_url"]
 
 CONNECT_TIMEOUT_S = 3.0
 # Bounds one database operation too: a server that stops answering mid-campaign is an error, not a hang.
@@ -85,14 +85,15 @@ def _refused(url: str, problem: str, fix: str = _FORM) -> InvalidArgument:
 
 
 class KeyedDatabase(ExampleDatabase):
-    """``base`` seen with every key suffixed by ``suffix``: one test body driven by engines with different
-    strategies (one per dtype) keeps each engine's stored choices apart, since another strategy would
-    read them as another case. ``failures_only`` hides the passing cases hypothesis keeps for its target
-    phase (the ``.pareto`` key), so that a replay reads stored failures only."""
+    """``base`` seen with every key suffixed by ``suffix`` (none when it is None): one test body driven by
+    engines with different strategies (one per dtype) keeps each engine's stored choices apart, since
+    another strategy would read them as another case. ``failures_only`` hides the passing cases
+    hypothesis keeps for its target phase (the ``.pareto`` key), so that a replay reads stored failures only."""
 
-    def __init__(self, base: ExampleDatabase, suffix: str, *, failures_only: bool = False):
+    def __init__(self, base: ExampleDatabase, suffix: str | None, *, failures_only: bool = False):
         super().__init__()
-        self.base, self.suffix, self.failures_only = base, b"." + suffix.encode(), failures_only
+        self.base, self.failures_only = base, failures_only
+        self.suffix = b"" if suffix is None else b"." + suffix.encode()
 
     def fetch(self, key: bytes):
         if not (self.failures_only and key.endswith(b".pareto")):
@@ -106,3 +107,29 @@ class KeyedDatabase(ExampleDatabase):
 
     def move(self, src: bytes, dest: bytes, value: bytes) -> None:
         self.base.move(src + self.suffix, dest + self.suffix, value)
+
+
+class PlannedDatabase(ExampleDatabase):
+    """One planned case (its serialised choices, ``entry``) for hypothesis's reuse phase, over ``base``,
+    where what hypothesis saves goes (a failure found from the planned case, shrunk, is stored as any).
+
+    The case is offered as a secondary entry, a failing case not yet shrunk: hypothesis takes a primary
+    entry that fails again for an already shrunk one and would not shrink it."""
+
+    def __init__(self, base: ExampleDatabase, entry: bytes):
+        super().__init__()
+        self.base, self.entry = base, entry
+
+    def fetch(self, key: bytes):
+        if key.endswith(b".secondary"):
+            yield self.entry
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.base.save(key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        if value != self.entry:
+            self.base.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.base.save(dest, value) if value == self.entry else self.base.move(src, dest, value)

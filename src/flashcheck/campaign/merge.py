@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import InvalidArgument
 from ..judge.verdict import from_json_number, json_number, run_verdict
 from .bugs import merge_bugs
+from .result import properties_summary
 
 __all__ = ["load_summary", "merge_summaries", "merged_verdict", "validate_summary"]
 
@@ -31,7 +32,7 @@ _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "pres
 _SHARED = ("kernel", "device", "preset")  # a merge of different ones says so in its notes
 # Kept as one value, or the list of the different ones. Other keys merge by their type (_merge_values):
 # numbers and counts (dicts of numbers) are summed, lists concatenated.
-_KEPT = _SHARED + ("seed", "stopped", "properties", "isolation", "case_timeout_s", "keep_going", "backward")
+_KEPT = _SHARED + ("seed", "stopped", "isolation", "case_timeout_s", "keep_going", "backward")
 # The earliest of the sources' values (None where a source has none).
 _EARLIEST = ("first_case_s",)
 _FIX = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
@@ -98,6 +99,9 @@ def _merge_values(key: str, values: list):
         return sum(present)
     if all(isinstance(v, dict) and all(_is_number(x) for x in v.values()) for v in present):
         return _sum_dicts(present)
+    if all(isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()) for v in present):
+        inner = dict.fromkeys(k for v in present for k in v)  # nested counts (coverage): merged key by key
+        return {k: _merge_values(key, [v.get(k) for v in present]) for k in inner}
     if all(isinstance(v, list) for v in present):
         return [x for v in present for x in v]
     return _one_or_list(values)
@@ -111,6 +115,17 @@ def _one_or_list(values):
             if x not in flat:
                 flat.append(x)
     return flat[0] if len(flat) == 1 else flat
+
+
+def _merged_properties(values: list, elapsed: list):
+    """The properties of campaigns that ran side by side: their cases and seconds summed, their share of
+    the time over the time they all took (summaries from before the share was kept: as they are)."""
+    present = [v for v in values if isinstance(v, dict)]
+    if not present or any("cases" not in v for v in present):
+        return _one_or_list(values)
+    seconds = sum(v.get("seconds") or 0.0 for v in present)
+    return properties_summary(present[0]["checked"], present[0]["share"], _sum_dicts(v["cases"] for v in present),
+                              seconds, sum(elapsed))
 
 
 def _max_ratios(summaries: list[dict]) -> dict:
@@ -158,6 +173,7 @@ def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None) 
     cases = sum(s["cases"] for s in summaries)
     entries = [e for s, name in zip(summaries, sources) for e in _source_entries(s, name)]
     merged.update(
+        properties=_merged_properties([s.get("properties") for s in summaries], [s["elapsed_s"] for s in summaries]),
         verdict=merged_verdict(summaries), cases=cases, examples=sum(s["examples"] for s in summaries),
         elapsed_s=elapsed, cases_per_s=round(cases / elapsed, 3) if elapsed > 0 else None,
         max_ratio_by_dtype=_max_ratios(summaries),

@@ -18,7 +18,7 @@ from .bugs import BugTally
 from .causes import Cause
 
 __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS", "TRIAGE",
-           "count_skip_reasons", "finding_entry", "record_row", "write_summary"]
+           "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "write_summary"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 TIMED_PARTS = ("kernel", "compile", "oracle", "properties", "envelope")
@@ -69,6 +69,10 @@ class CampaignResult:
     case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
     notes: list = field(default_factory=list)
     records: list | None = None  # rows of RECORD_COLUMNS, when the campaign keeps them
+    # the properties checked, their share of the time, the cases each judged (campaign.share.PropertyShare)
+    properties: dict = field(default_factory=lambda: {"checked": []})
+    # dtype -> coverage field -> value -> drawn cases judged (every value the campaign could draw, 0 if none)
+    coverage: dict = field(default_factory=dict)
 
     def count_case(self, verdict: Verdict, logged: str, recipe, *, drawn: bool) -> None:
         """Count one case run (``drawn``: not a shrink candidate); ``logged`` is its line in the case log."""
@@ -85,6 +89,8 @@ class CampaignResult:
             count_skip_reasons(self.skipped_reasons, {verdict.skipped: 1})
             return
         self.by_status[verdict.status] += 1
+        if drawn:
+            self._cover(recipe)
         if drawn and "batch" in verdict.properties:
             self.info["batch_checked"] += 1
             self.info["batch_dependent"] += any(n.startswith("batch-dependent") for n in verdict.notes)
@@ -92,6 +98,21 @@ class CampaignResult:
         if math.isfinite(verdict.max_ratio):
             previous = self.max_ratio_by_dtype.get(recipe.dtype, 0.0)
             self.max_ratio_by_dtype[recipe.dtype] = max(previous, verdict.max_ratio)
+
+    def _cover(self, recipe) -> None:
+        from ..inputs.covering import POOL_FIELDS, shape_classes
+
+        counts = self.coverage.setdefault(recipe.dtype, {})
+        for name in POOL_FIELDS:
+            inner = counts.setdefault(name, {})
+            inner[getattr(recipe, name)] = inner.get(getattr(recipe, name), 0) + 1
+        shapes = counts.setdefault("shape", {})
+        for c in shape_classes(recipe.shapes):
+            shapes[c] = shapes.get(c, 0) + 1
+
+    def never_judged(self, dtype: str) -> list[str]:
+        """``field=value`` for each value of ``dtype``'s coverage that no drawn case was judged with."""
+        return never_judged(self.coverage.get(dtype, {}))
 
     def conclude(self) -> None:
         """The verdict, and the diagnosis of bugs whose error grows with the number of keys."""
@@ -108,8 +129,6 @@ class CampaignResult:
         self.verdict = run_verdict(self.findings, self.by_status)
 
     def as_dict(self) -> dict:
-        from ..judge.properties import PROPERTIES, PROPERTY_EVERY  # a campaign has them loaded; a report does not
-
         log_hash = hashlib.sha256("\n".join(self.case_log).encode()).hexdigest()
         return {
             "verdict": self.verdict, "bugs": self.bugs.as_list(), "kernel": self.kernel, "device": self.device, "preset": self.preset,
@@ -121,13 +140,13 @@ class CampaignResult:
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
             "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
-            "properties": {"checked": [] if self.backward else list(PROPERTIES), "every_nth_case": PROPERTY_EVERY},
+            "properties": self.properties,
             "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
             "backward": self.backward,
             "skipped": dict(self.skipped), "skipped_reasons": dict(self.skipped_reasons),
             "compilations": self.compilations, "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
             "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
-            "findings": self.findings,
+            "coverage": self.coverage, "findings": self.findings,
             "case_log_sha256": log_hash, "case_log": self.case_log,
             **({} if self.records is None else {"record_columns": list(RECORD_COLUMNS), "records": self.records}),
         }
@@ -174,3 +193,14 @@ def finding_entry(verdict: Verdict, case, path: Path, cause: Cause, *, shrunk: b
 def write_summary(result: CampaignResult, path: str | Path) -> None:
     """Write the JSON summary atomically."""
     write_json(path, result.as_dict())
+
+
+def never_judged(coverage: dict) -> list[str]:
+    """``field=value`` for each value of one dtype's coverage (field -> value -> judged cases) at 0."""
+    return [f"{name}={value}" for name, counts in coverage.items() for value, n in counts.items() if not n]
+
+
+def properties_summary(checked: list, share: float, cases: dict, seconds: float, elapsed: float) -> dict:
+    """The summary's ``properties``: which, within what share, the cases each judged, their time."""
+    return {"checked": checked, "share": share, "cases": cases, "seconds": round(seconds, 3),
+            "time_share": round(seconds / elapsed, 3) if elapsed > 0 else None}

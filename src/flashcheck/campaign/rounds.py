@@ -1,18 +1,23 @@
-"""The schedule of a campaign's hypothesis runs: one engine per dtype, one dtype after the other, each with
-its share of the cases and of the time; within a dtype one run per distinct bug (hypothesis stops at the
-first failure), each later run with fresh randomness derived from the seed; stored failures replayed first.
+"""The schedule of a campaign's hypothesis runs. First the failures stored in the example database, for
+every dtype; then the covering order (:mod:`flashcheck.inputs.covering`), one engine per planned case, the
+dtypes in turn, so that every regime, mask, scale, layout, causal alignment and dtype is judged within the
+first cases, and their pairs after; then free drawing: one engine per dtype, one dtype after the other,
+each with its share of the cases and of the time, and within a dtype one run per distinct bug
+(hypothesis stops at the first failure), each later run with fresh randomness derived from the seed.
 The test body they drive, and what it does with each case, is the campaign's (:mod:`.run`)."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+import random
 import time
 from dataclasses import dataclass
 
 from hypothesis import Phase
 
-from .database import KeyedDatabase
+from ..inputs.covering import covering_plan, covering_size, planned_choices
+from .database import KeyedDatabase, PlannedDatabase
 from .engine import Shrink, hypothesis_test, run_test
 
 __all__ = ["Schedule", "Stop"]
@@ -42,9 +47,11 @@ class Schedule:
     """The hypothesis runs of one campaign. ``host`` is the campaign: its ``body`` (the test body), its
     ``stop_reason`` (why it stops, shared with its signal handler), its ``record_shrunk`` and its result."""
 
-    def __init__(self, host, strategies: dict, *, database, seed: int | None, reuse: bool, keep_going: bool):
-        self.host, self.strategies, self.database, self.seed = host, strategies, database, seed  # dtype ->
-        self.reuse, self.keep_going = reuse, keep_going
+    def __init__(self, host, strategies: dict, *, pools: dict, database, seed: int | None, reuse: bool,
+                 keep_going: bool, covering: bool = True):
+        self.host, self.strategies, self.pools, self.seed = host, strategies, pools, seed  # dtype -> each
+        self.database, self.reuse, self.keep_going, self.covering = database, reuse, keep_going, covering
+        self.planned = 0  # cases of the covering order run
         self.deadline = self.until = math.inf  # the current dtype's, the campaign's
         self.round = _Round()
         self.round_no = 0
@@ -57,38 +64,79 @@ class Schedule:
                                database=database, phases=phases)
 
     def run(self, max_examples: int, *, until: float) -> str:
-        """Each dtype draws its share of the cases, in a hypothesis engine of its own, one dtype after the
-        other; returns why the campaign stopped. Hypothesis's free drawing over several dtypes is lumpy
-        (25 cases over fp16 and fp32 gave 22 and 3), which starves a sign-off cell of its dtype."""
+        """Stored failures, the covering order, then free drawing; returns why the campaign stopped."""
         self.until = until
-        strata = [(dtype, strategy, KeyedDatabase(self.database, dtype) if len(self.strategies) > 1 else
-                   self.database) for dtype, strategy in self.strategies.items()]
-        if self.reuse and len(strata) > 1 and self._replay_stored(strata, max_examples):
+        # One database per dtype, keys apart: another strategy would read a dtype's choices as another case.
+        strata = [(dtype, strategy, KeyedDatabase(self.database, dtype if len(self.strategies) > 1 else None))
+                  for dtype, strategy in self.strategies.items()]
+        if self.reuse and self._replay_stored(strata, max_examples):
             if not self.keep_going or self.host.stop_reason:
                 return self.host.stop_reason or "bug_found"
+        stopped = self._cover(dict((d, (s, db)) for d, s, db in strata), max_examples) if self.covering else None
+        return stopped or self._free(strata, max_examples)
+
+    def _free(self, strata: list, max_examples: int) -> str:
+        """Each dtype draws its share of the cases left, in a hypothesis engine of its own, one dtype after
+        the other. Hypothesis's free drawing over several dtypes is lumpy (25 cases over fp16 and fp32
+        gave 22 and 3), which would starve a sign-off cell of its dtype."""
         for i, (_, strategy, database) in enumerate(strata):
             left = len(strata) - i
             now = time.monotonic()
             self.deadline = now + (self.until - now) / left  # the time left, shared the same way
             try:
-                stopped = self._rounds(strategy, database, math.ceil((max_examples - self.generated) / left),
-                                       reuse=self.reuse and len(strata) == 1)
+                stopped = self._rounds(strategy, database, math.ceil((max_examples - self.generated) / left))
             except Stop:
                 stopped = self.host.stop_reason or "time_budget"
-            if stopped == "time_budget" and left > 1 and time.monotonic() < self.until:
-                self.host.stop_reason = None  # this dtype's share of the time is spent (maybe while shrinking)
+            if self._share_spent(stopped, more=left > 1):
                 continue
             if stopped != "max_examples":
                 return stopped
         return "max_examples"
 
+    def _share_spent(self, stopped: str, *, more: bool) -> bool:
+        """A time share ran out (maybe while shrinking), and the campaign's has not: the next one's turn."""
+        if stopped == "time_budget" and more and time.monotonic() < self.until:
+            self.host.stop_reason = None
+            return True
+        return False
+
+    def _cover(self, strata: dict, max_examples: int) -> str | None:
+        """The covering order's cases, each in an engine of its own (a failing one is shrunk there), within
+        their share of the cases and half the time; returns why the campaign stopped, or None to go on."""
+        pools = dict(next(iter(self.pools.values())), dtype=list(self.strategies))
+        seed = self.seed if self.seed is not None else random.randrange(2**32)  # without a seed, new cases
+        plan = covering_plan(pools, seed=seed, limit=covering_size(pools, max_examples))
+        now = time.monotonic()
+        self.deadline = now + (self.until - now) / 2
+        for i, cell in enumerate(plan):
+            if self.generated >= max_examples:
+                return "max_examples"
+            strategy, database = strata[cell["dtype"]]
+            planned = planned_choices(strategy, self.pools[cell["dtype"]], cell, seed=hash((seed, i)))
+            if planned is None:
+                continue  # this hypothesis draws otherwise: the cell is left to free drawing
+            test = self._make_test(strategy, examples=1, database=PlannedDatabase(database, planned[0]),
+                                   phases=(Phase.reuse, Phase.shrink))
+            self.planned += 1
+            try:
+                found = self._run_round(test)
+            except Stop:
+                stopped = self.host.stop_reason or "time_budget"
+                return None if self._share_spent(stopped, more=True) else stopped
+            if found and not self.keep_going:
+                return "bug_found"
+            if self.host.stop_reason:
+                return self.host.stop_reason
+        return None
+
     def _replay_stored(self, strata: list, max_examples: int) -> bool:
         """Replay every dtype's stored failures before any dtype draws a case; True when one failed. (The
-        passing cases hypothesis keeps for its target phase are not replayed in a campaign over dtypes.)"""
+        passing cases hypothesis keeps for its target phase are not replayed.)"""
         found = False
         for dtype, strategy, _ in strata:
+            suffix = dtype if len(strata) > 1 else None
             test = self._make_test(strategy, examples=max_examples,
-                                   database=KeyedDatabase(self.database, dtype, failures_only=True),
+                                   database=KeyedDatabase(self.database, suffix, failures_only=True),
                                    phases=(Phase.explicit, Phase.reuse, Phase.shrink))
             if self._run_round(test):
                 found = True
@@ -97,17 +145,16 @@ class Schedule:
         self.round_no = 0  # the first dtype's first round keeps the seed as given
         return found
 
-    def _rounds(self, strategy, database, examples: int, *, reuse: bool) -> str:
+    def _rounds(self, strategy, database, examples: int) -> str:
         """Run hypothesis once per bug (once in all without keep_going) until ``examples`` more cases are
         drawn; returns why it stopped."""
         end = self.generated + examples
-        # Later rounds skip the database: it holds the failures just shrunk, which would only count again,
-        # and with one hypothesis keeps a pareto front that draws the later rounds back to them.
-        phases = (Phase.explicit, Phase.reuse) if reuse else ()
         while self.generated < end:
             test = self._make_test(strategy, examples=end - self.generated, database=database,
-                                   phases=phases + (Phase.generate, Phase.target, Phase.shrink))
-            phases, database = (), None
+                                   phases=(Phase.generate, Phase.target, Phase.shrink))
+            # Later rounds skip the database: it holds the failures just shrunk, which would only count
+            # again, and with one hypothesis keeps a pareto front that draws the later rounds back to them.
+            database = None
             if not self._run_round(test):
                 return "max_examples"
             if not self.keep_going:

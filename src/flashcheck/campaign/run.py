@@ -38,11 +38,11 @@ from hypothesis import event, target
 
 from ..contract.spec import Kernel
 from ..inputs.case import AttentionCase
+from ..inputs.covering import empty_coverage
 from ..inputs.layout import Layout
 from ..inputs.presets import Preset
-from ..inputs.strategies import Recipe, recipes
+from ..inputs.strategies import Recipe, recipe_pools, recipes
 from ..judge.backward import drawn_backward_case, judge_case
-from ..judge.properties import properties_for
 from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause
 from .corpus import save_finding
@@ -51,6 +51,7 @@ from .interrupts import handle_signals, restore_handlers
 from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
 from .setup import prepare_campaign, warm_oracle
+from .share import PropertyShare
 from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
 __all__ = ["run_campaign"]
@@ -87,14 +88,17 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                                                      isolate=isolate, case_timeout=case_timeout,
                                                      kernel_options=kernel_options, backward=backward)
         spec = resolved.spec.for_backward() if backward else resolved.spec
-        strategies = {d: recipes(spec=spec, dtypes=[d], **preset.strategy_options()) for d in dtypes}
+        options = preset.strategy_options()
+        strategies = {d: recipes(spec=spec, dtypes=[d], **options) for d in dtypes}
+        pools = {d: recipe_pools(spec=spec, dtypes=[d], **options) for d in dtypes}
         corpus.mkdir(parents=True, exist_ok=True)
         example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
         worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,
                            process=worker_process) if isolate else None
-        campaign = _Campaign(resolved, strategies, device=device, preset=preset, seed=seed, corpus=corpus,
+        campaign = _Campaign(resolved, strategies, pools=pools, device=device, preset=preset, seed=seed, corpus=corpus,
                              database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
                              on_finding=on_finding, reuse=reuse, started_at=started_at, backward=backward)
+        campaign.result.coverage = {d: empty_coverage(pools[d]) for d in dtypes}
         if records:
             campaign.result.records = []
         return campaign.run(max_examples=max_examples or preset.max_examples,
@@ -107,7 +111,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
 class _Campaign:
     """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
-    def __init__(self, resolved: Kernel, strategies: dict, *, device: str, preset: Preset, seed: int | None, corpus: Path,
+    def __init__(self, resolved: Kernel, strategies: dict, *, pools: dict, device: str, preset: Preset, seed: int | None,
+                 corpus: Path,
                  database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool,
                  started_at: float, backward: bool = False):
         self.resolved, self.strategies, self.device, self.seed = resolved, strategies, device, seed  # dtype ->
@@ -124,7 +129,9 @@ class _Campaign:
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
         self.start = self.last_end = time.monotonic()
         self.first_case_at: float | None = None
-        self.schedule = Schedule(self, strategies, database=database, seed=seed, reuse=reuse, keep_going=keep_going)
+        self.property_share = PropertyShare()
+        self.schedule = Schedule(self, strategies, pools=pools, database=database, seed=seed, reuse=reuse,
+                                 keep_going=keep_going)
         self.saved_found: set[str] = set()   # causes whose first case is saved
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 
@@ -175,8 +182,9 @@ class _Campaign:
         if self.backward:
             case = drawn_backward_case(case, recipe.seed)
         self.result.time_split["generation"] += time.monotonic() - t0 + (t0 - self.last_end)
+        properties = () if self.backward else self.property_share.choose(recipe, shrinking=self._shrinking_kinds())
         try:
-            return self.judge(case, recipe), case
+            return self.judge(case, properties), case
         except WorkerStartError as exc:  # it loaded before: the machine, not the kernel, is failing now
             self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
             self.stop_reason = "worker_failed"
@@ -185,10 +193,12 @@ class _Campaign:
                 return None
             raise Stop() from None
 
-    def judge(self, case: AttentionCase, recipe: Recipe, *, triage: bool = False) -> Verdict:
-        properties = () if self.backward else properties_for(recipe.seed)
-        if triage:  # the rerun that names a cause tests the case's own layout, not the others
-            properties = tuple(p for p in properties if p != "layout")
+    def _shrinking_kinds(self) -> frozenset | None:
+        """The finding kinds of the bug being shrunk; None while hypothesis draws."""
+        first = self.schedule.round.first
+        return None if first is None else frozenset(f.kind for f in first[0].findings)
+
+    def judge(self, case: AttentionCase, properties: tuple) -> Verdict:
         if self.worker is not None:
             return self.worker.check(case, properties=properties)
         self.in_kernel = True
@@ -203,7 +213,9 @@ class _Campaign:
         if needs_layout_triage(verdict, case.layout.name) and not self.interrupted():
             t0 = time.monotonic()
             try:
-                contiguous = self.judge(case.with_layout(Layout.contiguous()), recipe, triage=True)
+                # the rerun that names a cause tests the case's own layout, not the others
+                properties = tuple(p for p in verdict.properties if p != "layout")
+                contiguous = self.judge(case.with_layout(Layout.contiguous()), properties)
             except (WorkerStartError, KeyboardInterrupt):
                 contiguous = None  # no verdict: the findings alone name the cause; the case is saved next
             if self.interrupted():
@@ -218,6 +230,7 @@ class _Campaign:
         self.last_end = time.monotonic()
         r.count_case(verdict, f"{case.describe()} regime={recipe.regime} seed={recipe.seed}", recipe,
                      drawn=not shrinking)
+        self.property_share.record(verdict, recipe)
         if self.worker is not None:
             r.worker_restarts = self.worker.restarts
         if not shrinking:
@@ -277,7 +290,7 @@ class _Campaign:
             if self.worker is not None:
                 self.worker.start()  # a kernel that cannot load in the worker is a usage error, before any case
             # The clock starts once the kernel is loaded, as it did when the kernel loaded in this process.
-            self.start = self.last_end = time.monotonic()
+            self.start = self.last_end = self.property_share.start = time.monotonic()
             self.result.stopped = self.schedule.run(max_examples, until=self.start + time_budget if time_budget else math.inf)
         except Stop:
             self.result.stopped = self.stop_reason or "time_budget"
@@ -303,6 +316,7 @@ class _Campaign:
         r = self.result
         end = time.monotonic()
         r.elapsed = end - self.start
+        r.properties = {"checked": []} if self.backward else self.property_share.as_dict(r.elapsed)
         if self.first_case_at is not None and r.cases > 1 and end > self.first_case_at:
             r.steady_rate = (r.cases - 1) / (end - self.first_case_at)
         r.conclude()

@@ -39,6 +39,8 @@ def print_summary(d: dict) -> None:
     _print_skipped(d)
     for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
         print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}")
+    _print_coverage(d.get("coverage") or {})
+    _print_properties(d.get("properties") or {})
     _print_bugs(d.get("bugs") or [])
     for note in d["notes"]:
         print(f"  note: {note}")
@@ -51,6 +53,38 @@ def print_summary(d: dict) -> None:
         for line in f["diagnosis"]:
             print(f"      {line}")
         print(f"      replay: {f['replay']}")
+
+
+def _print_coverage(coverage: dict) -> None:
+    """How many values of each field the drawn cases were judged with, over all dtypes, and per dtype
+    the values never judged (a sign-off cell is one dtype)."""
+    from ..campaign.result import never_judged
+
+    total: dict = {}
+    for fields in coverage.values():
+        for name, counts in fields.items():
+            if name != "dtype":
+                inner = total.setdefault(name, {})
+                for value, n in counts.items():
+                    inner[value] = inner.get(value, 0) + n
+    if not total:
+        return
+    seen = ", ".join(f"{name} {sum(1 for n in c.values() if n)}/{len(c)}" for name, c in total.items() if c)
+    missing = never_judged(total)
+    print(f"  coverage (judged cases): {seen}" + (f"; never judged: {', '.join(missing)}" if missing else ""))
+    for dtype, fields in sorted(coverage.items()):
+        if len(coverage) > 1 and (missing := never_judged(fields)):
+            print(f"    never judged in {dtype}: {', '.join(missing)}")
+
+
+def _print_properties(properties: dict) -> None:
+    cases = properties.get("cases")
+    if not properties.get("checked") or cases is None:
+        return
+    share = properties.get("time_share")
+    spent = f", {100 * share:.0f}% of the time" if isinstance(share, (int, float)) else ""
+    judged = ", ".join(f"{name} {cases.get(name, 0)}" for name in properties["checked"])
+    print(f"  exact properties (within {100 * properties.get('share', 0):.0f}% of the time{spent}): cases judged: {judged}")
 
 
 def _counts(counts: dict) -> str:

@@ -23,7 +23,8 @@ from .case import AttentionCase
 from .layout import layouts as layout_names
 from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
 
-__all__ = ["Recipe", "shapes", "recipes", "cases", "draw_recipes", "SPECIAL_LENGTHS", "without_local_constants"]
+__all__ = ["POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "recipe_pools", "recipes", "shapes",
+           "without_local_constants"]
 
 # Lengths that sit on tile edges: 1, tile +- 1, primes, 64 mod 128, 1 mod 32.
 SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
@@ -126,11 +127,15 @@ def _subset(argument: str, chosen, allowed_order):
     return [c for c in allowed_order if c in chosen]
 
 
-@st.composite
-def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
-            scale_regimes=None, layouts=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
-            max_heads: int = 4, head_dims=None) -> Recipe:
-    """Recipes of cases the spec supports, over the chosen regimes."""
+# The fields of a recipe drawn from a pool, in the order they are drawn: first, so that a covering plan
+# (flashcheck.inputs.covering) can pin them by the first choices of a case.
+POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout")
+
+
+def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
+                 scale_regimes=None, layouts=None, **sizes) -> dict[str, list]:
+    """What :func:`recipes` draws each of :data:`POOL_FIELDS` from, in its order (simplest first); the
+    size options of :func:`recipes` (``sizes``) leave the pools as they are."""
     dtype_pool = [d for d in _subset("dtypes", dtypes, DTYPES) if d in spec.dtypes]
     if not dtype_pool:
         raise InvalidArgument("dtypes", dtypes, f"the kernel supports only {spec.dtypes}",
@@ -142,17 +147,24 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
                            "negative_scale", spec)
     scales_pool = _allowed("scale_regimes", scales_pool, "tiny", "tiny_scale", spec)
     layouts_pool = _allowed("layouts", _subset("layouts", layouts, LAYOUT_ORDER), "expanded", "stride0_heads", spec)
+    return {"dtype": dtype_pool, "values": _subset("value_regimes", value_regimes, VALUE_ORDER), "mask": masks_pool,
+            "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool}
+
+
+@st.composite
+def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
+            scale_regimes=None, layouts=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
+            max_heads: int = 4, head_dims=None) -> Recipe:
+    """Recipes of cases the spec supports, over the chosen regimes: the pooled fields first
+    (:data:`POOL_FIELDS`), then the shapes, then the seed of the values."""
+    pools = recipe_pools(spec=spec, dtypes=dtypes, value_regimes=value_regimes, mask_regimes=mask_regimes,
+                         scale_regimes=scale_regimes, layouts=layouts)
+    fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS}
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
                     head_dims=head_dims))
-    dtype = draw(st.sampled_from(dtype_pool))
-    values = draw(st.sampled_from(_subset("value_regimes", value_regimes, VALUE_ORDER)))
-    mask = draw(st.sampled_from(masks_pool))
-    causal = draw(st.sampled_from(list(spec.causal)))
-    if causal == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
+    if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
-    return Recipe(shapes=s, dtype=dtype, values=values, mask=mask, causal=causal,
-                  scale=draw(st.sampled_from(scales_pool)), layout=draw(st.sampled_from(layouts_pool)),
-                  seed=draw(st.integers(0, 2**32 - 1)))
+    return Recipe(shapes=s, seed=draw(st.integers(0, 2**32 - 1)), **fields)
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:
@@ -193,34 +205,32 @@ def without_local_constants():
 
 
 def draw_recipes(count: int, *, seed: int = 0, **options) -> list[Recipe]:
-    """``count`` recipes drawn by hypothesis from :func:`recipes`, the same list for the same seed.
-
-    For fixed case lists (self-tests, benchmarks) that still follow hypothesis's distribution: small
-    and edge-case shapes early, larger ones later. The value regimes come in turn: the first round
-    holds each one as drawn, the second each one as it was designed (default scale, no mask).
-    Hypothesis's own choice is lumpy (200 draws can miss a regime), and a regime built for the
-    default scale says little under another.
-    """
+    """``count`` recipes from :func:`recipes`, the same list for the same seed: first the covering order
+    (:mod:`flashcheck.inputs.covering`: every value regime as designed, every value of every other pooled
+    field, then their pairs), then hypothesis's own draws (small and edge-case shapes early, larger
+    ones later). For fixed case lists (self-tests, benchmarks) that meet every regime early, as
+    campaigns and property tests do."""
     from hypothesis import Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
+    from .covering import covering_plan, covering_size, planned_choices
+
+    strategy, pools = recipes(**options), recipe_pools(**options)
+    planned = []
+    with without_local_constants():
+        for i, cell in enumerate(covering_plan(pools, seed=seed, limit=covering_size(pools, count))):
+            found = planned_choices(strategy, pools, cell, seed=hash((seed, i)))
+            if found is not None:
+                planned.append(found[1])
     drawn: list[Recipe] = []
 
     @hypothesis_seed(seed)
-    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+    @settings(max_examples=max(count - len(planned), 1), database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(recipe=recipes(**options))
+    @given(recipe=strategy)
     def collect(recipe):
         drawn.append(recipe)
 
     with without_local_constants():
         collect()
-    regimes = _subset("value_regimes", options.get("value_regimes"), VALUE_ORDER)
-    designed = {}
-    if "default" in _subset("scale_regimes", options.get("scale_regimes"), SCALE_REGIMES):
-        designed["scale"] = "default"
-    if "none" in _subset("mask_regimes", options.get("mask_regimes"), MASK_ORDER):
-        designed["mask"] = "none"
-    n = len(regimes)
-    return [dataclasses.replace(r, values=regimes[i % n], **(designed if n <= i < 2 * n else {}))
-            for i, r in enumerate(drawn[:count])]
+    return (planned + drawn)[:count]

@@ -24,15 +24,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..contract.formats import format_of
+from ..contract.formats import format_of, raw_bits
 from ..contract.spec import KernelSpec
 from ..inputs.case import AttentionCase
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "PROPERTY_EVERY", "properties_for", "hidden_keys", "check_properties"]
+__all__ = ["PROPERTIES", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties"]
 
 PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch")
+# The finding kinds only the properties give: a bug of one of them needs the properties to show again.
+PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence"})
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4
@@ -44,11 +46,8 @@ def properties_for(key: int) -> tuple:
     return PROPERTIES if key % PROPERTY_EVERY == 0 else ()
 
 
-_INT_VIEW = {2: torch.int16, 4: torch.int32}
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().view(_INT_VIEW[t.element_size()])
+    return raw_bits(t.detach().contiguous())
 
 
 def _differs(a, b) -> torch.Tensor | None:

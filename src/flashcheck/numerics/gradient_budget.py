@@ -34,7 +34,7 @@ from ..contract.formats import FORMATS
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from .blockwise import ops_for
-from .budget import LOGIT_ULPS, budget_block, BudgetModel, contract_terms, logit_error, lse_tolerance
+from .budget import LOGIT_ULPS, BudgetModel, budget_block, contract_terms, logit_error, lse_tolerance
 from .gradients import GRADIENTS, Gradients, check_upstream, float64_gradients, group_rows
 
 __all__ = ["GradientBudget", "gradient_budget", "GRADIENT_TERMS"]

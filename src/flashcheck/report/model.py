@@ -16,7 +16,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ..campaign.result import RECORD_COLUMNS
+from ..campaign.result import RECORD_COLUMNS, never_judged
 from ..errors import InvalidArgument
 from ..files import replay_command
 from ..judge.verdict import BUG, from_json_number
@@ -74,7 +74,7 @@ def _max_ratio(values) -> float | None:
     return math.nan if any(math.isnan(r) for r in ratios) else max(ratios)
 
 
-def _cell(campaign: dict, dtype: str, rows: list, bugs: list, min_cases: int) -> dict:
+def _cell(campaign: dict, dtype: str, rows: list, bugs: list, min_cases: int, coverage: dict) -> dict:
     judged = [r for r in rows if r[_DTYPE] == dtype]
     hit = [b for b in bugs if b["dtypes"].get(dtype)]
     reasons = [f"{b['status']} #{b['id']} [{b['cause']}] {b['title']} ({b['dtypes'][dtype]} {dtype} cases)"
@@ -89,7 +89,9 @@ def _cell(campaign: dict, dtype: str, rows: list, bugs: list, min_cases: int) ->
     ratio = _max_ratio(r[_RATIO] for r in judged)
     return {"dtype": dtype, "status": BLOCKED if reasons else SIGNED_OFF, "reasons": reasons,
             "judged": len(judged), "bugs": [b["id"] for b in hit],
-            "max_ratio": None if ratio is None else (ratio if math.isfinite(ratio) else str(ratio))}
+            "max_ratio": None if ratio is None else (ratio if math.isfinite(ratio) else str(ratio)),
+            # the classes the cell never judged: what its sign-off rules nothing out about
+            "never_judged": never_judged(coverage)}
 
 
 def _campaign_entry(run: dict, root: Path, bugs: list, min_cases: int) -> dict:
@@ -106,7 +108,8 @@ def _campaign_entry(run: dict, root: Path, bugs: list, min_cases: int) -> dict:
         "summary": _relative(run["summary_path"], root), "corpus": _relative(run["corpus"], root),
         "notes": list(s.get("notes") or []),
     }
-    entry["dtypes"] = [_cell(entry, d, rows, bugs, min_cases) for d in run["dtypes"]]
+    entry["dtypes"] = [_cell(entry, d, rows, bugs, min_cases, (s.get("coverage") or {}).get(d, {}))
+                       for d in run["dtypes"]]
     return entry
 
 

@@ -50,9 +50,11 @@ def _head(report: dict) -> list:
 
 def _verdicts(report: dict) -> list:
     rows = [[c["kernel"], c["pass"], cell["dtype"], cell["status"], cell["judged"], ratio_text(cell["max_ratio"]),
-             "; ".join(cell["reasons"]) or "-"] for c in report["campaigns"] for cell in c["dtypes"]]
+             "; ".join(cell["reasons"]) or "-", ", ".join(cell.get("never_judged", ["(not recorded)"])) or "-"]
+            for c in report["campaigns"] for cell in c["dtypes"]]
     return [("h2", "Verdict per kernel, pass and dtype"),
-            ("table", ["kernel", "pass", "dtype", "status", "judged", "max err/budget", "reasons"], rows)]
+            ("table", ["kernel", "pass", "dtype", "status", "judged", "max err/budget", "reasons", "never judged"],
+             rows)]
 
 
 def _bug(bug: dict) -> list:

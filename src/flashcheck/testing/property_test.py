@@ -20,12 +20,13 @@ Nothing heavy is imported here: torch and the checks load when a test first runs
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..campaign.engine import Shrink, hypothesis_test, run_test
+from ..campaign.engine import Outcome, Shrink, hypothesis_test, run_test
 from ..contract.counts import check_count
 from ..contract.formats import DEVICES
 from ..errors import InvalidArgument
@@ -200,27 +201,59 @@ class _PropertyTest:
             return check_backward(self.kern, case, device=self.device, exclusions=True), case
         return check(self.kern, case, device=self.device, properties=properties_for(recipe.seed)), case
 
-    def hypothesis_test(self, strategy, *, examples: int, seed: int | None):
+    def given_args(self, strategy) -> dict:
+        if not self.backward:
+            return dict(recipe=strategy)
+        from hypothesis import strategies as st
+
+        from ..inputs.regimes import UPSTREAM_REGIMES
+
+        return dict(recipe=strategy, upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
+
+    def hypothesis_test(self, given_args: dict, *, examples: int, seed: int | None, database, phases=None):
         from hypothesis import Verbosity, settings
 
         if self.backward:
-            from hypothesis import strategies as st
-
-            from ..inputs.regimes import UPSTREAM_REGIMES
-
             def body(recipe, upstream):
                 self.judge(recipe, upstream)
-
-            given_args = dict(recipe=strategy, upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
         else:
             def body(recipe):
                 self.judge(recipe, None)
 
-            given_args = dict(recipe=strategy)
         verbosity = settings.default.verbosity if settings.default.verbosity > Verbosity.normal else Verbosity.quiet
-        # the test id keys the database entries and the random stream; the database is hypothesis's own
-        return hypothesis_test(body, given_args=given_args, max_examples=examples, seed=seed,
-                               database=settings.default.database, verbosity=verbosity, digest=self.nodeid.encode())
+        # the test id keys the database entries and the random stream
+        return hypothesis_test(body, given_args=given_args, max_examples=examples, seed=seed, database=database,
+                               phases=phases, verbosity=verbosity, digest=self.nodeid.encode())
+
+    def run_all(self, strategy, pools: dict, *, examples: int, seed: int | None):
+        """The covering order's cases first, each in an engine of its own (a failing one is shrunk
+        there), then hypothesis's free drawing for the examples left; the outcome of the first failure."""
+        from hypothesis import Phase, settings
+        from hypothesis import strategies as st
+        from hypothesis.database import InMemoryExampleDatabase
+
+        from ..campaign.database import PlannedDatabase
+        from ..inputs.covering import covering_plan, covering_size, planned_choices
+
+        given_args = self.given_args(strategy)
+        drawn = st.fixed_dictionaries(given_args) if self.backward else strategy  # as the test draws them
+        database = settings.default.database
+        plan_seed = seed if seed is not None else random.randrange(2**32)
+        planned = 0
+        for i, cell in enumerate(covering_plan(pools, seed=plan_seed, limit=covering_size(pools, examples))):
+            choices = planned_choices(drawn, pools, cell, seed=hash((plan_seed, i)))
+            if choices is None:
+                continue
+            base = database if database is not None else InMemoryExampleDatabase()
+            outcome = run_test(self.hypothesis_test(given_args, examples=1, seed=seed, phases=(Phase.reuse, Phase.shrink),
+                                                    database=PlannedDatabase(base, choices[0])), self.run)
+            planned += 1
+            if outcome.failure is not None:
+                return outcome
+        if examples <= planned:
+            return Outcome()
+        return run_test(self.hypothesis_test(given_args, examples=examples - planned, seed=seed, database=database),
+                        self.run)
 
 
 def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, backward: bool = False) -> None:
@@ -234,7 +267,7 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
     from hypothesis import settings
 
     from ..inputs.presets import load_preset
-    from ..inputs.strategies import recipes, without_local_constants
+    from ..inputs.strategies import recipe_pools, recipes, without_local_constants
 
     register_profiles()
     preset = load_preset(session.option("preset", options.preset, DEFAULT_PRESET))
@@ -245,11 +278,12 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
     device = default_device(session, options.device)
     _skip_unless_runnable(kern, device)
     spec = kern.spec.for_backward() if backward else kern.spec  # a backward test skips the backward's defects
-    strategy = recipes(spec=spec, dtypes=[dtype], **_strategy_options(preset, spec))
+    sizes = _strategy_options(preset, spec)
+    strategy = recipes(spec=spec, dtypes=[dtype], **sizes)
     test = _PropertyTest(kern, dtype, device, session, nodeid, backward=backward)
     with without_local_constants():
-        outcome = run_test(test.hypothesis_test(strategy, examples=examples, seed=session.option("seed", options.seed)),
-                           test.run)
+        outcome = test.run_all(strategy, recipe_pools(spec=spec, dtypes=[dtype], **sizes), examples=examples,
+                               seed=session.option("seed", options.seed))
     if outcome.failure is not None:
         pytest.fail(_failure_message(session, kern, dtype, device, test.run, outcome.failure), pytrace=False)
     if test.run.judged == 0:

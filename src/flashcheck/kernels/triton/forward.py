@@ -28,8 +28,8 @@ import threading
 
 import torch
 
-from ...contract.formats import DTYPES
 from ...contract.counts import check_count
+from ...contract.formats import DTYPES
 from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
 from ...errors import BackendUnavailable, InvalidArgument
