@@ -95,3 +95,14 @@ def test_a_shrink_gets_the_properties_only_for_a_bug_of_theirs(kinds, expected):
 
     share = PropertyShare()
     assert bool(share.choose(None, shrinking=frozenset(kinds))) is expected
+
+
+def test_the_workers_of_jobs_share_one_plan(tmp_path):
+    from ._run import fuzz
+
+    code, summary = fuzz(tmp_path, "correct", "--jobs", "2", "--max-examples", "20", seed=4)
+    assert code == 0 and summary["jobs"] == 2 and summary["examples"] == 20
+    judged = set()
+    for counts in summary["coverage"].values():
+        judged |= {v for v, n in counts["values"].items() if n}
+    assert judged == set(VALUE_ORDER)  # two plans of 10 would repeat the first regimes

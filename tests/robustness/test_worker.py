@@ -127,7 +127,7 @@ def test_default_case_timeouts():
 
 
 def test_fuzz_reports_a_dying_kernel_and_goes_on(tmp_path, capsys):
-    code, summary = fuzz(tmp_path, "exits", "--keep-going", "--max-examples", "400", "--time-budget", "5")
+    code, summary = fuzz(tmp_path, "exits", "--keep-going", "--max-examples", "400", "--time-budget", "15")  # time for a restart and later cases
     assert code == 1 and summary["verdict"] == "BUG" and summary["stopped"] == "time_budget"
     crash = [f for f in summary["findings"] if f["kinds"] == ["crash"]]
     assert crash and all("died (exit code 3)" in f["diagnosis"][0] for f in crash)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 import signal
 import threading
 import time
@@ -186,13 +187,17 @@ def run_campaigns(kernel: str, *, jobs: int, device: str, preset, dtypes=None, m
         raise InvalidArgument("kernel", kernel, "worker processes resolve the kernel by its name",
                               "Pass a built-in name or 'package.module:function', or run_campaign for an object.")
     started_at = time.monotonic() if started_at is None else started_at
-    shares = split_examples(max_examples or preset.max_examples, jobs)
+    total = max_examples or preset.max_examples
+    shares = [n for n in split_examples(total, jobs) if n > 0]
+    # The workers share one covering plan, each taking every len(shares)-th of its cells.
+    plan_seed = seed if seed is not None else random.randrange(2**32)
     # Each worker checks the options again (prepare_campaign) and keeps the dtypes its kernel supports.
     options = [dict(kernel=kernel, device=device, preset=preset, dtypes=dtypes, max_examples=n, time_budget=time_budget,
                     seed=job_seed(seed, i, jobs), corpus=str(corpus), database=database, keep_going=keep_going,
                     case_timeout=case_timeout, kernel_options=kernel_options, reuse=seed is None,
-                    started_at=started_at, backward=backward, records=records)
-               for i, n in enumerate(shares) if n > 0]
+                    started_at=started_at, backward=backward, records=records,
+                    plan=(plan_seed, i, len(shares), total))  # a PlanShare's fields: no torch import here
+               for i, n in enumerate(shares)]
     stop = _StopRequests([])
     with stop.installed():
         # The workers start first and import while this process resolves the kernel for its own checks.

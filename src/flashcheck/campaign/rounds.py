@@ -8,6 +8,7 @@ The test body they drive, and what it does with each case, is the campaign's (:m
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from hypothesis import Phase
 
-from ..inputs.covering import covering_plan, covering_size, planned_choices
+from ..inputs.covering import PlanShare, planned_choices
 from .database import KeyedDatabase, PlannedDatabase
 from .engine import Shrink, hypothesis_test, run_test
 
@@ -48,9 +49,10 @@ class Schedule:
     ``stop_reason`` (why it stops, shared with its signal handler), its ``record_shrunk`` and its result."""
 
     def __init__(self, host, strategies: dict, *, pools: dict, database, seed: int | None, reuse: bool,
-                 keep_going: bool, covering: bool = True):
+                 keep_going: bool, covering: bool = True, plan: PlanShare | None = None):
         self.host, self.strategies, self.pools, self.seed = host, strategies, pools, seed  # dtype -> each
         self.database, self.reuse, self.keep_going, self.covering = database, reuse, keep_going, covering
+        self.plan = plan  # the part of a covering plan shared with other workers (None: a plan of its own)
         self.planned = 0  # cases of the covering order run
         self.deadline = self.until = math.inf  # the current dtype's, the campaign's
         self.round = _Round()
@@ -104,15 +106,17 @@ class Schedule:
         """The covering order's cases, each in an engine of its own (a failing one is shrunk there), within
         their share of the cases and half the time; returns why the campaign stopped, or None to go on."""
         pools = dict(next(iter(self.pools.values())), dtype=list(self.strategies))
-        seed = self.seed if self.seed is not None else random.randrange(2**32)  # without a seed, new cases
-        plan = covering_plan(pools, seed=seed, limit=covering_size(pools, max_examples))
+        share = self.plan if self.plan is not None else PlanShare(self.seed)
+        if share.seed is None:  # without a seed, new cases
+            share = dataclasses.replace(share, seed=random.randrange(2**32))
+        seed, plan = share.seed, share.cells(pools, max_examples)
         now = time.monotonic()
         self.deadline = now + (self.until - now) / 2
         for i, cell in enumerate(plan):
             if self.generated >= max_examples:
                 return "max_examples"
             strategy, database = strata[cell["dtype"]]
-            planned = planned_choices(strategy, self.pools[cell["dtype"]], cell, seed=hash((seed, i)))
+            planned = planned_choices(strategy, self.pools[cell["dtype"]], cell, seed=hash((seed, share.index, i)))
             if planned is None:
                 continue  # this hypothesis draws otherwise: the cell is left to free drawing
             test = self._make_test(strategy, examples=1, database=PlannedDatabase(database, planned[0]),

@@ -38,7 +38,7 @@ from hypothesis import event, target
 
 from ..contract.spec import Kernel
 from ..inputs.case import AttentionCase
-from ..inputs.covering import empty_coverage
+from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.layout import Layout
 from ..inputs.presets import Preset
 from ..inputs.strategies import Recipe, recipe_pools, recipes
@@ -61,7 +61,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
                  database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
                  case_timeout: float | None = None, kernel_options: dict | None = None, on_finding=None,
                  reuse: bool = True, worker_process: WorkerProcess | None = None,
-                 started_at: float | None = None, backward: bool = False, records: bool = False) -> CampaignResult:
+                 started_at: float | None = None, backward: bool = False, records: bool = False,
+                 plan: tuple | None = None) -> CampaignResult:
     """Run one campaign; never raises for what the kernel does (that is a finding).
 
     ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
@@ -77,6 +78,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
     campaign is prepared here; it is closed when this returns or raises, used or not (a kernel object
     runs in-process). ``started_at`` (a ``time.monotonic()`` value, default: now) is what the summary's
     ``first_case_s`` counts from. ``records`` keeps one row per drawn, judged case (``RECORD_COLUMNS``).
+    ``plan``: this campaign's part of a covering plan that other campaigns share (``--jobs``), as the
+    fields of a :class:`~flashcheck.inputs.covering.PlanShare`; by default a plan of its own, from ``seed``.
     """
     started_at = time.monotonic() if started_at is None else started_at
     corpus = Path(corpus)
@@ -95,7 +98,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
         worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,
                            process=worker_process) if isolate else None
-        campaign = _Campaign(resolved, strategies, pools=pools, device=device, preset=preset, seed=seed, corpus=corpus,
+        campaign = _Campaign(resolved, strategies, pools=pools, plan=None if plan is None else PlanShare(*plan),
+                             device=device, preset=preset, seed=seed, corpus=corpus,
                              database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
                              on_finding=on_finding, reuse=reuse, started_at=started_at, backward=backward)
         campaign.result.coverage = {d: empty_coverage(pools[d]) for d in dtypes}
@@ -111,7 +115,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
 class _Campaign:
     """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
-    def __init__(self, resolved: Kernel, strategies: dict, *, pools: dict, device: str, preset: Preset, seed: int | None,
+    def __init__(self, resolved: Kernel, strategies: dict, *, pools: dict, plan, device: str, preset: Preset,
+                 seed: int | None,
                  corpus: Path,
                  database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool,
                  started_at: float, backward: bool = False):
@@ -131,7 +136,7 @@ class _Campaign:
         self.first_case_at: float | None = None
         self.property_share = PropertyShare()
         self.schedule = Schedule(self, strategies, pools=pools, database=database, seed=seed, reuse=reuse,
-                                 keep_going=keep_going)
+                                 keep_going=keep_going, plan=plan)
         self.saved_found: set[str] = set()   # causes whose first case is saved
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 

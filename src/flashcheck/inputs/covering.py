@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import dataclass
 
 from .strategies import POOL_FIELDS, SPECIAL_LENGTHS
 
-__all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "covering_plan", "covering_size", "empty_coverage", "pairs_of",
+__all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "PlanShare", "covering_plan", "covering_size", "empty_coverage", "pairs_of",
            "planned_choices", "shape_classes"]
 
 # What a summary counts its judged cases by: the pooled fields, and the classes of their shapes.
@@ -32,6 +33,21 @@ _LONG = 1024  # keys from which a row's accumulation is long
 _CANDIDATES = 24  # rows tried for each added row of the pair phase: the best one is kept
 _DESIGNED = ("mask", "scale", "layout")  # held at their simplest while each value regime comes as designed
 _TURNS = ("dtype", "causal")  # take turns through both rounds of singles
+
+
+@dataclass(frozen=True)
+class PlanShare:
+    """The part of a covering plan one campaign runs: the plan of ``seed`` for a campaign of ``budget``
+    cases, every ``of``-th cell from ``index`` (the workers of ``--jobs`` share one plan, not one each)."""
+
+    seed: int | None = None
+    index: int = 0
+    of: int = 1
+    budget: int | None = None
+
+    def cells(self, pools: dict[str, list], budget: int) -> list[dict]:
+        size = covering_size(pools, self.budget if self.budget is not None else budget)
+        return covering_plan(pools, seed=self.seed, limit=size)[self.index::self.of]
 
 
 def covering_size(pools: dict[str, list], budget: int) -> int:
