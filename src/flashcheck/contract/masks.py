@@ -25,6 +25,8 @@ __all__ = [
     "key_padding_right",
     "key_padding_left",
     "sliding_window",
+    "window",
+    "chunked",
     "from_tensor",
     "and_masks",
     "or_masks",
@@ -111,6 +113,36 @@ def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> MaskFn:
     return sliding_window
 
 
+def window(left: int, right: int, *, n_q: int, n_k: int) -> MaskFn:
+    """flash-attention's ``window_size=(left, right)``, bottom-right aligned: query i sees keys j with
+    ``i + n_k - n_q - left <= j <= i + n_k - n_q + right``; -1 leaves that side unbounded."""
+    left, right, offset = int(left), int(right), int(n_k) - int(n_q)
+
+    def window(b, h, q_idx, kv_idx):
+        centre = q_idx + offset
+        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
+        if left >= 0:
+            out = out & (kv_idx >= centre - left)
+        if right >= 0:
+            out = out & (kv_idx <= centre + right)
+        return out
+
+    return window
+
+
+def chunked(size: int, *, n_q: int, n_k: int) -> MaskFn:
+    """Chunked attention (Llama 4), bottom-right aligned: query i sees the keys of its chunk of
+    ``size`` positions, ``(i + n_k - n_q) // size == j // size``."""
+    size, offset = int(size), int(n_k) - int(n_q)
+    if size < 1:
+        raise InvalidArgument("size", size, "a chunk holds at least one key", "Pass size >= 1.")
+
+    def chunked(b, h, q_idx, kv_idx):
+        return torch.div(q_idx + offset, size, rounding_mode="floor") == torch.div(kv_idx, size, rounding_mode="floor")
+
+    return chunked
+
+
 def from_tensor(mask: torch.Tensor) -> MaskFn:
     """An arbitrary boolean mask broadcastable to (B, H, Nq, Nk), as a mask function."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() > 4:
@@ -179,10 +211,13 @@ def materialize(mask: MaskFn, shape: Sequence[int], *, device: str | torch.devic
 
 
 def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[int],
-            *, device: str | torch.device = "cpu") -> torch.Tensor:
-    """The keys each query may attend under the calling convention's ``causal`` and ``attn_mask``."""
+            *, device: str | torch.device = "cpu", variant=None) -> torch.Tensor:
+    """The keys each query may attend under the calling convention's ``causal`` and ``attn_mask``, and
+    the window and chunk of ``variant`` (a :class:`~flashcheck.contract.variants.Variant`)."""
     B, H, Nq, Nk = _shape(shape)
     fn = causal(check_causal(causal_mode, "causal_mode"), Nq, Nk)
+    extra = None if variant is None else variant.visible(Nq, Nk)
+    fn = fn if extra is None else and_masks(fn, extra)
     out = materialize(fn, (B, H, Nq, Nk), device=device)
     if attn_mask is not None:
         try:

@@ -11,7 +11,10 @@ from dataclasses import dataclass, fields
 
 from ..errors import InvalidArgument
 
-__all__ = ["Precision", "PRESETS", "precision_named"]
+__all__ = ["Precision", "PRESETS", "TANH_APPROX_F32", "precision_named"]
+
+# PTX's tanh.approx.f32: maximum relative error 2^-10.987 over its whole range (the PTX ISA manual).
+TANH_APPROX_F32 = 2.0**-10.987
 
 _P_DTYPES = ("input", "fp32")
 
@@ -27,6 +30,9 @@ class Precision:
     - ``exp_ulps``: accuracy of the fp32 exp/exp2 the kernel uses, in fp32 ulps.
     - ``scale_on_inputs``: the scale may multiply Q and K (each by sqrt(|scale|), in fp32) before the
       product instead of the scores, as PyTorch's math backend does: two more roundings per logit.
+    - ``tanh_error``: the largest absolute error of the fp32 tanh a soft-capping kernel uses (|tanh| <= 1,
+      so a relative error bound serves as well): a few fp32 ulps for libdevice's tanh or a tanh built from
+      exp, :data:`TANH_APPROX_F32` for the hardware's ``tanh.approx.f32``.
     """
 
     name: str = "custom"
@@ -35,6 +41,7 @@ class Precision:
     rescales_per_tile: bool = True
     exp_ulps: float = 2.0
     scale_on_inputs: bool = False
+    tanh_error: float = 2.0**-21
 
     def __post_init__(self):
         if self.p_dtype not in _P_DTYPES:
@@ -43,6 +50,9 @@ class Precision:
         if not (isinstance(self.exp_ulps, (int, float)) and 0 <= self.exp_ulps < 1e6):
             raise InvalidArgument("exp_ulps", self.exp_ulps, "expected a non-negative number of ulps",
                                   "Pass e.g. exp_ulps=2.")
+        if not (isinstance(self.tanh_error, (int, float)) and 0 <= self.tanh_error < 1):
+            raise InvalidArgument("tanh_error", self.tanh_error, "expected an absolute error in [0, 1)",
+                                  "Pass e.g. tanh_error=2**-21, or flashcheck.contract.precision.TANH_APPROX_F32.")
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -70,6 +70,10 @@ class KernelSpec:
     known once the oracle has run, so a campaign counts such a case as skipped; a direct
     :func:`flashcheck.check_backward` or a replay still gives the real verdict.
 
+    Variants (:mod:`flashcheck.contract.variants`): ``softcap``, ``window``, ``chunk`` and ``sinks``
+    declare that the kernel takes the keyword argument of that name; a case that uses one is drawn only
+    for a kernel that declares it, and only then does the kernel receive it.
+
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
     multiples of it; ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths.
@@ -97,6 +101,10 @@ class KernelSpec:
     backward: bool = False
     deterministic_backward: bool = True
     backward_excludes: tuple = ()
+    softcap: bool = False
+    window: bool = False
+    chunk: bool = False
+    sinks: bool = False
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -192,8 +200,9 @@ class Kernel:
         self.source = source
         functools.update_wrapper(self, fn, updated=())
 
-    def __call__(self, q, k, v, *, scale, causal, attn_mask=None):
-        return self.fn(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    def __call__(self, q, k, v, *, scale, causal, attn_mask=None, **variant):
+        # Variant keywords (softcap, window, chunk, sinks) only when the case uses them.
+        return self.fn(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})"

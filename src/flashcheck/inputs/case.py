@@ -25,6 +25,7 @@ from ..contract import masks
 from ..contract.counts import check_count
 from ..contract.formats import format_of, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
+from ..contract.variants import Variant, check_heads
 from ..errors import InvalidArgument
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
 
@@ -82,6 +83,14 @@ def _provenance(value) -> dict:
     return out
 
 
+def _variant(variant, heads_q: int) -> Variant:
+    if not isinstance(variant, Variant):
+        raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
+                              "Pass variant=flashcheck.Variant(window=(64, 0)), say, or None.")
+    check_heads(variant, heads_q)
+    return variant
+
+
 def _stored(t: torch.Tensor) -> torch.Tensor:
     # Always a fresh contiguous CPU copy: the case must not change when the caller's tensor does.
     return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
@@ -102,6 +111,7 @@ class AttentionCase:
     attn_mask: torch.Tensor | None = None
     layout: Layout = field(default_factory=Layout.contiguous)
     provenance: dict = field(default_factory=dict)
+    variant: Variant = field(default_factory=Variant)
 
     def __post_init__(self):
         q, k, v, scale, causal, mask, _ = check_attention_inputs(
@@ -115,14 +125,18 @@ class AttentionCase:
         put("attn_mask", None if mask is None else _stored(mask))
         put("layout", Layout.parse(self.layout))
         put("provenance", _provenance(self.provenance))
+        put("variant", _variant(self.variant, q.shape[1]))
         self._check_layout(self.layout, argument="layout")
 
     @classmethod
     def create(cls, q, k, v, *, scale, causal="none", attn_mask=None, layout="contiguous",
-               provenance=None) -> "AttentionCase":
-        """Validate one input (torch tensors or numpy arrays) and keep a contiguous CPU copy of it."""
+               provenance=None, variant=None) -> "AttentionCase":
+        """Validate one input (torch tensors or numpy arrays) and keep a contiguous CPU copy of it.
+
+        ``variant``: a :class:`~flashcheck.contract.variants.Variant` (soft-cap, window, chunk, sinks), or
+        None for plain attention."""
         return cls(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, layout=layout,
-                   provenance=provenance)
+                   provenance=provenance, variant=Variant() if variant is None else variant)
 
     # ---- what the case is -------------------------------------------------------------------------
 
@@ -147,10 +161,13 @@ class AttentionCase:
 
     def visible(self) -> torch.Tensor:
         """Bool (B, Hq, Nq, Nk): True where query i may attend key j under causal and attn_mask."""
-        return masks.visible(self.causal, self.attn_mask, self.attention_shape)
+        return masks.visible(self.causal, self.attn_mask, self.attention_shape, variant=self.variant)
 
     def empty_rows(self) -> torch.Tensor:
-        """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise)."""
+        """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise).
+        With sinks, such a row has a defined output (0) and no promise applies: none is empty."""
+        if self.variant.sinks is not None:
+            return torch.zeros(self.attention_shape[:3], dtype=torch.bool)
         return ~self.visible().any(dim=-1)
 
     def applicable_layouts(self) -> tuple[str, ...]:
@@ -171,6 +188,7 @@ class AttentionCase:
         if self.attn_mask is not None:
             pairs.append((self.attn_mask, other.attn_mask))
         return (self.scale.hex() == other.scale.hex() and self.causal == other.causal
+                and self.variant.equal_bits(other.variant)
                 and all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(raw_bits(a), raw_bits(b))
                         for a, b in pairs))
 
@@ -179,7 +197,7 @@ class AttentionCase:
         mask = "none" if self.attn_mask is None else "(" + ",".join(str(n) for n in self.attn_mask.shape) + ")"
         return (f"{self.dtype} B={s.batch} Hq={s.heads_q} Hkv={s.heads_kv} Nq={s.n_q} Nk={s.n_k} "
                 f"D={s.head_dim} Dv={s.head_dim_v} scale={self.scale:.6g} causal={self.causal} "
-                f"mask={mask} layout={self.layout}")
+                f"mask={mask} layout={self.layout}" + (f" {self.variant.describe()}" if self.variant.used else ""))
 
     def __repr__(self) -> str:
         return f"AttentionCase({self.describe()})"

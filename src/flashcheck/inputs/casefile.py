@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..contract.formats import FORMATS
+from ..contract.variants import Variant
 from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
 from .case import AttentionCase
@@ -27,7 +28,10 @@ from .layout import TENSORS, Layout
 
 __all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 adds the case's variant (soft-cap, window, chunk in the JSON; sinks in the npz). A case without
+# one is written as version 1, which every flashcheck reads.
+_PLAIN_VERSION = 1
 _FORMAT_NAME = "flashcheck-case"
 # How each dtype's bits are stored in the .npz.
 _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32)}
@@ -73,7 +77,7 @@ def _metadata(case) -> dict:
     s = case.shapes
     return {
         "format": _FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if case.variant.used else _PLAIN_VERSION,
         "describe": case.describe(),
         "dtype": case.dtype,
         "storage": {"q": _NPZ_DTYPE[case.dtype].name, "k": _NPZ_DTYPE[case.dtype].name,
@@ -87,7 +91,17 @@ def _metadata(case) -> dict:
         "attn_mask": None if case.attn_mask is None else {"shape": list(case.attn_mask.shape)},
         "layout": case.layout.as_dict(),
         "provenance": case.provenance,
+        **_variant_metadata(case.variant),
     }
+
+
+def _variant_metadata(variant) -> dict:
+    if not variant.used:
+        return {}
+    out = {"variant": variant.as_dict()}
+    if variant.sinks is not None:
+        out["sinks"] = {"shape": list(variant.sinks.shape)}
+    return out
 
 
 def _arrays(case) -> dict:
@@ -100,6 +114,8 @@ def _arrays(case) -> dict:
     arrays = {"q": array(case.q), "k": array(case.k), "v": array(case.v)}
     if case.attn_mask is not None:
         arrays["attn_mask"] = case.attn_mask.numpy()
+    if case.variant.sinks is not None:
+        arrays["sinks"] = case.variant.sinks.numpy()
     return arrays
 
 
@@ -152,7 +168,8 @@ def load_case(path) -> AttentionCase:
     try:
         return AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
                    attn_mask=tensors.get("attn_mask"), layout=meta["layout"],
-                   provenance=meta.get("provenance") or {})
+                   provenance=meta.get("provenance") or {},
+                   variant=Variant.from_dict(meta.get("variant"), sinks=tensors.get("sinks")))
     except InvalidArgument as exc:
         raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}", fix_resave) from None
 
@@ -191,9 +208,14 @@ def _check_meta(path: Path, meta) -> dict:
                               f"({scale!r})", "Edit scale_hex (the exact value) and scale together.")
     if not math.isfinite(scale):
         raise CaseFormatError(path, f"scale {scale!r} is not finite", fix)
-    mask = meta.get("attn_mask")
-    if mask is not None and (not isinstance(mask, dict) or not isinstance(mask.get("shape"), list)):
-        raise CaseFormatError(path, "'attn_mask' must be null or {\"shape\": [...]}", fix)
+    for key in ("attn_mask", "sinks"):
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, dict) or not isinstance(value.get("shape"), list)):
+            raise CaseFormatError(path, f"'{key}' must be null or {{\"shape\": [...]}}", fix)
+    try:
+        Variant.from_dict(meta.get("variant"))
+    except InvalidArgument as exc:
+        raise CaseFormatError(path, f"bad variant: {exc}", fix) from None
     try:
         Layout.parse(meta["layout"])
     except InvalidArgument as exc:
@@ -210,9 +232,13 @@ def _read_npz(path: Path) -> dict:
                               "Re-save the case, or delete this pair of files.") from None
 
 
+# Arrays beside q, k and v, each present when the JSON gives its shape, and their stored dtypes.
+_EXTRA_ARRAYS = {"attn_mask": np.dtype(np.bool_), "sinks": np.dtype(np.float32)}
+
+
 def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
     fix = "The .npz and .json do not describe the same case; re-save it."
-    names = list(TENSORS) + (["attn_mask"] if meta.get("attn_mask") is not None else [])
+    names = list(TENSORS) + [n for n in _EXTRA_ARRAYS if meta.get(n) is not None]
     extra = sorted(set(arrays) - set(names))
     missing = [n for n in names if n not in arrays]
     if missing or extra:
@@ -221,14 +247,14 @@ def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
     out = {}
     for name in names:
         a = arrays[name]
-        expected_shape = meta["shapes"][name] if name in TENSORS else meta["attn_mask"]["shape"]
-        expected_dtype = np.dtype(np.bool_) if name == "attn_mask" else want
+        expected_shape = meta["shapes"][name] if name in TENSORS else meta[name]["shape"]
+        expected_dtype = _EXTRA_ARRAYS.get(name, want)
         if a.dtype != expected_dtype:
             raise CaseFormatError(path, f"{name} is stored as {a.dtype}; a {meta['dtype']} case stores "
                                   f"{expected_dtype}", fix)
         if list(a.shape) != list(expected_shape):
             raise CaseFormatError(path, f"{name} has shape {list(a.shape)}; the JSON says {expected_shape}", fix)
-        if meta["dtype"] == "bf16" and name != "attn_mask":
+        if meta["dtype"] == "bf16" and name in TENSORS:
             t = torch.from_numpy(np.array(a, order="C").view(np.int16)).view(torch.bfloat16)
         else:
             # np.array, not np.ascontiguousarray: the latter turns a 0-d mask into shape (1,).
