@@ -9,7 +9,7 @@ from flashcheck.contract.spec import KernelSpec
 
 PUBLIC = {
     "AttentionCase", "BUG", "BackendUnavailable", "CaseFormatError", "Finding", "FlashcheckError",
-    "InvalidArgument", "Kernel", "KernelSpec", "PASS", "PRECISIONS", "Precision", "Reference", "SUSPICIOUS",
+    "InvalidArgument", "Kernel", "KernelSpec", "PASS", "PRECISIONS", "Precision", "Reference", "SUSPICIOUS", "Variant",
     "Unsupported", "Verdict", "assert_attention_close", "assert_passes", "audit_reference", "check", "kernel",
     "property_test", "reference_attention",
     # the backward pass
@@ -29,7 +29,8 @@ def keyword_only(fn) -> set[str]:
 def test_reference_attention_contract():
     params = inspect.signature(flashcheck.reference_attention).parameters
     assert list(params)[:3] == ["q", "k", "v"]
-    assert keyword_only(flashcheck.reference_attention) == {"scale", "causal", "attn_mask", "method", "dps", "rows"}
+    assert keyword_only(flashcheck.reference_attention) == {"scale", "causal", "attn_mask", "method", "dps", "rows",
+                                                                "variant"}
     assert params["method"].default == "float64" and params["dps"].default == 50 and params["causal"].default == "none"
     assert {"out", "lse", "w", "bound", "empty_rows"} <= set(flashcheck.Reference.__dataclass_fields__)
 

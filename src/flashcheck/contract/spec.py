@@ -72,7 +72,10 @@ class KernelSpec:
 
     Variants (:mod:`flashcheck.contract.variants`): ``softcap``, ``window``, ``chunk`` and ``sinks``
     declare that the kernel takes the keyword argument of that name; a case that uses one is drawn only
-    for a kernel that declares it, and only then does the kernel receive it.
+    for a kernel that declares it, and only then does the kernel receive it. ``neutral_variants``: a
+    declared feature at its neutral value (``softcap=inf``, every sink -inf, ``window=(Nk - 1, 0)`` in
+    place of ``causal="bottom_right"``) gives the bits of the call without it; without the promise, the
+    output must still stay within the error budget.
 
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
@@ -105,6 +108,7 @@ class KernelSpec:
     window: bool = False
     chunk: bool = False
     sinks: bool = False
+    neutral_variants: bool = False
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)

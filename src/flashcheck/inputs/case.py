@@ -164,11 +164,12 @@ class AttentionCase:
         return masks.visible(self.causal, self.attn_mask, self.attention_shape, variant=self.variant)
 
     def empty_rows(self) -> torch.Tensor:
-        """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise).
-        With sinks, such a row has a defined output (0) and no promise applies: none is empty."""
+        """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise). A
+        finite sink gives such a row a defined output (0, with lse = the sink): it is not empty."""
+        empty = ~self.visible().any(dim=-1)
         if self.variant.sinks is not None:
-            return torch.zeros(self.attention_shape[:3], dtype=torch.bool)
-        return ~self.visible().any(dim=-1)
+            empty &= (self.variant.sinks == -math.inf).view(1, -1, 1)
+        return empty
 
     def applicable_layouts(self) -> tuple[str, ...]:
         """The layout names (default parameters) this case's numbers allow."""

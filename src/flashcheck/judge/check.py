@@ -22,6 +22,7 @@ import torch
 
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
+from ..contract.variants import check_variant
 from ..errors import InvalidArgument, Unsupported
 from ..inputs.case import AttentionCase
 from ..kernels.registry import resolve_kernel
@@ -29,7 +30,7 @@ from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
 from .comparison import compare
 from .envelope import ENVELOPE_FLOOR, envelope_findings
-from .properties import PROPERTIES, check_properties
+from .properties import PROPERTIES, check_properties, neutral_cases
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["KernelRun", "run_kernel", "check", "assert_attention_close"]
@@ -46,11 +47,12 @@ class KernelRun:
     seconds: float
 
 
-def run_kernel(kernel, q, k, v, *, scale, causal, attn_mask=None) -> KernelRun:
-    """Call a kernel, catching what it raises; never lets a kernel's exception escape."""
+def run_kernel(kernel, q, k, v, *, scale, causal, attn_mask=None, **variant) -> KernelRun:
+    """Call a kernel, catching what it raises; never lets a kernel's exception escape. ``variant``: the
+    keywords of the case's variant (:meth:`~flashcheck.contract.variants.Variant.kwargs`), passed on."""
     start = time.perf_counter()
     try:
-        result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
         if q.is_cuda:
             torch.cuda.synchronize(q.device)
     except Exception as exc:  # a crash is a finding, not flashcheck's failure
@@ -97,6 +99,7 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     # A name ("torch:math", "flashcheck:triton[block_m=32]", "pkg.mod:fn") resolves as on the command line.
     kern: Kernel = resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
     contract = precision_named(precision) if precision is not None else kern.spec.precision
+    check_variant(case.variant, kern.spec, heads_q=case.shapes.heads_q)
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
     compiled_before = _compilation_stats()
@@ -153,8 +156,8 @@ def _skipped(skip: _Skip, device, meta: dict) -> Verdict:
     return Verdict.from_findings([], max_ratio=math.nan, skipped=str(skip), **meta)
 
 
-def _run_or_skip(kern, q, k, v, *, scale, causal, attn_mask, what: str) -> KernelRun:
-    run = run_kernel(kern, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+def _run_or_skip(kern, q, k, v, *, scale, causal, attn_mask, what: str, variant: dict) -> KernelRun:
+    run = run_kernel(kern, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
     if isinstance(run.error, torch.cuda.OutOfMemoryError):
         raise _Skip("oom", _one_line(run.error, what))
     if isinstance(run.error, Unsupported):
@@ -179,10 +182,12 @@ class _Judgement:
 
     def run(self, q, k, v, mask, *, what: str) -> KernelRun:
         return _run_or_skip(self.kernel, q, k, v, scale=self.case.scale, causal=self.case.causal, attn_mask=mask,
-                            what=what)
+                            what=what, variant=self.case.variant.kwargs(q.device))
 
-    def rerun(self, q, k, v, mask) -> KernelRun:
-        return self.run(q, k, v, mask, what="a property's rerun of the kernel")
+    def rerun(self, case: AttentionCase, q, k, v, mask) -> KernelRun:
+        """The kernel on another case of the properties (its causal alignment and variant; this scale)."""
+        return _run_or_skip(self.kernel, q, k, v, scale=self.case.scale, causal=case.causal, attn_mask=mask,
+                            what="a property's rerun of the kernel", variant=case.variant.kwargs(q.device))
 
     def compare(self, out, lse, budget: Budget) -> tuple[list[Finding], float]:
         return compare(out, lse, budget, fully_masked_rows=self.kernel.spec.fully_masked_rows, regime=self.regime)
@@ -209,11 +214,18 @@ def _check(job: _Judgement) -> Verdict:
     if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR:
         with _timed(elapsed, "envelope"):
             findings += envelope_findings(case, budget, max_ratio, device=job.device, regime=job.regime, out=run.out)
-    checked = [p for p in job.properties if p != "batch" or case.shapes.batch > 1]
+    checked = [p for p in job.properties if _applies(p, case, job.kernel.spec)]
     verdict = Verdict.from_findings(findings, max_ratio=max_ratio, elapsed=elapsed, notes=notes,
                                     properties=checked, **job.meta)
     verdict.output = (run.out, run.lse)
     return verdict
+
+
+def _applies(prop: str, case: AttentionCase, spec) -> bool:
+    """Whether property ``prop`` judged anything on ``case`` (a batch of one has no other sequence)."""
+    if prop == "batch":
+        return case.shapes.batch > 1
+    return prop != "neutral" or bool(neutral_cases(case, spec))
 
 
 def crash_verdict(run, regime: str | None, meta: dict) -> Verdict:
@@ -234,7 +246,8 @@ def _oracle_budget(job: _Judgement, mask) -> Budget:
     case, device = job.case, job.device
     # Without a reference, the oracle and the budget share one walk over the scores.
     return error_budget(case.q.to(device), case.k.to(device), case.v.to(device), scale=case.scale,
-                        causal=case.causal, attn_mask=mask, precision=job.contract, reference=job.reference)
+                        causal=case.causal, attn_mask=mask, precision=job.contract, reference=job.reference,
+                        variant=case.variant)
 
 
 def _explain_outside_the_softmax(findings: list[Finding], kern: Kernel, dtype: torch.dtype, device) -> None:
@@ -294,7 +307,8 @@ def assert_attention_close(out: torch.Tensor, reference: Reference, *, precision
                               "Pass reference_attention(q, k, v, scale=..., ...) computed on the kernel's inputs.")
     inputs = reference.inputs
     budget = error_budget(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"], causal=inputs["causal"],
-                          attn_mask=inputs["attn_mask"], precision=precision, reference=reference)
+                          attn_mask=inputs["attn_mask"], precision=precision, reference=reference,
+                          variant=inputs.get("variant"))
     wrong = _output_problems(out, lse, reference.shapes, inputs["q"].dtype, inputs["q"].device)
     if wrong:
         verdict = Verdict.from_findings(wrong, max_ratio=math.nan)

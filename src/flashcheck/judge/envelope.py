@@ -48,13 +48,13 @@ def reordering_envelope(case: AttentionCase, budget: Budget, *, device, enough: 
     It stops once it reaches ``enough`` (past that the verdict cannot change). ``head=(b, h)`` runs the
     twin on that head alone: its envelope is at most the whole case's, and costs a fraction of it.
     """
-    q, k, v, mask, ref_parts = _envelope_inputs(case, budget, device, head)
+    q, k, v, mask, variant, ref_parts = _envelope_inputs(case, budget, device, head)
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
     for run in _envelope_runs(budget.precision, case.dtype):
         order = torch.randperm(case.shapes.n_k, generator=gen) if run.pop("shuffled") else None
         out, _ = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
-                                precision=budget.precision, key_order=order, **run)
+                                precision=budget.precision, key_order=order, variant=variant, **run)
         ratio, _ = error_ratios(on_oracle_rows(out, budget.reference), *ref_parts)
         worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
         if worst >= enough:
@@ -68,14 +68,17 @@ def _envelope_inputs(case: AttentionCase, budget: Budget, device, head):
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
     ref = budget.reference
     parts = (ref.out, budget.total, ref.empty_rows)
+    variant = case.variant
     if head is None:
-        return q, k, v, mask, parts
+        return q, k, v, mask, variant, parts
     b, h = head
+    if variant.sinks is not None:
+        variant = variant.replace(sinks=variant.sinks[h:h + 1])
     kv = h // case.shapes.group
     if mask is not None:
         mask = torch.broadcast_to(mask, (*q.shape[:3], k.shape[2]))[b:b + 1, h:h + 1]
     one = (slice(b, b + 1), slice(h, h + 1))
-    return (q[one], k[b:b + 1, kv:kv + 1], v[b:b + 1, kv:kv + 1], mask, tuple(t[one] for t in parts))
+    return (q[one], k[b:b + 1, kv:kv + 1], v[b:b + 1, kv:kv + 1], mask, variant, tuple(t[one] for t in parts))
 
 
 def envelope_findings(case: AttentionCase, budget: Budget, max_ratio: float, *, device,

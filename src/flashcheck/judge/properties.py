@@ -12,6 +12,9 @@
 - ``batch``: the last sequence of a batch, run alone, gives the bits it got inside the batch. Many
   correct kernels change their split or tiling with the batch size, so this is information (a note
   on the verdict) unless the spec promises ``batch_invariant``.
+- ``neutral``: each variant feature the spec declares and the case does not use, at its neutral value
+  (a cap of inf, sinks of -inf, a window (Nk - 1, 0) in place of the bottom-right causal mask), gives
+  the bits of the case: bit-identical when the spec promises ``neutral_variants``, else within the budget.
 
 Each property reruns the kernel once or twice and compares bits with the first run's output (+0 and
 -0 count as one value).
@@ -19,6 +22,8 @@ Each property reruns the kernel once or twice and compares bits with the first r
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,11 +35,13 @@ from ..inputs.case import AttentionCase
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties"]
+__all__ = ["PROPERTIES", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
+           "neutral_cases"]
 
-PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch")
+PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral")
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
-PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence"})
+PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence",
+                            "neutral_variant"})
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4
@@ -73,7 +80,7 @@ def _poisoned(case: AttentionCase, hidden: torch.Tensor, value_k: float, value_v
     k[hidden] = value_k
     v[hidden] = value_v
     return AttentionCase.create(case.q, k, v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
-                                layout=case.layout, provenance=case.provenance)
+                                layout=case.layout, provenance=case.provenance, variant=case.variant)
 
 
 def _other_layout(case: AttentionCase) -> str:
@@ -83,7 +90,8 @@ def _other_layout(case: AttentionCase) -> str:
 
 def check_properties(run, case: AttentionCase, baseline, *, device, spec: KernelSpec, properties=PROPERTIES,
                      judge=None, notes: list | None = None, regime: str | None = None) -> list[Finding]:
-    """Findings of the exact properties; ``run(q, k, v, mask)`` returns a KernelRun.
+    """Findings of the exact properties; ``run(case, q, k, v, mask)`` returns the KernelRun of ``case`` (a
+    rerun's case: its causal alignment and variant) on those tensors.
 
     ``spec`` is the kernel's: the properties read its promises (``deterministic``, ``nan_safe_masking``,
     ``fully_masked_rows``, ``layout_invariant``, ``batch_invariant``). ``judge(out, lse)`` returns the
@@ -107,7 +115,7 @@ class _Reruns:
     """One case's reruns of the kernel for its properties, each compared with the first run, and the
     findings they gave."""
 
-    run: Callable  # (q, k, v, mask) -> KernelRun
+    run: Callable  # (case, q, k, v, mask) -> KernelRun
     case: AttentionCase
     baseline: object  # the KernelRun of the case as given
     device: torch.device
@@ -124,7 +132,7 @@ class _Reruns:
 
     def rerun(self, case: AttentionCase, **placement):
         """The kernel on ``case`` placed on the device (``placement``: ``to_device``'s layout or guard bands)."""
-        return self.run(*case.to_device(self.device, **placement))
+        return self.run(case, *case.to_device(self.device, **placement))
 
     def finding(self, kind: str, diagnosis: str, **kw) -> None:
         self.findings.append(Finding(kind, BUG, diagnosis, regime=self.regime, **kw))
@@ -189,22 +197,52 @@ def _layout(reruns: _Reruns) -> None:
     case = reruns.case
     other = _other_layout(case)
     what = f"the same numbers in the {other} layout (case: {case.layout})"
-    rerun = reruns.rerun(case, layout=other)
-    if reruns.spec.layout_invariant or reruns.judge is None or rerun.error is not None:
-        reruns.compare("layout_dependence", what, rerun, layout=other)
+    _same_or_within(reruns, "layout_dependence", what, reruns.rerun(case, layout=other),
+                    promised=reruns.spec.layout_invariant, layout=other)
+
+
+def _same_or_within(reruns: _Reruns, kind: str, what: str, rerun, *, promised: bool, **details) -> None:
+    """``rerun`` must give the first run's bits when ``promised``; else other bits are a bug only when that
+    output breaks the budget, and a note otherwise."""
+    if promised or reruns.judge is None or rerun.error is not None:
+        reruns.compare(kind, what, rerun, **details)
         return
-    # Other bits in another layout: a bug if that output breaks the budget, else a note.
     diff = _differs(reruns.baseline.out, rerun.out)
     if diff is not None and not bool(diff.any()):
         return
     broken = reruns.judge(rerun.out, rerun.lse)
     if broken:
         worst = max(broken, key=lambda f: f.ratio if f.ratio is not None else float("inf"))
-        reruns.finding("layout_dependence", f"{what}: {worst.kind}: {worst.diagnosis}", index=worst.index,
-                       error=worst.error, budget=worst.budget, ratio=worst.ratio, details={"layout": other})
+        reruns.finding(kind, f"{what}: {worst.kind}: {worst.diagnosis}", index=worst.index,
+                       error=worst.error, budget=worst.budget, ratio=worst.ratio, details=details)
     elif reruns.notes is not None:
-        reruns.notes.append(f"layout-dependent bits within the budget: {what} changed "
-                            f"{int(diff.sum())} of {diff.numel()} output elements")
+        changed = "its shape" if diff is None else f"{int(diff.sum())} of {diff.numel()} output elements"
+        reruns.notes.append(f"{_NOTES[kind]} bits within the budget: {what} changed {changed}")
+
+
+_NOTES = {"layout_dependence": "layout-dependent", "neutral_variant": "variant-dependent"}
+
+
+def neutral_cases(case: AttentionCase, spec: KernelSpec) -> list[tuple[str, AttentionCase]]:
+    """(what, case) for each declared variant feature the case leaves unused, set to its neutral value."""
+    out, variant, n_k = [], case.variant, case.shapes.n_k
+    if spec.softcap and variant.softcap is None:
+        out.append(("softcap=inf", dataclasses.replace(case, variant=variant.replace(softcap=math.inf))))
+    if spec.sinks and variant.sinks is None:
+        sinks = torch.full((case.shapes.heads_q,), -math.inf)
+        out.append(("sinks of -inf", dataclasses.replace(case, variant=variant.replace(sinks=sinks))))
+    if spec.window and variant.window is None and case.causal == "bottom_right" and "none" in spec.causal:
+        windowed = dataclasses.replace(case, causal="none", variant=variant.replace(window=(n_k - 1, 0)))
+        out.append((f"window=({n_k - 1},0) in place of causal='bottom_right'", windowed))
+    return out
+
+
+def _neutral(reruns: _Reruns) -> None:
+    for what, case in neutral_cases(reruns.case, reruns.spec):
+        if reruns.crashed:
+            return
+        _same_or_within(reruns, "neutral_variant", f"the case with {what}", reruns.rerun(case),
+                        promised=reruns.spec.neutral_variants, neutral=what)
 
 
 def _batch(reruns: _Reruns) -> None:
@@ -226,7 +264,7 @@ def _batch(reruns: _Reruns) -> None:
 
 
 _CHECKS = {"determinism": _determinism, "poison": _poison, "guard_bands": _guard_bands, "layout": _layout,
-           "batch": _batch}
+           "batch": _batch, "neutral": _neutral}
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:
@@ -234,4 +272,4 @@ def _last_sequence(case: AttentionCase) -> AttentionCase:
     if mask is not None and mask.dim() == 4 and mask.shape[0] > 1:
         mask = mask[-1:]
     return AttentionCase.create(case.q[-1:], case.k[-1:], case.v[-1:], scale=case.scale, causal=case.causal,
-                                attn_mask=mask, layout=case.layout, provenance=case.provenance)
+                                attn_mask=mask, layout=case.layout, provenance=case.provenance, variant=case.variant)

@@ -10,6 +10,7 @@ float64 on a GPU.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -44,16 +45,18 @@ def block_elements(device) -> int:
 
 
 def visible_block(causal: str, attn_mask, shapes: Shapes, rows: torch.Tensor, device, *,
-                  heads: slice | None = None, allow_none: bool = False):
+                  heads: slice | None = None, allow_none: bool = False, variant=None):
     """Visibility of the given query rows as a (P or 1, G or 1, R, Nk) bool tensor, P = B * Hkv flattened
-    (``heads`` selects a range of it).
+    (``heads`` selects a range of it); ``variant``'s window and chunk restrict it further.
 
     With ``allow_none``, None stands for "every key visible" (no causal mode, no mask), which spares
     the caller a pass over the scores.
     """
-    if allow_none and causal == "none" and attn_mask is None:
+    extra = None if variant is None else variant.visible(shapes.n_q, shapes.n_k)
+    if allow_none and causal == "none" and attn_mask is None and extra is None:
         return None
     fn = masks.causal(causal, shapes.n_q, shapes.n_k)
+    fn = fn if extra is None else masks.and_masks(fn, extra)
     q_idx = rows.to(device).view(-1, 1)
     kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
     vis = torch.broadcast_to(fn(0, 0, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k)).view(1, 1, -1, shapes.n_k)
@@ -163,7 +166,7 @@ class _TorchOps:
 
 # Functions with the same name and meaning in numpy and torch are bound once for both.
 for _ops, _xp in ((_NumpyOps, np), (_TorchOps, torch)):
-    for _name in ("matmul", "exp", "expm1", "log", "sqrt", "abs", "where"):
+    for _name in ("matmul", "exp", "expm1", "log", "sqrt", "abs", "where", "tanh", "broadcast_to"):
         setattr(_ops, _name, staticmethod(getattr(_xp, _name)))
 
 
@@ -189,6 +192,10 @@ class Block:
     K: object  # (p, 1, Nk, D) float64
     V: object  # (p, 1, Nk, Dv) float64
     vis: object  # (p or 1, G or 1, R, Nk) bool, or None when every key is visible
+    softcap: float | None = None  # the variant's finite soft-cap, applied to the scaled logits
+    # The variant's sink logits, (p, G, 1, 1) float64: K and V then end with one more key, a zero row,
+    # which stands for the sink (its logit is the sink, its value 0), and vis with a visible column for it.
+    sink: object = None
 
 
 def _grouped(ops, shapes: Shapes, q, k, v):
@@ -208,15 +215,36 @@ def _steps(shapes: Shapes, rows: int, cap: int) -> tuple[int, int]:
     return head_step, row_step
 
 
+def _sink_key(ops, shapes: Shapes, K, V, variant, device):
+    """K and V with the sink's zero key appended, and the sinks as (P, G, 1, 1); unchanged without sinks."""
+    if variant is None or variant.sinks is None:
+        return K, V, None
+    P, G = shapes.batch * shapes.heads_kv, shapes.group
+    sinks = variant.sinks.to(device).reshape(1, shapes.heads_kv, G).expand(shapes.batch, -1, -1)
+    # Inputs are finite (the oracle checks), so 0 * a row is a zero row of the array's own kind.
+    return (ops.concat((K, 0 * K[:, :, :1]), -2), ops.concat((V, 0 * V[:, :, :1]), -2),
+            ops.asarray(sinks.reshape(P, G, 1, 1)))
+
+
+def _with_sink_column(vis):
+    if vis is None:
+        return None
+    column = torch.ones(vis.shape[:-1] + (1,), dtype=torch.bool, device=vis.device)
+    return torch.cat((vis, column), -1)
+
+
 def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor, *,
-                allow_none: bool = False, cap: int | None = None):
+                allow_none: bool = False, cap: int | None = None, variant=None):
     """The attention call in as few blocks as memory allows (usually one), with float64 operands.
 
     ``allow_none``: a block whose keys are all visible gets ``vis=None`` (see :func:`visible_block`).
-    ``cap`` overrides the elements of one work array (:func:`block_elements`).
+    ``cap`` overrides the elements of one work array (:func:`block_elements`). ``variant``: the case's
+    :class:`~flashcheck.contract.variants.Variant` (its keys restrict ``vis``; see :class:`Block`).
     """
     device = q.device
     Q, K, V = _grouped(ops, shapes, q, k, v)
+    K, V, sinks = _sink_key(ops, shapes, K, V, variant, device)
+    softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
     R, P = rows_all.numel(), shapes.batch * shapes.heads_kv
     head_step, row_step = _steps(shapes, R, cap or block_elements(device))
     in_order = R == shapes.n_q and torch.equal(rows_all, torch.arange(R))
@@ -224,10 +252,13 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
         heads = slice(p0, p0 + head_step)
         for r0 in range(0, R, row_step):
             rows = rows_all[r0:r0 + row_step]
-            vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none)
+            vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
+                                variant=variant)
+            if sinks is not None:
+                vis = _with_sink_column(vis)
             Qb = Q[heads, :, r0:r0 + row_step] if in_order else Q[heads][:, :, ops.mask(rows.to(device))]
             yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K[heads], V[heads],
-                        None if vis is None else ops.mask(vis))
+                        None if vis is None else ops.mask(vis), softcap, None if sinks is None else sinks[heads])
 
 
 def scatter(ops, outputs, block: Block, results) -> None:

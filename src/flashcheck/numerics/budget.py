@@ -31,6 +31,7 @@ import torch
 from ..contract.formats import FORMATS, TF32, format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
+from ..contract.variants import Variant
 from .blockwise import iter_blocks, ops_for, scatter
 from .oracle import Reference, block_softmax, float64_reference_walk
 
@@ -112,15 +113,16 @@ class Budget:
 
 def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                  precision: Precision | str = "flash", reference: Reference | None = None,
-                 rows=None) -> Budget:
-    """The per-element budget of a kernel honouring ``precision`` on this input.
+                 rows=None, variant: Variant | None = None) -> Budget:
+    """The per-element budget of a kernel honouring ``precision`` on this input (and ``variant``).
 
     Without a ``reference``, the oracle and the budget share one walk over the scores.
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype))
+    variant = Variant() if variant is None else variant
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sinks is not None)
     ops = ops_for(q.device)
     parts = None
 
@@ -135,12 +137,13 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
             rows_n = shapes.n_q if rows is None else len(rows)
             parts = _Parts((shapes.batch, shapes.heads_q, rows_n, shapes.head_dim_v), q.device)
             reference = float64_reference_walk(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
-                                               rows=rows, on_block=add_forward)
+                                               rows=rows, on_block=add_forward, variant=variant)
         else:
             parts = _Parts(reference.out.shape, q.device)
             rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)
-            for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
-                sm = block_softmax(ops, blk.Q, blk.K, blk.vis, scale)
+            for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True,
+                                   variant=variant):
+                sm = block_softmax(ops, blk, scale)
                 o_w = ops.matmul(sm.p, ops.concat((blk.V, ops.abs(blk.V)), -1)) / sm.l
                 add(blk, sm, o_w[..., :shapes.head_dim_v], o_w[..., shapes.head_dim_v:])
     return parts.budget(reference, model)
@@ -154,6 +157,7 @@ class BudgetModel:
     scale: float
     precision: Precision
     terms: BudgetTerms
+    sink: bool = False  # the sink is one more term of l
 
     def __post_init__(self):
         u = self.terms.u_32
@@ -161,7 +165,7 @@ class BudgetModel:
         # that tf32 may have rounded.
         dot_len = self.shapes.head_dim + 2 * self.precision.scale_on_inputs
         self.logit_factor = abs(self.scale) * ((1 + _gamma(dot_len, u)) * (1 + self.terms.u_in) ** 2 - 1)
-        self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1
+        self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1 + self.sink
         self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
                          + (self.terms.exp_ulps + EXTRA_ULPS) * u)
 
@@ -196,12 +200,29 @@ def lse_tolerance(lse_shift, lse_abs, lse_bound, model: BudgetModel):
 
 
 def logit_error(ops, blk, sm, model: BudgetModel):
-    """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys)."""
+    """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys). A sink's
+    logit has a zero key (|q||k| = 0): only its conversion to the exp2 domain and the max's subtraction."""
     vis = blk.vis
+    visible = (lambda x: x) if vis is None else (lambda x: ops.where(vis, x, 0.0))  # noqa: E731
     qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
-    s_abs = ops.abs(sm.s) if vis is None else ops.abs(ops.where(vis, sm.s, 0.0))
-    eta = model.logit_factor * qk + model.terms.u_32 * (LOGIT_ULPS * s_abs + 2 * ops.abs(sm.m))
-    return eta if vis is None else ops.where(vis, eta, 0.0)
+    raw_abs = ops.abs(visible(sm.raw))
+    eta = model.logit_factor * qk + model.terms.u_32 * LOGIT_ULPS * raw_abs
+    if blk.softcap is not None:
+        eta = _capped_error(ops, blk, eta, raw_abs, ops.abs(visible(sm.s)), model)
+    return visible(eta + 2 * model.terms.u_32 * ops.abs(sm.m))
+
+
+def _capped_error(ops, blk, eta, raw_abs, s_abs, model: BudgetModel):
+    """The error of c tanh(s / c) when s is off by at most eta: the largest slope of the cap on that
+    interval times eta (mean value theorem; sech^2 <= min(1 - tanh^2, 4 e^-2t)), plus the kernel's tanh
+    error (absolute, the contract's ``tanh_error``) times c and the roundings of the capped logit."""
+    c = blk.softcap
+    t = ops.maximum(raw_abs - eta, 0.0) / c
+    slope = ops.minimum(1.0 - ops.tanh(t) ** 2 + 2.0**-50, 4 * ops.exp(-2 * t))
+    capped = slope * eta + c * model.precision.tanh_error + model.terms.u_32 * LOGIT_ULPS * s_abs
+    if blk.sink is None:
+        return capped
+    return ops.concat((capped[..., :-1], eta[..., -1:]), -1)  # the sink is not capped
 
 
 def budget_block(ops, blk, sm, o, w, model: BudgetModel, eta=None):

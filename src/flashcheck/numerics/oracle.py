@@ -39,6 +39,7 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
+from ..contract.variants import Variant, check_heads
 from ..errors import FlashcheckError, InvalidArgument
 from .blockwise import iter_blocks, ops_for, scatter, visible_block
 
@@ -86,15 +87,17 @@ class Reference:
 
 def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                         method: str = "float64", dps: int = 50,
-                        rows: Sequence[int] | None = None) -> Reference:
+                        rows: Sequence[int] | None = None, variant: Variant | None = None) -> Reference:
     """Attention computed exactly enough to judge a kernel, with a bound on its own error.
 
     ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU. ``method="mpmath"``
     computes the same quantities with ``dps`` decimal digits (an auditor: about 1 ms per row and
     head at N = 100, D = 64). ``rows`` restricts either method to the given query indices.
+    ``variant``: soft-cap, window, chunk and sinks (:class:`~flashcheck.contract.variants.Variant`).
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    variant = _check_variant(variant, shapes)
     if method not in METHODS:
         raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
     check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
@@ -103,20 +106,35 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     if method == "mpmath":
         for name, t in (("q", q), ("k", k), ("v", v)):
             _check_finite(name, t, bool(torch.isfinite(t).all()))
-        ref = _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps)
+        from .exact import mpmath_reference
+
+        ref = mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps, variant)
     else:
-        ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index)
-    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
+        ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, variant=variant)
+    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
     return ref
 
 
-def float64_reference_walk(q, k, v, *, scale: float, causal: str, attn_mask, rows, on_block) -> Reference:
+def float64_reference_walk(q, k, v, *, scale: float, causal: str, attn_mask, rows, on_block,
+                           variant: Variant | None = None) -> Reference:
     """The float64 oracle of :func:`reference_attention` with a hook on every block (for the budget)."""
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, _check_rows(rows, shapes.n_q), on_block)
-    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask)
+    variant = _check_variant(variant, shapes)
+    ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, _check_rows(rows, shapes.n_q), on_block,
+                             variant)
+    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
     return ref
+
+
+def _check_variant(variant, shapes: Shapes) -> Variant:
+    if variant is None:
+        return Variant()
+    if not isinstance(variant, Variant):
+        raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
+                              "Pass variant=flashcheck.Variant(softcap=30.0), say, or None.")
+    check_heads(variant, shapes.heads_q)
+    return variant
 
 
 def _check_finite(name: str, tensor, finite: bool) -> None:
@@ -149,7 +167,8 @@ class Softmax:
     Arrays are (p, G, R, Nk) or, reduced over the keys, (p, G, R, 1); masked keys have s = -inf, p = 0.
     """
 
-    s: object  # scaled logits
+    s: object  # scaled logits (soft-capped when the variant caps them; the sink as a last column)
+    raw: object  # the scaled logits before the cap (s itself without one)
     m: object  # row max (0 on empty rows)
     empty: object  # rows with no visible key
     x: object  # s - m
@@ -157,19 +176,31 @@ class Softmax:
     l: object  # sum of p (1 on empty rows)
 
 
-def block_softmax(ops, Q, K, vis, scale: float) -> Softmax:
-    s = ops.matmul(Q, ops.swap(K)) * scale
-    if vis is not None:
-        s = ops.where(vis, s, -math.inf)
+def block_scores(ops, blk, scale: float):
+    """(raw, s): the block's scaled logits, and its logits as the variant has them: soft-capped, with the
+    sink's logit as the last column (Block's sink key)."""
+    K = blk.K if blk.sink is None else blk.K[:, :, :-1]
+    raw = ops.matmul(blk.Q, ops.swap(K)) * scale
+    s = raw if blk.softcap is None else blk.softcap * ops.tanh(raw / blk.softcap)
+    if blk.sink is not None:
+        sink = ops.broadcast_to(blk.sink, s.shape[:-1] + (1,))
+        raw, s = ops.concat((raw, sink), -1), ops.concat((s, sink), -1)
+    return raw, s
+
+
+def block_softmax(ops, blk, scale: float) -> Softmax:
+    raw, s = block_scores(ops, blk, scale)
+    if blk.vis is not None:
+        s = ops.where(blk.vis, s, -math.inf)
     m = ops.amax(s, -1)
     empty = m == -math.inf
     m = ops.where(empty, 0.0, m)
     x = s - m
     p = ops.exp(x)
-    return Softmax(s, m, empty, x, p, ops.where(empty, 1.0, ops.sum(p, -1)))
+    return Softmax(s, raw, m, empty, x, p, ops.where(empty, 1.0, ops.sum(p, -1)))
 
 
-def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float) -> bool:
+def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float, rho_extra: float) -> bool:
     """Check the inputs once for the whole call, in one host sync (never a pass over the scores):
     finite, and scaled logits that cannot overflow (|s_ij| <= |scale| ||q_i|| ||k_j||). Returns whether
     every row's eta_max is small enough for the first-order bound, so that blocks need not ask."""
@@ -185,11 +216,22 @@ def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float) -> bool:
         raise FlashcheckError("scaled logits overflow float64; the oracle cannot bound this case "
                               "(|scale| * |q| * |k| above 1e300)")
     # |m_i| <= |s^_ij| <= 2 |scale| ||q_i|| ||k_j||, so eta_max_i <= (C + 2 u |scale|) max ||q|| ||k|| + eps_exp.
-    eta_top = (C + 2 * U64 * abs(scale)) * flags[3] + EPS_EXP
+    eta_top = (C + 2 * U64 * abs(scale)) * flags[3] + EPS_EXP + rho_extra
     return eta_top * (2 + TINY_ETA) <= TINY_ETA
 
 
-def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None) -> Reference:
+def _variant_error(variant: Variant, scale: float) -> tuple[float, float]:
+    """What the variant adds to eta_ij: (to C, to rho). A cap rounds s / c (u |s|, through tanh' <= 1), its
+    tanh (well inside 4 ulps of |tanh| <= 1) and the multiply by c, and bounds |x| by 2c: 8 u c in all. A
+    sink's logit is exact; its x = sink - m rounds by u |x| <= 746 u while its weight e^x does not underflow."""
+    cap = variant.softcap if variant.softcap not in (None, math.inf) else None
+    to_c = U64 * abs(scale) * (1 + U64) if cap is not None else 0.0
+    to_rho = (8 * U64 * cap if cap is not None else 0.0) + (746 * U64 if variant.sinks is not None else 0.0)
+    return to_c, to_rho
+
+
+def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None,
+                       variant: Variant | None = None) -> Reference:
     """The float64 oracle; ``on_block(block, forward)`` sees each block's :class:`BlockForward` (the
     budget and the gradients use it, so that one walk over the scores gives them all)."""
     device = q.device
@@ -205,11 +247,13 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     outputs = (out, w, bound, lse, lse_bound, empty)
     # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
-    C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64)
-    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C)
+    variant = Variant() if variant is None else variant
+    to_c, to_rho = _variant_error(variant, scale)
+    C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64) + to_c
+    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C, to_rho)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
-        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True):
-            forward, res = _float64_block(ops, blk, scale, C, small_eta)
+        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True, variant=variant):
+            forward, res = _float64_block(ops, blk, scale, C, small_eta, to_rho)
             scatter(ops, outputs, blk, res)
             if on_block is not None:
                 on_block(blk, forward)
@@ -240,9 +284,9 @@ class BlockForward:
     weights: WeightError
 
 
-def _weight_error(ops, blk, sm: Softmax, C, small_eta: bool, q_norm, k_norm) -> WeightError:
+def _weight_error(ops, blk, sm: Softmax, C, small_eta: bool, q_norm, k_norm, to_rho: float) -> WeightError:
     # eta_max = C ||q_i|| max_j ||k_j|| + rho_i bounds every eta_ij of the row, and so r_i too.
-    rho = U64 * ops.abs(sm.m) + EPS_EXP
+    rho = U64 * ops.abs(sm.m) + EPS_EXP + to_rho
     eta_max = C * q_norm * ops.amax(k_norm, -2) + rho
     r = eta_max * (1 + TINY_ETA)
     if small_eta or bool((eta_max + r <= TINY_ETA).all()):
@@ -254,7 +298,7 @@ def _weight_error(ops, blk, sm: Softmax, C, small_eta: bool, q_norm, k_norm) -> 
     return WeightError(rel=None, delta=delta, lse_shift=lse_shift)
 
 
-def _float64_block(ops, blk, scale, C, small_eta: bool) -> tuple[BlockForward, tuple]:
+def _float64_block(ops, blk, scale, C, small_eta: bool, to_rho: float) -> tuple[BlockForward, tuple]:
     """One block: its :class:`BlockForward`, and the results out, w, bound, lse, lse_bound and empty,
     each (p, G, R, .), with empty rows marked. ``small_eta``: the whole call is known to take the
     first-order bound (else the block finds out)."""
@@ -262,12 +306,12 @@ def _float64_block(ops, blk, scale, C, small_eta: bool) -> tuple[BlockForward, t
     absV = ops.abs(V)
     k_norm = ops.sqrt(ops.sum(K * K, -1))  # (p, 1, Nk, 1)
     q_norm = ops.sqrt(ops.sum(Q * Q, -1))  # (p, G, R, 1)
-    sm = block_softmax(ops, Q, K, vis, scale)
+    sm = block_softmax(ops, blk, scale)
     Dv = V.shape[-1]
     # One matmul gives out and w: P @ [V, |V|] (the bound needs no column of its own).
     res = ops.matmul(sm.p, ops.concat((V, absV), -1)) / sm.l
     out, w = res[..., :Dv], res[..., Dv:]
-    weights = _weight_error(ops, blk, sm, C, small_eta, q_norm, k_norm)
+    weights = _weight_error(ops, blk, sm, C, small_eta, q_norm, k_norm, to_rho)
     if weights.rel is not None:
         shift = weights.rel * w  # sum_j delta_ij |v_jk| <= rel_i w_ik
     else:
@@ -301,56 +345,6 @@ def _large_eta_shift(ops, sm: Softmax, eta):
     return delta, ops.where(lse_shift == lse_shift, lse_shift, 0.0)
 
 
-# --- mpmath -----------------------------------------------------------------------------------------
-
-def _mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, dps) -> Reference:
-    import mpmath
-
-    B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
-    rows_all = row_index if row_index is not None else torch.arange(Nq)
-    R = rows_all.numel()
-    out = torch.full((B, Hq, R, Dv), math.nan, dtype=torch.float64)
-    w = torch.zeros_like(out)
-    lse = torch.full((B, Hq, R), -math.inf, dtype=torch.float64)
-    empty = torch.zeros((B, Hq, R), dtype=torch.bool)
-    qd, kd, vd = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v))
-    ctx = mpmath.MPContext()
-    ctx.dps = dps
-    mp_scale = ctx.mpf(scale)
-    to_mp = np.frompyfunc(ctx.mpf, 1, 1)
-    visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, rows_all, "cpu")
-    visible = torch.broadcast_to(visible, (B * shapes.heads_kv, shapes.group, R, shapes.n_k)).numpy()
-    for b in range(B):
-        for kvh in range(shapes.heads_kv):
-            K = to_mp(kd[b, kvh])
-            V = to_mp(vd[b, kvh])
-            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
-                vis = visible[b * shapes.heads_kv + kvh, h - kvh * shapes.group]
-                for r, i in enumerate(rows_all.tolist()):
-                    keys = np.flatnonzero(vis[r])
-                    if keys.size == 0:
-                        empty[b, h, r] = True
-                        continue
-                    qi = to_mp(qd[b, h, i])
-                    s = [mp_scale * ctx.fdot(qi, K[j]) for j in keys]
-                    m = max(s)
-                    e = [ctx.exp(sj - m) for sj in s]
-                    total = ctx.fsum(e)
-                    for c in range(Dv):
-                        col = V[keys, c]
-                        out[b, h, r, c] = float(ctx.fdot(e, col) / total)
-                        w[b, h, r, c] = float(ctx.fdot(e, [abs(x) for x in col]) / total)
-                    lse[b, h, r] = float(m + ctx.log(total))
-    # Each value carries the float64 rounding of a result accurate to about 10^-(dps-5).
-    digits = 10.0 ** (5 - dps)
-    bound = (U64 * out.abs() + digits * w).masked_fill(empty[..., None], math.nan)
-    lse_bound = (U64 * lse.abs() + digits).masked_fill(empty, 0.0)
-    device = q.device
-    return Reference(out=out.to(device), lse=lse.to(device), w=w.to(device), bound=bound.to(device),
-                     lse_bound=lse_bound.to(device), empty_rows=empty.to(device), method="mpmath",
-                     rows=row_index, dps=dps, shapes=shapes)
-
-
 # --- audit ------------------------------------------------------------------------------------------
 
 @dataclass
@@ -373,9 +367,9 @@ class Audit:
 
 
 def audit_reference(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
-                    rows: Sequence[int] | None = None, dps: int = 50) -> Audit:
+                    rows: Sequence[int] | None = None, dps: int = 50, variant: Variant | None = None) -> Audit:
     """Check the float64 oracle's bound against mpmath on ``rows`` (default: every row)."""
-    kw = dict(scale=scale, causal=causal, attn_mask=attn_mask, rows=rows)
+    kw = dict(scale=scale, causal=causal, attn_mask=attn_mask, rows=rows, variant=variant)
     fast = reference_attention(q, k, v, method="float64", **kw)
     slow = reference_attention(q, k, v, method="mpmath", dps=dps, **kw)
     fast_out, fast_bound = fast.out.cpu(), fast.bound.cpu()

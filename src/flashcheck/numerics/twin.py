@@ -38,8 +38,9 @@ def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
 def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                    precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
                    key_order: torch.Tensor | None = None, tf32_mode: str = "nearest",
-                   scale_inputs: bool = False, softmax_first: bool = False):
-    """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``.
+                   scale_inputs: bool = False, softmax_first: bool = False, variant=None):
+    """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``; ``variant``'s
+    cap on the logits, its window and chunk, and its sinks added to l at the end.
 
     ``scale_inputs`` multiplies Q and K by sqrt(|scale|) before the product instead of scaling the
     scores (PyTorch's math backend does). ``softmax_first`` (one-pass contracts only) normalises the
@@ -60,7 +61,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
                               "Pass softmax_first only with a one-pass contract such as 'upcast'.")
     dtype = q.dtype
     tf32 = precision.tf32 and dtype == torch.float32
-    vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device)
+    vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device, variant=variant)
     kq = k.repeat_interleave(s.group, dim=1).float()
     vq = v.repeat_interleave(s.group, dim=1).float()
     qf = q.float()
@@ -68,6 +69,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         root = math.sqrt(abs(scale))
         qf, kq = qf * math.copysign(root, scale), kq * root
         scale = 1.0
+    scores = _Scores.of(variant, scale, q.device)
     if key_order is not None:
         order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
         if sorted(order.tolist()) != list(range(s.n_k)):
@@ -77,10 +79,9 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
-        return _upcast(qf, kq, vq, vis, scale, dtype, softmax_first)
+        return _upcast(qf, kq, vq, vis, scores, dtype, softmax_first)
     out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=q.device)
     lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=q.device)
-    qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=q.device)
     # Rows are independent in the online softmax, so block_m changes no number: rows go through in
     # multiples of block_m as large as memory allows, and only the key tiling and order shape the rounding.
     per_row = s.batch * s.heads_q * max(block_n, s.head_dim_v)
@@ -93,7 +94,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=q.device)
         for n0 in range(0, s.n_k, block_n):
             cols = slice(n0, n0 + block_n)
-            s2 = (qb @ kq[:, :, cols].transpose(-1, -2)) * qk_scale  # log2 domain, fp32
+            s2 = scores.log2(qb @ kq[:, :, cols].transpose(-1, -2))  # log2 domain, fp32
             s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
             m_new = torch.maximum(m, s2.amax(-1, keepdim=True))
             safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with nothing visible yet
@@ -107,6 +108,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
             seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)
             acc = acc * alpha + p @ torch.where(seen, vq[:, :, cols], 0.0)
             m = m_new
+        m, l, acc = scores.with_sinks(m, l, acc)
         empty = l == 0
         o = torch.where(empty, 0.0, acc / torch.where(empty, 1.0, l))
         out[:, :, rows] = o.to(dtype)
@@ -114,14 +116,52 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     return out, lse
 
 
-def _upcast(qf, kq, vq, vis, scale, dtype, softmax_first):
+class _Scores:
+    """The twin's logits from Q K^T in fp32: scaled, soft-capped as the variant says (in the natural log
+    domain, where the cap is defined), and the variant's sinks, (1, Hq, 1, 1) fp32."""
+
+    def __init__(self, scale: float, softcap, sinks, device):
+        self.scale = torch.tensor(scale, dtype=torch.float32, device=device)
+        self.qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=device)
+        self.softcap, self.sinks = softcap, sinks
+
+    @classmethod
+    def of(cls, variant, scale: float, device) -> "_Scores":
+        softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
+        sinks = None if variant is None or variant.sinks is None else variant.sinks.to(device).view(1, -1, 1, 1)
+        return cls(scale, softcap, sinks, device)
+
+    def natural(self, qk):
+        s = qk * self.scale
+        return s if self.softcap is None else self.softcap * torch.tanh(s / self.softcap)
+
+    def log2(self, qk):
+        if self.softcap is None:
+            return qk * self.qk_scale  # one multiply, as a kernel folds log2(e) into the scale
+        return self.natural(qk) * LOG2E
+
+    def with_sinks(self, m, l, acc):
+        """The running max, sum and accumulator (log2 domain) with each row's sink added to the sum."""
+        if self.sinks is None:
+            return m, l, acc
+        sink = self.sinks * LOG2E
+        m_new = torch.maximum(m, sink)
+        safe = torch.where(m_new == -math.inf, 0.0, m_new)
+        alpha = torch.exp2(m - safe)
+        return m_new, l * alpha + torch.exp2(sink - safe), acc * alpha
+
+
+def _upcast(qf, kq, vq, vis, scores, dtype, softmax_first):
     """Computed in fp32 and rounded once (PyTorch's math backend)."""
-    s = (qf @ kq.transpose(-1, -2)) * torch.tensor(scale, dtype=torch.float32, device=qf.device)
-    s = torch.where(vis, s, -math.inf)
+    s = torch.where(vis, scores.natural(qf @ kq.transpose(-1, -2)), -math.inf)
     m = s.amax(-1, keepdim=True)
+    if scores.sinks is not None:
+        m = torch.maximum(m, scores.sinks)
     empty = m == -math.inf
     p = torch.exp(s - torch.where(empty, 0.0, m))
     l = p.sum(-1, keepdim=True)
+    if scores.sinks is not None:
+        l = l + torch.exp(scores.sinks - torch.where(empty, 0.0, m))
     seen = vis.any(dim=2, keepdim=True).transpose(-1, -2)
     vq = torch.where(seen, vq, 0.0)
     if softmax_first:

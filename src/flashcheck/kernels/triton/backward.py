@@ -17,7 +17,13 @@ while every gradient is representable (large V with dO along O), and the roundin
 Its matmuls run in IEEE fp32, also where the contract allows tf32 (tf32 may truncate dS by 2^-10).
 
 Each gradient element is summed by one program in a fixed order (no atomics), so two identical calls
-give the same bits. The masks are the forward's: tail rows and keys, causality, the boolean mask.
+give the same bits. The masks are the forward's: tail rows and keys, causality, the window, the chunk,
+the boolean mask.
+
+Variants: a soft cap recomputes t = tanh(s / c) and S = c t as the forward does, and dS (of the capped
+logits) becomes dS (1 - t^2) before its two matmuls. Sinks change nothing in the kernels: the saved lse
+holds the sink, so P, D and dS are those of the keys; the sinks' own gradient, -sum_{b,i} e^(sink - lse) D,
+is summed on the host.
 """
 
 from __future__ import annotations
@@ -50,12 +56,35 @@ def _store_tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok, value):
     tl.store(base + rows[:, None] * stride_r + cols[None, :] * stride_c, value, mask=row_ok[:, None] & col_ok[None, :])
 
 
-def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
-                IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
-    """Which (row, key) pairs of a tile are visible: in range, causality, the boolean mask (as the forward)."""
+def _tanh_py(x):
+    """tanh in fp32 as the forward computes it (the same bits): (1 - e^-2|x|) / (1 + e^-2|x|), finite for
+    every x, and below |x| = 0.25 the odd Taylor series to x^9."""
+    a = tl.abs(x)
+    e = tl.math.exp2(a * -2.8853900817779268)
+    b = tl.minimum(a, 0.25)  # the series only where it is taken: no overflow where it is not
+    b2 = b * b
+    small = b + b * b2 * (-0.3333333333333333 + b2 * (0.13333333333333333 + b2 * (-0.05396825396825397
+                                                                              + b2 * 0.021869488536155203)))
+    t = tl.where(a < 0.25, small, (1.0 - e) / (1.0 + e))
+    return tl.where(x < 0, -t, t)
+
+
+def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal, window_left,
+                window_right, chunk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                HAS_CHUNK: tl.constexpr):
+    """Which (row, key) pairs of a tile are visible: in range, causality, the window, the chunk, the boolean
+    mask (as the forward)."""
     visible = row_ok[:, None] & col_ok[None, :]
     if IS_CAUSAL:
         visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+    if HAS_WINDOW:
+        centre = offs_m[:, None] + diagonal
+        visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre + window_right)
+    if HAS_CHUNK:
+        pos = offs_m + diagonal  # // truncates: a position before the first key has no chunk
+        first = pos // chunk * chunk
+        visible = visible & (pos[:, None] >= 0) & (cols[None, :] >= first[:, None])
+        visible = visible & (cols[None, :] < first[:, None] + chunk)
     if HAS_MASK:
         allowed = tl.load(m_base + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn,
                           mask=row_ok[:, None] & col_ok[None, :], other=0)
@@ -63,12 +92,20 @@ def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, 
     return visible
 
 
-def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION: tl.constexpr):
-    """P recomputed from the saved lse (base 2) and dS = P (dP - D), both fp32, 0 on hidden keys."""
+def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP: tl.constexpr,
+                 INPUT_PRECISION: tl.constexpr):
+    """P recomputed from the saved lse (base 2) and dS = P (dP - D) of the uncapped logits, both fp32, 0 on
+    hidden keys."""
     s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+    if HAS_SOFTCAP:
+        t = _tanh(s / softcap2)
+        s = softcap2 * t
     p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
-    return p, tl.where(visible, p * (dp - delta[:, None]), 0.0)
+    ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
+    if HAS_SOFTCAP:
+        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds
+    return p, ds
 
 
 def _dkdv_kernel(
@@ -82,7 +119,9 @@ def _dkdv_kernel(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     stride_mb, stride_mh, stride_mm, stride_mn,
     n_heads_kv, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
+    diagonal, window_left, window_right, chunk, softcap2,
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -115,11 +154,11 @@ def _dkdv_kernel(
             do = _tile(do_base, offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
             lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
             delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
-            visible = _visible(offs_m, offs_n, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
-                               IS_CAUSAL, HAS_MASK)
+            visible = _visible(offs_m, offs_n, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal,
+                               window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
             # A row with no visible key has lse = -inf: every P of it is 0 through `visible`.
             lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
-            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
+            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP, INPUT_PRECISION)
             dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
             dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
     dk = dk * scale
@@ -139,7 +178,9 @@ def _dq_kernel(
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     stride_mb, stride_mh, stride_mm, stride_mn,
     n_heads_q, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
+    diagonal, window_left, window_right, chunk, softcap2,
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -171,9 +212,9 @@ def _dq_kernel(
         col_ok = cols < n_k
         k = _tile(k_base, cols, offs_d, stride_kn, stride_kd, col_ok, d_ok)
         v = _tile(v_base, cols, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
-        visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn,
-                           IS_CAUSAL, HAS_MASK)
-        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, INPUT_PRECISION)
+        visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal,
+                           window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
+        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP, INPUT_PRECISION)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
     dq = dq * scale
     _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,
@@ -190,9 +231,10 @@ def _load():
     with _LOCK:
         if not _JITTED:
             globals()["tl"] = tl_module
-            for helper in (_head_py, _tile_py, _store_tile_py, _visible_py, _p_and_ds_py):
+            for helper in (_head_py, _tile_py, _store_tile_py, _tanh_py, _visible_py, _p_and_ds_py):
                 globals()[helper.__name__[:-3]] = triton.jit(helper)  # the names the kernels call
-            sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
+            sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset",
+                     "diagonal", "window_left", "window_right", "chunk")
             for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
                 params = inspect.signature(fn).parameters
                 skip = tuple(p for p in params if p.startswith("stride_") or p in sizes)
@@ -235,9 +277,23 @@ def _launch(triton, kernel, grid_of, args, key, *, block_m, block_n, **common):
     raise RuntimeError(f"no tile of the Triton backward fits this GPU's shared memory ({key})")
 
 
+def _sinks_gradient(sinks, lse, delta):
+    """-sum over batch and rows of P(sink) D, P(sink) = e^(sink - lse): the sink is a key of value 0, so its
+    dS = P (0 - D). P(sink) = 0 where lse = -inf (no visible key, a sink of -inf), not e^(-inf + inf)."""
+    p = torch.exp(sinks.detach().float()[None, :, None] - lse)
+    p = torch.where(lse == float("-inf"), 0.0, p)
+    return -(p * delta).sum(dim=(0, 2)).to(sinks.dtype)
+
+
 def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask, shapes, block_m: int,
-                              block_n: int, block_d: int, block_dv: int, input_precision: str):
-    """(dq, dk, dv) in q's dtype for the forward's ``out`` and ``lse`` and the upstream gradient ``do``."""
+                              block_n: int, block_d: int, block_dv: int, input_precision: str, softcap=None,
+                              window=None, chunk=None, sinks=None):
+    """(dq, dk, dv, dsinks), the first three in q's dtype, for the forward's ``out`` and ``lse`` and the
+    upstream gradient ``do``.
+
+    ``softcap``, ``window`` and ``chunk`` as the forward's host puts them (no inf cap, window sides of -1
+    resolved); ``sinks``: the forward's, when their gradient is wanted (then dsinks, else None).
+    """
     triton, dkdv_kernel, dq_kernel = _load()
     B, Hq, Hkv, Nq, Nk = shapes.batch, shapes.heads_q, shapes.heads_kv, shapes.n_q, shapes.n_k
     do = do.to(q.dtype)
@@ -253,10 +309,13 @@ def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask
     else:
         mask, mask_strides = q, (0, 0, 0, 0)
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
-    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
+    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, HAS_SOFTCAP=softcap is not None,
+                  HAS_WINDOW=window is not None, HAS_CHUNK=chunk is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
                   INPUT_PRECISION=input_precision)
     key = (str(q.device), q.dtype, block_m, block_n, *common.values())
-    sizes = (shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v, causal_offset, scale, scale * _LOG2E)
+    window_left, window_right = (0, 0) if window is None else window  # never read without a window
+    sizes = (shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v, causal_offset, scale, scale * _LOG2E,
+             Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E)
     _launch(triton, dkdv_kernel, lambda bm, bn: (triton.cdiv(Nk, bn), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, mask,
              *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(),
@@ -265,4 +324,5 @@ def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask
             (q, k, v, do, lse, delta, dq, mask,
              *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dq.stride(),
              *mask_strides, Hq, *sizes), ("dq",) + key, block_m=block_m, block_n=block_n, **common)
-    return dq, dk, dv
+    dsinks = None if sinks is None else _sinks_gradient(sinks, lse, delta)
+    return dq, dk, dv, dsinks

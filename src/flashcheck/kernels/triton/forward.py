@@ -2,8 +2,9 @@
 
 The algorithm, one program per (query tile, batch * query head):
 
-1. score tile      s = (Q_tile @ K_tile^T) * scale * log2(e), fp32 accumulation (base-2 domain)
-2. masking         out-of-range keys, causality and the boolean mask set s to -inf
+1. score tile      s = (Q_tile @ K_tile^T) * scale * log2(e), fp32 accumulation (base-2 domain);
+                   soft-capped to c tanh(s / c) (c in the base-2 domain too) before any mask
+2. masking         out-of-range keys, causality, the window, the chunk and the boolean mask set s to -inf
 3. running max     m_new = max(m, rowmax(s))
 4. rescale         alpha = exp2(m - m_new); l = l * alpha + rowsum(p); acc = acc * alpha
 5. P cast          p = exp2(s - m_new) in fp32, rounded to the input dtype for the second matmul
@@ -11,9 +12,13 @@ The algorithm, one program per (query tile, batch * query head):
 7. normalise       out = acc / l, rounded to the input dtype
 8. lse             lse = (m + log2(l)) * ln(2), natural log, fp32
 
+Sinks join after the last key tile, as one more key of logit sink and value 0: m = max(m, sink), l and
+acc rescaled to it, l += exp2(sink - m).
+
 m, l and acc stay in fp32. A row with no visible key keeps m = -inf and l = 0; it comes out as
-out = 0 and lse = -inf, never NaN. Key tiles that causality hides from every row of a query tile are
-skipped; the diagonal and tail tiles are handled with masks.
+out = 0 and lse = -inf (lse = sink with a sink), never NaN. Key tiles that causality or the window's
+right side hides from every row of a query tile are skipped; the diagonal and tail tiles are handled
+with masks. Each variant is a constexpr, so plain attention runs the very code it ran without them.
 
 Triton is imported on the first call, never at import time: the interpreter (``TRITON_INTERPRET=1``)
 is chosen when a kernel is jitted, so whatever the environment says at the first call decides it for
@@ -32,6 +37,7 @@ from ...contract.counts import check_count
 from ...contract.formats import DTYPES
 from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
+from ...contract.variants import Variant
 from ...errors import BackendUnavailable, InvalidArgument
 from .cache import use_triton_cache, watch_compilations
 from .runtime import BACKEND_NAME, import_triton
@@ -64,11 +70,26 @@ INTERPRETER_WRONG_DTYPES = {"bf16": "the Triton interpreter's bf16 tl.dot is wro
 # --------------------------------------------------------------------------------------------------
 
 
-_SIZE_ARGUMENTS = ("n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset")
+_SIZE_ARGUMENTS = ("n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset", "diagonal",
+                   "window_left", "window_right", "chunk")
+
+
+def _tanh_py(x):
+    """tanh in fp32, finite for every x: (1 - e^-2|x|) / (1 + e^-2|x|), where e^-2|x| underflows to 0 and
+    gives 1; below |x| = 0.25, where that form cancels to an absolute error, the odd Taylor series to x^9
+    (its remainder under 2^-26 of tanh there)."""
+    a = tl.abs(x)
+    e = tl.math.exp2(a * -2.8853900817779268)
+    b = tl.minimum(a, 0.25)  # the series only where it is taken: no overflow where it is not
+    b2 = b * b
+    small = b + b * b2 * (-0.3333333333333333 + b2 * (0.13333333333333333 + b2 * (-0.05396825396825397
+                                                                              + b2 * 0.021869488536155203)))
+    t = tl.where(a < 0.25, small, (1.0 - e) / (1.0 + e))
+    return tl.where(x < 0, -t, t)
 
 
 def _flash_attention_fwd(
-    Q, K, V, Out, Lse, Mask,
+    Q, K, V, Out, Lse, Mask, Sinks,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -78,8 +99,16 @@ def _flash_attention_fwd(
     n_heads_q, group, n_q, n_k, head_dim, head_dim_v,
     causal_offset,  # causal: key j is visible to query i iff j <= i + causal_offset
     qk_scale,  # softmax scale * log2(e): scores live in the base-2 domain so exp2 can be used
+    diagonal,  # n_k - n_q: the window and the chunks are aligned bottom-right
+    window_left, window_right,  # window: key j visible to query i iff -left <= j - (i + diagonal) <= right
+    chunk,  # chunks: key j visible to query i iff j is in the chunk of position i + diagonal
+    softcap2,  # the soft cap c * log2(e): c tanh(s / c) in the base-2 domain
     IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CHUNK: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -119,12 +148,15 @@ def _flash_attention_fwd(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
-    # Causal: stop after the last key that the last real row of this tile can see; tiles past it
-    # are fully masked and skipped. hi = 0 (no key visible at all) runs no iteration.
+    # Causal and the window's right side: stop after the last key that the last real row of this tile
+    # can see; tiles past it are fully masked and skipped. hi = 0 (no key visible at all) runs no
+    # iteration.
     hi = n_k
+    last_row = tl.minimum(pid_m * BLOCK_M + BLOCK_M, n_q) - 1
     if IS_CAUSAL:
-        last_row = tl.minimum(pid_m * BLOCK_M + BLOCK_M, n_q) - 1
         hi = tl.minimum(n_k, tl.maximum(last_row + causal_offset + 1, 0))
+    if HAS_WINDOW:
+        hi = tl.minimum(hi, tl.maximum(last_row + diagonal + window_right + 1, 0))
 
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
@@ -137,11 +169,24 @@ def _flash_attention_fwd(
             other=0.0,
         )
         s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
+        if HAS_SOFTCAP:
+            # Before the masks: capped after them, a hidden key's -inf would become -c and get weight.
+            s = softcap2 * _tanh(s / softcap2)
 
-        # -- 2. masking: tail keys, causality, the boolean mask ------------------------------------
+        # -- 2. masking: tail keys, causality, the window, the chunk, the boolean mask ---------------
         visible = row_ok[:, None] & col_ok[None, :]
         if IS_CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+        if HAS_WINDOW:
+            centre = offs_m[:, None] + diagonal
+            visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre + window_right)
+        if HAS_CHUNK:
+            # // truncates toward zero, so a position before the first key (Nq > Nk) would land in
+            # chunk 0: such rows see no key, by a test of their own.
+            pos = offs_m + diagonal
+            first = pos // chunk * chunk
+            visible = visible & (pos[:, None] >= 0) & (cols[None, :] >= first[:, None])
+            visible = visible & (cols[None, :] < first[:, None] + chunk)
         if HAS_MASK:
             allowed = tl.load(
                 m_base + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn,
@@ -169,7 +214,7 @@ def _flash_attention_fwd(
 
         # -- 6. P @ V ------------------------------------------------------------------------------
         v_ok = col_ok
-        if IS_CAUSAL or HAS_MASK:
+        if IS_CAUSAL or HAS_MASK or HAS_WINDOW or HAS_CHUNK:
             # Keys that no row of this tile sees are not read: a NaN stored there (padding) would
             # otherwise turn into 0 * NaN = NaN inside the dot.
             v_ok = v_ok & (tl.max(visible.to(tl.int32), axis=0) > 0)
@@ -180,6 +225,17 @@ def _flash_attention_fwd(
         )
         acc = tl.dot(p_lo, v, acc, input_precision=INPUT_PRECISION)
         m_i = m_new
+
+    if HAS_SINKS:
+        # The sink as one more key, of value 0. A sink of -inf changes no bit: the max stays, beta =
+        # exp2(0) = 1 and the sink adds exp2(-inf) = 0; a row with no key either keeps l = 0.
+        sink2 = tl.load(Sinks + off_h) * 1.4426950408889634
+        m_fin = tl.maximum(m_i, sink2)
+        m_fsub = tl.where(m_fin == float("-inf"), 0.0, m_fin)
+        beta = tl.math.exp2(m_i - m_fsub)
+        l_i = l_i * beta + tl.math.exp2(sink2 - m_fsub)
+        acc = acc * beta[:, None]
+        m_i = m_fin
 
     # -- 7. final normalisation: a row with no visible key has acc = 0, l = 0 and comes out 0 ------
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -218,6 +274,7 @@ def _load():
         if not _JITTED:
             triton, tl = import_triton()
             globals()["tl"] = tl  # the kernel's source refers to the global `tl`
+            globals()["_tanh"] = triton.jit(_tanh_py)  # the name the kernel calls
             kernel = triton.jit(_flash_attention_fwd, **_JIT_OPTIONS)
             use_triton_cache()
             watch_compilations()  # from the first compilation on
@@ -296,6 +353,35 @@ def _default_num_stages(device: torch.device, *, block_m, block_n, block_d, bloc
     return 1
 
 
+def _sinks(sinks, q, heads_q: int):
+    if sinks is None:
+        return None
+    fix = f"Pass sinks as a float32 tensor of shape ({heads_q},), one logit per query head, on q's device."
+    if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (heads_q,) or not sinks.is_floating_point():
+        raise InvalidArgument("sinks", sinks, f"expected a floating-point tensor of shape ({heads_q},)", fix)
+    if sinks.device != q.device:
+        raise InvalidArgument("sinks", sinks, f"on {sinks.device}, q on {q.device}", fix)
+    return sinks.detach().to(torch.float32).contiguous()
+
+
+def _variant_arguments(q, shapes, *, softcap, window, chunk, sinks) -> dict:
+    """The variant keywords checked (an InvalidArgument names a bad one) and put as the kernels take them.
+
+    softcap: None for no cap, math.inf too (it runs the very code of no cap). window: a side of -1, or one
+    reaching past every key, becomes Nk on the left and Nq on the right, the least that reach every key
+    (so the kernel's int32 sums cannot overflow); chunk: at most Nk, one chunk then holding every key.
+    sinks: fp32 on q's device.
+    """
+    checked = Variant(softcap=softcap, window=window, chunk=chunk)
+    n_q, n_k = shapes.n_q, shapes.n_k
+    out = dict(softcap=None if checked.softcap == math.inf else checked.softcap, window=None,
+               chunk=None if checked.chunk is None else min(checked.chunk, n_k), sinks=_sinks(sinks, q, shapes.heads_q))
+    if checked.window is not None:
+        left, right = checked.window
+        out["window"] = (n_k if left < 0 else min(left, n_k), n_q if right < 0 else min(right, n_q))
+    return out
+
+
 def triton_attention(
     q,
     k,
@@ -304,6 +390,10 @@ def triton_attention(
     scale,
     causal="none",
     attn_mask=None,
+    softcap=None,
+    window=None,
+    chunk=None,
+    sinks=None,
     block_m: int = 64,
     block_n: int = 64,
     num_warps: int | None = None,
@@ -316,6 +406,10 @@ def triton_attention(
     fp32), any strides. ``out`` is (B, Hq, Nq, Dv) in q's dtype, ``lse`` (B, Hq, Nq) fp32 natural-log
     log-sum-exp. Rows with no visible key give ``out = 0`` and ``lse = -inf``.
 
+    The variants of :mod:`flashcheck.contract.variants`: ``softcap=c`` (``math.inf``: no cap),
+    ``window=(left, right)`` (-1: unbounded), ``chunk=c`` and ``sinks``, a float32 tensor (Hq,) on q's
+    device (then ``lse = sink`` on rows with no visible key).
+
     ``block_m``/``block_n`` are the query/key tile sizes; ``num_warps``/``num_stages`` go to the GPU
     launch (None: Triton's default warps, and 3 stages or fewer when the K/V tiles of large head
     dims would not fit shared memory); ``input_precision="tf32"`` lets fp32 matmuls run as tf32 on the
@@ -327,6 +421,7 @@ def triton_attention(
     )
     _check_options(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                    input_precision=input_precision)
+    variant = _variant_arguments(q, shapes, softcap=softcap, window=window, chunk=chunk, sinks=sinks)
     _check_head_dim("q", q, shapes.head_dim, "head dim D", MIN_HEAD_DIM)
     # Dv only sizes the P @ V output; the padded V tile makes any Dv >= 1 work.
     _check_head_dim("v", v, shapes.head_dim_v, "value head dim Dv", 1)
@@ -353,6 +448,8 @@ def triton_attention(
     else:
         mask, mask_strides = q, (0, 0, 0, 0)  # never read: HAS_MASK is False
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
+    softcap, window, chunk, sinks = (variant[f] for f in ("softcap", "window", "chunk", "sinks"))
+    window_left, window_right = (0, 0) if window is None else window  # never read without a window
 
     block_d = _padded(shapes.head_dim)
     block_dv = _value_tile(shapes.head_dim_v, block_d)
@@ -366,12 +463,17 @@ def triton_attention(
                                                    block_dv=block_dv, itemsize=q.element_size())
     grid = (triton.cdiv(Nq, block_m), B * Hq)
     kernel[grid](
-        q, k, v, out, lse, mask,
+        q, k, v, out, lse, mask, q if sinks is None else sinks,  # q is never read as the sinks
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *mask_strides,
         Hq, shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v,
         causal_offset, scale * _LOG2E,
+        Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E,
         IS_CAUSAL=causal != "none",
         HAS_MASK=attn_mask is not None,
+        HAS_SOFTCAP=softcap is not None,
+        HAS_WINDOW=window is not None,
+        HAS_CHUNK=chunk is not None,
+        HAS_SINKS=sinks is not None,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_D=block_d,
@@ -386,10 +488,11 @@ class _Differentiable(torch.autograd.Function):
     """The Triton forward, with the Triton backward of :mod:`flashcheck.kernels.triton.backward`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, attn_mask, scale, causal, options):
-        out, lse = triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **options)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.call = dict(attn_mask=attn_mask, scale=scale, causal=causal, options=options)
+    def forward(ctx, q, k, v, attn_mask, sinks, scale, causal, variant, options):
+        out, lse = triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, sinks=sinks,
+                                    **variant, **options)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
+        ctx.call = dict(attn_mask=attn_mask, scale=scale, causal=causal, variant=variant, options=options)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -397,17 +500,20 @@ class _Differentiable(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         from .backward import triton_attention_backward
 
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         call = ctx.call
         *_, attn_mask, shapes = check_attention_inputs(q, k, v, scale=call["scale"], causal=call["causal"],
                                                        attn_mask=call["attn_mask"])
+        variant = _variant_arguments(q, shapes, sinks=None, **call["variant"])
         options = call["options"]
         block_d = _padded(shapes.head_dim)
-        grads = triton_attention_backward(
+        dq, dk, dv, dsinks = triton_attention_backward(
             q, k, v, out, lse, dout, scale=call["scale"], causal=call["causal"], attn_mask=attn_mask,
+            softcap=variant["softcap"], window=variant["window"], chunk=variant["chunk"],
+            sinks=sinks if ctx.needs_input_grad[4] else None,
             shapes=shapes, block_m=options["block_m"], block_n=options["block_n"], block_d=block_d,
             block_dv=_value_tile(shapes.head_dim_v, block_d), input_precision=options["input_precision"])
-        return (*grads, None, None, None, None)
+        return dq, dk, dv, None, dsinks, None, None, None, None
 
 
 def make_kernel(
@@ -428,10 +534,13 @@ def make_kernel(
     forward_options = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                            input_precision=input_precision)
 
-    def attention(q, k, v, *, scale, causal="none", attn_mask=None):
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            return _Differentiable.apply(q, k, v, attn_mask, scale, causal, forward_options)
-        return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **forward_options)
+    def attention(q, k, v, *, scale, causal="none", attn_mask=None, softcap=None, window=None, chunk=None,
+                  sinks=None):
+        variant = dict(softcap=softcap, window=window, chunk=chunk)
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v, sinks)):
+            return _Differentiable.apply(q, k, v, attn_mask, sinks, scale, causal, variant, forward_options)
+        return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, sinks=sinks, **variant,
+                                **forward_options)
 
     options = [f"block_m={block_m}", f"block_n={block_n}"]
     if num_warps is not None:
@@ -454,6 +563,10 @@ def make_kernel(
         deterministic=True,
         backward=True,  # kernels/triton/backward.py: no atomics, a fixed order of sums
         deterministic_backward=True,
+        softcap=True,
+        window=True,
+        chunk=True,
+        sinks=True,
     )
     return Kernel(attention, spec, name=f"{BACKEND_NAME}[{','.join(options)}]")
 

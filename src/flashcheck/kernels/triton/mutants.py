@@ -2,11 +2,12 @@
 
 flashcheck proves its error model on defects a kernel author could really write. Each :class:`Mutant`
 is a list of small text edits to ``flashcheck/kernels/triton/forward.py`` (the forward pass) or to
-``flashcheck/kernels/triton/backward.py``, listed in :mod:`.planted`; the production kernel
-carries no bug switches. :func:`load_mutant` writes the edited source to a private temporary directory,
-imports it as ``flashcheck.kernels.triton._mutant_<name>`` and returns its kernel, which keeps the correct
-kernel's spec (a mutant claims to be correct, as a buggy kernel would). A backward mutant's kernel is a
-copy of the forward module whose autograd backward imports the edited backward module.
+``flashcheck/kernels/triton/backward.py``, listed in :mod:`.planted` (the attention variants' in
+:mod:`.planted_variants`); the production kernel carries no bug switches. :func:`load_mutant` writes the
+edited source to a private temporary directory, imports it as ``flashcheck.kernels.triton._mutant_<name>``
+and returns its kernel, which keeps the correct kernel's spec (a mutant claims to be correct, as a buggy
+kernel would). A backward mutant's kernel is a copy of the forward module whose autograd backward imports
+the edited backward module.
 
 Nothing here imports triton: the mutated module imports it on its first call, like the real one, so
 ``TRITON_INTERPRET=1`` must be set before that call to run a mutant on CPU tensors.
@@ -25,6 +26,7 @@ from pathlib import Path
 from ...contract.spec import Kernel
 from ...errors import FlashcheckError, InvalidArgument
 from .planted import BACKWARD_MUTANTS, MUTANTS, SOURCES, Mutant
+from .planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 from .runtime import BACKEND_NAME
 
 __all__ = ["MutantSourceError", "load_mutant", "mutant_names", "mutant_source"]
@@ -38,7 +40,7 @@ class MutantSourceError(FlashcheckError, RuntimeError):
     """A mutant's edit no longer matches the kernel source exactly once (the kernel was changed)."""
 
 
-_BY_NAME = {m.name: m for m in MUTANTS + BACKWARD_MUTANTS}
+_BY_NAME = {m.name: m for m in MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS}
 
 _LOCK = threading.Lock()
 _CACHE_DIR: Path | None = None

@@ -1,6 +1,7 @@
 """The planted bugs of ``flashcheck:triton``: each a :class:`Mutant`, a few exact text edits of the kernel's
 source (``forward.py``: :data:`MUTANTS`; ``backward.py``: :data:`BACKWARD_MUTANTS`) with the area of the
-algorithm it breaks and the inputs that expose it. How a mutant is built and loaded: :mod:`.mutants`."""
+algorithm it breaks and the inputs that expose it. The planted bugs of the attention variants (soft-cap,
+window, chunk, sinks) are in :mod:`.planted_variants`. How a mutant is built and loaded: :mod:`.mutants`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ __all__ = ["AREAS", "BACKWARD_MUTANTS", "MUTANTS", "Mutant", "SOURCES"]
 
 # What part of the algorithm a defect lives in.
 AREAS = ("rescale", "max", "masking", "causal", "fully_masked_rows", "precision", "scale", "bounds", "layout",
-         "gqa", "lse", "delta", "race")
+         "gqa", "lse", "delta", "race", "softcap", "window", "chunk", "sinks")
 
 # The kernel sources a mutant's edits apply to, by its target.
 SOURCES = {"forward": Path(__file__).parent / "forward.py", "backward": Path(__file__).parent / "backward.py"}

@@ -1,0 +1,198 @@
+"""The planted bugs of ``flashcheck:triton``'s attention variants (soft-cap, window, chunk, sinks): each a
+:class:`~.planted.Mutant` of the forward (:data:`VARIANT_MUTANTS`) or the backward
+(:data:`VARIANT_BACKWARD_MUTANTS`), kept apart from the planted bugs of plain attention, whose self-test
+they leave as it was. :func:`~.mutants.load_mutant` finds them by name."""
+
+from __future__ import annotations
+
+from .planted import Mutant
+
+__all__ = ["VARIANT_BACKWARD_MUTANTS", "VARIANT_MUTANTS"]
+
+# The texts of forward.py that several mutants edit.
+_CAP = "            s = softcap2 * _tanh(s / softcap2)\n"
+_CAP_BLOCK = ("        if HAS_SOFTCAP:\n"
+              "            # Before the masks: capped after them, a hidden key's -inf would become -c and get weight.\n"
+              + _CAP)
+_SCORES = "        s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale\n"
+_HIDE = '        s = tl.where(visible, s, float("-inf"))\n'
+_WINDOW_LEFT = "(cols[None, :] >= centre - window_left)"
+_WINDOW_RIGHT = "(cols[None, :] <= centre + window_right)"
+
+VARIANT_MUTANTS: tuple[Mutant, ...] = (
+    # -- soft-capping ------------------------------------------------------------------------------------
+    Mutant(
+        "softcap_before_scale", "softcap",
+        "The cap is applied to q.k before the softmax scale multiplies it, scale * c tanh(q.k / c) instead "
+        "of c tanh(scale * q.k / c): the logits are capped at c * scale, and bent where q.k nears c.",
+        ((_SCORES + _CAP_BLOCK,
+          "        s = tl.dot(q, k, input_precision=INPUT_PRECISION)\n" + _CAP_BLOCK + "        s = s * qk_scale\n"),),
+        "softcap with logits near the cap and scale != 1 (c = 2, scale = 0.5, random Q and K of D = 16).",
+    ),
+    Mutant(
+        "softcap_after_masking", "softcap",
+        "The cap is applied after the masks set hidden keys to -inf: tanh(-inf) = -1, so every hidden key "
+        "(and every tail key past Nk) comes back with logit -c and weight e^-c.",
+        ((_CAP_BLOCK, ""), (_HIDE, _HIDE + "        if HAS_SOFTCAP:\n" + _CAP)),
+        "softcap with a small cap (c = 1) and keys hidden by a mask, causality or a window (or Nk not a "
+        "multiple of block_n).",
+    ),
+    Mutant(
+        "softcap_divides_back", "softcap",
+        "tanh(s / c) is divided by c instead of multiplied back: the logits shrink to at most 1 / c, and "
+        "the attention is nearly uniform.",
+        ((_CAP, "            s = _tanh(s / softcap2) / softcap2\n"),),
+        "Any softcap with unequal scores (random Q, K, V, c = 2).",
+    ),
+    Mutant(
+        "softcap_in_base_2", "softcap",
+        "The host passes the cap c without the log2(e) factor while the kernel caps base-2 scores: the "
+        "logits are capped at c ln 2 instead of c.",
+        (("1.0 if softcap is None else softcap * _LOG2E", "1.0 if softcap is None else softcap"),),
+        "softcap with logits near or past the cap (c = 2, scale = 0.5, random Q and K of D = 16).",
+    ),
+    # -- sliding window ----------------------------------------------------------------------------------
+    Mutant(
+        "window_left_edge_short", "window",
+        "The window's left test uses > instead of >=: each query misses the leftmost key of its window.",
+        ((_WINDOW_LEFT, _WINDOW_LEFT.replace(">=", ">")),),
+        "A window with a bounded left side that keys fill, e.g. window = (4, 0) with Nq = Nk = 40.",
+    ),
+    Mutant(
+        "window_right_edge_past", "window",
+        "The window's right bound is one key too far: each query also sees the key right of its window "
+        "(but where the tile skip stops before it).",
+        ((_WINDOW_RIGHT, "(cols[None, :] <= centre + window_right + 1)"),),
+        "A window with a bounded right side short of the last key, e.g. window = (4, 2) with Nq = Nk = 40.",
+    ),
+    Mutant(
+        "window_top_left", "window",
+        "The window is aligned top-left (centred on key i) instead of bottom-right (key i + Nk - Nq), "
+        "unlike flash-attention's window_size.",
+        (("centre = offs_m[:, None] + diagonal", "centre = offs_m[:, None]"),),
+        "A window with Nq != Nk (e.g. window = (4, 2), Nq = 24, Nk = 40).",
+    ),
+    Mutant(
+        "window_unbounded_side_literal", "window",
+        "The host takes a left side of -1 literally instead of as unbounded: the window's left edge lands "
+        "right of the query's own key, so the query sees only keys past it, or nothing.",
+        (("n_k if left < 0 else min(left, n_k)", "min(left, n_k)"),),
+        "window = (-1, r) (unbounded on the left), e.g. (-1, 2) with Nq = Nk = 40.",
+    ),
+    Mutant(
+        "window_skip_off_by_one", "window",
+        "The window's tile-skip bound forgets the +1, so when the last key a query tile may see starts a "
+        "key tile that tile is skipped.",
+        (("last_row + diagonal + window_right + 1, 0)", "last_row + diagonal + window_right, 0)"),),
+        "window = (w, 0) with Nq = Nk = 2 * block + 1 (the last row's own key starts a key tile).",
+    ),
+    # -- chunked attention -------------------------------------------------------------------------------
+    Mutant(
+        "chunk_top_left", "chunk",
+        "The query's chunk is taken from its index i instead of its position i + Nk - Nq (top-left "
+        "aligned), so with Nq != Nk queries see another chunk's keys.",
+        (("pos = offs_m + diagonal", "pos = offs_m"),),
+        "chunk with Nq != Nk, Nk - Nq not a multiple of the chunk (e.g. chunk = 8, Nq = 24, Nk = 40).",
+    ),
+    Mutant(
+        "chunk_end_inclusive", "chunk",
+        "The chunk's end test uses <= instead of <: each query also sees the first key of the next chunk.",
+        (("(cols[None, :] < first[:, None] + chunk)", "(cols[None, :] <= first[:, None] + chunk)"),),
+        "chunk shorter than Nk (e.g. chunk = 8, Nq = Nk = 40).",
+    ),
+    Mutant(
+        "chunk_negative_positions_in_first_chunk", "chunk",
+        "The test for positions before the first key is dropped: // truncates toward zero, so with Nq > Nk "
+        "the rows whose position i + Nk - Nq lies in (-chunk, 0) see chunk 0's keys instead of none.",
+        (("visible = visible & (pos[:, None] >= 0) & (cols[None, :] >= first[:, None])",
+          "visible = visible & (cols[None, :] >= first[:, None])"),),
+        "chunk with Nq > Nk (e.g. chunk = 8, Nq = 50, Nk = 20).",
+    ),
+    # -- attention sinks ---------------------------------------------------------------------------------
+    Mutant(
+        "sink_ignored", "sinks",
+        "The sink raises the running max but never joins the sum: every row is normalised over its keys "
+        "alone, as without a sink.",
+        (("l_i = l_i * beta + tl.math.exp2(sink2 - m_fsub)", "l_i = l_i * beta"),),
+        "Finite sinks of the size of the logits (e.g. sinks 0.5 and 2, random Q, K, V).",
+    ),
+    Mutant(
+        "sink_in_base_2", "sinks",
+        "The sink (a natural-log logit) is used as a base-2 logit, without the log2(e) factor: its weight "
+        "is 2^sink instead of e^sink.",
+        (("tl.load(Sinks + off_h) * 1.4426950408889634", "tl.load(Sinks + off_h)"),),
+        "Sinks other than 0 (e.g. sinks 2 and -1.5).",
+    ),
+    Mutant(
+        "sink_max_not_updated", "sinks",
+        "l and acc are rescaled to max(m, sink) but m keeps the keys' max: lse is off by (sink - max) where "
+        "the sink is the larger, and a row with no visible key gets lse = -inf instead of the sink.",
+        (("        m_i = m_fin\n", ""),),
+        "A sink above a row's top logit (e.g. sink 4 with small logits), or a row with no visible key, "
+        "comparing lse.",
+    ),
+    Mutant(
+        "sink_empty_row_nan", "sinks",
+        "The guard on the final max is removed: a row with no visible key in a head whose sink is -inf "
+        "computes exp2(-inf - -inf) = NaN.",
+        (('m_fsub = tl.where(m_fin == float("-inf"), 0.0, m_fin)', "m_fsub = m_fin"),),
+        "A sink of -inf in a head with a row that sees no key (a mask's all-False row, or bottom_right "
+        "with Nq > Nk).",
+    ),
+)
+
+_BACKWARD_WINDOW = ("    if HAS_WINDOW:\n"
+                    "        centre = offs_m[:, None] + diagonal\n"
+                    "        visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre "
+                    "+ window_right)\n")
+_DSINKS = "    return -(p * delta).sum(dim=(0, 2)).to(sinks.dtype)"
+
+VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "softcap_derivative_missing", "softcap",
+        "dS is not multiplied by the cap's derivative 1 - tanh^2(s / c): dQ and dK are those of uncapped "
+        "logits.",
+        (("        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds\n", ""),),
+        "softcap with logits near the cap, where tanh' is well below 1 (c = 1, scale = 0.5), random dO.",
+        target="backward",
+    ),
+    Mutant(
+        "softcap_missing_in_recomputation", "softcap",
+        "The backward recomputes P from the uncapped logits, while the saved lse is that of the capped "
+        "ones: P no longer sums to 1, and dV, dQ, dK are off.",
+        (("        s = softcap2 * t\n", ""),),
+        "softcap with logits near the cap (c = 1, scale = 0.5), random dO.",
+        target="backward",
+    ),
+    Mutant(
+        "window_missing_backward", "window",
+        "The backward forgets the window: keys outside a query's window get P = exp(s - lse) > 0, and "
+        "gradient in dK and dV.",
+        ((_BACKWARD_WINDOW, ""),),
+        "A window hiding keys (e.g. window = (4, 2) with Nq = Nk = 40), random dO.",
+        target="backward",
+    ),
+    Mutant(
+        "chunk_top_left_backward", "chunk",
+        "The backward takes a query's chunk from its index i instead of its position i + Nk - Nq, unlike "
+        "the forward.",
+        (("pos = offs_m + diagonal", "pos = offs_m"),),
+        "chunk with Nq != Nk, Nk - Nq not a multiple of the chunk (e.g. chunk = 8, Nq = 24, Nk = 40).",
+        target="backward",
+    ),
+    Mutant(
+        "dsinks_sign_flipped", "sinks",
+        "The sinks' gradient has its sign flipped: +sum P(sink) D instead of -sum P(sink) D.",
+        ((_DSINKS, _DSINKS.replace("return -(", "return (")),),
+        "Sinks that require grad, of the size of the logits, random dO.",
+        target="backward",
+    ),
+    Mutant(
+        "dsinks_in_base_2", "sinks",
+        "The sinks' gradient takes P(sink) as 2^(sink - lse) instead of e^(sink - lse), mixing the natural "
+        "log of the sink and lse with the kernels' base 2.",
+        (("p = torch.exp(sinks.detach()", "p = torch.exp2(sinks.detach()"),),
+        "Sinks that require grad, away from their rows' lse (e.g. sinks 0.5 and 2), random dO.",
+        target="backward",
+    ),
+)
