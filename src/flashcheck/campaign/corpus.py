@@ -3,6 +3,7 @@ its finding kinds and a hash of its recipe, with the verdict and how to reach th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -46,7 +47,6 @@ def save_finding(corpus: Path, verdict: Verdict, case: AttentionCase, *, label: 
     provenance["verdict"] = verdict.as_dict()
     if kernel is not None:
         provenance.update(kernel_origin(kernel))
-    saved = AttentionCase.create(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
-                                 attn_mask=case.attn_mask, layout=case.layout, provenance=provenance)
+    saved = dataclasses.replace(case, provenance=provenance)
     _, json_path = saved.save(stem)
     return json_path

@@ -32,6 +32,7 @@ class Preset:
     mask_regimes: tuple | None = None
     scale_regimes: tuple | None = None
     layouts: tuple | None = None
+    variants: tuple | None = None  # variant features to draw (None: every one the kernel's spec declares)
     min_n: int = 1
     max_n: int = 256
     max_batch: int = 2
@@ -42,7 +43,7 @@ class Preset:
 
     def strategy_options(self) -> dict:
         """The keyword options of :func:`flashcheck.inputs.strategies.recipes` this preset sets."""
-        keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "min_n", "max_n",
+        keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "variants", "min_n", "max_n",
                 "max_batch", "max_heads", "head_dims")
         return {k: getattr(self, k) for k in keys}
 
@@ -50,7 +51,7 @@ class Preset:
 _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), "min_n": int, "max_n": int,
           "max_batch": int, "max_heads": int, "jobs": int}
 _LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
-          "head_dims": int}
+          "variants": str, "head_dims": int}
 
 
 def builtin_presets() -> dict[str, Path]:

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 from ..contract.formats import DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
+from ..contract.variants import FEATURES
 from ..errors import InvalidArgument
 from .case import AttentionCase
 from .layout import layouts as layout_names
 from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
+from .variant_regimes import VARIANT_REGIMES, make_variant
 
 __all__ = ["POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "recipe_pools", "recipes", "shapes",
            "without_local_constants"]
@@ -50,10 +52,21 @@ class Recipe:
     scale: str = "default"
     layout: str = "contiguous"
     seed: int = 0
+    # The variant regimes (flashcheck.inputs.variant_regimes), "none" for a feature not used.
+    softcap: str = "none"
+    window: str = "none"
+    chunk: str = "none"
+    sinks: str = "none"
+
+    @property
+    def variants(self) -> dict[str, str]:
+        """The variant features this recipe uses, with their regimes."""
+        return {f: getattr(self, f) for f in FEATURES if getattr(self, f) != "none"}
 
     @property
     def regime(self) -> str:
-        return f"{self.values}/{self.mask}"
+        used = "".join(f"/{f}={name}" for f, name in self.variants.items())
+        return f"{self.values}/{self.mask}{used}"
 
     def build(self, *, kernel: str | None = None) -> AttentionCase:
         s = self.shapes
@@ -65,11 +78,15 @@ class Recipe:
             q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
-                        "recipe": self.as_dict()})
+                        "recipe": self.as_dict()},
+            variant=make_variant(self.variants, shapes=s, seed=self.seed))
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["shapes"] = dataclasses.asdict(self.shapes)
+        for feature in FEATURES:  # a plain recipe is saved as before variants existed
+            if out[feature] == "none":
+                del out[feature]
         return out
 
     @classmethod
@@ -128,14 +145,22 @@ def _subset(argument: str, chosen, allowed_order):
 
 
 # The fields of a recipe drawn from a pool, in the order they are drawn: first, so that a covering plan
-# (flashcheck.inputs.covering) can pin them by the first choices of a case.
-POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout")
+# (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
+# last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
+POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES
+
+
+def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
+    """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it."""
+    chosen = set(_subset("variants", variants, FEATURES)) if variants is not None else set(FEATURES)
+    return {f: list(VARIANT_REGIMES[f]) if getattr(spec, f) and f in chosen else ["none"] for f in FEATURES}
 
 
 def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
-                 scale_regimes=None, layouts=None, **sizes) -> dict[str, list]:
+                 scale_regimes=None, layouts=None, variants=None, **sizes) -> dict[str, list]:
     """What :func:`recipes` draws each of :data:`POOL_FIELDS` from, in its order (simplest first); the
-    size options of :func:`recipes` (``sizes``) leave the pools as they are."""
+    size options of :func:`recipes` (``sizes``) leave the pools as they are. ``variants``: the variant
+    features to draw (default: every one the spec declares; ``()``: none)."""
     dtype_pool = [d for d in _subset("dtypes", dtypes, DTYPES) if d in spec.dtypes]
     if not dtype_pool:
         raise InvalidArgument("dtypes", dtypes, f"the kernel supports only {spec.dtypes}",
@@ -148,17 +173,18 @@ def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=
     scales_pool = _allowed("scale_regimes", scales_pool, "tiny", "tiny_scale", spec)
     layouts_pool = _allowed("layouts", _subset("layouts", layouts, LAYOUT_ORDER), "expanded", "stride0_heads", spec)
     return {"dtype": dtype_pool, "values": _subset("value_regimes", value_regimes, VALUE_ORDER), "mask": masks_pool,
-            "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool}
+            "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool,
+            **_variant_pools(spec, variants)}
 
 
 @st.composite
 def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
-            scale_regimes=None, layouts=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
+            scale_regimes=None, layouts=None, variants=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
             max_heads: int = 4, head_dims=None) -> Recipe:
     """Recipes of cases the spec supports, over the chosen regimes: the pooled fields first
     (:data:`POOL_FIELDS`), then the shapes, then the seed of the values."""
     pools = recipe_pools(spec=spec, dtypes=dtypes, value_regimes=value_regimes, mask_regimes=mask_regimes,
-                         scale_regimes=scale_regimes, layouts=layouts)
+                         scale_regimes=scale_regimes, layouts=layouts, variants=variants)
     fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS}
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
                     head_dims=head_dims))

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from ..contract.formats import format_of
 from ..contract.validation import Shapes
+from ..contract.variants import Variant
 
 __all__ = ["describe_ranges", "describe_rows", "diagnose_elements", "first_index", "growth_with_length",
            "which_keys"]
@@ -147,36 +149,50 @@ def which_keys(got, inputs: dict, index: tuple, budget, *, row: int | None = Non
 
 @dataclass
 class _KeyRow:
-    """One output row of the kernel beside what attention over any set of its keys gives, in float64."""
+    """One output row of the kernel beside what attention over any set of its keys gives, in float64.
+
+    With a sink, every key set's sum has the sink's term too (the sink is no key: it is never cut)."""
 
     i: int  # the query index
     n_q: int
     causal: str
-    seen: torch.Tensor  # (Nk,) the keys this query may see
-    scores: torch.Tensor  # (Nk,) q . k * scale
+    seen: torch.Tensor  # (Nk,) the keys this query may see (the window and the chunk included)
+    scores: torch.Tensor  # (Nk,) the logits: q . k * scale, soft-capped when the variant caps them
     values: torch.Tensor  # (Nk, Dv)
     got: torch.Tensor  # (Dv,) the kernel's row
     budget: torch.Tensor  # (Dv,) its budget
+    variant: Variant = field(default_factory=Variant)
+    dots: torch.Tensor | None = None  # (Nk,) q . k, unscaled
+    scale: float = 1.0
+    sink: float | None = None  # this head's sink logit
+    u_out: float = 0.0  # the unit roundoff of the kernel's output
 
     @classmethod
     def at(cls, got, inputs: dict, index: tuple, budget, row: int | None) -> "_KeyRow | None":
         """The row at ``index`` (see :func:`which_keys`); None when its query sees no key."""
+        from ..contract.masks import and_masks
         from ..contract.masks import causal as causal_fn
 
         b, h, r = index[:3]
         i = r if row is None else row
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        variant = inputs.get("variant") or Variant()
         B, Hq, Nq, _ = q.shape
         Nk, group = k.shape[2], Hq // k.shape[1]
-        seen = causal_fn(inputs["causal"], Nq, Nk)(b, h, torch.tensor(i), torch.arange(Nk))
+        fn = causal_fn(inputs["causal"], Nq, Nk)
+        extra = variant.visible(Nq, Nk)
+        seen = (fn if extra is None else and_masks(fn, extra))(b, h, torch.tensor(i), torch.arange(Nk))
         mask = inputs.get("attn_mask")
         if mask is not None:
             seen = seen & torch.broadcast_to(mask.cpu().bool(), (B, Hq, Nq, Nk))[b, h, i]
         if not bool(seen.any()):
             return None
-        scores = (k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()) * float(inputs["scale"])
-        return cls(i, Nq, inputs["causal"], seen, scores, v[b, h // group].cpu().double(),
-                   got.detach().cpu().double(), budget.detach().cpu().double())
+        dots = k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()
+        sink = None if variant.sinks is None else float(variant.sinks[h])
+        return cls(i, Nq, inputs["causal"], seen, _capped(dots * float(inputs["scale"]), variant.softcap),
+                   v[b, h // group].cpu().double(), got.detach().cpu().double(), budget.detach().cpu().double(),
+                   variant, dots, float(inputs["scale"]), None if sink == -math.inf else sink,
+                   format_of(q.dtype).unit_roundoff)
 
     @property
     def n_k(self) -> int:
@@ -197,16 +213,39 @@ class _KeyRow:
             return None
         return self.i + (self.n_k - self.n_q if self.causal == "bottom_right" else 0)
 
+    def edge(self, j: int, *, inside: bool) -> str:
+        """What key ``j`` is to this query: the causal diagonal, a window's edge, one past it (or nothing)."""
+        diagonal = self.diagonal
+        if diagonal is not None and j == diagonal + (0 if inside else 1):
+            return " (the causal diagonal)" if inside else " (just past the causal diagonal)"
+        if self.variant.window is None:
+            return ""
+        left, right = self.variant.window
+        centre = self.i + self.n_k - self.n_q
+        for side, end, step in (("left", centre - left, -1), ("right", centre + right, 1)):
+            if (left if side == "left" else right) >= 0 and j == end + (0 if inside else step):
+                return f" (the window's {side} edge)" if inside else f" (one past the window's {side} edge)"
+        return ""
+
     def fits(self, outs: torch.Tensor) -> torch.Tensor:
-        """err/budget of the row against each candidate output (rows of ``outs``); inf where undefined."""
+        """err/budget of the row against each candidate output (rows of ``outs``); inf where undefined. The
+        budget is the exact row's, plus the rounding of the candidate's own output where it is larger."""
         err = (self.got - outs).abs()
-        ratio = torch.where(err == 0, 0.0, err / self.budget).amax(-1)
+        ratio = torch.where(err == 0, 0.0, err / (self.budget + self.u_out * outs.abs())).amax(-1)
         return torch.nan_to_num(ratio, nan=math.inf)
 
-    def weights(self, keys: torch.Tensor):
-        """Softmax numerators over ``keys`` (0 elsewhere) and each key's weighted value row."""
-        w = torch.where(keys, torch.exp(self.scores - self.scores[keys].max()), 0.0)
-        return w, w[:, None] * self.values
+    def weights(self, keys: torch.Tensor, scores: torch.Tensor | None = None):
+        """Softmax numerators over ``keys`` (0 elsewhere), each key's weighted value row, and the sink's
+        numerator (0 without one), all relative to one maximum."""
+        scores = self.scores if scores is None else scores
+        top = scores[keys].max() if self.sink is None else max(float(scores[keys].max()), self.sink)
+        w = torch.where(keys, torch.exp(scores - top), 0.0)
+        sink = 0.0 if self.sink is None else math.exp(self.sink - top)
+        return w, w[:, None] * self.values, sink
+
+    def output(self, keys: torch.Tensor, scores: torch.Tensor | None = None, *, with_sink: bool = True):
+        w, wv, sink = self.weights(keys, scores)
+        return wv.sum(0) / (w.sum() + (sink if with_sink else 0.0))
 
     @functools.cached_property
     def visible(self):
@@ -217,8 +256,11 @@ class _KeyRow:
         return self.weights(torch.ones_like(self.seen))
 
     def is_own_attention(self) -> bool:
-        w, wv = self.visible
-        return float(self.fits((wv.sum(0) / w.sum())[None])[0]) <= 1
+        return float(self.fits(self.output(self.seen)[None])[0]) <= 1
+
+
+def _capped(scores: torch.Tensor, softcap) -> torch.Tensor:
+    return scores if softcap in (None, math.inf) else softcap * torch.tanh(scores / softcap)
 
 
 # A candidate is (keys changed, err/budget, description): the fewest keys changed that explain the row,
@@ -238,31 +280,32 @@ def _cuts(row: _KeyRow):
     """Prefixes and suffixes of the visible keys, from running sums: entry t-1 is attention over keys < t
     (or >= t), for t = 1..Nk-1. A cut that leaves out one visible key is that key left out, which the
     single-key sets name: ``cut`` marks the cuts that keep a visible key on each side."""
-    w, wv = row.visible
+    w, wv, _ = row.visible
     left = row.seen.cumsum(0)[:-1]
     return w.cumsum(0)[:-1], wv.cumsum(0)[:-1], left, (left > 0) & (left < row.n_seen)
 
 
 def _only_a_prefix(row: _KeyRow) -> tuple | None:
     cw, cwv, left, cut = _cuts(row)
-    return _best(row.fits(cwv / cw[:, None]), cut & (row.n_seen - left > 1), row.n_seen - left,
+    sink = row.visible[2]
+    return _best(row.fits(cwv / (cw + sink)[:, None]), cut & (row.n_seen - left > 1), row.n_seen - left,
                  lambda x: f"keys {x + 1}..{row.n_k - 1} ({row.n_seen - int(left[x])} visible) left out")
 
 
 def _only_a_suffix(row: _KeyRow) -> tuple | None:
     cw, cwv, left, cut = _cuts(row)
-    w, wv = row.visible
-    return _best(row.fits((wv.sum(0) - cwv) / (w.sum() - cw)[:, None]), cut & (left > 1), left,
+    w, wv, sink = row.visible
+    return _best(row.fits((wv.sum(0) - cwv) / (w.sum() - cw + sink)[:, None]), cut & (left > 1), left,
                  lambda x: f"keys 0..{x} ({int(left[x])} visible) left out")
 
 
 def _one_visible_key_left_out(row: _KeyRow) -> tuple | None:
     if row.n_seen <= 1:
         return None
-    w, wv = row.visible
-    return _best(row.fits((wv.sum(0) - wv) / (w.sum() - w)[:, None]), row.seen,
+    w, wv, sink = row.visible
+    return _best(row.fits((wv.sum(0) - wv) / (w.sum() - w + sink)[:, None]), row.seen,
                  torch.ones(row.n_k, dtype=torch.long),
-                 lambda j: f"visible key {j}{' (the causal diagonal)' if j == row.diagonal else ''} left out")
+                 lambda j: f"visible key {j}{row.edge(j, inside=True)} left out")
 
 
 def _no_key(row: _KeyRow) -> tuple | None:
@@ -273,22 +316,37 @@ def _no_key(row: _KeyRow) -> tuple | None:
 def _every_key(row: _KeyRow) -> tuple | None:
     if not bool(row.hidden.any()):
         return None
-    w, wv = row.every
+    w, wv, sink = row.every
     span = describe_ranges(torch.nonzero(row.hidden).flatten().tolist())
-    return _best(row.fits((wv.sum(0) / w.sum())[None]), torch.tensor([True]), torch.tensor([int(row.hidden.sum())]),
-                 lambda _: f"the masked-out keys ({span}) let in")
+    return _best(row.fits((wv.sum(0) / (w.sum() + sink))[None]), torch.tensor([True]),
+                 torch.tensor([int(row.hidden.sum())]), lambda _: f"the masked-out keys ({span}) let in")
 
 
 def _one_masked_out_key_let_in(row: _KeyRow) -> tuple | None:
     if not bool(row.hidden.any()):
         return None
-    w, wv = row.every
-    past_diagonal = None if row.diagonal is None else row.diagonal + 1
-    return _best(row.fits((wv[row.seen].sum(0) + wv) / (w[row.seen].sum() + w)[:, None]), row.hidden,
+    w, wv, sink = row.every
+    return _best(row.fits((wv[row.seen].sum(0) + wv) / (w[row.seen].sum() + w + sink)[:, None]), row.hidden,
                  torch.ones(row.n_k, dtype=torch.long),
-                 lambda j: f"masked-out key {j}{' (just past the causal diagonal)' if j == past_diagonal else ''}"
-                           " let in")
+                 lambda j: f"masked-out key {j}{row.edge(j, inside=False)} let in")
+
+
+def _variant_misread(row: _KeyRow) -> tuple | None:
+    """The visible keys, with the variant misread: the sink left out of the sum, the cap applied to the
+    unscaled logits (and the scale after it), or no cap at all."""
+    outs, names = [], []
+    if row.sink is not None:
+        outs.append(row.output(row.seen, with_sink=False))
+        names.append("the sink left out of the sum (sink ignored)")
+    cap = row.variant.softcap
+    if cap not in (None, math.inf):
+        outs += [row.output(row.seen, _capped(row.dots, cap) * row.scale), row.output(row.seen, row.dots * row.scale)]
+        names += ["the cap applied to the unscaled logits", "no cap (softcap ignored)"]
+    if not outs:
+        return None
+    return _best(row.fits(torch.stack(outs)), torch.ones(len(outs), dtype=torch.bool),
+                 torch.ones(len(outs), dtype=torch.long), lambda x: names[x])
 
 
 _KEY_SETS = (_only_a_prefix, _only_a_suffix, _one_visible_key_left_out, _no_key, _every_key,
-             _one_masked_out_key_let_in)
+             _one_masked_out_key_let_in, _variant_misread)

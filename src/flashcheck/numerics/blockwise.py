@@ -226,11 +226,16 @@ def _sink_key(ops, shapes: Shapes, K, V, variant, device):
             ops.asarray(sinks.reshape(P, G, 1, 1)))
 
 
-def _with_sink_column(vis):
-    if vis is None:
+def _with_sink_column(vis, sinks, rows: int, n_k: int):
+    """``vis`` with the sink's column: visible where the sink is finite (a -inf sink is no key at all)."""
+    finite = torch.as_tensor(sinks > -math.inf)  # (p, G, 1, 1)
+    if vis is None and bool(finite.all()):
         return None
-    column = torch.ones(vis.shape[:-1] + (1,), dtype=torch.bool, device=vis.device)
-    return torch.cat((vis, column), -1)
+    finite = finite.to(vis.device if vis is not None else "cpu")
+    if vis is None:
+        vis = torch.ones((1, 1, rows, n_k), dtype=torch.bool, device=finite.device)
+    shape = torch.broadcast_shapes(vis.shape[:2], finite.shape[:2]) + (rows,)
+    return torch.cat((vis.expand(*shape, n_k), finite.expand(*shape, 1)), -1)
 
 
 def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor, *,
@@ -255,7 +260,7 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
             vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
                                 variant=variant)
             if sinks is not None:
-                vis = _with_sink_column(vis)
+                vis = _with_sink_column(vis, sinks[heads], rows.numel(), shapes.n_k)
             Qb = Q[heads, :, r0:r0 + row_step] if in_order else Q[heads][:, :, ops.mask(rows.to(device))]
             yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K[heads], V[heads],
                         None if vis is None else ops.mask(vis), softcap, None if sinks is None else sinks[heads])
