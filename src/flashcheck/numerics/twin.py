@@ -38,9 +38,11 @@ def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
 def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                    precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
                    key_order: torch.Tensor | None = None, tf32_mode: str = "nearest",
-                   scale_inputs: bool = False, softmax_first: bool = False, variant=None):
+                   scale_inputs: bool = False, softmax_first: bool = False, variant=None,
+                   tanh_from_exp: bool = False):
     """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``; ``variant``'s
-    cap on the logits, its window and chunk, and its sinks added to l at the end.
+    cap on the logits, its window and chunk, and its sinks added to l at the end. ``tanh_from_exp``
+    computes the cap's tanh as ``1 - 2 / (exp(2x) + 1)`` in fp32, as kernels without a tanh do.
 
     ``scale_inputs`` multiplies Q and K by sqrt(|scale|) before the product instead of scaling the
     scores (PyTorch's math backend does). ``softmax_first`` (one-pass contracts only) normalises the
@@ -69,7 +71,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         root = math.sqrt(abs(scale))
         qf, kq = qf * math.copysign(root, scale), kq * root
         scale = 1.0
-    scores = _Scores.of(variant, scale, q.device)
+    scores = _Scores.of(variant, scale, q.device, tanh_from_exp)
     if key_order is not None:
         order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
         if sorted(order.tolist()) != list(range(s.n_k)):
@@ -120,20 +122,25 @@ class _Scores:
     """The twin's logits from Q K^T in fp32: scaled, soft-capped as the variant says (in the natural log
     domain, where the cap is defined), and the variant's sinks, (1, Hq, 1, 1) fp32."""
 
-    def __init__(self, scale: float, softcap, sinks, device):
+    def __init__(self, scale: float, softcap, sinks, device, tanh_from_exp: bool):
         self.scale = torch.tensor(scale, dtype=torch.float32, device=device)
         self.qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=device)
-        self.softcap, self.sinks = softcap, sinks
+        self.softcap, self.sinks, self.tanh_from_exp = softcap, sinks, tanh_from_exp
 
     @classmethod
-    def of(cls, variant, scale: float, device) -> "_Scores":
+    def of(cls, variant, scale: float, device, tanh_from_exp: bool = False) -> "_Scores":
         softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
         sinks = None if variant is None or variant.sinks is None else variant.sinks.to(device).view(1, -1, 1, 1)
-        return cls(scale, softcap, sinks, device)
+        return cls(scale, softcap, sinks, device, tanh_from_exp)
+
+    def tanh(self, x):
+        if not self.tanh_from_exp:
+            return torch.tanh(x)
+        return torch.sign(x) * (1 - 2 / (torch.exp(2 * x.abs()) + 1))
 
     def natural(self, qk):
         s = qk * self.scale
-        return s if self.softcap is None else self.softcap * torch.tanh(s / self.softcap)
+        return s if self.softcap is None else self.softcap * self.tanh(s / self.softcap)
 
     def log2(self, qk):
         if self.softcap is None:

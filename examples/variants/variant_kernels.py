@@ -1,0 +1,90 @@
+"""A plain PyTorch attention kernel with soft-capping, a sliding window, chunks and sinks, and three copies
+of it with one defect each, as kernel authors write them.
+
+Each kernel follows flashcheck's calling convention: ``kernel(q, k, v, *, scale, causal, attn_mask=None,
+softcap=None, window=None, chunk=None, sinks=None) -> (out, lse)``; the spec declares which variant
+keywords it takes. Campaigns (from the repository root, the CPU is enough):
+
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:correct --device cpu --preset adversarial --max-examples 200 --seed 1
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:cap_unscaled --device cpu --preset adversarial --seed 1
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:window_short --device cpu --preset adversarial --seed 1
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:sinks_ignored --device cpu --preset adversarial --seed 1
+
+The first passes; each of the others is a BUG whose diagnosis names its defect.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import flashcheck
+
+SPEC = dict(dtypes=("fp16", "bf16", "fp32"), causal=("none", "top_left", "bottom_right"), attn_mask=True,
+            gqa=True, dv_equals_d=False, fully_masked_rows="zero", precision="upcast", softcap=True,
+            window=True, chunk=True, sinks=True, neutral_variants=True)
+
+
+def _visible(n_q: int, n_k: int, *, causal, window, chunk, shorten_window: int = 0) -> torch.Tensor:
+    i = torch.arange(n_q).view(-1, 1)
+    j = torch.arange(n_k).view(1, -1)
+    centre = i + n_k - n_q  # windows and chunks are bottom-right aligned, as flash-attention's
+    vis = torch.ones(n_q, n_k, dtype=torch.bool)
+    if causal != "none":
+        vis &= j <= (i if causal == "top_left" else centre)
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            vis &= j >= centre - left + shorten_window
+        if right >= 0:
+            vis &= j <= centre + right
+    if chunk is not None:
+        vis &= torch.div(centre, chunk, rounding_mode="floor") == torch.div(j, chunk, rounding_mode="floor")
+    return vis
+
+
+def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, window=None, chunk=None, sinks=None,
+               defect=None):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    logits = q.float() @ k.transpose(-1, -2)
+    capped = softcap is not None and softcap != math.inf
+    if capped and defect == "cap_unscaled":
+        logits = softcap * torch.tanh(logits / softcap) * scale
+    else:
+        logits = logits * scale
+        if capped:
+            logits = softcap * torch.tanh(logits / softcap)
+    vis = _visible(q.shape[2], k.shape[2], causal=causal, window=window, chunk=chunk,
+                   shorten_window=1 if defect == "window_short" else 0).to(q.device)
+    if attn_mask is not None:
+        vis = vis & attn_mask
+    vis = vis.expand(logits.shape)
+    logits = logits.masked_fill(~vis, -math.inf)
+    top = logits.amax(-1, keepdim=True)
+    sink = None if sinks is None or defect == "sinks_ignored" else sinks.float().view(1, -1, 1, 1)
+    if sink is not None:
+        top = torch.maximum(top, sink)
+    top = torch.where(top == -math.inf, 0.0, top)  # a row with nothing visible
+    p = torch.exp(logits - top)
+    total = p.sum(-1, keepdim=True) + (0.0 if sink is None else torch.exp(sink - top))
+    # Keys no query sees are not read: NaN padding there must not reach the output through 0 * NaN.
+    v = v.masked_fill(~vis.any(-2)[..., None], 0.0)
+    out = (p @ v) / torch.where(total == 0, 1.0, total)
+    lse = torch.where(total == 0, -math.inf, top + torch.log(total))[..., 0]
+    return out.to(q.dtype), lse
+
+
+def _kernel(defect: str | None):
+    def attention(q, k, v, *, scale, causal, attn_mask=None, **variant):
+        return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, defect=defect, **variant)
+
+    attention.__qualname__ = attention.__name__ = defect or "correct"
+    return flashcheck.kernel(attention, name=f"variant_kernels:{attention.__name__}", **SPEC)
+
+
+correct = _kernel(None)
+cap_unscaled = _kernel("cap_unscaled")  # the cap on q . k before the scale: tanh(q.k / c) c scale
+window_short = _kernel("window_short")  # the window's left edge one key short: i + Nk - Nq - left + 1
+sinks_ignored = _kernel("sinks_ignored")  # the sink left out of the softmax's sum
