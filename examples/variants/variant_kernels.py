@@ -10,7 +10,11 @@ keywords it takes. Campaigns (from the repository root, the CPU is enough):
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:window_short --device cpu --preset adversarial --seed 1
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:sinks_ignored --device cpu --preset adversarial --seed 1
 
-The first passes; each of the others is a BUG whose diagnosis names its defect.
+The first passes; each of the others is a BUG whose diagnosis names its defect. Autograd differentiates
+them (``--backward``): ``cap_slope_dropped`` is right forward and wrong backward, where it treats the cap's
+slope as 1 (a straight-through cap):
+
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:cap_slope_dropped --device cpu --preset adversarial --backward --seed 1
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import flashcheck
 
 SPEC = dict(dtypes=("fp16", "bf16", "fp32"), causal=("none", "top_left", "bottom_right"), attn_mask=True,
             gqa=True, dv_equals_d=False, fully_masked_rows="zero", precision="upcast", softcap=True,
-            window=True, chunk=True, sinks=True, neutral_variants=True)
+            window=True, chunk=True, sinks=True, neutral_variants=True, backward=True)
 
 
 def _visible(n_q: int, n_k: int, *, causal, window, chunk, shorten_window: int = 0) -> torch.Tensor:
@@ -47,14 +51,18 @@ def _visible(n_q: int, n_k: int, *, causal, window, chunk, shorten_window: int =
 def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, window=None, chunk=None, sinks=None,
                defect=None):
     group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    # fp32 before the heads are repeated: autograd then sums the group's dK and dV in fp32, not in fp16
+    # (where one head's share can pass 65,504 while their sum does not).
+    k, v = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
     logits = q.float() @ k.transpose(-1, -2)
     capped = softcap is not None and softcap != math.inf
     if capped and defect == "cap_unscaled":
         logits = softcap * torch.tanh(logits / softcap) * scale
     else:
         logits = logits * scale
-        if capped:
+        if capped and defect == "cap_slope_dropped":  # the capped value, the gradient of no cap
+            logits = logits + (softcap * torch.tanh(logits / softcap) - logits).detach()
+        elif capped:
             logits = softcap * torch.tanh(logits / softcap)
     vis = _visible(q.shape[2], k.shape[2], causal=causal, window=window, chunk=chunk,
                    shorten_window=1 if defect == "window_short" else 0).to(q.device)
@@ -88,3 +96,4 @@ correct = _kernel(None)
 cap_unscaled = _kernel("cap_unscaled")  # the cap on q . k before the scale: tanh(q.k / c) c scale
 window_short = _kernel("window_short")  # the window's left edge one key short: i + Nk - Nq - left + 1
 sinks_ignored = _kernel("sinks_ignored")  # the sink left out of the softmax's sum
+cap_slope_dropped = _kernel("cap_slope_dropped")  # backward: dS not multiplied by 1 - tanh^2(s / c)

@@ -14,11 +14,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
+from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.numerics.gradient_budget import GRADIENT_TERMS, gradient_budget
 from flashcheck.numerics.gradients import GRADIENTS
-from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.numerics.oracle import reference_attention
-from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 
 from ..oracle.test_oracle_audit import build, recipes
 from ._backward import BUGS, fa2_backward

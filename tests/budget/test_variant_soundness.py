@@ -1,6 +1,7 @@
 """The budget stays sound on the attention variants: legal kernels (the precision-faithful twin at several
 tilings and key orders, its tanh correctly rounded or built from exp) stay inside it on soft-capped logits,
-windows, chunks and sinks, and the float64 oracle's own bound holds against mpmath on them (tanh included)."""
+windows, chunks and sinks, and the float64 oracle's own bounds, forward and backward, hold against mpmath on
+them (tanh and its slope included)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from hypothesis import strategies as st
 
 from flashcheck.contract.precision import PRESETS
 from flashcheck.contract.spec import KernelSpec
+from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 from flashcheck.inputs.strategies import recipes
 from flashcheck.judge.comparison import compare
 from flashcheck.numerics.budget import error_budget
-from flashcheck.numerics.oracle import audit_reference
+from flashcheck.numerics.gradients import audit_gradients
+from flashcheck.numerics.oracle import audit_reference, reference_attention
 from flashcheck.numerics.twin import twin_attention
 
 VARIANTS = KernelSpec(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
@@ -45,4 +48,17 @@ def test_the_oracle_bound_holds_against_mpmath_on_variants(recipe):
     case = recipe.build()
     audit = audit_reference(case.q, case.k, case.v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
                             variant=case.variant, dps=40)
+    assert audit.ok, (audit, case.describe())
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(recipe=recipes(spec=VARIANTS.replace(max_head_dim=16), max_n=10, max_heads=2, max_batch=1,
+                      layouts=["contiguous"]),
+       upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
+def test_the_gradient_oracle_bound_holds_against_mpmath_on_variants(recipe, upstream):
+    case = recipe.build()
+    kw = dict(scale=case.scale, causal=case.causal, attn_mask=case.attn_mask, variant=case.variant)
+    do = make_upstream(upstream, out=reference_attention(case.q, case.k, case.v, **kw).out, dtype=case.torch_dtype,
+                       seed=recipe.seed)
+    audit = audit_gradients(case.q, case.k, case.v, do, dps=40, **kw)
     assert audit.ok, (audit, case.describe())

@@ -136,8 +136,8 @@ def test_the_audit_fails_when_a_gradient_leaves_its_bound(monkeypatch):
     q, k, v, do = _small(seed=6)
     real = gradients.float64_gradients
 
-    def off_by_a_little(*args):
-        g = real(*args)
+    def off_by_a_little(*args, **kwargs):
+        g = real(*args, **kwargs)
         g.dk = g.dk + 4 * g.bound["dk"].amax()  # off by four times the bound: what a wrong term would do
         return g
 

@@ -8,9 +8,9 @@ import torch
 
 import flashcheck
 from flashcheck import AttentionCase, check
-from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.judge.verdict import BUG, PASS, Verdict
 from flashcheck.campaign.worker import KernelWorker
+from flashcheck.judge.verdict import BUG, PASS, Verdict
+from flashcheck.kernels.registry import resolve_kernel
 
 from ._run import K
 

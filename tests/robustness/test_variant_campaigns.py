@@ -51,3 +51,11 @@ def test_a_kernel_wrong_in_one_feature_is_found(tmp_path, name, named):
     assert summary["verdict"] == "BUG"
     diagnoses = " ".join(" ".join(f["diagnosis"]) for f in summary["findings"])
     assert any(text in diagnoses for text in named), diagnoses
+
+
+def test_a_backward_that_drops_the_cap_s_slope_is_found(tmp_path):
+    kernel = KERNELS.cap_slope_dropped
+    assert _campaign(kernel, tmp_path / "forward", max_examples=40).as_dict()["verdict"] == "PASS"
+    summary = _campaign(kernel, tmp_path / "backward", max_examples=200, backward=True).as_dict()
+    assert summary["verdict"] == "BUG"
+    assert all("softcap=" in f["case"] and "gradients" in f["cause"] for f in summary["findings"]), summary["findings"]

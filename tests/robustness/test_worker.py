@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from flashcheck import AttentionCase, check
-from flashcheck.cli import main
-from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.judge.verdict import BUG, PASS, Verdict
 from flashcheck.campaign.worker import KernelWorker, WorkerProcess, WorkerStartError, default_case_timeout
+from flashcheck.cli import main
+from flashcheck.judge.verdict import BUG, PASS, Verdict
+from flashcheck.kernels.registry import resolve_kernel
 
 from ._run import K, fuzz
 

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashcheck.contract import masks
+from flashcheck.contract.validation import Shapes
+from flashcheck.errors import CaseFormatError, InvalidArgument
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.casefile import case_paths
 from flashcheck.inputs.layout import Layout, layouts
-from flashcheck.errors import CaseFormatError, InvalidArgument
-from flashcheck.contract.validation import Shapes
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 INT_OF = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import flashcheck
-from flashcheck.numerics.budget import TERMS
-from flashcheck.inputs.case import AttentionCase
-from flashcheck.judge.check import assert_attention_close, check
 from flashcheck.contract.masks import visible
-from flashcheck.inputs.regimes import make_mask, make_values
-from flashcheck.numerics.twin import twin_attention
 from flashcheck.contract.validation import Shapes
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.regimes import make_mask, make_values
+from flashcheck.judge.check import assert_attention_close, check
+from flashcheck.numerics.budget import TERMS
+from flashcheck.numerics.twin import twin_attention
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash")

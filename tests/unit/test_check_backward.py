@@ -152,8 +152,8 @@ def test_a_gradient_exclusion_skips_the_case_in_campaigns_and_leaves_a_direct_ch
 
 
 def test_backward_excludes_name_known_classes_and_join_excludes_for_backward_campaigns():
-    from flashcheck.errors import InvalidArgument
     from flashcheck.contract.spec import KernelSpec
+    from flashcheck.errors import InvalidArgument
 
     spec = KernelSpec(excludes=("negative_scale",), backward_excludes=("tiny_scale", "negative_scale"))
     assert spec.for_backward().excludes == ("negative_scale", "tiny_scale")
@@ -197,9 +197,9 @@ def test_the_gpu_code_path_budget_left_nan_by_huge_logits_is_noted_not_judged(mo
     # On the torch (GPU) path, huge logits make the recomputed P's error bound infinite, and zero rows of
     # dO multiply it into NaN: those elements cannot be judged, which the verdict says (an H200 campaign
     # crashed on this before)
+    from flashcheck.contract.validation import Shapes
     from flashcheck.inputs.regimes import make_upstream
     from flashcheck.inputs.strategies import Recipe
-    from flashcheck.contract.validation import Shapes
 
     monkeypatch.setenv("FLASHCHECK_TORCH_OPS", "1")
     shapes = Shapes(batch=1, heads_q=2, heads_kv=1, n_q=1, n_k=2, head_dim=128, head_dim_v=128)

@@ -12,8 +12,8 @@ import torch
 
 import flashcheck
 from flashcheck import BackendUnavailable, InvalidArgument, Kernel
-from flashcheck.kernels.registry import BUILTIN_KERNELS, available_kernels, resolve_kernel
 from flashcheck.contract.spec import DEFAULT_SPEC
+from flashcheck.kernels.registry import BUILTIN_KERNELS, available_kernels, resolve_kernel
 
 from . import _kernels_fixture as fixture
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import flashcheck
+from flashcheck.contract.validation import Shapes
 from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.regimes import make_mask, make_values
 from flashcheck.judge.check import check
 from flashcheck.judge.properties import hidden_keys
-from flashcheck.inputs.regimes import make_mask, make_values
 from flashcheck.numerics.twin import twin_attention
-from flashcheck.contract.validation import Shapes
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash")

@@ -38,7 +38,7 @@ def test_reference_attention_contract():
 def test_backward_contracts():
     params = inspect.signature(flashcheck.reference_gradients).parameters
     assert list(params)[:4] == ["q", "k", "v", "do"]
-    assert keyword_only(flashcheck.reference_gradients) == {"scale", "causal", "attn_mask", "method", "dps"}
+    assert keyword_only(flashcheck.reference_gradients) == {"scale", "causal", "attn_mask", "method", "dps", "variant"}
     assert list(inspect.signature(flashcheck.check_backward).parameters)[:2] == ["kernel", "case"]
     assert {"backward", "deterministic_backward"} <= set(KernelSpec.__dataclass_fields__)
     assert KernelSpec().backward is False and KernelSpec().deterministic_backward is True
@@ -85,6 +85,7 @@ def test_the_short_submodule_names_import_the_modules_where_they_live():
         assert module is importlib.import_module(f"flashcheck.{where}") is getattr(flashcheck, short)
         assert module.__name__ == f"flashcheck.{where}"
     from flashcheck.strategies import cases
+
     from flashcheck.inputs.strategies import cases as where_it_lives
 
     assert cases is where_it_lives

@@ -10,9 +10,18 @@ import torch
 from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
-from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
-from flashcheck.inputs.strategies import LAYOUT_ORDER, MASK_ORDER, VALUE_ORDER, Recipe, cases, draw_recipes, recipes, shapes
 from flashcheck.contract.validation import Shapes
+from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
+from flashcheck.inputs.strategies import (
+    LAYOUT_ORDER,
+    MASK_ORDER,
+    VALUE_ORDER,
+    Recipe,
+    cases,
+    draw_recipes,
+    recipes,
+    shapes,
+)
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
                     seq_multiple=16, equal_lengths=True, max_seqlen=256)

@@ -10,11 +10,16 @@ import pytest
 import torch
 
 from flashcheck import AttentionCase, InvalidArgument
-from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.kernels.triton.cache import (CACHE_ENV, compilation_stats, install_hooks, triton_cache_dir,
-                                             use_triton_cache)
-from flashcheck.judge.verdict import Verdict
 from flashcheck.campaign.worker import KernelWorker
+from flashcheck.judge.verdict import Verdict
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.kernels.triton.cache import (
+    CACHE_ENV,
+    compilation_stats,
+    install_hooks,
+    triton_cache_dir,
+    use_triton_cache,
+)
 from tests.robustness._run import K
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from flashcheck.errors import InvalidArgument, describe
 from flashcheck.contract.validation import Shapes, check_attention_inputs
+from flashcheck.errors import InvalidArgument, describe
 
 B, HQ, HKV, NQ, NK, D, DV = 2, 4, 2, 5, 7, 8, 6
 

@@ -133,12 +133,12 @@ def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int 
     return Shapes(draw(st.integers(1, max_batch)), heads_kv * group, heads_kv, n_q, n_k, d, dv)
 
 
-def _subset(argument: str, chosen, allowed_order):
+def _subset(argument: str, chosen, allowed_order, *, allow_empty: bool = False):
     if chosen is None:
         return list(allowed_order)
     chosen = [chosen] if isinstance(chosen, str) else list(chosen)
     bad = [c for c in chosen if c not in allowed_order]
-    if bad or not chosen:
+    if bad or not (chosen or allow_empty):
         raise InvalidArgument(argument, chosen, f"unknown {argument} {bad}" if bad else "empty",
                               f"Choose from {list(allowed_order)}.")
     return [c for c in allowed_order if c in chosen]
@@ -152,7 +152,7 @@ POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURE
 
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
     """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it."""
-    chosen = set(_subset("variants", variants, FEATURES)) if variants is not None else set(FEATURES)
+    chosen = set(_subset("variants", variants, FEATURES, allow_empty=True))
     return {f: list(VARIANT_REGIMES[f]) if getattr(spec, f) and f in chosen else ["none"] for f in FEATURES}
 
 

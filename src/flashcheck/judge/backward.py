@@ -20,6 +20,7 @@ import torch
 from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
+from ..contract.variants import check_variant
 from ..errors import InvalidArgument, Unsupported
 from ..inputs.case import AttentionCase
 from ..inputs.regimes import make_upstream
@@ -63,7 +64,7 @@ def upstream_gradient(case: AttentionCase, device, *, upstream: str | None = Non
     device = torch.device(device)
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
     out = reference_attention(case.q.to(device), case.k.to(device), case.v.to(device), scale=case.scale,
-                              causal=case.causal, attn_mask=mask).out
+                              causal=case.causal, attn_mask=mask, variant=case.variant).out
     return make_upstream(upstream, out=out, dtype=case.torch_dtype, seed=seed).to(device)
 
 
@@ -81,13 +82,14 @@ class BackwardRun:
     seconds: float
 
 
-def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None) -> BackwardRun:
-    """Run the kernel forward with autograd and take dQ, dK, dV for ``do``; never lets it raise."""
+def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **variant) -> BackwardRun:
+    """Run the kernel forward with autograd and take dQ, dK, dV for ``do``; never lets it raise.
+    ``variant``: the case's variant keywords, passed on (sinks without a gradient of their own)."""
     start = time.perf_counter()
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
     try:
         with torch.enable_grad():
-            result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask)
+            result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
             out = result[0] if isinstance(result, (tuple, list)) else result
             grads = torch.autograd.grad(out, inputs, do, allow_unused=True)
         grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
@@ -170,11 +172,12 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
         raise InvalidArgument("kernel", kern.name, "declares no backward pass",
                               "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
                               "autograd can differentiate it.")
+    check_variant(case.variant, kern.spec, heads_q=case.shapes.heads_q)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     contract = precision_named(precision) if precision is not None else kern.spec.precision
     regime = (case.provenance or {}).get("strategy")
     meta = dict(kernel=kern.name, case=case.describe() + f", dO {upstream}", regime=regime)
-    if kern.spec.fully_masked_rows != "zero" and not bool(case.visible().any(-1).all()):
+    if kern.spec.fully_masked_rows != "zero" and bool(case.empty_rows().any()):
         # Zero gradients on such rows follow from a zero output there; another promise defines none.
         reason = (f"unsupported: rows with no visible key, whose gradients fully_masked_rows="
                   f"{kern.spec.fully_masked_rows!r} leaves undefined")
@@ -183,21 +186,22 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     exact = (case.q.to(device), case.k.to(device), case.v.to(device))
     kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask)
     do = upstream_gradient(case, device, upstream=upstream, seed=seed) if do is None else do.to(device)
+    call = dict(kw, **case.variant.kwargs(device))
     try:
-        run = run_backward(kern, q, k, v, do, **kw)
+        run = run_backward(kern, q, k, v, do, **call)
     except Unsupported as refusal:
         return Verdict.from_findings([], max_ratio=math.nan, skipped=f"unsupported: {refusal.reason}", **meta)
     if run.error is not None:
         return crash_verdict(run, regime, meta)
     t0 = time.perf_counter()
-    budget = gradient_budget(*exact, do, **kw, precision=contract)
+    budget = gradient_budget(*exact, do, **kw, precision=contract, variant=case.variant)
     excluded = _gradient_exclusion(kern.spec, case, budget.gradients) if exclusions else None
     if excluded:
         return Verdict.from_findings([], max_ratio=math.nan, skipped=f"excluded: {excluded}", **meta)
     findings, worst = compare_gradients(run.grads, budget, regime=regime)
     elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
     notes = _ratio_notes(worst, budget)
-    more_findings, more_notes = _second_call(kern, run, (q, k, v, do), kw, regime)
+    more_findings, more_notes = _second_call(kern, run, (q, k, v, do), call, regime)
     findings, notes = findings + more_findings, notes + more_notes
     return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
                                  output=run.grads, ratios=worst, **meta)

@@ -35,7 +35,7 @@ from ..contract.variants import Variant
 from .blockwise import iter_blocks, ops_for, scatter
 from .oracle import Reference, block_softmax, float64_reference_walk
 
-__all__ = ["Budget", "BudgetTerms", "TERMS", "error_budget", "contract_terms"]
+__all__ = ["Budget", "BudgetTerms", "TERMS", "error_budget", "contract_terms", "raw_logit_error"]
 
 TERMS = ("output_rounding", "logit", "accumulation", "subnormal_p", "oracle")
 EXTRA_ULPS = 4.0  # the final division by l, the per-tile rescale multiply and l's own rounding
@@ -202,14 +202,22 @@ def lse_tolerance(lse_shift, lse_abs, lse_bound, model: BudgetModel):
 def logit_error(ops, blk, sm, model: BudgetModel):
     """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys). A sink's
     logit has a zero key (|q||k| = 0): only its conversion to the exp2 domain and the max's subtraction."""
-    vis = blk.vis
-    visible = (lambda x: x) if vis is None else (lambda x: ops.where(vis, x, 0.0))  # noqa: E731
-    qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
-    raw_abs = ops.abs(visible(sm.raw))
-    eta = model.logit_factor * qk + model.terms.u_32 * LOGIT_ULPS * raw_abs
+    eta, raw_abs = raw_logit_error(ops, blk, sm, model)
     if blk.softcap is not None:
-        eta = _capped_error(ops, blk, eta, raw_abs, ops.abs(visible(sm.s)), model)
-    return visible(eta + 2 * model.terms.u_32 * ops.abs(sm.m))
+        eta = _capped_error(ops, blk, eta, raw_abs, ops.abs(_visible(ops, blk, sm.s)), model)
+    return _visible(ops, blk, eta + 2 * model.terms.u_32 * ops.abs(sm.m))
+
+
+def _visible(ops, blk, x):
+    return x if blk.vis is None else ops.where(blk.vis, x, 0.0)
+
+
+def raw_logit_error(ops, blk, sm, model: BudgetModel):
+    """(error, magnitude) of the scaled logits before any cap: the dot's fp32 accumulation on tf32-rounded
+    operands, the scale multiply (and the division by the cap); 0 on masked keys."""
+    qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
+    raw_abs = ops.abs(_visible(ops, blk, sm.raw))
+    return model.logit_factor * qk + model.terms.u_32 * LOGIT_ULPS * raw_abs, raw_abs
 
 
 def _capped_error(ops, blk, eta, raw_abs, s_abs, model: BudgetModel):

@@ -33,8 +33,9 @@ import torch
 from ..contract.formats import FORMATS
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
+from ..contract.variants import Variant
 from .blockwise import ops_for
-from .budget import LOGIT_ULPS, BudgetModel, budget_block, contract_terms, logit_error, lse_tolerance
+from .budget import LOGIT_ULPS, BudgetModel, budget_block, contract_terms, logit_error, lse_tolerance, raw_logit_error
 from .gradients import GRADIENTS, Gradients, check_upstream, float64_gradients, group_rows
 
 __all__ = ["GradientBudget", "gradient_budget", "GRADIENT_TERMS"]
@@ -90,14 +91,16 @@ class _Factors:
 
 
 def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
-                    precision: Precision | str = "flash") -> GradientBudget:
+                    precision: Precision | str = "flash", variant: Variant | None = None) -> GradientBudget:
     """The per-element budget of dQ, dK and dV for a backward kernel honouring ``precision`` on this
-    input and upstream gradient; one walk over the scores gives the oracle's gradients and the budget."""
+    input (and ``variant``) and upstream gradient; one walk over the scores gives the oracle's gradients
+    and the budget."""
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     do = check_upstream(do, q, shapes)
     precision = precision_named(precision)
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype))
+    variant = Variant() if variant is None else variant
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sinks is not None)
     f = _Factors.of(model, shapes)
     ops = ops_for(q.device)
     acc = _TermSums(shapes, q.device)
@@ -105,7 +108,8 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
         acc.add(ops, blk, _block_terms(ops, blk, fwd, bg, scale, f))
 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        grads = float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, extra_on_block=on_block)
+        grads = float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, extra_on_block=on_block,
+                                  variant=variant)
     return acc.budget(grads, f, precision)
 
 
@@ -133,8 +137,11 @@ def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors):
     X = ops.abs(bg.dP - bg.D) + f.g_dp * bg.A + err_D  # |dP~ - D~|
     u1 = 2 * model.terms.u_32 + f.u_ds
     recompute_ds = e * X * (1 + u1)
-    products_ds = a * (f.g_dp * bg.A + err_D) + u1 * a * X + bg.err_dS + near_zero
+    products_ds = a * (f.g_dp * bg.A + err_D) + u1 * a * X + near_zero
     ds_size = (a + e) * X * (1 + u1)  # |dS_t|
+    if blk.softcap is not None:
+        recompute_ds, products_ds, ds_size = _through_the_cap(ops, blk, sm, model, recompute_ds, products_ds, ds_size)
+    products_ds = products_ds + bg.err_dS
     absK, absQ = ops.abs(blk.K), ops.abs(blk.Q)
     sc = abs(scale)
     rows, t = group_rows, (lambda x: ops.swap(group_rows(x)))
@@ -145,8 +152,26 @@ def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors):
     p_size = (a + e) * (1 + u_p)
     dv = (ops.matmul(t(e * (1 + u_p)), rows(abs_dO)),
           ops.matmul(t(u_p * a + bg.E + (f.g_kv + f.g_group) * p_size + near_zero), rows(abs_dO)))
+    if blk.sink is not None:  # the sink's key is no input: its dK and dV rows go
+        n_k = blk.K.shape[-2] - 1
+        dk, dv = (tuple(x[..., :n_k, :] for x in pair) for pair in (dk, dv))
     return {"dq": dq, "dk": dk, "dv": dv}
 
+
+def _through_the_cap(ops, blk, sm, model: BudgetModel, recompute_ds, products_ds, ds_size):
+    """The dS terms carried back through the cap: a legal kernel's slope 1 - t^2 is off by at most
+    2 |dt| + 3 u, with dt from its scaled logit's error (through tanh' <= 1, over c) and its tanh's."""
+    c = blk.softcap
+    eta_raw, _ = raw_logit_error(ops, blk, sm, model)
+    t = ops.tanh(sm.raw / c)
+    slope = 1.0 - t * t
+    slope_err = 2 * (eta_raw / c + model.precision.tanh_error + model.terms.u_32) + 3 * model.terms.u_32
+    if blk.sink is not None:  # the sink is no logit of Q and K: nothing to carry back
+        zero = 0 * slope[..., :1]
+        slope, slope_err = ops.concat((slope[..., :-1], zero + 1.0), -1), ops.concat((slope_err[..., :-1], zero), -1)
+    top = ops.minimum(slope + slope_err, 1.0) * (1 + model.terms.u_32)
+    return (top * recompute_ds + slope_err * ds_size, top * products_ds + model.terms.u_32 * top * ds_size,
+            top * ds_size)
 
 class _TermSums:
     """The budget's recompute and products terms per gradient, summed over blocks."""

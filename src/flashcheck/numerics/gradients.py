@@ -34,8 +34,9 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
+from ..contract.variants import Variant
 from ..errors import InvalidArgument
-from .blockwise import ops_for, visible_block
+from .blockwise import ops_for
 from .oracle import SAFETY, UNDERFLOW, Reference, float64_reference_walk
 
 __all__ = ["Gradients", "GradientAudit", "reference_gradients", "audit_gradients", "GRADIENTS"]
@@ -78,23 +79,27 @@ class Gradients:
 
 
 def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
-                        method: str = "float64", dps: int = 50) -> Gradients:
+                        method: str = "float64", dps: int = 50, variant: Variant | None = None) -> Gradients:
     """dQ, dK and dV of attention for the upstream gradient ``do`` (B, Hq, Nq, Dv), exact enough to judge
     a kernel's backward, each with a bound on its own error.
 
     ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU; ``method="mpmath"``
-    computes the same with ``dps`` digits (an auditor for small cases).
+    computes the same with ``dps`` digits (an auditor for small cases). ``variant``: the case's soft-cap
+    (its slope 1 - tanh^2 carries dS back to the scaled logits), window, chunk and sinks.
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     do = check_upstream(do, q, shapes)
+    variant = Variant() if variant is None else variant
     if method not in METHODS:
         raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
     check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
                 fix="Pass dps=50 (the default) or more digits for extreme inputs.")
     if method == "mpmath":
-        return _mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes, dps)
-    return float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes)
+        from .exact import mpmath_gradients
+
+        return mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes, dps, variant)
+    return float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, variant=variant)
 
 
 def check_upstream(do, q, shapes: Shapes):
@@ -123,7 +128,8 @@ class _Accumulators:
         self.ds_max = []  # each block's largest |dS|, read once at the end (one host sync, not one a block)
 
 
-def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, extra_on_block=None) -> Gradients:
+def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, extra_on_block=None,
+                      variant: Variant | None = None) -> Gradients:
     """The float64 gradients; ``extra_on_block(block, forward, block_gradients)`` sees each block's
     intermediates (the gradient budget uses them, in the same walk)."""
     ops = ops_for(q.device)
@@ -138,8 +144,8 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
              "dv": n_sum * SUBNORMAL}
 
     def on_block(blk, fwd):
-        bg = block_gradients(ops, blk, fwd, dO[blk.heads, :, blk.sl], g_dot)
-        parts = _gradient_block(ops, blk, bg, scale, g_sum)
+        bg = block_gradients(ops, blk, fwd, dO[blk.heads, :, blk.sl], g_dot, scale)
+        parts = _without_sink_key(blk, _gradient_block(ops, blk, bg, scale, g_sum), shapes.n_k)
         acc.ds_max.append(_largest_magnitude(bg.dS))
         if extra_on_block is not None:
             extra_on_block(blk, fwd, bg)
@@ -153,7 +159,7 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         forward = float64_reference_walk(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, rows=None,
-                                         on_block=on_block)
+                                         on_block=on_block, variant=variant)
     shape_q = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim)
     shape_k = (shapes.batch, shapes.heads_kv, shapes.n_k, shapes.head_dim)
     shape_v = (shapes.batch, shapes.heads_kv, shapes.n_k, shapes.head_dim_v)
@@ -163,6 +169,14 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
                      bound={n: (out[n]["bound"] + floor[n]) * SAFETY for n in GRADIENTS},
                      scale={n: out[n]["scale"] for n in GRADIENTS}, forward=forward, method="float64",
                      shapes=shapes, ds_max=max((float(m) for m in acc.ds_max), default=0.0))
+
+
+def _without_sink_key(blk, parts, n_k: int):
+    """The block's (dq, dk, dv) without the sink's key: its dK and dV rows are no gradient of an input."""
+    if blk.sink is None:
+        return parts
+    dq, dk, dv = parts
+    return dq, tuple(x[..., :n_k, :] for x in dk), tuple(x[..., :n_k, :] for x in dv)
 
 
 def _largest_magnitude(x):
@@ -197,8 +211,9 @@ class BlockGradients:
     err_dS: object
 
 
-def block_gradients(ops, blk, fwd, dO, g_dot: float) -> BlockGradients:
-    """The backward's intermediates of one block of the forward walk (``fwd``: its BlockForward)."""
+def block_gradients(ops, blk, fwd, dO, g_dot: float, scale: float) -> BlockGradients:
+    """The backward's intermediates of one block of the forward walk (``fwd``: its BlockForward); with a
+    soft-cap, dS is carried back to the scaled logits (see :func:`_through_the_cap`)."""
     sm = fwd.softmax
     weights = sm.p / sm.l  # P^; 0 on masked keys and on rows with no visible key
     E = _weight_bound(ops, blk, fwd, weights)
@@ -211,7 +226,28 @@ def block_gradients(ops, blk, fwd, dO, g_dot: float) -> BlockGradients:
     diff = dP - D
     dS = weights * diff
     err_dS = E * ops.abs(diff) + (weights + E) * (g_dot * A + err_D) + 3 * U64 * ops.abs(dS) + 2 * SUBNORMAL
+    if blk.softcap is not None:
+        dS, err_dS = _through_the_cap(ops, blk, fwd.softmax, dS, err_dS, scale)
     return BlockGradients(weights, E, dO, dP, A, D, err_D, dS, err_dS)
+
+
+def _through_the_cap(ops, blk, sm, dS, err_dS, scale: float):
+    """dS with respect to the scaled logits: the capped logits' dS times the cap's slope 1 - tanh^2(s / c),
+    with its error: the slope moves by at most 2 |tanh'| |dt| <= 2 (eta / c + 4 u) where the scaled
+    logit is off by eta <= |scale| gamma_{D+2} |q| . |k| + u |s| (and tanh by a few ulps)."""
+    c = blk.softcap
+    t = ops.tanh(sm.raw / c)
+    slope = 1.0 - t * t
+    K = blk.K if blk.sink is None else blk.K[:, :, :-1]
+    eta = abs(scale) * _gamma(blk.Q.shape[-1] + 2) * ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(K)))
+    eta = eta + U64 * ops.abs(sm.raw[..., :K.shape[-2]])
+    slope_err = 2 * (eta / c + 4 * U64) + 2 * U64
+    if blk.sink is not None:  # the sink is no logit of Q and K: its slope is 1
+        one = 0 * slope[..., :1] + 1.0
+        slope, slope_err = ops.concat((slope[..., :-1], one), -1), ops.concat((slope_err, 0 * one), -1)
+    slope = ops.where(slope == slope, slope, 0.0)  # masked keys: their dS is 0 whatever the slope
+    out = dS * slope
+    return out, (err_dS * (slope + slope_err) + ops.abs(dS) * slope_err + U64 * ops.abs(out)) * SAFETY
 
 
 def group_rows(x):
@@ -250,66 +286,6 @@ def _weight_bound(ops, blk, fwd, weights):
     return E if blk.vis is None else ops.where(blk.vis, E, 0.0)
 
 
-# --- mpmath -----------------------------------------------------------------------------------------
-
-def _mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, dps: int) -> Gradients:
-    """The same gradients with ``dps`` digits, row by row (an auditor: small cases only)."""
-    import mpmath
-
-    from .oracle import reference_attention
-
-    ctx = mpmath.MPContext()
-    ctx.dps = dps
-    to_mp = np.frompyfunc(ctx.mpf, 1, 1)
-    qd, kd, vd, dod = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v, do))
-    rows = torch.arange(shapes.n_q)
-    visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, rows, "cpu")
-    visible = torch.broadcast_to(visible, (shapes.batch * shapes.heads_kv, shapes.group, shapes.n_q, shapes.n_k)).numpy()
-    grads = {"dq": np.zeros(qd.shape), "dk": np.zeros(kd.shape), "dv": np.zeros(vd.shape)}
-    sizes = {n: np.zeros_like(g) for n, g in grads.items()}
-    mp_scale = ctx.mpf(scale)
-    for b in range(shapes.batch):
-        for kvh in range(shapes.heads_kv):
-            K, V = to_mp(kd[b, kvh]), to_mp(vd[b, kvh])
-            dK, dV = np.full(K.shape, ctx.mpf(0), dtype=object), np.full(V.shape, ctx.mpf(0), dtype=object)
-            for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
-                vis = visible[b * shapes.heads_kv + kvh, h - kvh * shapes.group]
-                for i in range(shapes.n_q):
-                    keys = np.flatnonzero(vis[i])
-                    if keys.size == 0:
-                        continue  # no visible key: no weight, zero gradients
-                    qi, doi = to_mp(qd[b, h, i]), to_mp(dod[b, h, i])
-                    s = [mp_scale * ctx.fdot(qi, K[j]) for j in keys]
-                    top = max(s)
-                    e = [ctx.exp(x - top) for x in s]
-                    total = ctx.fsum(e)
-                    a = [x / total for x in e]
-                    dP = [ctx.fdot(doi, V[j]) for j in keys]
-                    Dsum = ctx.fsum(x * y for x, y in zip(a, dP))
-                    dS = [x * (y - Dsum) for x, y in zip(a, dP)]
-                    grads["dq"][b, h, i] = [float(mp_scale * ctx.fdot(dS, K[keys, d])) for d in range(K.shape[1])]
-                    a_f = np.array([float(x) for x in a])
-                    size = a_f * (np.abs([float(x) for x in dP]) + abs(float(Dsum)))  # dS's terms before they cancel
-                    sizes["dq"][b, h, i] = abs(scale) * size @ np.abs(kd[b, kvh][keys])
-                    for n, j in enumerate(keys):
-                        dK[j] += (mp_scale * dS[n]) * qi
-                        dV[j] += a[n] * doi
-                    sizes["dk"][b, kvh][keys] += abs(scale) * np.outer(size, np.abs(qd[b, h, i]))
-                    sizes["dv"][b, kvh][keys] += np.outer(a_f, np.abs(dod[b, h, i]))
-            grads["dk"][b, kvh] = np.vectorize(float, otypes=[np.float64])(dK)
-            grads["dv"][b, kvh] = np.vectorize(float, otypes=[np.float64])(dV)
-    # Each value carries the float64 rounding of a result accurate to about 10^-(dps-5) of its scale.
-    digits = 10.0 ** (5 - dps)
-    device = q.device
-    as_t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
-    bound = {n: as_t(U64 * np.abs(grads[n]) + digits * sizes[n] + SUBNORMAL) for n in GRADIENTS}
-    return Gradients(dq=as_t(grads["dq"]), dk=as_t(grads["dk"]), dv=as_t(grads["dv"]), bound=bound,
-                     scale={n: as_t(sizes[n]) for n in GRADIENTS},
-                     forward=reference_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
-                                                 method="mpmath", dps=dps),
-                     method="mpmath", dps=dps, shapes=shapes)
-
-
 # --- audit ------------------------------------------------------------------------------------------
 
 @dataclass
@@ -327,10 +303,10 @@ class GradientAudit:
 
 
 def audit_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
-                    dps: int = 50) -> GradientAudit:
+                    dps: int = 50, variant: Variant | None = None) -> GradientAudit:
     """Check the float64 gradients' bounds against mpmath (small cases: mpmath costs about 1 ms per
     row, head and key at D = 16)."""
-    kw = dict(scale=scale, causal=causal, attn_mask=attn_mask)
+    kw = dict(scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
     fast = reference_gradients(q, k, v, do, method="float64", **kw)
     slow = reference_gradients(q, k, v, do, method="mpmath", dps=dps, **kw)
     ratios, where, elements = {}, {}, 0

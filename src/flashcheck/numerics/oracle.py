@@ -41,7 +41,7 @@ from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..contract.variants import Variant, check_heads
 from ..errors import FlashcheckError, InvalidArgument
-from .blockwise import iter_blocks, ops_for, scatter, visible_block
+from .blockwise import iter_blocks, ops_for, scatter
 
 __all__ = ["Audit", "Reference", "audit_reference", "reference_attention"]
 

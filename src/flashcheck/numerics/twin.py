@@ -82,8 +82,21 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
         return _upcast(qf, kq, vq, vis, scores, dtype, softmax_first)
-    out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=q.device)
-    lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=q.device)
+    return _tiled(qf, kq, vq, vis, scores, s, dtype=dtype, p_rounding=_p_rounding(precision, dtype, tf32, tf32_mode),
+                  block_m=block_m, block_n=block_n)
+
+
+def _p_rounding(precision: Precision, dtype, tf32: bool, tf32_mode: str):
+    """How the contract rounds P before P @ V (None: it stays in fp32)."""
+    if precision.p_dtype != "input":
+        return None
+    return (lambda p: round_tf32(p, mode=tf32_mode)) if tf32 else (lambda p: p.to(dtype).float())
+
+
+def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, block_m: int, block_n: int):
+    """The online softmax over key tiles of ``block_n``: (out, lse)."""
+    out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=qf.device)
+    lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=qf.device)
     # Rows are independent in the online softmax, so block_m changes no number: rows go through in
     # multiples of block_m as large as memory allows, and only the key tiling and order shape the rounding.
     per_row = s.batch * s.heads_q * max(block_n, s.head_dim_v)
@@ -91,9 +104,9 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     for m0 in range(0, s.n_q, chunk):
         rows = slice(m0, m0 + chunk)
         qb = qf[:, :, rows]
-        m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=q.device)
+        m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=qf.device)
         l = torch.zeros_like(m)
-        acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=q.device)
+        acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=qf.device)
         for n0 in range(0, s.n_k, block_n):
             cols = slice(n0, n0 + block_n)
             s2 = scores.log2(qb @ kq[:, :, cols].transpose(-1, -2))  # log2 domain, fp32
@@ -103,8 +116,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
             alpha = torch.exp2(m - safe)
             p = torch.exp2(s2 - safe)
             l = l * alpha + p.sum(-1, keepdim=True)
-            if precision.p_dtype == "input":
-                p = round_tf32(p, mode=tf32_mode) if tf32 else p.to(dtype).float()
+            p = p if p_rounding is None else p_rounding(p)
             # Keys no row sees are not read (a careful kernel's masked V load): 0 * NaN from poisoned or
             # uninitialised memory would otherwise poison the product.
             seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)

@@ -20,6 +20,7 @@ from typing import Callable
 
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel
+from ..contract.variants import FEATURES
 from ..inputs.strategies import Recipe, draw_recipes
 from ..judge.backward import check_backward, drawn_backward_case, run_backward, upstream_gradient
 from ..judge.check import check
@@ -42,6 +43,7 @@ class Variant:
     description: str
     make: Callable[[], Kernel]
     dtypes: tuple = DTYPES  # where a planted bug is a defect at all
+    features: tuple = ()  # the attention variants its cases draw (a planted bug's own; none for plain rows)
 
 
 def variants(device: str, *, names: list[str] | None = None, which: str = "all",
@@ -55,6 +57,7 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     from ..kernels.triton import mutants as mutant_module
     from ..kernels.triton import planted
     from ..kernels.triton.forward import make_kernel, on_device
+    from ..kernels.triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
     # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
     # to) the strict contract; on a GPU they run as tf32 under the flash contract.
@@ -62,17 +65,22 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
                    lambda m=m, n=n: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device))
            for m, n in CORRECT_TILES]
+    m, n = MUTANT_TILE
+    out.append(Variant(f"triton[{m}x{n}] variants", True, "correct",
+                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, windowed, chunked and sink cases",
+                       lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
+                       features=FEATURES))
     # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
     # judge them; they are not rows that must stay clean here.
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    chosen = [m for m in planted.BACKWARD_MUTANTS if device in m.devices] if backward else planted.MUTANTS
+    chosen = (planted.BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS if backward else planted.MUTANTS + VARIANT_MUTANTS)
     out += [Variant(m.name, False, m.area, m.description,
                     lambda m=m: on_device(mutant_module.load_mutant(
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
-                    dtypes=m.dtypes)
-            for m in chosen]
+                    dtypes=m.dtypes, features=(m.area,) if m.area in FEATURES else ())
+            for m in chosen if device in m.devices]
     return [v for v in out if (which == "all" or v.correct == (which == "correct"))
             and (names is None or v.name in names)]
 
@@ -313,11 +321,12 @@ class RowRunner:
             self._kernels[name] = (found[0], found[0].make())
         return self._kernels[name]
 
-    def recipes(self, kernel: Kernel, dtype: str) -> list[Recipe]:
-        key = (kernel.spec, dtype)
+    def recipes(self, variant: Variant, kernel: Kernel, dtype: str) -> list[Recipe]:
+        key = (kernel.spec, dtype, variant.features)
         if key not in self._recipes:
             self._recipes[key] = draw_recipes(self.cases, seed=self.seed, spec=kernel.spec, dtypes=[dtype],
-                                              max_n=self.max_n, max_heads=4, head_dims=self.head_dims)
+                                              max_n=self.max_n, max_heads=4, head_dims=self.head_dims,
+                                              variants=variant.features)
         return self._recipes[key]
 
     def run(self, name: str, dtype: str, start: int = 0, stop: int | None = None, fired=(),
@@ -325,7 +334,7 @@ class RowRunner:
         """Cases ``[start, stop)`` of the row ``(name, dtype)``, as a row of their own (see merge_chunks)."""
         deadline = None if time_budget is None else time.monotonic() + time_budget
         variant, kernel = self.variant(name)
-        return _run_variant(variant, kernel, dtype, self.recipes(kernel, dtype), self.device, self.bug_cases,
+        return _run_variant(variant, kernel, dtype, self.recipes(variant, kernel, dtype), self.device, self.bug_cases,
                             deadline, start=start, stop=stop, fired=fired, backward=self.backward)
 
 
@@ -358,10 +367,10 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
     rows = []
     recipe_cache: dict = {}
     for variant, kernel, dtype in _rows(device, dtypes, names, which, backward):
-        key = (kernel.spec, dtype)
+        key = (kernel.spec, dtype, variant.features)
         if key not in recipe_cache:
             recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
-                                             max_heads=4, head_dims=head_dims)
+                                             max_heads=4, head_dims=head_dims, variants=variant.features)
         row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline, backward=backward)
         rows.append(row)
         if progress is not None:

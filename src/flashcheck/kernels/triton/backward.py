@@ -94,8 +94,8 @@ def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, 
 
 def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP: tl.constexpr,
                  INPUT_PRECISION: tl.constexpr):
-    """P recomputed from the saved lse (base 2) and dS = P (dP - D) of the uncapped logits, both fp32, 0 on
-    hidden keys."""
+    """P recomputed from the saved lse (base 2) and dS = P (dP - D), times the cap's slope when capped (dS of
+    the logits before the cap), both fp32, 0 on hidden keys."""
     s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
     if HAS_SOFTCAP:
         t = _tanh(s / softcap2)

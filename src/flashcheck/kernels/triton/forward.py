@@ -354,6 +354,8 @@ def _default_num_stages(device: torch.device, *, block_m, block_n, block_d, bloc
 
 
 def _sinks(sinks, q, heads_q: int):
+    """The sinks as the kernel reads them, fp32 and contiguous; their values are the caller's (a check for
+    NaN would wait on the GPU)."""
     if sinks is None:
         return None
     fix = f"Pass sinks as a float32 tensor of shape ({heads_q},), one logit per query head, on q's device."

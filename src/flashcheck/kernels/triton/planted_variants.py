@@ -152,7 +152,7 @@ VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "softcap_derivative_missing", "softcap",
         "dS is not multiplied by the cap's derivative 1 - tanh^2(s / c): dQ and dK are those of uncapped "
         "logits.",
-        (("        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds\n", ""),),
+        (("    if HAS_SOFTCAP:\n        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds\n", ""),),
         "softcap with logits near the cap, where tanh' is well below 1 (c = 1, scale = 0.5), random dO.",
         target="backward",
     ),
