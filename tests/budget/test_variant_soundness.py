@@ -9,12 +9,16 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from flashcheck import Variant
+from flashcheck.contract.formats import FORMATS
 from flashcheck.contract.precision import PRESETS
 from flashcheck.contract.spec import KernelSpec
 from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 from flashcheck.inputs.strategies import recipes
+from flashcheck.judge.backward import compare_gradients
 from flashcheck.judge.comparison import compare
 from flashcheck.numerics.budget import error_budget
+from flashcheck.numerics.gradient_budget import gradient_budget
 from flashcheck.numerics.gradients import audit_gradients
 from flashcheck.numerics.oracle import audit_reference, reference_attention
 from flashcheck.numerics.twin import twin_attention
@@ -62,3 +66,19 @@ def test_the_gradient_oracle_bound_holds_against_mpmath_on_variants(recipe, upst
                        seed=recipe.seed)
     audit = audit_gradients(case.q, case.k, case.v, do, dps=40, **kw)
     assert audit.ok, (audit, case.describe())
+
+
+def test_a_gradient_whose_fp32_products_all_flush_to_zero_is_within_the_budget():
+    # Measured on an H200: a sink far above the logits leaves P near e^-50 and dO aligned with O near
+    # 1e-22, so every product P dO of dV is an fp32 subnormal, which tensor cores flush to zero.
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, n, 16, generator=gen) for n in (64, 8, 8))
+    variant = Variant(sinks=torch.tensor([50.0]))
+    out = reference_attention(q, k, v, scale=0.25, variant=variant).out
+    do = make_upstream("aligned", out=out, dtype=torch.float32, seed=0)
+    budget = gradient_budget(q, k, v, do, scale=0.25, precision="flash", variant=variant)
+    exact = budget.gradients
+    assert 0 < float(exact.dv.abs().max()) < FORMATS["fp32"].smallest_normal
+    flushed = (exact.dq.float(), exact.dk.float(), torch.zeros_like(exact.dv, dtype=torch.float32))
+    findings, _ = compare_gradients(flushed, budget)
+    assert not findings, [f.summary() for f in findings]

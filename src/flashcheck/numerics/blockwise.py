@@ -231,7 +231,7 @@ def _with_sink_column(vis, sinks, rows: int, n_k: int):
     finite = torch.as_tensor(sinks > -math.inf)  # (p, G, 1, 1)
     if vis is None and bool(finite.all()):
         return None
-    finite = finite.to(vis.device if vis is not None else "cpu")
+    finite = finite.to(vis.device) if vis is not None else finite
     if vis is None:
         vis = torch.ones((1, 1, rows, n_k), dtype=torch.bool, device=finite.device)
     shape = torch.broadcast_shapes(vis.shape[:2], finite.shape[:2]) + (rows,)

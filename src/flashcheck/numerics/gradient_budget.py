@@ -78,6 +78,7 @@ class _Factors:
     u_o: float
     s_o: float
     group: int  # query heads per K/V head
+    flushed: dict  # per gradient: products of its fp32 sums that may be flushed to zero, times FP32_TINY
 
     @classmethod
     def of(cls, model: BudgetModel, shapes) -> "_Factors":
@@ -87,7 +88,17 @@ class _Factors:
                    g_q=_gamma(model.accumulation_len + 1, u) + tf,
                    g_kv=_gamma(shapes.group * shapes.n_q + 2, u) + tf,
                    g_group=_gamma(shapes.group - 1, t.u_o) if shapes.group > 1 else 0.0,
-                   exp_rel=(t.exp_ulps + LOGIT_ULPS) * u, u_o=t.u_o, s_o=t.s_o, group=shapes.group)
+                   exp_rel=(t.exp_ulps + LOGIT_ULPS) * u, u_o=t.u_o, s_o=t.s_o, group=shapes.group,
+                   flushed=_flushed(model, shapes))
+
+
+def _flushed(model: BudgetModel, shapes) -> dict:
+    """Each gradient's fp32 sums may flush a product below fp32's smallest normal to zero (tensor cores do),
+    losing up to FP32_TINY per product: measured on an H200, dV of fp32 rows whose sink takes nearly all
+    the weight (P near e^-50, dO near O) came out 0 where the exact dV is 3e-44."""
+    kv = (shapes.group * shapes.n_q + 2) * FP32_TINY
+    return {"dq": (model.accumulation_len + 1) * FP32_TINY * max(1.0, abs(model.scale)),
+            "dk": kv * max(1.0, abs(model.scale)), "dv": kv}
 
 
 def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
@@ -201,6 +212,7 @@ class _TermSums:
             # dK and dV with GQA: each query head's share may be rounded to the dtype before the group's
             # sum, and near zero each rounding is absolute (s_o), as are the sums that follow.
             roundings = 1 if name == "dq" else 2 * f.group - 1
+            products = products + f.flushed[name]
             rounding = f.u_o * (exact + recompute + products) + roundings * f.s_o
             terms[name] = {"recompute": recompute, "products": products, "output_rounding": rounding,
                            "oracle": grads.bound[name]}
