@@ -39,16 +39,19 @@ from .triton.runtime import BACKEND_NAME as TRITON
 __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
 
 FLEX = "torch:flex"
+FLA = "fla:parallel_attn"
 
 BUILTIN_KERNELS: dict[str, str] = {
     **{name: description for name, (_, description) in SDPA_KERNELS.items()},
     FLEX: "PyTorch FlexAttention, the torch.compile'd fused kernel (option compile=False: unfused eager path)",
     TRITON: "flashcheck's own Triton flash-attention kernel (options block_m, block_n, num_warps, "
             "num_stages, input_precision; on the CPU it runs under the Triton interpreter)",
+    FLA: "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks; "
+         "pip install fla-core einops)",
 }
 
 # Built-in names live under these prefixes; anything else with a colon is an import path.
-_RESERVED_PREFIXES = ("torch", "flashcheck")
+_RESERVED_PREFIXES = ("torch", "flashcheck", "fla")
 
 
 def _device_type(device) -> str:
@@ -175,6 +178,10 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .flex import make_flex_kernel
 
         return make_flex_kernel(device=device, **options)
+    if name == FLA:
+        from .fla import make_fla_kernel
+
+        return make_fla_kernel(device=device)
     return _make_triton(device, options)
 
 
@@ -182,6 +189,10 @@ def _why_unavailable(name: str, device: str) -> BackendUnavailable | None:
     """Side-effect-free availability check of a built-in (never sets TRITON_INTERPRET)."""
     if name == TRITON:
         return _triton_unavailable(device)
+    if name == FLA:  # importing fla jits its kernels: only look for it
+        from .fla import unavailable
+
+        return unavailable(device)
     try:
         _make_builtin(name, device, {})
     except BackendUnavailable as exc:
