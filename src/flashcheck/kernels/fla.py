@@ -28,7 +28,7 @@ import torch
 
 from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable
-from .adapters import validated_call
+from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
 __all__ = ["NAME", "DESCRIPTION", "make_fla_kernel"]
@@ -51,12 +51,8 @@ def unavailable(device: str) -> BackendUnavailable | None:
 
 
 def _parallel_attn():
-    try:
-        from fla.ops.attn.parallel import parallel_attn
-    except ImportError as exc:
-        raise BackendUnavailable(NAME, "any", f"fla-core is not installed ({exc})",
-                                 "pip install fla-core==0.6.0 einops") from exc
-    return parallel_attn
+    return import_backend(NAME, "fla.ops.attn.parallel", problem="fla-core is not installed",
+                          fix="pip install fla-core==0.6.0 einops").parallel_attn
 
 
 def make_fla_kernel(*, device: str = "cuda") -> Kernel:

@@ -34,7 +34,7 @@ from ..contract.masks import from_tensor
 from ..contract.spec import Kernel, KernelSpec
 from ..contract.validation import CAUSAL_MODES
 from ..errors import BackendUnavailable, InvalidArgument, Unsupported
-from .adapters import validated_call
+from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
 __all__ = ["make_flex_kernel", "DESCRIPTION"]
@@ -56,12 +56,9 @@ _DYNAMO_PATCH = {
 
 
 def _flex_module():
-    try:
-        import torch.nn.attention.flex_attention as fa
-    except ImportError as exc:
-        raise BackendUnavailable(NAME, "any", f"this PyTorch ({torch.__version__}) has no FlexAttention ({exc})",
-                                 "Upgrade to PyTorch >= 2.5.") from exc
-    return fa
+    return import_backend(NAME, "torch.nn.attention.flex_attention",
+                          problem=f"this PyTorch ({torch.__version__}) has no FlexAttention",
+                          fix="Upgrade to PyTorch >= 2.5.")
 
 
 def _compiled(fa):

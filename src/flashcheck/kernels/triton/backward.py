@@ -34,6 +34,7 @@ import threading
 import torch
 
 from .cache import use_triton_cache, watch_compilations
+from .functions import bind, tanh_py
 from .runtime import import_triton
 
 __all__ = ["triton_attention_backward"]
@@ -54,19 +55,6 @@ def _tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok):
 
 def _store_tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok, value):
     tl.store(base + rows[:, None] * stride_r + cols[None, :] * stride_c, value, mask=row_ok[:, None] & col_ok[None, :])
-
-
-def _tanh_py(x):
-    """tanh in fp32 as the forward computes it (the same bits): (1 - e^-2|x|) / (1 + e^-2|x|), finite for
-    every x, and below |x| = 0.25 the odd Taylor series to x^9."""
-    a = tl.abs(x)
-    e = tl.math.exp2(a * -2.8853900817779268)
-    b = tl.minimum(a, 0.25)  # the series only where it is taken: no overflow where it is not
-    b2 = b * b
-    small = b + b * b2 * (-0.3333333333333333 + b2 * (0.13333333333333333 + b2 * (-0.05396825396825397
-                                                                              + b2 * 0.021869488536155203)))
-    t = tl.where(a < 0.25, small, (1.0 - e) / (1.0 + e))
-    return tl.where(x < 0, -t, t)
 
 
 def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal, window_left,
@@ -231,7 +219,9 @@ def _load():
     with _LOCK:
         if not _JITTED:
             globals()["tl"] = tl_module
-            for helper in (_head_py, _tile_py, _store_tile_py, _tanh_py, _visible_py, _p_and_ds_py):
+            bind(tl_module)
+            globals()["_tanh"] = triton.jit(tanh_py)  # the forward's, for the same bits
+            for helper in (_head_py, _tile_py, _store_tile_py, _visible_py, _p_and_ds_py):
                 globals()[helper.__name__[:-3]] = triton.jit(helper)  # the names the kernels call
             sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset",
                      "diagonal", "window_left", "window_right", "chunk")

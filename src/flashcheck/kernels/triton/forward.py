@@ -40,6 +40,7 @@ from ...contract.validation import CAUSAL_MODES, check_attention_inputs
 from ...contract.variants import Variant
 from ...errors import BackendUnavailable, InvalidArgument
 from .cache import use_triton_cache, watch_compilations
+from .functions import bind, tanh_py
 from .runtime import BACKEND_NAME, import_triton
 
 __all__ = [
@@ -72,20 +73,6 @@ INTERPRETER_WRONG_DTYPES = {"bf16": "the Triton interpreter's bf16 tl.dot is wro
 
 _SIZE_ARGUMENTS = ("n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset", "diagonal",
                    "window_left", "window_right", "chunk")
-
-
-def _tanh_py(x):
-    """tanh in fp32, finite for every x: (1 - e^-2|x|) / (1 + e^-2|x|), where e^-2|x| underflows to 0 and
-    gives 1; below |x| = 0.25, where that form cancels to an absolute error, the odd Taylor series to x^9
-    (its remainder under 2^-26 of tanh there)."""
-    a = tl.abs(x)
-    e = tl.math.exp2(a * -2.8853900817779268)
-    b = tl.minimum(a, 0.25)  # the series only where it is taken: no overflow where it is not
-    b2 = b * b
-    small = b + b * b2 * (-0.3333333333333333 + b2 * (0.13333333333333333 + b2 * (-0.05396825396825397
-                                                                              + b2 * 0.021869488536155203)))
-    t = tl.where(a < 0.25, small, (1.0 - e) / (1.0 + e))
-    return tl.where(x < 0, -t, t)
 
 
 def _flash_attention_fwd(
@@ -274,7 +261,8 @@ def _load():
         if not _JITTED:
             triton, tl = import_triton()
             globals()["tl"] = tl  # the kernel's source refers to the global `tl`
-            globals()["_tanh"] = triton.jit(_tanh_py)  # the name the kernel calls
+            bind(tl)
+            globals()["_tanh"] = triton.jit(tanh_py)  # the name the kernel calls
             kernel = triton.jit(_flash_attention_fwd, **_JIT_OPTIONS)
             use_triton_cache()
             watch_compilations()  # from the first compilation on

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...contract.formats import DTYPES
 
-__all__ = ["AREAS", "BACKWARD_MUTANTS", "MUTANTS", "Mutant", "SOURCES"]
+__all__ = ["AREAS", "BACKWARD_MUTANTS", "MUTANTS", "Mutant", "SOURCES", "backward_mutant"]
 
 # What part of the algorithm a defect lives in.
 AREAS = ("rescale", "max", "masking", "causal", "fully_masked_rows", "precision", "scale", "bounds", "layout",
@@ -228,7 +228,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
-def _backward(name: str, area: str, description: str, edits, exposed_by: str, **more) -> Mutant:
+def backward_mutant(name: str, area: str, description: str, edits, exposed_by: str, **more) -> Mutant:
+    """A planted bug of backward.py."""
     return Mutant(name, area, description, tuple(edits), exposed_by, target="backward", **more)
 
 
@@ -242,13 +243,13 @@ _P_MASKED = 'p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)'
 
 BACKWARD_MUTANTS: tuple[Mutant, ...] = (
     # -- D = rowsum(dO * O) --------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "d_missing", "delta",
         "D is never computed (zeros), so dS = P dP instead of P (dP - D).",
         [("delta = (do.float() * out.float()).sum(-1)", "delta = torch.zeros_like(lse)")],
         "Any input whose dO is not orthogonal to O (random dO).",
     ),
-    _backward(
+    backward_mutant(
         "d_of_kv_head", "delta",
         "The dQ kernel reads D at the K/V head's index instead of the query head's, so the other query "
         "heads of a group use another head's D.",
@@ -257,7 +258,7 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "GQA with several query heads per K/V head (Hq = 4, Hkv = 2), random dO.",
     ),
     # -- the saved lse ---------------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "lse_log2_units_backward", "lse",
         "The backward takes the saved (natural-log) lse as base 2, so every recomputed P is off by a "
         "factor exp2(lse (1 - log2 e)).",
@@ -266,39 +267,39 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "Any row whose lse is not 0 (random Q, K, V).",
     ),
     # -- masking in the recomputation ------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "p_not_masked", "masking",
         "P is recomputed without the mask (dS still masked), so hidden keys get weight in dV.",
         [(_P_MASKED, "p = tl.math.exp2(s - lse2[:, None])")],
         "A boolean mask or causality hiding keys from some rows.",
     ),
-    _backward(
+    backward_mutant(
         "causal_top_left_backward", "causal",
         "The backward aligns a bottom-right causal mask top-left (offset 0), unlike the forward.",
         [('"bottom_right": Nk - Nq}[causal]', '"bottom_right": 0}[causal]')],
         "causal='bottom_right' with Nq != Nk (e.g. Nq = 24, Nk = 40).",
     ),
-    _backward(
+    backward_mutant(
         "causal_diagonal_excluded_backward", "causal",
         "The backward's causal test uses < instead of <=, so the diagonal key gets no gradient.",
         [("(cols[None, :] <= offs_m[:, None] + causal_offset)", "(cols[None, :] < offs_m[:, None] + causal_offset)")],
         "Any causal input.",
     ),
     # -- the softmax scale -----------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "scale_missing_in_dq", "scale",
         "dQ is never multiplied by the softmax scale.",
         [("    dq = dq * scale\n", "")],
         "Any scale other than 1 with random dO.",
     ),
-    _backward(
+    backward_mutant(
         "scale_missing_in_dk", "scale",
         "dK is never multiplied by the softmax scale.",
         [("    dk = dk * scale\n", "")],
         "Any scale other than 1 with random dO.",
     ),
     # -- precision ---------------------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "ds_rounded_to_bf16", "precision",
         "dS is rounded through bf16 (8 significant bits) before its two matmuls.",
         [(_DS_DK, _DS_DK.replace("tl.trans(ds)", "tl.trans(ds.to(tl.bfloat16).to(tl.float32))")),
@@ -308,35 +309,35 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         # 60 H200 cases); the strict contract (the CPU) catches it.
         dtypes=("fp16",),
     ),
-    _backward(
+    backward_mutant(
         "p_rounded_to_bf16_in_dv", "precision",
         "P is rounded through bf16 before dV = P^T dO instead of to the fp16 input dtype.",
         [(_P_DV, _P_DV.replace("p.to(DO.dtype.element_ty)", "p.to(tl.bfloat16).to(DO.dtype.element_ty)"))],
         "fp16, diffuse attention with random dO: dV off by about 8x fp16's rounding of P.",
         dtypes=("fp16",),
     ),
-    _backward(
+    backward_mutant(
         "dv_accumulated_in_fp16", "precision",
         "The dV accumulator is rounded to fp16 after every query tile.",
         [(_P_DV, _P_DV + ".to(tl.float16).to(tl.float32)")],
         "fp32 inputs (fp16's rounding), bf16 with huge dO (fp16 overflows), fp16 over many query tiles.",
     ),
     # -- GQA -----------------------------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "gqa_not_summed", "gqa",
         "dK and dV take the first query head of each group only, not the sum over the group.",
         [("for g in range(0, group):", "for g in range(0, 1):")],
         "GQA with several query heads per K/V head (Hq = 4, Hkv = 2).",
     ),
     # -- tails ----------------------------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "tail_query_tile_skipped", "bounds",
         "The dK/dV kernel's query loop rounds n_q down to a multiple of BLOCK_M, so the rows of a partial "
         "last query tile never reach dK and dV.",
         [("for start_m in range(0, n_q, BLOCK_M):", "for start_m in range(0, n_q // BLOCK_M * BLOCK_M, BLOCK_M):")],
         "Nq not a multiple of block_m (e.g. Nq = 40, block_m = 32).",
     ),
-    _backward(
+    backward_mutant(
         "tail_key_tile_skipped_in_dq", "bounds",
         "The dQ kernel's key loop rounds n_k down to a multiple of BLOCK_N, so the keys of a partial last "
         "key tile never reach dQ.",
@@ -344,7 +345,7 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "Nk not a multiple of block_n (e.g. Nk = 40, block_n = 32).",
     ),
     # -- rows with no visible key -------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "fully_masked_rows_nan_backward", "fully_masked_rows",
         "Hidden scores are set to -inf and the lse guard is gone, so a row with no visible key (lse = -inf) "
         "recomputes P = exp2(-inf - -inf) = NaN, and NaN reaches dV.",
@@ -354,7 +355,7 @@ BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "A boolean mask with an all-False row (or bottom_right with Nq > Nk), dO not zero on that row.",
     ),
     # -- a race ---------------------------------------------------------------------------------------------
-    _backward(
+    backward_mutant(
         "dq_race_between_key_blocks", "race",
         "dQ is split over two programs per query tile (even and odd key tiles), each adding its share to "
         "dQ in memory with a plain load and store: when they overlap, one share is lost.",

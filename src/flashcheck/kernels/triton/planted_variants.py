@@ -5,7 +5,7 @@ they leave as it was. :func:`~.mutants.load_mutant` finds them by name."""
 
 from __future__ import annotations
 
-from .planted import Mutant
+from .planted import Mutant, backward_mutant
 
 __all__ = ["VARIANT_BACKWARD_MUTANTS", "VARIANT_MUTANTS"]
 
@@ -148,51 +148,45 @@ _BACKWARD_WINDOW = ("    if HAS_WINDOW:\n"
 _DSINKS = "    return -(p * delta).sum(dim=(0, 2)).to(sinks.dtype)"
 
 VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
-    Mutant(
+    backward_mutant(
         "softcap_derivative_missing", "softcap",
         "dS is not multiplied by the cap's derivative 1 - tanh^2(s / c): dQ and dK are those of uncapped "
         "logits.",
         (("    if HAS_SOFTCAP:\n        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds\n", ""),),
         "softcap with logits near the cap, where tanh' is well below 1 (c = 1, scale = 0.5), random dO.",
-        target="backward",
     ),
-    Mutant(
+    backward_mutant(
         "softcap_missing_in_recomputation", "softcap",
         "The backward recomputes P from the uncapped logits, while the saved lse is that of the capped "
         "ones: P no longer sums to 1, and dV, dQ, dK are off.",
         (("        s = softcap2 * t\n", ""),),
         "softcap with logits near the cap (c = 1, scale = 0.5), random dO.",
-        target="backward",
     ),
-    Mutant(
+    backward_mutant(
         "window_missing_backward", "window",
         "The backward forgets the window: keys outside a query's window get P = exp(s - lse) > 0, and "
         "gradient in dK and dV.",
         ((_BACKWARD_WINDOW, ""),),
         "A window hiding keys (e.g. window = (4, 2) with Nq = Nk = 40), random dO.",
-        target="backward",
     ),
-    Mutant(
+    backward_mutant(
         "chunk_top_left_backward", "chunk",
         "The backward takes a query's chunk from its index i instead of its position i + Nk - Nq, unlike "
         "the forward.",
         (("pos = offs_m + diagonal", "pos = offs_m"),),
         "chunk with Nq != Nk, Nk - Nq not a multiple of the chunk (e.g. chunk = 8, Nq = 24, Nk = 40).",
-        target="backward",
     ),
-    Mutant(
+    backward_mutant(
         "dsinks_sign_flipped", "sinks",
         "The sinks' gradient has its sign flipped: +sum P(sink) D instead of -sum P(sink) D.",
         ((_DSINKS, _DSINKS.replace("return -(", "return (")),),
         "Sinks that require grad, of the size of the logits, random dO.",
-        target="backward",
     ),
-    Mutant(
+    backward_mutant(
         "dsinks_in_base_2", "sinks",
         "The sinks' gradient takes P(sink) as 2^(sink - lse) instead of e^(sink - lse), mixing the natural "
         "log of the sink and lse with the kernels' base 2.",
         (("p = torch.exp(sinks.detach()", "p = torch.exp2(sinks.detach()"),),
         "Sinks that require grad, away from their rows' lse (e.g. sinks 0.5 and 2), random dO.",
-        target="backward",
     ),
 )
