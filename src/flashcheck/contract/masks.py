@@ -9,6 +9,7 @@ takes.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
@@ -226,4 +227,6 @@ def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[in
             raise InvalidArgument("attn_mask", attn_mask, f"does not broadcast to {(B, H, Nq, Nk)}",
                                   "The mask must broadcast to (B, Hq, Nq, Nk).") from None
         out = out & dense
+    if variant is not None and variant.attn_bias is not None:  # a bias of -inf hides its key
+        out = out & torch.broadcast_to(variant.attn_bias.to(device) > -math.inf, (B, H, Nq, Nk))
     return out

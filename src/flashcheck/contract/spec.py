@@ -16,6 +16,7 @@ from ..errors import InvalidArgument
 from .counts import check_count
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
 from .precision import Precision, precision_named
+from .variants import ALIBI_MODES, BIAS_ORDERS
 from .validation import CAUSAL_MODES, Shapes
 
 __all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
@@ -70,9 +71,12 @@ class KernelSpec:
     known once the oracle has run, so a campaign counts such a case as skipped; a direct
     :func:`flashcheck.check_backward` or a replay still gives the real verdict.
 
-    Variants (:mod:`flashcheck.contract.variants`): ``softcap``, ``window``, ``chunk`` and ``sinks``
-    declare that the kernel takes the keyword argument of that name; a case that uses one is drawn only
-    for a kernel that declares it, and only then does the kernel receive it. ``neutral_variants``: a
+    Variants (:mod:`flashcheck.contract.variants`): ``softcap``, ``attn_bias``, ``window``, ``chunk`` and
+    ``sinks`` declare that the kernel takes the keyword argument of that name, ``alibi`` (``"symmetric"``
+    or ``"linear"``, the bias it makes of them) that it takes ``alibi_slopes``; a case that uses one is
+    drawn only for a kernel that declares it, and only then does the kernel receive it. ``fp32_bias``: an
+    fp32 ``attn_bias`` with fp16 or bf16 inputs (else the bias is in the inputs' dtype). ``bias_order``:
+    ``"cap_first"`` (``c tanh(s / c) + bias``) or ``"bias_first"`` (``c tanh((s + bias) / c)``). ``neutral_variants``: a
     declared feature at its neutral value (``softcap=inf``, every sink -inf, ``window=(Nk - 1, 0)`` in
     place of ``causal="bottom_right"``) gives the bits of the call without it; without the promise, the
     output must still stay within the error budget.
@@ -105,6 +109,10 @@ class KernelSpec:
     deterministic_backward: bool = True
     backward_excludes: tuple = ()
     softcap: bool = False
+    alibi: str | None = None
+    attn_bias: bool = False
+    fp32_bias: bool = False
+    bias_order: str = "cap_first"
     window: bool = False
     chunk: bool = False
     sinks: bool = False
@@ -136,6 +144,12 @@ class KernelSpec:
             raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
                                   f"Use one of {list(FULLY_MASKED_PROMISES)}.")
         put("precision", precision_named(self.precision))
+        if self.alibi not in (None,) + ALIBI_MODES:
+            raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
+                                  f"Use None or one of {list(ALIBI_MODES)}.")
+        if self.bias_order not in BIAS_ORDERS:
+            raise InvalidArgument("bias_order", self.bias_order, "unknown order",
+                                  f"Use one of {list(BIAS_ORDERS)}.")
 
     def for_backward(self) -> "KernelSpec":
         """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""

@@ -25,7 +25,7 @@ from ..contract import masks
 from ..contract.counts import check_count
 from ..contract.formats import format_of, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
-from ..contract.variants import Variant, check_heads
+from ..contract.variants import Variant, check_shapes
 from ..errors import InvalidArgument
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
 
@@ -83,11 +83,11 @@ def _provenance(value) -> dict:
     return out
 
 
-def _variant(variant, heads_q: int) -> Variant:
+def _variant(variant, shapes) -> Variant:
     if not isinstance(variant, Variant):
         raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
                               "Pass variant=flashcheck.Variant(window=(64, 0)), say, or None.")
-    check_heads(variant, heads_q)
+    check_shapes(variant, shapes)
     return variant
 
 
@@ -125,7 +125,7 @@ class AttentionCase:
         put("attn_mask", None if mask is None else _stored(mask))
         put("layout", Layout.parse(self.layout))
         put("provenance", _provenance(self.provenance))
-        put("variant", _variant(self.variant, q.shape[1]))
+        put("variant", _variant(self.variant, self.shapes))
         self._check_layout(self.layout, argument="layout")
 
     @classmethod

@@ -169,7 +169,7 @@ def load_case(path) -> AttentionCase:
         return AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
                    attn_mask=tensors.get("attn_mask"), layout=meta["layout"],
                    provenance=meta.get("provenance") or {},
-                   variant=Variant.from_dict(meta.get("variant"), sinks=tensors.get("sinks")))
+                   variant=Variant.from_dict(meta.get("variant"), tensors))
     except InvalidArgument as exc:
         raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}", fix_resave) from None
 

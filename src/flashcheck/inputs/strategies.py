@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from ..contract.formats import DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
-from ..contract.variants import FEATURES
+from ..contract.variants import FEATURES, declared
 from ..errors import InvalidArgument
 from .case import AttentionCase
 from .layout import layouts as layout_names
@@ -54,6 +54,8 @@ class Recipe:
     seed: int = 0
     # The variant regimes (flashcheck.inputs.variant_regimes), "none" for a feature not used.
     softcap: str = "none"
+    alibi_slopes: str = "none"
+    attn_bias: str = "none"
     window: str = "none"
     chunk: str = "none"
     sinks: str = "none"
@@ -153,7 +155,7 @@ POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURE
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
     """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it."""
     chosen = set(_subset("variants", variants, FEATURES, allow_empty=True))
-    return {f: list(VARIANT_REGIMES[f]) if getattr(spec, f) and f in chosen else ["none"] for f in FEATURES}
+    return {f: list(VARIANT_REGIMES[f]) if f in declared(spec) and f in chosen else ["none"] for f in FEATURES}
 
 
 def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,

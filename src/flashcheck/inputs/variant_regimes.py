@@ -73,7 +73,8 @@ SINKS: dict[str, Callable[[torch.Generator, Shapes], torch.Tensor] | None] = {
                                                                                                generator=gen)]),
 }
 
-VARIANT_REGIMES: dict[str, dict] = {"softcap": SOFTCAPS, "window": WINDOWS, "chunk": CHUNKS, "sinks": SINKS}
+VARIANT_REGIMES: dict[str, dict] = {"softcap": SOFTCAPS, "alibi_slopes": {"none": None}, "attn_bias": {"none": None},
+                                    "window": WINDOWS, "chunk": CHUNKS, "sinks": SINKS}
 assert tuple(VARIANT_REGIMES) == FEATURES
 
 

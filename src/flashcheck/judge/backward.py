@@ -172,7 +172,7 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
         raise InvalidArgument("kernel", kern.name, "declares no backward pass",
                               "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
                               "autograd can differentiate it.")
-    check_variant(case.variant, kern.spec, heads_q=case.shapes.heads_q)
+    check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     contract = precision_named(precision) if precision is not None else kern.spec.precision
     regime = (case.provenance or {}).get("strategy")

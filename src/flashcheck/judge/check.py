@@ -99,7 +99,7 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     # A name ("torch:math", "flashcheck:triton[block_m=32]", "pkg.mod:fn") resolves as on the command line.
     kern: Kernel = resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
     contract = precision_named(precision) if precision is not None else kern.spec.precision
-    check_variant(case.variant, kern.spec, heads_q=case.shapes.heads_q)
+    check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
     compiled_before = _compilation_stats()

@@ -39,7 +39,7 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
-from ..contract.variants import Variant, check_heads
+from ..contract.variants import Variant, check_shapes
 from ..errors import FlashcheckError, InvalidArgument
 from .blockwise import iter_blocks, ops_for, scatter
 
@@ -133,7 +133,7 @@ def _check_variant(variant, shapes: Shapes) -> Variant:
     if not isinstance(variant, Variant):
         raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
                               "Pass variant=flashcheck.Variant(softcap=30.0), say, or None.")
-    check_heads(variant, shapes.heads_q)
+    check_shapes(variant, shapes)
     return variant
 
 
