@@ -167,3 +167,17 @@ def test_a_tiny_scale_exclusion_keeps_the_tiny_regime_out_and_the_others_in():
 
     draw()
     assert "tiny" not in seen and {"default", "negative", "huge"} <= seen
+
+
+@pytest.mark.parametrize("spec, digest", [
+    (KernelSpec(), "fe05b77e6b64cb70"),
+    (KernelSpec(softcap=True, window=True, chunk=True, sinks=True, attn_mask=True), "0aa5fc25e5968f94"),
+], ids=["plain", "softcap_window_chunk_sinks"])
+def test_a_spec_without_alibi_or_a_bias_draws_the_recipes_it_drew_before_them(spec, digest):
+    """Pinned: a kernel that declares neither ALiBi nor attn_bias gets the case list of the same seed as
+    before these features existed (saved recipes, corpora and sign-off lists stay valid)."""
+    import hashlib
+    import json
+
+    drawn = [r.as_dict() for r in draw_recipes(40, seed=5, max_n=64, spec=spec)]
+    assert hashlib.sha256(json.dumps(drawn, sort_keys=True).encode()).hexdigest()[:16] == digest

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, assume
 from hypothesis import strategies as st
 
 from ..contract.formats import DTYPES
@@ -23,7 +23,7 @@ from ..errors import InvalidArgument
 from .case import AttentionCase
 from .layout import layouts as layout_names
 from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
-from .variant_regimes import VARIANT_REGIMES, make_variant
+from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES, make_variant
 
 __all__ = ["POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "recipe_pools", "recipes", "shapes",
            "without_local_constants"]
@@ -59,6 +59,11 @@ class Recipe:
     window: str = "none"
     chunk: str = "none"
     sinks: str = "none"
+    # What the kernel's spec asks of a biased case (None where the recipe has no such part): the ALiBi
+    # mode, the order of cap and bias, the bias's dtype (the inputs' or fp32, with spec fp32_bias=True).
+    alibi_mode: str | None = None
+    bias_order: str | None = None
+    bias_dtype: str | None = None
 
     @property
     def variants(self) -> dict[str, str]:
@@ -81,14 +86,15 @@ class Recipe:
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict()},
-            variant=make_variant(self.variants, shapes=s, seed=self.seed))
+            variant=make_variant(self.variants, shapes=s, seed=self.seed, bias_dtype=self.bias_dtype or self.dtype,
+                                 alibi=self.alibi_mode or "symmetric", bias_order=self.bias_order or "cap_first"))
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["shapes"] = dataclasses.asdict(self.shapes)
-        for feature in FEATURES:  # a plain recipe is saved as before variants existed
-            if out[feature] == "none":
-                del out[feature]
+        for name in FEATURES + BIAS_FIELDS:  # a plain recipe is saved as before variants existed
+            if out[name] in ("none", None):
+                del out[name]
         return out
 
     @classmethod
@@ -146,6 +152,24 @@ def _subset(argument: str, chosen, allowed_order, *, allow_empty: bool = False):
     return [c for c in allowed_order if c in chosen]
 
 
+BIAS_FIELDS = ("alibi_mode", "bias_order", "bias_dtype")  # filled from the spec, after the pooled fields
+
+
+def _bias_fields(draw, spec: KernelSpec, fields: dict) -> dict:
+    """The spec's ALiBi mode and bias order where the recipe uses them, and the bias's dtype: the inputs',
+    or fp32 where the spec takes it (always for a regime past fp16's range, which an fp16 bias cannot hold)."""
+    alibi, bias, capped = (fields[f] != "none" for f in ("alibi_slopes", "attn_bias", "softcap"))
+    out = {"alibi_mode": spec.alibi if alibi else None,
+           "bias_order": spec.bias_order if capped and (alibi or bias) else None, "bias_dtype": None}
+    if bias:
+        wide, dtype = fields["attn_bias"] in WIDE_BIASES, fields["dtype"]
+        if spec.fp32_bias and dtype != "fp32":
+            dtype = "fp32" if wide else draw(st.sampled_from((dtype, "fp32")))
+        assume(not (wide and dtype == "fp16"))
+        out["bias_dtype"] = dtype
+    return out
+
+
 # The fields of a recipe drawn from a pool, in the order they are drawn: first, so that a covering plan
 # (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
@@ -155,7 +179,10 @@ POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURE
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
     """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it."""
     chosen = set(_subset("variants", variants, FEATURES, allow_empty=True))
-    return {f: list(VARIANT_REGIMES[f]) if f in declared(spec) and f in chosen else ["none"] for f in FEATURES}
+    pools = {f: list(VARIANT_REGIMES[f]) if f in declared(spec) and f in chosen else ["none"] for f in FEATURES}
+    if not spec.fp32_bias and set(spec.dtypes) == {"fp16"}:  # no bias the kernel takes holds them
+        pools["attn_bias"] = [b for b in pools["attn_bias"] if b not in WIDE_BIASES]
+    return pools
 
 
 def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
@@ -192,6 +219,7 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
                     head_dims=head_dims))
     if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
+    fields.update(_bias_fields(draw, spec, fields))
     return Recipe(shapes=s, seed=draw(st.integers(0, 2**32 - 1)), **fields)
 
 
