@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..contract.formats import FORMATS
+from ..contract.formats import FORMATS, format_of
+from ..contract.variants import TENSORS as TENSORS_OF_VARIANTS
 from ..contract.variants import Variant
 from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
@@ -29,12 +30,16 @@ from .layout import TENSORS, Layout
 __all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
 
 FORMAT_VERSION = 2
-# Version 2 adds the case's variant (soft-cap, window, chunk in the JSON; sinks in the npz). A case without
-# one is written as version 1, which every flashcheck reads.
+# Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
+# slopes and attn_bias in the npz). A case without one is written as version 1, which every flashcheck reads.
 _PLAIN_VERSION = 1
 _FORMAT_NAME = "flashcheck-case"
 # How each dtype's bits are stored in the .npz.
-_NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32)}
+_NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32),
+              "bool": np.dtype(np.bool_)}
+# Arrays beside q, k and v, each present when the JSON gives its shape, and their dtypes (None: the one the
+# JSON gives with the shape; q, k and v are in the case's dtype).
+_EXTRA_ARRAYS = {"attn_mask": "bool", "sinks": "fp32", "alibi_slopes": "fp32", "attn_bias": None}
 
 
 def case_paths(path) -> tuple[Path, Path]:
@@ -99,8 +104,12 @@ def _variant_metadata(variant) -> dict:
     if not variant.used:
         return {}
     out = {"variant": variant.as_dict()}
-    if variant.sinks is not None:
-        out["sinks"] = {"shape": list(variant.sinks.shape)}
+    for name in TENSORS_OF_VARIANTS:
+        t = getattr(variant, name)
+        if t is not None:
+            out[name] = {"shape": list(t.shape)}
+            if _EXTRA_ARRAYS[name] is None:
+                out[name]["dtype"] = format_of(t).name
     return out
 
 
@@ -114,8 +123,9 @@ def _arrays(case) -> dict:
     arrays = {"q": array(case.q), "k": array(case.k), "v": array(case.v)}
     if case.attn_mask is not None:
         arrays["attn_mask"] = case.attn_mask.numpy()
-    if case.variant.sinks is not None:
-        arrays["sinks"] = case.variant.sinks.numpy()
+    for name in TENSORS_OF_VARIANTS:
+        if getattr(case.variant, name) is not None:
+            arrays[name] = array(getattr(case.variant, name))
     return arrays
 
 
@@ -208,10 +218,12 @@ def _check_meta(path: Path, meta) -> dict:
                               f"({scale!r})", "Edit scale_hex (the exact value) and scale together.")
     if not math.isfinite(scale):
         raise CaseFormatError(path, f"scale {scale!r} is not finite", fix)
-    for key in ("attn_mask", "sinks"):
+    for key, dtype in _EXTRA_ARRAYS.items():
         value = meta.get(key)
         if value is not None and (not isinstance(value, dict) or not isinstance(value.get("shape"), list)):
             raise CaseFormatError(path, f"'{key}' must be null or {{\"shape\": [...]}}", fix)
+        if value is not None and dtype is None and value.get("dtype") not in FORMATS:
+            raise CaseFormatError(path, f"'{key}' has dtype {value.get('dtype')!r}, not one of {sorted(FORMATS)}", fix)
     try:
         Variant.from_dict(meta.get("variant"))
     except InvalidArgument as exc:
@@ -232,10 +244,6 @@ def _read_npz(path: Path) -> dict:
                               "Re-save the case, or delete this pair of files.") from None
 
 
-# Arrays beside q, k and v, each present when the JSON gives its shape, and their stored dtypes.
-_EXTRA_ARRAYS = {"attn_mask": np.dtype(np.bool_), "sinks": np.dtype(np.float32)}
-
-
 def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
     fix = "The .npz and .json do not describe the same case; re-save it."
     names = list(TENSORS) + [n for n in _EXTRA_ARRAYS if meta.get(n) is not None]
@@ -243,18 +251,17 @@ def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
     missing = [n for n in names if n not in arrays]
     if missing or extra:
         raise CaseFormatError(path, f"arrays {sorted(arrays)} found; expected {names}", fix)
-    want = _NPZ_DTYPE[meta["dtype"]]
     out = {}
     for name in names:
         a = arrays[name]
         expected_shape = meta["shapes"][name] if name in TENSORS else meta[name]["shape"]
-        expected_dtype = _EXTRA_ARRAYS.get(name, want)
-        if a.dtype != expected_dtype:
-            raise CaseFormatError(path, f"{name} is stored as {a.dtype}; a {meta['dtype']} case stores "
-                                  f"{expected_dtype}", fix)
+        dtype = meta["dtype"] if name in TENSORS else _EXTRA_ARRAYS[name] or meta[name]["dtype"]
+        if a.dtype != _NPZ_DTYPE[dtype]:
+            raise CaseFormatError(path, f"{name} is stored as {a.dtype}; a {dtype} "
+                                  f"{'case' if name in TENSORS else name} stores {_NPZ_DTYPE[dtype]}", fix)
         if list(a.shape) != list(expected_shape):
             raise CaseFormatError(path, f"{name} has shape {list(a.shape)}; the JSON says {expected_shape}", fix)
-        if meta["dtype"] == "bf16" and name in TENSORS:
+        if dtype == "bf16":
             t = torch.from_numpy(np.array(a, order="C").view(np.int16)).view(torch.bfloat16)
         else:
             # np.array, not np.ascontiguousarray: the latter turns a 0-d mask into shape (1,).
