@@ -46,3 +46,18 @@ def test_bad_user_presets_are_refused_by_key(tmp_path, text, words):
 def test_unknown_preset_name():
     with pytest.raises(InvalidArgument, match="^preset='nonesuch'"):
         load_preset("nonesuch")
+
+
+def test_a_preset_names_the_variant_features_it_draws(tmp_path):
+    from flashcheck import KernelSpec
+    from flashcheck.inputs.strategies import recipe_pools
+
+    path = tmp_path / "biased.toml"
+    path.write_text('variants = ["attn_bias", "alibi_slopes"]\n')
+    options = {k: v for k, v in load_preset(path).strategy_options().items() if k == "variants"}
+    spec = KernelSpec(alibi="linear", attn_bias=True, softcap=True)
+    pools = recipe_pools(spec=spec, **options)
+    assert len(pools["attn_bias"]) > 1 and len(pools["alibi_slopes"]) > 1 and pools["softcap"] == ["none"]
+    path.write_text('variants = ["alibi"]\n')
+    with pytest.raises(InvalidArgument, match=r"^biased.toml: variants=\['alibi'\].*alibi_slopes for ALiBi"):
+        load_preset(path)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..contract.formats import DTYPES
+from ..contract.variants import FEATURES
 from ..errors import InvalidArgument
 
 __all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]
@@ -87,6 +88,10 @@ def load_preset(name_or_path: str | Path) -> Preset:
                 raise InvalidArgument(f"{path.name}: {key}", value, "expected a list",
                                       f"Give {key} as a TOML list of {_LISTS[key].__name__}s.")
             data[key] = tuple(value)
+    unknown = sorted(set(data.get("variants", ())) - set(FEATURES))
+    if unknown:
+        raise InvalidArgument(f"{path.name}: variants", list(data["variants"]), f"unknown features {unknown}",
+                              f"Name features of {list(FEATURES)} (alibi_slopes for ALiBi).")
     for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs"):
         if key in data and data[key] < 1:
             raise InvalidArgument(f"{path.name}: {key}", data[key], "must be at least 1", f"Set {key} >= 1.")
