@@ -16,8 +16,8 @@ from ..errors import InvalidArgument
 from .counts import check_count
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
 from .precision import Precision, precision_named
-from .variants import ALIBI_MODES, BIAS_ORDERS
 from .validation import CAUSAL_MODES, Shapes
+from .variants import ALIBI_MODES, BIAS_ORDERS
 
 __all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
 

@@ -108,21 +108,28 @@ class Variant:
                 out[name] = out[name].to(device or "cpu", copy=True)
         return out
 
-    def bias(self, n_q: int, n_k: int, rows: torch.Tensor, device):
+    def bias(self, n_q: int, n_k: int, rows: torch.Tensor, device, *, size: bool = False):
         """The additive bias of ``rows`` in float64, ALiBi and ``attn_bias`` summed, broadcastable to
-        (B, Hq, R, Nk) (-inf where ``attn_bias`` hides a key), or None without either."""
+        (B, Hq, R, Nk) (-inf where ``attn_bias`` hides a key), or None without either.
+
+        ``size``: instead, the magnitude a legal kernel's bias arithmetic rounds on: |attn_bias| plus
+        |slope| (|i' - j| + |i'| + j), since a kernel may form the ALiBi term as slope * j - slope * i' (a
+        per-row constant apart, the same softmax) and round each product."""
         out = None
         rows = rows.to(device)
         if self.alibi_slopes is not None:
             i = (rows + (n_k - n_q)).view(-1, 1).double() if self.alibi == "symmetric" else rows.view(-1, 1).double()
             j = torch.arange(n_k, device=device, dtype=torch.float64).view(1, -1)
             pos = -(i - j).abs() if self.alibi == "symmetric" else j - i
+            pos = (i - j).abs() + i.abs() + j if size else pos
             slopes = self.alibi_slopes.to(device, torch.float64)
+            slopes = slopes.abs() if size else slopes
             out = slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * pos
         if self.attn_bias is not None:
             bias = self.attn_bias.to(device, torch.float64)
             bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
             bias = bias if bias.shape[2] == 1 else bias.index_select(2, rows)
+            bias = bias.abs().nan_to_num(posinf=0.0) if size else bias  # a hidden key rounds nothing
             out = bias if out is None else out + bias
         return out
 

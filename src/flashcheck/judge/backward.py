@@ -74,36 +74,50 @@ def is_backward_case(case: AttentionCase) -> bool:
 
 @dataclass
 class BackwardRun:
-    """What one backward call produced: (dq, dk, dv), or the exception it raised."""
+    """What one backward call produced: (dq, dk, dv), the variant tensors' gradients the kernel returned
+    (``extra``: dbias, dsinks), or the exception it raised."""
 
     grads: tuple | None
     error: BaseException | None
     traceback: str | None
     seconds: float
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    def named(self) -> dict:
+        return {**dict(zip(GRADIENTS, self.grads)), **self.extra}
+
+
+# The variant tensors whose gradients are judged where the kernel returns them.
+_VARIANT_INPUTS = {"attn_bias": "dbias", "sinks": "dsinks"}
 
 
 def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **variant) -> BackwardRun:
-    """Run the kernel forward with autograd and take dQ, dK, dV for ``do``; never lets it raise.
-    ``variant``: the case's variant keywords, passed on (sinks without a gradient of their own)."""
+    """Run the kernel forward with autograd and take dQ, dK, dV for ``do``, and the gradients of the
+    variant's ``attn_bias`` and ``sinks`` where the kernel gives them; never lets it raise."""
     start = time.perf_counter()
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
+    extra = {n: variant[n].detach().requires_grad_() for n in _VARIANT_INPUTS if n in variant}
     try:
         with torch.enable_grad():
-            result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
+            result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask, **{**variant, **extra})
             out = result[0] if isinstance(result, (tuple, list)) else result
-            grads = torch.autograd.grad(out, inputs, do, allow_unused=True)
-        grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
+            grads = torch.autograd.grad(out, inputs + list(extra.values()), do, allow_unused=True)
         if q.is_cuda:
             torch.cuda.synchronize(q.device)
     except Unsupported:
         raise
     except Exception as exc:  # a crash is a finding, not flashcheck's failure
         return BackwardRun(None, exc, traceback.format_exc(), time.perf_counter() - start)
-    return BackwardRun(grads, None, None, time.perf_counter() - start)
+    main = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
+    given = {_VARIANT_INPUTS[n]: g for n, g in zip(extra, grads[3:]) if g is not None}
+    return BackwardRun(main, None, None, time.perf_counter() - start, given)
 
 
 def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
     shapes = budget.gradients.shapes
+    if name in ("dbias", "dsinks"):
+        where = [describe_ranges(torch.nonzero(bad.reshape(-1)).flatten().tolist()[:64])]
+        return f"{int(bad.sum())} of {bad.numel()} elements (flat indices {where[0]} of shape {tuple(bad.shape)})"
     if name == "dq":
         return diagnose_elements(bad, shapes, None, budget.gradients.forward.empty_rows)
     keys = torch.nonzero(bad.any(-1).any(0).any(0)).flatten().tolist()
@@ -113,10 +127,17 @@ def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
 
 
 def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = None) -> tuple[list[Finding], dict]:
-    """Findings of a kernel's (dq, dk, dv) against the oracle and the budget, and err/budget per gradient."""
+    """Findings of a kernel's gradients against the oracle and the budget, and err/budget per gradient:
+    ``grads`` is (dq, dk, dv) or a dict of those and the variant's (dbias, dsinks) the kernel returned."""
     findings, worst = [], {}
-    for name, got in zip(GRADIENTS, grads):
+    named = grads if isinstance(grads, dict) else dict(zip(GRADIENTS, grads))
+    for name, got in named.items():
         exact, total = budget.gradients[name], budget.total[name]
+        if tuple(got.shape) != tuple(exact.shape):
+            findings.append(Finding("wrong_output", BUG, f"{name} has shape {tuple(got.shape)}, expected "
+                                    f"{tuple(exact.shape)}", regime=regime, details={"gradient": name}))
+            worst[name] = math.inf
+            continue
         fmax = format_of(got.dtype).max_value
         got = got.detach().to(exact.device, torch.float64)
         # Infinity is a legal result where the budget's interval around the exact gradient reaches past
@@ -146,7 +167,9 @@ def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = Non
 
 def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Finding]:
     out = []
-    for name, a, b in zip(GRADIENTS, first.grads, second.grads):
+    again = second.named()
+    for name, a in first.named().items():
+        b = again.get(name, a)
         differ = a != b
         differ &= ~(torch.isnan(a) & torch.isnan(b))
         if bool(differ.any()):
@@ -198,20 +221,31 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     excluded = _gradient_exclusion(kern.spec, case, budget.gradients) if exclusions else None
     if excluded:
         return Verdict.from_findings([], max_ratio=math.nan, skipped=f"excluded: {excluded}", **meta)
-    findings, worst = compare_gradients(run.grads, budget, regime=regime)
+    findings, worst = compare_gradients(_judged(run, budget), budget, regime=regime)
     elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
-    notes = _ratio_notes(worst, budget)
+    notes = _ratio_notes(worst, budget) + _unreturned(run, budget)
     more_findings, more_notes = _second_call(kern, run, (q, k, v, do), call, regime)
     findings, notes = findings + more_findings, notes + more_notes
     return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
                                  output=run.grads, ratios=worst, **meta)
 
 
+def _judged(run: BackwardRun, budget: GradientBudget) -> dict:
+    """The gradients to judge: dq, dk, dv, and the variant's that both the kernel and the oracle have."""
+    named = run.named()
+    return {n: named[n] for n in budget.gradients.names if n in named}
+
+
+def _unreturned(run: BackwardRun, budget: GradientBudget) -> list[str]:
+    return [f"information: the kernel returned no {n} (not judged)" for n in budget.gradients.names
+            if n not in run.named()]
+
+
 def _ratio_notes(worst: dict, budget: GradientBudget) -> list[str]:
     """Each gradient's largest err/budget, and how many of its elements could not be judged."""
-    notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in GRADIENTS)]
+    notes = [", ".join(f"{n} max error/budget {worst[n]:.3g}" for n in worst)]
     notes += [f"information: {count} elements of {n} not judged (the oracle or its budget is NaN there)"
-              for n in GRADIENTS
+              for n in worst
               if (count := int((torch.isnan(budget.total[n]) | torch.isnan(budget.gradients[n])).sum()))]
     return notes
 

@@ -196,6 +196,11 @@ class Block:
     # The variant's sink logits, (p, G, 1, 1) float64: K and V then end with one more key, a zero row,
     # which stands for the sink (its logit is the sink, its value 0), and vis with a visible column for it.
     sink: object = None
+    # The variant's additive bias (ALiBi and attn_bias), (p or 1, G or 1, R or 1, Nk or 1) float64, 0 where
+    # it hides a key (vis has those keys masked), and the magnitude a kernel's bias arithmetic rounds on.
+    bias: object = None
+    bias_size: object = None
+    bias_first: bool = False  # the bias goes into the cap (else it is added to the capped logits)
 
 
 def _grouped(ops, shapes: Shapes, q, k, v):
@@ -238,6 +243,28 @@ def _with_sink_column(vis, sinks, rows: int, n_k: int):
     return torch.cat((vis.expand(*shape, n_k), finite.expand(*shape, 1)), -1)
 
 
+def _grouped_bias(t: torch.Tensor, shapes: Shapes, heads: slice) -> torch.Tensor:
+    """A (B or 1, Hq or 1, R, Nk) bias as (p or 1, G or 1, R, Nk) for the flattened K/V heads ``heads``."""
+    if t.shape[0] == 1 and t.shape[1] == 1:
+        return t
+    full = t.expand(shapes.batch, shapes.heads_q, *t.shape[2:])
+    return full.reshape(shapes.batch * shapes.heads_kv, shapes.group, *t.shape[2:])[heads]
+
+
+def _bias_block(variant, shapes: Shapes, rows, heads: slice, vis, device):
+    """(bias, size, vis) of one block: the variant's bias and its rounding magnitude (None without one),
+    and ``vis`` with the keys a -inf bias hides masked (the bias is 0 there)."""
+    if variant is None or not variant.biased:
+        return None, None, vis
+    bias = _grouped_bias(variant.bias(shapes.n_q, shapes.n_k, rows, device), shapes, heads)
+    size = _grouped_bias(variant.bias(shapes.n_q, shapes.n_k, rows, device, size=True), shapes, heads)
+    hidden = bias == -math.inf
+    if bool(hidden.any()):
+        vis = ~hidden if vis is None else vis & ~hidden
+        bias = bias.masked_fill(hidden, 0.0)
+    return bias, size, vis
+
+
 def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor, *,
                 allow_none: bool = False, cap: int | None = None, variant=None):
     """The attention call in as few blocks as memory allows (usually one), with float64 operands.
@@ -259,11 +286,14 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
             rows = rows_all[r0:r0 + row_step]
             vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
                                 variant=variant)
+            bias, size, vis = _bias_block(variant, shapes, rows, heads, vis, device)
             if sinks is not None:
                 vis = _with_sink_column(vis, sinks[heads], rows.numel(), shapes.n_k)
             Qb = Q[heads, :, r0:r0 + row_step] if in_order else Q[heads][:, :, ops.mask(rows.to(device))]
             yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K[heads], V[heads],
-                        None if vis is None else ops.mask(vis), softcap, None if sinks is None else sinks[heads])
+                        None if vis is None else ops.mask(vis), softcap, None if sinks is None else sinks[heads],
+                        None if bias is None else ops.asarray(bias), None if size is None else ops.asarray(size),
+                        variant is not None and variant.bias_order == "bias_first")
 
 
 def scatter(ops, outputs, block: Block, results) -> None:

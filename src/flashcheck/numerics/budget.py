@@ -203,9 +203,26 @@ def logit_error(ops, blk, sm, model: BudgetModel):
     """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys). A sink's
     logit has a zero key (|q||k| = 0): only its conversion to the exp2 domain and the max's subtraction."""
     eta, raw_abs = raw_logit_error(ops, blk, sm, model)
+    # The bias's own arithmetic (ALiBi's products, the addition, log2 e), on its size; into the cap's input
+    # where the bias goes first.
+    bias_err = 0.0
+    if blk.bias is not None:
+        bias_err = _bias_column(ops, blk, model.terms.u_32 * (LOGIT_ULPS + 2) * blk.bias_size)
+    late = blk.softcap is not None and not blk.bias_first
+    eta = eta if late else eta + bias_err
     if blk.softcap is not None:
         eta = _capped_error(ops, blk, eta, raw_abs, ops.abs(_visible(ops, blk, sm.s)), model)
+    eta = eta + bias_err if late else eta
     return _visible(ops, blk, eta + 2 * model.terms.u_32 * ops.abs(sm.m))
+
+
+def _bias_column(ops, blk, x):
+    """``x`` over the block's Nk keys as (.., Nk + 1) with a 0 for the sink's column (a sink has no bias)."""
+    if blk.sink is None:
+        return x
+    shape = torch.broadcast_shapes(tuple(x.shape), tuple(blk.Q.shape[:-1]) + (blk.K.shape[-2] - 1,))
+    x = ops.broadcast_to(x, shape)
+    return ops.concat((x, 0 * x[..., :1]), -1)
 
 
 def _visible(ops, blk, x):

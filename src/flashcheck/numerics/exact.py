@@ -9,6 +9,7 @@ mpmath's tanh, the sink in each row's sum.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +19,7 @@ from ..contract.formats import FP64
 from ..contract.validation import Shapes
 from ..contract.variants import Variant
 from .blockwise import visible_block
+from .variant_gradients import Reductions
 
 if TYPE_CHECKING:
     from .gradients import Gradients
@@ -42,7 +44,7 @@ def mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_inde
     lse = torch.full((B, Hq, R), -math.inf, dtype=torch.float64)
     empty = torch.zeros((B, Hq, R), dtype=torch.bool)
     qd, kd, vd = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v))
-    row = _MpRow(mpmath_context(dps), scale, variant)
+    row = _MpRow(mpmath_context(dps), scale, variant, shapes)
     visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, rows_all, "cpu",
                             variant=variant)
     visible = torch.broadcast_to(visible, (B * shapes.heads_kv, shapes.group, R, shapes.n_k)).numpy()
@@ -52,7 +54,7 @@ def mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_inde
             for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
                 vis = visible[b * shapes.heads_kv + kvh, h - kvh * shapes.group]
                 for r, i in enumerate(rows_all.tolist()):
-                    result = row(qd[b, h, i], K, V, np.flatnonzero(vis[r]), h)
+                    result = row(qd[b, h, i], K, V, row.keys(vis[r], b, h, i), (b, h, i))
                     if result is None:
                         empty[b, h, r] = True
                     else:
@@ -67,50 +69,98 @@ def mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_inde
                      rows=row_index, dps=dps, shapes=shapes)
 
 
-class _MpRow:
-    """One row of attention in mpmath: the variant's cap on the scaled logits, its sink in the sum."""
+@dataclass
+class _RowGradients:
+    """One row's gradient shares in mpmath: dq, dS's size per key, dK and dV rows (mpmath), the weights,
+    dS where the bias enters (per key) and the sink column's dS with its size."""
 
-    def __init__(self, ctx, scale, variant: Variant):
+    dq: list
+    size: object
+    dk_rows: list
+    dv_rows: list
+    weights: object
+    dbias: list
+    dsink: float
+    dsink_size: float
+
+
+class _MpRow:
+    """One row of attention in mpmath: the variant's cap on the scaled logits, its bias (ALiBi's product
+    exact), its sink in the sum. A row is named by ``at`` = (batch entry, query head, query index)."""
+
+    def __init__(self, ctx, scale, variant: Variant, shapes: Shapes):
         self.ctx, self.scale = ctx, ctx.mpf(scale)
         self.to_mp = np.frompyfunc(ctx.mpf, 1, 1)
         cap = variant.softcap
         self.cap = None if cap in (None, math.inf) else ctx.mpf(cap)
         self.sinks = None if variant.sinks is None else [float(x) for x in variant.sinks.tolist()]
+        self.variant, self.shapes = variant, shapes
+        full = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)
+        bias = variant.attn_bias
+        self.attn_bias = None if bias is None else np.broadcast_to(bias.double().numpy(), full)
+        slopes = variant.alibi_slopes
+        self.slopes = None if slopes is None else np.broadcast_to(slopes.double().numpy(), full[:2])
 
     def sink(self, head):
         return None if self.sinks is None or self.sinks[head] == -math.inf else self.ctx.mpf(self.sinks[head])
 
-    def weights(self, qi, K, keys, head):
-        """(raw logits, numerators, their max, total with the sink) of one row over ``keys``."""
-        ctx, sink = self.ctx, self.sink(head)
-        raw = [self.scale * ctx.fdot(qi, K[j]) for j in keys]
-        s = raw if self.cap is None else [self.cap * ctx.tanh(x / self.cap) for x in raw]
+    def keys(self, vis_row, b, h, i):
+        """The visible keys of row (b, h, i): ``vis_row``'s, less those a -inf bias hides."""
+        keys = np.flatnonzero(vis_row)
+        return keys if self.attn_bias is None else keys[self.attn_bias[b, h, i, keys] > -math.inf]
+
+    def bias(self, at, j):
+        b, h, i = at
+        out = self.ctx.mpf(0)
+        if self.slopes is not None:
+            s = self.shapes
+            pos = -abs(i + s.n_k - s.n_q - j) if self.variant.alibi == "symmetric" else j - i
+            out += self.ctx.mpf(self.slopes[b, h]) * pos
+        return out + (self.attn_bias[b, h, i, j] if self.attn_bias is not None else 0)
+
+    def logits(self, raw, at, keys):
+        """(the cap's input, the logits) of the row from its scaled logits: capped and biased in the
+        variant's order (the cap's input is the scaled logits with the bias where it goes first)."""
+        if self.slopes is not None or self.attn_bias is not None:
+            bias = [self.bias(at, j) for j in keys]
+            if self.cap is not None and self.variant.bias_order == "cap_first":
+                return raw, [self.cap * self.ctx.tanh(x / self.cap) + y for x, y in zip(raw, bias)]
+            raw = [x + y for x, y in zip(raw, bias)]
+        return raw, (raw if self.cap is None else [self.cap * self.ctx.tanh(x / self.cap) for x in raw])
+
+    def weights(self, qi, K, keys, at):
+        """(the cap's input, numerators, their max, total with the sink) of one row over ``keys``."""
+        ctx, sink = self.ctx, self.sink(at[1])
+        raw, s = self.logits([self.scale * ctx.fdot(qi, K[j]) for j in keys], at, keys)
         m = max(s + ([sink] if sink is not None else []))
         e = [ctx.exp(sj - m) for sj in s]
-        return raw, e, m, ctx.fsum(e) + (ctx.exp(sink - m) if sink is not None else 0)
+        sink_e = ctx.exp(sink - m) if sink is not None else 0
+        return raw, e, m, ctx.fsum(e) + sink_e, sink_e
 
-    def gradients(self, q_row, do_row, K, V, keys, head):
-        """(dq row, dS's size per key, dK rows, dV rows, weights as floats) of one row over ``keys``."""
+    def gradients(self, q_row, do_row, K, V, keys, at) -> "_RowGradients":
+        """The gradients' shares of one row over ``keys``."""
         ctx = self.ctx
         qi, doi = self.to_mp(q_row), self.to_mp(do_row)
-        raw, e, _, total = self.weights(qi, K, keys, head)
+        raw, e, _, total, sink_e = self.weights(qi, K, keys, at)
         a = [x / total for x in e]
         dP = [ctx.fdot(doi, V[j]) for j in keys]
         Dsum = ctx.fsum(x * y for x, y in zip(a, dP))
-        dS = [x * (y - Dsum) for x, y in zip(a, dP)]
+        dS = dS_logit = [x * (y - Dsum) for x, y in zip(a, dP)]
         if self.cap is not None:  # back through the cap: its slope 1 - tanh^2
             dS = [d * (1 - ctx.tanh(r / self.cap) ** 2) for d, r in zip(dS, raw)]
         dq = [float(self.scale * ctx.fdot(dS, K[keys, d])) for d in range(K.shape[1])]
         a_f = np.array([float(x) for x in a])
         size = a_f * (np.abs([float(x) for x in dP]) + abs(float(Dsum)))  # dS's terms before they cancel
-        return dq, size, [(self.scale * x) * qi for x in dS], [x * doi for x in a], a_f
+        at_bias = dS_logit if self.cap is not None and self.variant.bias_order == "cap_first" else dS
+        return _RowGradients(dq, size, [(self.scale * x) * qi for x in dS], [x * doi for x in a], a_f,
+                             [float(x) for x in at_bias], float(-sink_e / total * Dsum), float(sink_e / total * Dsum))
 
-    def __call__(self, q_row, K, V, keys, head):
+    def __call__(self, q_row, K, V, keys, at):
         """(out, w, lse) of the row over ``keys``, or None when nothing (no key, no sink) is visible."""
         ctx = self.ctx
-        if keys.size == 0 and self.sink(head) is None:
+        if keys.size == 0 and self.sink(at[1]) is None:
             return None
-        _, e, m, total = self.weights(self.to_mp(q_row), K, keys, head)
+        _, e, m, total, _ = self.weights(self.to_mp(q_row), K, keys, at)
         out = [float(ctx.fdot(e, V[keys, c]) / total) for c in range(V.shape[1])]
         w = [float(ctx.fdot(e, [abs(x) for x in V[keys, c]]) / total) for c in range(V.shape[1])]
         return torch.tensor(out, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), float(m + ctx.log(total))
@@ -122,7 +172,7 @@ def mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, dps:
     from .oracle import reference_attention
 
     ctx = mpmath_context(dps)
-    row = _MpRow(ctx, scale, variant)
+    row = _MpRow(ctx, scale, variant, shapes)
     qd, kd, vd, dod = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v, do))
     visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, torch.arange(shapes.n_q),
                             "cpu", variant=variant)
@@ -130,6 +180,7 @@ def mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, dps:
                                            shapes.n_k)).numpy()
     grads = {"dq": np.zeros(qd.shape), "dk": np.zeros(kd.shape), "dv": np.zeros(vd.shape)}
     sizes = {n: np.zeros_like(g) for n, g in grads.items()}
+    extra = Reductions(variant, shapes, "cpu", ("value", "abs", "scale"))
     for b in range(shapes.batch):
         for kvh in range(shapes.heads_kv):
             K, V = row.to_mp(kd[b, kvh]), row.to_mp(vd[b, kvh])
@@ -137,29 +188,45 @@ def mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, dps:
             for h in range(kvh * shapes.group, (kvh + 1) * shapes.group):
                 vis = visible[b * shapes.heads_kv + kvh, h - kvh * shapes.group]
                 for i in range(shapes.n_q):
-                    keys = np.flatnonzero(vis[i])
+                    keys = row.keys(vis[i], b, h, i)
                     if keys.size == 0:
                         continue  # no visible key: no weight, zero gradients
-                    found = row.gradients(qd[b, h, i], dod[b, h, i], K, V, keys, h)
-                    dq_row, size, dk_rows, dv_rows, a_f = found
-                    grads["dq"][b, h, i] = dq_row
-                    sizes["dq"][b, h, i] = abs(scale) * size @ np.abs(kd[b, kvh][keys])
+                    g = row.gradients(qd[b, h, i], dod[b, h, i], K, V, keys, (b, h, i))
+                    grads["dq"][b, h, i] = g.dq
+                    sizes["dq"][b, h, i] = abs(scale) * g.size @ np.abs(kd[b, kvh][keys])
                     for n, j in enumerate(keys):
-                        dK[j] += dk_rows[n]
-                        dV[j] += dv_rows[n]
-                    sizes["dk"][b, kvh][keys] += abs(scale) * np.outer(size, np.abs(qd[b, h, i]))
-                    sizes["dv"][b, kvh][keys] += np.outer(a_f, np.abs(dod[b, h, i]))
+                        dK[j] += g.dk_rows[n]
+                        dV[j] += g.dv_rows[n]
+                    sizes["dk"][b, kvh][keys] += abs(scale) * np.outer(g.size, np.abs(qd[b, h, i]))
+                    sizes["dv"][b, kvh][keys] += np.outer(g.weights, np.abs(dod[b, h, i]))
+                    _add_row(extra, (b * shapes.heads_kv + kvh, h - kvh * shapes.group, i), keys, g)
             grads["dk"][b, kvh] = np.vectorize(float, otypes=[np.float64])(dK)
             grads["dv"][b, kvh] = np.vectorize(float, otypes=[np.float64])(dV)
     # Each value carries the float64 rounding of a result accurate to about 10^-(dps-5) of its scale.
     digits = 10.0 ** (5 - dps)
     as_t = lambda x: torch.from_numpy(x).to(q.device)  # noqa: E731
     bound = {n: as_t(U64 * np.abs(grads[n]) + digits * sizes[n] + SUBNORMAL) for n in GRADIENTS}
+    scales = {n: as_t(sizes[n]) for n in GRADIENTS}
+    values = {}
+    for n in extra.names:  # each row's share rounded to float64, then summed in float64
+        values[n] = extra.reduced(n, "value").to(q.device)
+        summed = (extra.terms(n) + 1) * U64 * extra.reduced(n, "abs") + digits * extra.reduced(n, "scale")
+        bound[n], scales[n] = (summed + SUBNORMAL).to(q.device), extra.reduced(n, "scale").to(q.device)
     forward = reference_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, method="mpmath",
                                   dps=dps, variant=variant)
-    return Gradients(dq=as_t(grads["dq"]), dk=as_t(grads["dk"]), dv=as_t(grads["dv"]), bound=bound,
-                     scale={n: as_t(sizes[n]) for n in GRADIENTS}, forward=forward, method="mpmath", dps=dps,
-                     shapes=shapes)
+    return Gradients(dq=as_t(grads["dq"]), dk=as_t(grads["dk"]), dv=as_t(grads["dv"]), bound=bound, scale=scales,
+                     forward=forward, method="mpmath", dps=dps, shapes=shapes, **values)
+
+
+def _add_row(extra: Reductions, at: tuple, keys, g: _RowGradients) -> None:
+    """One row's dS where the bias enters and its sink column, into the reductions (p, G, i)."""
+    if "dbias" in extra.names:
+        dS = torch.tensor(g.dbias, dtype=torch.float64)
+        for part, value in (("value", dS), ("abs", dS.abs()), ("scale", torch.from_numpy(g.size))):
+            extra.sums["dbias"][part][at][torch.from_numpy(keys)] += value
+    if "dsinks" in extra.names:
+        for part, value in (("value", g.dsink), ("abs", abs(g.dsink)), ("scale", abs(g.dsink_size))):
+            extra.sums["dsinks"][part][at[:2]] += value
 
 
 def mpmath_context(dps: int):

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..contract.formats import FORMATS
+from ..contract.formats import FORMATS, format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..contract.variants import Variant
 from .blockwise import ops_for
 from .budget import LOGIT_ULPS, BudgetModel, budget_block, contract_terms, logit_error, lse_tolerance, raw_logit_error
 from .gradients import GRADIENTS, Gradients, check_upstream, float64_gradients, group_rows
+from .variant_gradients import Reductions, bias_source
 
 __all__ = ["GradientBudget", "gradient_budget", "GRADIENT_TERMS"]
 
@@ -115,16 +116,20 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
     f = _Factors.of(model, shapes)
     ops = ops_for(q.device)
     acc = _TermSums(shapes, q.device)
+    extra = _VariantTerms(Reductions(variant, shapes, q.device, ("recompute", "products", "size")))
+
     def on_block(blk, fwd, bg):
-        acc.add(ops, blk, _block_terms(ops, blk, fwd, bg, scale, f))
+        acc.add(ops, blk, _block_terms(ops, blk, fwd, bg, scale, f, extra))
 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         grads = float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, extra_on_block=on_block,
                                   variant=variant)
-    return acc.budget(grads, f, precision)
+    budget = acc.budget(grads, f, precision)
+    extra.into(budget, grads, variant, model)
+    return budget
 
 
-def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors):
+def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors, extra: "_VariantTerms"):
     """{gradient: (recompute, products)} of one block (dK and dV: this block's rows' share)."""
     sm, model = fwd.softmax, f.model
     eta = logit_error(ops, blk, sm, model)
@@ -150,8 +155,10 @@ def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors):
     recompute_ds = e * X * (1 + u1)
     products_ds = a * (f.g_dp * bg.A + err_D) + u1 * a * X + near_zero
     ds_size = (a + e) * X * (1 + u1)  # |dS_t|
+    at_logits = {"recompute": recompute_ds, "products": products_ds, "size": ds_size}
     if blk.softcap is not None:
         recompute_ds, products_ds, ds_size = _through_the_cap(ops, blk, sm, model, recompute_ds, products_ds, ds_size)
+    extra.add_block(ops, blk, at_logits, {"recompute": recompute_ds, "products": products_ds, "size": ds_size})
     products_ds = products_ds + bg.err_dS
     absK, absQ = ops.abs(blk.K), ops.abs(blk.Q)
     sc = abs(scale)
@@ -183,6 +190,35 @@ def _through_the_cap(ops, blk, sm, model: BudgetModel, recompute_ds, products_ds
     top = ops.minimum(slope + slope_err, 1.0) * (1 + model.terms.u_32)
     return (top * recompute_ds + slope_err * ds_size, top * products_ds + model.terms.u_32 * top * ds_size,
             top * ds_size)
+
+class _VariantTerms:
+    """The budget of dBias and dSinks: a legal kernel's dS terms where the bias enters (and at the sink's
+    column), summed as the tensor broadcasts, in fp32 (each product may flush), rounded to its dtype."""
+
+    def __init__(self, sums: Reductions):
+        self.sums = sums
+
+    def add_block(self, ops, blk, at_logits: dict, at_cap_input: dict) -> None:
+        if "dbias" in self.sums.names:
+            self.sums.add(ops, blk, "dbias", {n: bias_source(blk, at_logits[n], at_cap_input[n]) for n in at_logits})
+        if "dsinks" in self.sums.names:
+            self.sums.add(ops, blk, "dsinks", {n: at_cap_input[n][..., -1:] for n in at_cap_input})
+
+    def into(self, budget: GradientBudget, grads: Gradients, variant, model: BudgetModel) -> None:
+        u = model.terms.u_32
+        for name in self.sums.names:
+            n = self.sums.terms(name)
+            fmt = format_of(variant.attn_bias.dtype if name == "dbias" else torch.float32)
+            recompute = self.sums.reduced(name, "recompute")
+            products = (self.sums.reduced(name, "products") + _gamma(n + 1, u) * self.sums.reduced(name, "size")
+                        + n * FP32_TINY)
+            exact = grads[name].abs() + grads.bound[name]
+            rounding = fmt.unit_roundoff * (exact + recompute + products) + fmt.subnormal_spacing / 2
+            terms = {"recompute": recompute, "products": products, "output_rounding": rounding,
+                     "oracle": grads.bound[name]}
+            budget.terms[name] = terms
+            budget.total[name] = sum(terms[t] for t in GRADIENT_TERMS) * (1 + 2.0**-16)
+
 
 class _TermSums:
     """The budget's recompute and products terms per gradient, summed over blocks."""

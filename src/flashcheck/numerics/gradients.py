@@ -38,6 +38,7 @@ from ..contract.variants import Variant
 from ..errors import InvalidArgument
 from .blockwise import ops_for
 from .oracle import SAFETY, UNDERFLOW, Reference, float64_reference_walk
+from .variant_gradients import Reductions, bias_source
 
 __all__ = ["Gradients", "GradientAudit", "reference_gradients", "audit_gradients", "GRADIENTS"]
 
@@ -73,9 +74,18 @@ class Gradients:
     dps: int | None = None
     shapes: Shapes | None = field(default=None, repr=False)
     ds_max: float = 0.0  # the largest exact |dS_ij| (the spec's gradient exclusions read it)
+    # The variant's own gradients (variant_gradients): dBias in attn_bias's shape, dSinks (Hq,); None
+    # where the case has no such tensor. Their bounds and scales are in ``bound`` and ``scale``.
+    dbias: torch.Tensor | None = None
+    dsinks: torch.Tensor | None = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return getattr(self, name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The gradients this call has: dq, dk, dv, then dbias and dsinks where the variant has them."""
+        return GRADIENTS + tuple(n for n in ("dbias", "dsinks") if getattr(self, n) is not None)
 
 
 def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
@@ -136,6 +146,8 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
     P, G = shapes.batch * shapes.heads_kv, shapes.group
     dO = ops.asarray(do).reshape(P, G, shapes.n_q, shapes.head_dim_v)
     acc = _Accumulators(shapes, q.device)
+    variant = Variant() if variant is None else variant
+    extra = Reductions(variant, shapes, q.device, ("value", "bound", "scale", "abs"))
     # dK and dV sum the G Nq rows of their K/V head, dQ the Nk keys (and the scale multiply rounds once).
     n_sum = max(shapes.n_k, G * shapes.n_q) + 2
     g_sum, g_dot = _gamma(n_sum), _gamma(shapes.head_dim_v)
@@ -147,6 +159,7 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
         bg = block_gradients(ops, blk, fwd, dO[blk.heads, :, blk.sl], g_dot, scale)
         parts = _without_sink_key(blk, _gradient_block(ops, blk, bg, scale, g_sum), shapes.n_k)
         acc.ds_max.append(_largest_magnitude(bg.dS))
+        _add_variant_gradients(ops, blk, bg, extra)
         if extra_on_block is not None:
             extra_on_block(blk, fwd, bg)
         for name, results in zip(GRADIENTS, parts):
@@ -165,10 +178,30 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
     shape_v = (shapes.batch, shapes.heads_kv, shapes.n_k, shapes.head_dim_v)
     shaped = {"dq": shape_q, "dk": shape_k, "dv": shape_v}
     out = {n: {w: t.reshape(shaped[n]) for w, t in getattr(acc, n).items()} for n in GRADIENTS}
-    return Gradients(dq=out["dq"]["value"], dk=out["dk"]["value"], dv=out["dv"]["value"],
-                     bound={n: (out[n]["bound"] + floor[n]) * SAFETY for n in GRADIENTS},
-                     scale={n: out[n]["scale"] for n in GRADIENTS}, forward=forward, method="float64",
-                     shapes=shapes, ds_max=max((float(m) for m in acc.ds_max), default=0.0))
+    bound = {n: (out[n]["bound"] + floor[n]) * SAFETY for n in GRADIENTS}
+    sizes = {n: out[n]["scale"] for n in GRADIENTS}
+    values = {}
+    for n in extra.names:  # summed in float64 over what the tensor broadcasts along
+        values[n] = extra.reduced(n, "value")
+        g = _gamma(extra.terms(n))
+        bound[n] = (extra.reduced(n, "bound") + g * extra.reduced(n, "abs") + extra.terms(n) * SUBNORMAL) * SAFETY
+        sizes[n] = extra.reduced(n, "scale")
+    return Gradients(dq=out["dq"]["value"], dk=out["dk"]["value"], dv=out["dv"]["value"], bound=bound, scale=sizes,
+                     forward=forward, method="float64", shapes=shapes,
+                     ds_max=max((float(m) for m in acc.ds_max), default=0.0), **values)
+
+
+def _add_variant_gradients(ops, blk, bg, extra: Reductions) -> None:
+    """One block's share of dBias (dS where the bias enters) and dSinks (the sink column's dS)."""
+    size = bg.weights * (ops.abs(bg.dP) + ops.abs(bg.D))
+    if "dbias" in extra.names:
+        dS = bias_source(blk, bg.dS_logit, bg.dS)
+        extra.add(ops, blk, "dbias", {"value": dS, "abs": ops.abs(dS), "scale": bias_source(blk, size, size),
+                                      "bound": bias_source(blk, bg.err_dS_logit, bg.err_dS)})
+    if "dsinks" in extra.names:
+        col = bg.dS[..., -1:]
+        extra.add(ops, blk, "dsinks", {"value": col, "abs": ops.abs(col), "scale": size[..., -1:],
+                                       "bound": bg.err_dS[..., -1:]})
 
 
 def _without_sink_key(blk, parts, n_k: int):
@@ -209,6 +242,8 @@ class BlockGradients:
     err_D: object
     dS: object
     err_dS: object
+    dS_logit: object = None  # dS at the capped logits, before the cap's slope (dS itself without a cap)
+    err_dS_logit: object = None
 
 
 def block_gradients(ops, blk, fwd, dO, g_dot: float, scale: float) -> BlockGradients:
@@ -226,9 +261,10 @@ def block_gradients(ops, blk, fwd, dO, g_dot: float, scale: float) -> BlockGradi
     diff = dP - D
     dS = weights * diff
     err_dS = E * ops.abs(diff) + (weights + E) * (g_dot * A + err_D) + 3 * U64 * ops.abs(dS) + 2 * SUBNORMAL
+    dS_logit, err_dS_logit = dS, err_dS
     if blk.softcap is not None:
         dS, err_dS = _through_the_cap(ops, blk, fwd.softmax, dS, err_dS, scale)
-    return BlockGradients(weights, E, dO, dP, A, D, err_D, dS, err_dS)
+    return BlockGradients(weights, E, dO, dP, A, D, err_D, dS, err_dS, dS_logit, err_dS_logit)
 
 
 def _through_the_cap(ops, blk, sm, dS, err_dS, scale: float):
@@ -241,6 +277,8 @@ def _through_the_cap(ops, blk, sm, dS, err_dS, scale: float):
     K = blk.K if blk.sink is None else blk.K[:, :, :-1]
     eta = abs(scale) * _gamma(blk.Q.shape[-1] + 2) * ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(K)))
     eta = eta + U64 * ops.abs(sm.raw[..., :K.shape[-2]])
+    if blk.bias is not None and blk.bias_first:  # the bias's addition to the cap's input
+        eta = eta + 2 * U64 * blk.bias_size
     slope_err = 2 * (eta / c + 4 * U64) + 2 * U64
     if blk.sink is not None:  # the sink is no logit of Q and K: its slope is 1
         one = 0 * slope[..., :1] + 1.0
@@ -310,7 +348,7 @@ def audit_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
     fast = reference_gradients(q, k, v, do, method="float64", **kw)
     slow = reference_gradients(q, k, v, do, method="mpmath", dps=dps, **kw)
     ratios, where, elements = {}, {}, 0
-    for name in GRADIENTS:
+    for name in fast.names:
         err = (fast[name].cpu() - slow[name].cpu()).abs()
         allowed = fast.bound[name].cpu() + slow.bound[name].cpu()
         ratio = torch.where(err == 0, torch.zeros_like(err), err / allowed)

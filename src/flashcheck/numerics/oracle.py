@@ -177,11 +177,15 @@ class Softmax:
 
 
 def block_scores(ops, blk, scale: float):
-    """(raw, s): the block's scaled logits, and its logits as the variant has them: soft-capped, with the
-    sink's logit as the last column (Block's sink key)."""
+    """(raw, s): the block's cap input (the scaled logits, with the bias where it goes first or there is no
+    cap), and its logits as the variant has them: soft-capped and biased, with the sink's logit as the
+    last column (Block's sink key)."""
     K = blk.K if blk.sink is None else blk.K[:, :, :-1]
     raw = ops.matmul(blk.Q, ops.swap(K)) * scale
+    late = blk.bias is not None and blk.softcap is not None and not blk.bias_first
+    raw = raw + blk.bias if blk.bias is not None and not late else raw
     s = raw if blk.softcap is None else blk.softcap * ops.tanh(raw / blk.softcap)
+    s = s + blk.bias if late else s
     if blk.sink is not None:
         sink = ops.broadcast_to(blk.sink, s.shape[:-1] + (1,))
         raw, s = ops.concat((raw, sink), -1), ops.concat((s, sink), -1)
@@ -198,6 +202,16 @@ def block_softmax(ops, blk, scale: float) -> Softmax:
     x = s - m
     p = ops.exp(x)
     return Softmax(s, raw, m, empty, x, p, ops.where(empty, 1.0, ops.sum(p, -1)))
+
+
+def _bias_rho(ops, blk):
+    """What the bias adds to eta_ij, per row: its addition to the logit (u |b|, and u |b| more in |s|),
+    the subtraction of the max (u |b| through |x| and |m|) and the ALiBi product (u |b|): 5 u max_j |b_ij|."""
+    if blk.bias is None:
+        return 0.0
+    n_k = blk.K.shape[-2] - (blk.sink is not None)
+    size = blk.bias_size if blk.vis is None else ops.where(blk.vis[..., :n_k], blk.bias_size, 0.0)
+    return 5 * U64 * ops.amax(size, -1)
 
 
 def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float, rho_extra: float) -> bool:
@@ -218,6 +232,19 @@ def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float, rho_extr
     # |m_i| <= |s^_ij| <= 2 |scale| ||q_i|| ||k_j||, so eta_max_i <= (C + 2 u |scale|) max ||q|| ||k|| + eps_exp.
     eta_top = (C + 2 * U64 * abs(scale)) * flags[3] + EPS_EXP + rho_extra
     return eta_top * (2 + TINY_ETA) <= TINY_ETA
+
+
+def _bias_extent(variant: Variant, shapes: Shapes) -> float:
+    """5 u times the largest bias magnitude of the call (:func:`_bias_rho` for every row at once); an
+    infinite bias (a hidden key) rounds nothing."""
+    if not variant.biased:
+        return 0.0
+    top = 0.0
+    if variant.alibi_slopes is not None:  # |i' - j| + |i'| + j over every row and key
+        top += float(variant.alibi_slopes.abs().max()) * (3 * max(shapes.n_q, shapes.n_k) + abs(shapes.n_k - shapes.n_q))
+    if variant.attn_bias is not None:
+        top += float(variant.attn_bias.abs().nan_to_num(posinf=0.0).max())
+    return 5 * U64 * top
 
 
 def _variant_error(variant: Variant, scale: float) -> tuple[float, float]:
@@ -250,7 +277,7 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     variant = Variant() if variant is None else variant
     to_c, to_rho = _variant_error(variant, scale)
     C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64) + to_c
-    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C, to_rho)
+    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C, to_rho + _bias_extent(variant, shapes))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
         for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True, variant=variant):
             forward, res = _float64_block(ops, blk, scale, C, small_eta, to_rho)
@@ -286,7 +313,7 @@ class BlockForward:
 
 def _weight_error(ops, blk, sm: Softmax, C, small_eta: bool, q_norm, k_norm, to_rho: float) -> WeightError:
     # eta_max = C ||q_i|| max_j ||k_j|| + rho_i bounds every eta_ij of the row, and so r_i too.
-    rho = U64 * ops.abs(sm.m) + EPS_EXP + to_rho
+    rho = U64 * ops.abs(sm.m) + EPS_EXP + to_rho + _bias_rho(ops, blk)
     eta_max = C * q_norm * ops.amax(k_norm, -2) + rho
     r = eta_max * (1 + TINY_ETA)
     if small_eta or bool((eta_max + r <= TINY_ETA).all()):

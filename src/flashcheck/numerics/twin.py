@@ -71,13 +71,14 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         root = math.sqrt(abs(scale))
         qf, kq = qf * math.copysign(root, scale), kq * root
         scale = 1.0
-    scores = _Scores.of(variant, scale, q.device, tanh_from_exp)
+    scores = _Scores.of(variant, scale, q.device, tanh_from_exp, s)
     if key_order is not None:
         order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
         if sorted(order.tolist()) != list(range(s.n_k)):
             raise InvalidArgument("key_order", key_order, "not a permutation of the keys",
                                   f"Pass a permutation of range({s.n_k}).")
         kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
+        scores.bias = None if scores.bias is None else scores.bias[..., order]
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
@@ -109,7 +110,7 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, block_m: int, block
         acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=qf.device)
         for n0 in range(0, s.n_k, block_n):
             cols = slice(n0, n0 + block_n)
-            s2 = scores.log2(qb @ kq[:, :, cols].transpose(-1, -2))  # log2 domain, fp32
+            s2 = scores.log2(qb @ kq[:, :, cols].transpose(-1, -2), rows, cols)  # log2 domain, fp32
             s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
             m_new = torch.maximum(m, s2.amax(-1, keepdim=True))
             safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with nothing visible yet
@@ -131,33 +132,44 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, block_m: int, block
 
 
 class _Scores:
-    """The twin's logits from Q K^T in fp32: scaled, soft-capped as the variant says (in the natural log
-    domain, where the cap is defined), and the variant's sinks, (1, Hq, 1, 1) fp32."""
+    """The twin's logits from Q K^T in fp32: scaled, soft-capped and biased as the variant says (in the
+    natural log domain, where the cap is defined), and the variant's sinks, (1, Hq, 1, 1) fp32. The bias
+    is (B or 1, Hq or 1, Nq or 1, Nk or 1) fp32, 0 where it hides a key (the visibility has those)."""
 
-    def __init__(self, scale: float, softcap, sinks, device, tanh_from_exp: bool):
+    def __init__(self, scale: float, softcap, sinks, device, tanh_from_exp: bool, bias=None, late: bool = False):
         self.scale = torch.tensor(scale, dtype=torch.float32, device=device)
         self.qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=device)
         self.softcap, self.sinks, self.tanh_from_exp = softcap, sinks, tanh_from_exp
+        self.bias, self.late = bias, late  # late: the bias is added to the capped logits
 
     @classmethod
-    def of(cls, variant, scale: float, device, tanh_from_exp: bool = False) -> "_Scores":
+    def of(cls, variant, scale: float, device, tanh_from_exp: bool = False, shapes=None) -> "_Scores":
         softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
         sinks = None if variant is None or variant.sinks is None else variant.sinks.to(device).view(1, -1, 1, 1)
-        return cls(scale, softcap, sinks, device, tanh_from_exp)
+        bias = None
+        if variant is not None and variant.biased:
+            bias = variant.bias(shapes.n_q, shapes.n_k, torch.arange(shapes.n_q), device)
+            bias = bias.masked_fill(bias == -math.inf, 0.0).float()
+        late = bias is not None and softcap is not None and variant.bias_order == "cap_first"
+        return cls(scale, softcap, sinks, device, tanh_from_exp, bias, late)
 
     def tanh(self, x):
         if not self.tanh_from_exp:
             return torch.tanh(x)
         return torch.sign(x) * (1 - 2 / (torch.exp(2 * x.abs()) + 1))
 
-    def natural(self, qk):
+    def natural(self, qk, rows=slice(None), cols=slice(None)):
         s = qk * self.scale
-        return s if self.softcap is None else self.softcap * self.tanh(s / self.softcap)
+        bias = None if self.bias is None else self.bias[:, :, rows if self.bias.shape[2] > 1 else slice(None)]
+        bias = None if bias is None else bias[..., cols if bias.shape[-1] > 1 else slice(None)]
+        s = s + bias if bias is not None and not self.late else s
+        s = s if self.softcap is None else self.softcap * self.tanh(s / self.softcap)
+        return s + bias if self.late else s
 
-    def log2(self, qk):
-        if self.softcap is None:
+    def log2(self, qk, rows=slice(None), cols=slice(None)):
+        if self.softcap is None and self.bias is None:
             return qk * self.qk_scale  # one multiply, as a kernel folds log2(e) into the scale
-        return self.natural(qk) * LOG2E
+        return self.natural(qk, rows, cols) * LOG2E
 
     def with_sinks(self, m, l, acc):
         """The running max, sum and accumulator (log2 domain) with each row's sink added to the sum."""
