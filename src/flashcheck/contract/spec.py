@@ -79,7 +79,9 @@ class KernelSpec:
     ``"cap_first"`` (``c tanh(s / c) + bias``) or ``"bias_first"`` (``c tanh((s + bias) / c)``). ``neutral_variants``: a
     declared feature at its neutral value (``softcap=inf``, every sink -inf, ``window=(Nk - 1, 0)`` in
     place of ``causal="bottom_right"``) gives the bits of the call without it; without the promise, the
-    output must still stay within the error budget.
+    output must still stay within the error budget. ``bias_shift_invariant``: a constant added to a row's
+    ``attn_bias`` (exact in its dtype) gives the output's bits (the lse moves by the constant); without
+    the promise, the output must stay within the shifted case's budget.
 
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
@@ -117,6 +119,7 @@ class KernelSpec:
     chunk: bool = False
     sinks: bool = False
     neutral_variants: bool = False
+    bias_shift_invariant: bool = False
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)

@@ -31,6 +31,7 @@ property applies to every variant.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -147,10 +148,24 @@ class Variant:
             return None
         return parts[0] if len(parts) == 1 else masks.and_masks(*parts)
 
+    def select(self, batch: slice = slice(None), heads: slice = slice(None)) -> "Variant":
+        """The variant of the batch entries ``batch`` and query heads ``heads`` of its case (the sinks,
+        slopes and bias cut where they have those dims)."""
+        def cut(t, dims):  # dims: the tensor's (batch, head) dims, None where it has none or broadcasts
+            if t is None:
+                return None
+            index = [slice(None)] * t.dim()
+            for dim, part in zip(dims, (batch, heads)):
+                if dim is not None and t.dim() + dim >= 0 and t.shape[dim] > 1:
+                    index[dim] = part
+            return t[tuple(index)]
+        slopes = self.alibi_slopes
+        return self.replace(sinks=cut(self.sinks, (None, -1)), attn_bias=cut(self.attn_bias, (-4, -3)),
+                            alibi_slopes=cut(slopes, (-2, -1) if slopes is not None and slopes.dim() == 2
+                                             else (None, -1)))
+
     def replace(self, **changes) -> "Variant":
-        fields = {f: getattr(self, f) for f in FEATURES}
-        fields.update(changes)
-        return Variant(**fields)
+        return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
         return " ".join(f"{f}={_text(f, getattr(self, f))}" for f in self.used)

@@ -264,9 +264,14 @@ def _explain_outside_the_softmax(findings: list[Finding], kern: Kernel, dtype: t
 def _property_findings(job: _Judgement, run: KernelRun, budget: Budget, device, notes: list) -> list[Finding]:
     """The properties' findings; a rerun's output is judged as the first run's was."""
 
-    def judge(out, lse):
-        wrong = _output_problems(out, lse, budget.reference.shapes, job.case.torch_dtype, device)
-        return wrong or job.compare(out, lse, budget)[0]
+    def judge(out, lse, case=None):
+        """Findings of a rerun's output against the case's budget, or another ``case``'s own."""
+        own = budget if case is None else error_budget(
+            *(t.to(device) for t in (case.q, case.k, case.v)), scale=case.scale, causal=case.causal,
+            attn_mask=None if case.attn_mask is None else case.attn_mask.to(device), precision=job.contract,
+            variant=case.variant)
+        wrong = _output_problems(out, lse, own.reference.shapes, job.case.torch_dtype, device)
+        return wrong or job.compare(out, lse, own)[0]
 
     return check_properties(job.rerun, job.case, run, device=job.device, spec=job.kernel.spec,
                             properties=job.properties, judge=judge, notes=notes, regime=job.regime)

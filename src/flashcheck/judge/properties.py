@@ -15,6 +15,9 @@
 - ``neutral``: each variant feature the spec declares and the case does not use, at its neutral value
   (a cap of inf, sinks of -inf, a window (Nk - 1, 0) in place of the bottom-right causal mask), gives
   the bits of the case: bit-identical when the spec promises ``neutral_variants``, else within the budget.
+- ``bias_shift``: for a kernel that takes ``attn_bias``, a constant added to each row's bias (exact in the
+  bias's dtype; a row-constant bias where the case has none) leaves the exact output unchanged and moves
+  the lse by it: the output's bits under ``bias_shift_invariant``, else the shifted case's own budget.
 
 Each property reruns the kernel once or twice and compares bits with the first run's output (+0 and
 -0 count as one value).
@@ -38,10 +41,10 @@ from .verdict import BUG, Finding
 __all__ = ["PROPERTIES", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
            "neutral_cases"]
 
-PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral")
+PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift")
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
 PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence",
-                            "neutral_variant"})
+                            "neutral_variant", "bias_shift_dependence"})
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4
@@ -68,9 +71,12 @@ def _differs(a, b) -> torch.Tensor | None:
     return (_bits(a) != _bits(b)) & ~((a == 0) & (b == 0))
 
 
-def hidden_keys(case: AttentionCase) -> torch.Tensor:
-    """Bool (B, Hkv, Nk): keys that no query of any head sharing that kv head may attend."""
+def hidden_keys(case: AttentionCase, *, by_bias: bool = True) -> torch.Tensor:
+    """Bool (B, Hkv, Nk): keys that no query of any head sharing that kv head may attend (``by_bias``:
+    counting those only a -inf bias hides)."""
     s = case.shapes
+    if not by_bias and case.variant.attn_bias is not None:
+        case = dataclasses.replace(case, variant=case.variant.replace(attn_bias=None))
     vis = case.visible().view(s.batch, s.heads_kv, s.group, s.n_q, s.n_k)
     return ~vis.any(dim=2).any(dim=2)
 
@@ -137,8 +143,8 @@ class _Reruns:
     def finding(self, kind: str, diagnosis: str, **kw) -> None:
         self.findings.append(Finding(kind, BUG, diagnosis, regime=self.regime, **kw))
 
-    def compare(self, kind: str, what: str, rerun, **details) -> None:
-        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or lse."""
+    def compare(self, kind: str, what: str, rerun, *, lse: bool = True, **details) -> None:
+        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or (``lse``) lse."""
         if rerun.error is not None:
             self.finding("crash", f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
                          details={"traceback": rerun.traceback, **details})
@@ -150,7 +156,7 @@ class _Reruns:
             self.finding(kind, f"{what} changed the output: " +
                          diagnose_elements(diff, self.case.shapes, empty_rows=self.empty),
                          index=first_index(diff), details=details)
-        elif self.baseline.lse is not None:
+        elif lse and self.baseline.lse is not None:
             lse_diff = self._changed_bits(self.baseline.lse, rerun.lse, self.empty)
             if lse_diff is None or bool(lse_diff.any()):
                 self.finding(kind, f"{what} changed the lse", details=details)
@@ -180,9 +186,11 @@ def _poison(reruns: _Reruns) -> None:
     # Huge but with finite logits: 2^16 times the largest real key (capped by the format), so
     # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
     huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
-    if reruns.spec.nan_safe_masking:
-        reruns.compare("poison_leak", f"NaN in {n} masked-out keys of K and V",
-                       reruns.rerun(_poisoned(case, hidden, float("nan"), float("nan"))))
+    # A key only a -inf bias hides has weight e^-inf = 0, and 0 * NaN is NaN: no kernel promises it safe.
+    masked = hidden & hidden_keys(case, by_bias=False)
+    if reruns.spec.nan_safe_masking and bool(masked.any()):
+        reruns.compare("poison_leak", f"NaN in {int(masked.sum())} masked-out keys of K and V",
+                       reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))))
     if not reruns.crashed:
         reruns.compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
                        reruns.rerun(_poisoned(case, hidden, huge_k, fmax)))
@@ -263,8 +271,42 @@ def _batch(reruns: _Reruns) -> None:
         reruns.notes.append("batch-dependent: " + what)
 
 
+def shifted_bias_case(case: AttentionCase, spec: KernelSpec) -> AttentionCase | None:
+    """``case`` with c_i in {-2, -1, 1, 2} added to the bias of row i (each (b, h, i) its own), or a
+    (B, Hq, Nq, 1) bias of them where the case has none; None when the spec takes no ``attn_bias`` or the
+    sums are not exact in the bias's dtype (then the exact output would move)."""
+    if not spec.attn_bias:
+        return None
+    s, bias = case.shapes, case.variant.attn_bias
+    c = torch.tensor([-2.0, -1.0, 1.0, 2.0])[torch.arange(s.batch * s.heads_q * s.n_q) % 4]
+    c = c.reshape(s.batch, s.heads_q, s.n_q, 1).double()
+    if bias is None:
+        return dataclasses.replace(case, variant=case.variant.replace(attn_bias=c.to(case.torch_dtype)))
+    wanted = torch.broadcast_to(bias.double(), (s.batch, s.heads_q, s.n_q, s.n_k)) + c
+    shifted = wanted.to(bias.dtype)
+    if not bool(((shifted.double() == wanted) | (wanted == -math.inf)).all()):
+        return None
+    return dataclasses.replace(case, variant=case.variant.replace(attn_bias=shifted))
+
+
+def _bias_shift(reruns: _Reruns) -> None:
+    shifted = shifted_bias_case(reruns.case, reruns.spec)
+    if shifted is None:
+        return
+    rerun = reruns.rerun(shifted)
+    what = "a constant in {-2, -1, 1, 2} added to each row's attn_bias"
+    if reruns.spec.bias_shift_invariant or rerun.error is not None or reruns.judge is None:
+        reruns.compare("bias_shift_dependence", what, rerun, lse=False)  # the lse moves by the constant
+        return
+    broken = reruns.judge(rerun.out, rerun.lse, shifted)
+    if broken:
+        worst = max(broken, key=lambda f: f.ratio if f.ratio is not None else float("inf"))
+        reruns.finding("bias_shift_dependence", f"{what}: {worst.kind}: {worst.diagnosis}", index=worst.index,
+                       error=worst.error, budget=worst.budget, ratio=worst.ratio)
+
+
 _CHECKS = {"determinism": _determinism, "poison": _poison, "guard_bands": _guard_bands, "layout": _layout,
-           "batch": _batch, "neutral": _neutral}
+           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift}
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:
@@ -272,4 +314,5 @@ def _last_sequence(case: AttentionCase) -> AttentionCase:
     if mask is not None and mask.dim() == 4 and mask.shape[0] > 1:
         mask = mask[-1:]
     return AttentionCase.create(case.q[-1:], case.k[-1:], case.v[-1:], scale=case.scale, causal=case.causal,
-                                attn_mask=mask, layout=case.layout, provenance=case.provenance, variant=case.variant)
+                                attn_mask=mask, layout=case.layout, provenance=case.provenance,
+                                variant=case.variant.select(batch=slice(-1, None)))

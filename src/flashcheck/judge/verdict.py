@@ -26,6 +26,7 @@ FINDING_KINDS = (
     "reordering_outlier",   # inside the budget but far outside legal reorderings (SUSPICIOUS)
     "batch_dependence",     # a sequence alone differs from itself in a batch (only if the spec promises)
     "timeout",              # the kernel did not return within the campaign's per-case timeout
+    "bias_shift_dependence",  # a constant added to a row's bias changed the output (or broke its budget)
 )
 
 
