@@ -15,13 +15,26 @@ supported yet"), so there the kernel returns ``out`` only.
 Measured: rows with no visible key come out as exactly 0 with lse = -inf (CUDA compiled, torch 2.11
 on an H200; CPU compiled and eager, torch 2.13). The compiled CUDA kernel needs D, Dv >= 16.
 
-GQA uses flex's ``enable_gqa``, except on CUDA with a mask, where K and V are repeated over the query
-heads: there inductor (torch 2.11) failed to compile flex's GQA decoding kernel (see ``attention``).
+Variants: the cap, ALiBi and ``attn_bias`` are one ``score_mod``, applied in that order (FlexAttention is
+user-ordered; declared ``bias_order="cap_first"``, flash-attention's, the order in which a bias of -inf still
+hides its key), symmetric ALiBi (flash-attention's); the window and the chunk join the causal alignment and
+the boolean mask in the ``mask_mod``. Every value they use is a captured tensor (the cap a 0-d one), so a
+new value is no recompile; a new broadcast pattern of the bias (its strides) is one, as a new shape is.
+Sinks are one more key, of zero K and V, whose score is the head's sink and which every query sees: flex
+adds e^sink to the row's sum inside the kernel, so the output is rounded once, the lse includes it, and the
+compiled CPU kernel (no lse) takes sinks too. The other route, flex's out rescaled by sigmoid(lse - sink)
+in fp32, rounds the output twice: measured (eager, CPU, fp16 and bf16, 37 x 53 keys), up to 1.16 times
+flashcheck's budget, against 0.52-0.81 with the sink key.
+Backward is not declared: the adapter runs under no_grad.
+
+GQA uses flex's ``enable_gqa``, except on CUDA with a mask or a variant, where K and V are repeated over the query
+heads: there inductor (torch 2.11) failed to compile flex's GQA decoding kernel (see ``_heads``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 import threading
@@ -113,21 +126,96 @@ def _causal_mod(offset: torch.Tensor):
     return causal_mod
 
 
-def _block_mask(fa, causal: str, attn_mask, shapes, device):
-    if causal == "none" and attn_mask is None:
-        return None  # flex's default: every key visible
+def _window_mod(window, offset: torch.Tensor, device):
+    # The sides are tensors (one kernel for every width); only which sides are bounded shapes the code.
+    left, right = (torch.tensor(w, device=device) if w >= 0 else None for w in window)
+
+    def window_mod(b, h, q_idx, kv_idx):
+        centre = q_idx + offset
+        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
+        if left is not None:
+            out = out & (kv_idx >= centre - left)
+        if right is not None:
+            out = out & (kv_idx <= centre + right)
+        return out
+
+    return window_mod
+
+
+def _chunk_mod(chunk: int, offset: torch.Tensor, device):
+    size = torch.tensor(chunk, device=device)
+
+    def chunk_mod(b, h, q_idx, kv_idx):
+        return torch.div(q_idx + offset, size, rounding_mode="floor") == torch.div(kv_idx, size, rounding_mode="floor")
+
+    return chunk_mod
+
+
+def _mask_mod(fa, causal: str, attn_mask, shapes, device, *, window=None, chunk=None):
+    """The mask_mod of every restriction on the keys and the batch and head sizes its block mask needs,
+    or (None, None, None) when every key is visible."""
     mods, B, H = [], None, None
+    offset = torch.tensor(shapes.n_k - shapes.n_q, device=device)  # bottom-right alignment
     if causal != "none":
-        offset = shapes.n_k - shapes.n_q if causal == "bottom_right" else 0
-        mods.append(_causal_mod(torch.tensor(offset, device=device)))
+        mods.append(_causal_mod(offset if causal == "bottom_right" else torch.tensor(0, device=device)))
+    if window is not None:
+        mods.append(_window_mod(window, offset, device))
+    if chunk is not None:
+        mods.append(_chunk_mod(chunk, offset, device))
     if attn_mask is not None:
         mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
         mods.append(from_tensor(mask))
         # Size-1 batch/head dimensions of the mask broadcast: the block mask need not repeat them.
         B = shapes.batch if mask.shape[0] > 1 else None
         H = shapes.heads_q if mask.shape[1] > 1 else None
-    mask_mod = mods[0] if len(mods) == 1 else fa.and_masks(*mods)
-    return fa.create_block_mask(mask_mod, B, H, shapes.n_q, shapes.n_k, device=device)
+    if not mods:
+        return None, None, None  # flex's default: every key visible
+    return (mods[0] if len(mods) == 1 else fa.and_masks(*mods)), B, H
+
+
+def _score_mod(shapes, device, *, softcap=None, alibi_slopes=None, attn_bias=None):
+    """flex's ``score_mod`` for the cap, then ALiBi and the bias (``bias_order="cap_first"``), or None.
+
+    Every value is a captured tensor (the cap a 0-d one), so a new value is no recompile; the slopes
+    and the bias are broadcast views of the full (B, Hq) and (B, Hq, Nq, Nk), read at [b, h, ...]."""
+    cap = torch.tensor(softcap, dtype=torch.float32, device=device) if softcap not in (None, math.inf) else None
+    full = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)
+    slopes = None if alibi_slopes is None else alibi_slopes.to(device, torch.float32).expand(full[:2])
+    bias = None if attn_bias is None else attn_bias.to(device).expand(full)
+    if cap is None and slopes is None and bias is None:
+        return None
+    offset = torch.tensor(shapes.n_k - shapes.n_q, device=device)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:  # flash-attention's symmetric ALiBi, bottom-right aligned
+            score = score - slopes[b, h] * (q_idx + offset - kv_idx).abs()
+        if bias is not None:  # -inf hides the key: flex gives a row with no finite score 0 and lse -inf
+            score = score + bias[b, h, q_idx, kv_idx]
+        return score
+
+    return score_mod
+
+
+def _sink_key(k, v, mask_mod, score_mod, sinks):
+    """K and V with one more key, of zero K and V, and the mods that give it each head's sink as its score
+    and show it to every query: flex then adds e^sink to each row's sum and nothing to its numerator, so
+    the output is rounded once and the lse includes the sink. The given mods index tensors of Nk keys:
+    they see the sink key as key Nk - 1, and are overruled there."""
+    last = torch.tensor(k.shape[2], device=k.device)
+    sink = sinks.to(k.device, torch.float32)
+    clamp = lambda kv_idx: torch.minimum(kv_idx, last - 1)  # noqa: E731
+
+    def sink_mask(b, h, q_idx, kv_idx):
+        return (kv_idx == last) | mask_mod(b, h, q_idx, clamp(kv_idx))
+
+    def sink_score(score, b, h, q_idx, kv_idx):
+        score = score if score_mod is None else score_mod(score, b, h, q_idx, clamp(kv_idx))
+        return torch.where(kv_idx == last, sink[h], score)
+
+    zero = lambda t: torch.cat([t, t.new_zeros(t.shape[:2] + (1, t.shape[3]))], dim=2)  # noqa: E731
+    return zero(k), zero(v), (None if mask_mod is None else sink_mask), sink_score
 
 
 def _unsupported(exc: BaseException) -> str | None:
@@ -138,6 +226,44 @@ def _unsupported(exc: BaseException) -> str | None:
         if "NotImplementedError" in line or "NYI" in line:
             return line.strip()
     return None
+
+
+def _heads(q, k, v, shapes, masked_cuda: bool):
+    """K, V and whether flex's enable_gqa is used."""
+    gqa = shapes.heads_q != shapes.heads_kv
+    if gqa and masked_cuda:
+        # Measured (torch 2.11, H200): enable_gqa with a mask_mod that captures tensors makes
+        # inductor's flex-decoding path (Nq < 128) fail to compile (NoValidChoicesError). Repeating
+        # K/V over the query heads computes the same per-head attention through the main kernel.
+        return k.repeat_interleave(shapes.group, dim=1), v.repeat_interleave(shapes.group, dim=1), False
+    return k, v, gqa
+
+
+def _options(fa, scale: float, gqa: bool, returns_lse: bool) -> dict:
+    kwargs = {"scale": scale, "enable_gqa": gqa}
+    if returns_lse:
+        aux_request = getattr(fa, "AuxRequest", None)
+        if aux_request is not None:
+            kwargs["return_aux"] = aux_request(lse=True)
+        else:  # torch < 2.9
+            kwargs["return_lse"] = True
+    return kwargs
+
+
+def _run(fn, q, mods, kwargs):
+    """``fn`` on q and the keys, values, block mask and score_mod of ``mods()``; flex's 'not implemented' as Unsupported."""
+    with warnings.catch_warnings():
+        # Eager flex warns that it is unfused: that is what compile=False asks for.
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
+        warnings.filterwarnings("ignore", message=".*return_lse is deprecated")
+        try:
+            with torch.no_grad(), _dynamo_patch():
+                return fn(q, **mods(), **kwargs)
+        except Exception as exc:
+            reason = _unsupported(exc)
+            if reason is None:
+                raise
+            raise Unsupported(f"FlexAttention: {reason}") from exc
 
 
 def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
@@ -157,41 +283,30 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
         min_head_dim=16 if (compile and device == "cuda") else 1, max_head_dim=256, dv_equals_d=False,
         fully_masked_rows="zero", precision="flash", devices=(device,),
         nan_safe_masking=False,  # partly masked blocks still load every V row: 0 * NaN = NaN
+        softcap=True, alibi="symmetric", attn_bias=True, fp32_bias=True, bias_order="cap_first",
+        window=True, chunk=True, sinks=True,
     )
 
-    def attention(q, k, v, *, scale, causal="none", attn_mask=None):
+    def attention(q, k, v, *, scale, causal="none", attn_mask=None, window=None, chunk=None, sinks=None,
+                  **scores):
         q, k, v, scale, causal, attn_mask, shapes = validated_call(
             NAME, device, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
         fa = _flex_module()
-        gqa = shapes.heads_q != shapes.heads_kv
-        if gqa and compile and device == "cuda" and (causal != "none" or attn_mask is not None):
-            # Measured (torch 2.11, H200): enable_gqa with a mask_mod that captures tensors makes
-            # inductor's flex-decoding path (Nq < 128) fail to compile (NoValidChoicesError). Repeating
-            # K/V over the query heads computes the same per-head attention through the main kernel.
-            k = k.repeat_interleave(shapes.group, dim=1)
-            v = v.repeat_interleave(shapes.group, dim=1)
-            gqa = False
-        kwargs = {"scale": scale, "enable_gqa": gqa}
-        if returns_lse:
-            aux_request = getattr(fa, "AuxRequest", None)
-            if aux_request is not None:
-                kwargs["return_aux"] = aux_request(lse=True)
-            else:  # torch < 2.9
-                kwargs["return_lse"] = True
+        captures = causal != "none" or attn_mask is not None or any(x is not None for x in (window, chunk, sinks))
+        k, v, gqa = _heads(q, k, v, shapes, compile and device == "cuda" and (captures or bool(scores)))
         fn = _compiled(fa) if compile else fa.flex_attention
-        with warnings.catch_warnings():
-            # Eager flex warns that it is unfused: that is what compile=False asks for.
-            warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
-            warnings.filterwarnings("ignore", message=".*return_lse is deprecated")
-            try:
-                with torch.no_grad(), _dynamo_patch():
-                    block_mask = _block_mask(fa, causal, attn_mask, shapes, q.device)
-                    result = fn(q, k, v, block_mask=block_mask, **kwargs)
-            except Exception as exc:
-                reason = _unsupported(exc)
-                if reason is None:
-                    raise
-                raise Unsupported(f"FlexAttention: {reason}") from exc
+
+        def mods():
+            mask_mod, B, H = _mask_mod(fa, causal, attn_mask, shapes, q.device, window=window, chunk=chunk)
+            score_mod = _score_mod(shapes, q.device, **scores)
+            k_, v_ = k, v
+            if sinks is not None:
+                k_, v_, mask_mod, score_mod = _sink_key(k, v, mask_mod, score_mod, sinks)
+            block_mask = None if mask_mod is None else fa.create_block_mask(mask_mod, B, H, shapes.n_q, k_.shape[2],
+                                                                             device=q.device)
+            return dict(key=k_, value=v_, block_mask=block_mask, score_mod=score_mod)
+
+        result = _run(fn, q, mods, _options(fa, scale, gqa, returns_lse))
         if not returns_lse:
             return result
         out, aux = result
