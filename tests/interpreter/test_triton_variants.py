@@ -1,8 +1,8 @@
-"""flashcheck:triton's attention variants (soft-cap, window, chunk, sinks) under the Triton interpreter: the
-forward judged by :func:`flashcheck.check`, the gradients against float64 autograd of attention written
-here from the contract's formulas, the bits of a variant that is another call in disguise, bad arguments,
-and every planted variant bug exposed (BUG from check for the forward's, the gradients' tolerance broken
-for the backward's).
+"""flashcheck:triton's attention variants (soft-cap, window, chunk, sinks; ALiBi and attn_bias in
+test_triton_biases.py) under the Triton interpreter: the forward judged by :func:`flashcheck.check`, the
+gradients against float64 autograd of attention written here from the contract's formulas, the bits of a
+variant that is another call in disguise, bad arguments, and every planted variant bug exposed (BUG from
+check for the forward's, the gradients' tolerance broken for the backward's).
 
 The gradients' one tolerance (:func:`ratio`): an element may be off by 64 units of roundoff of the input
 dtype times the largest element of the reference gradient, and must be non-finite exactly where the
@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import flashcheck
+from flashcheck.contract.variants import BIASES
 from flashcheck.errors import InvalidArgument
 from flashcheck.judge.properties import PROPERTIES
 from flashcheck.kernels.triton.forward import make_kernel
@@ -65,15 +66,31 @@ def visible(n_q, n_k, *, causal="none", attn_mask=None, window=None, chunk=None)
     return out if attn_mask is None else out & attn_mask
 
 
-def reference(q, k, v, *, scale, causal="none", attn_mask=None, softcap=None, window=None, chunk=None, sinks=None):
-    """The output in float64, differentiable in q, k, v and sinks: capped logits, -inf where hidden, the
-    sink as one more key of value 0."""
+def biases(n_q, n_k, *, alibi_slopes=None, attn_bias=None, alibi="symmetric"):
+    """ALiBi plus attn_bias in float64, broadcastable to (B, Hq, Nq, Nk), or 0.0 without either."""
+    out = 0.0
+    if alibi_slopes is not None:
+        i = torch.arange(n_q, dtype=torch.float64)[:, None]
+        j = torch.arange(n_k, dtype=torch.float64)[None, :]
+        pos = -(i + n_k - n_q - j).abs() if alibi == "symmetric" else j - i
+        slopes = alibi_slopes.double()
+        out = slopes.view(*((1,) if slopes.dim() == 1 else ()), *slopes.shape, 1, 1) * pos
+    if attn_bias is not None:
+        out = out + attn_bias.double()
+    return out
+
+
+def reference(q, k, v, *, scale, causal="none", attn_mask=None, softcap=None, window=None, chunk=None, sinks=None,
+              alibi_slopes=None, attn_bias=None, alibi="symmetric"):
+    """The output in float64, differentiable in q, k, v and sinks: capped logits plus the biases (cap_first),
+    -inf where hidden, the sink as one more key of value 0."""
     q, k, v = (t.double() for t in (q, k, v))
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     s = scale * q @ k.transpose(-1, -2)
     if softcap is not None and softcap != math.inf:
         s = softcap * torch.tanh(s / softcap)
+    s = s + biases(q.shape[2], k.shape[2], alibi_slopes=alibi_slopes, attn_bias=attn_bias, alibi=alibi)
     seen = visible(q.shape[2], k.shape[2], causal=causal, attn_mask=attn_mask, window=window, chunk=chunk)
     s = s.masked_fill(~seen, NEG_INF)
     if sinks is not None:
@@ -301,7 +318,8 @@ PROBES = {
 
 
 def test_every_variant_mutant_has_a_probe_and_every_feature_its_bugs():
-    mutants = VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS
+    # The biases' planted bugs have probes of their own (test_triton_biases.py).
+    mutants = tuple(m for m in VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS if m.area not in BIASES)
     assert sorted(PROBES) == sorted(m.name for m in mutants)
     for feature in ("softcap", "window", "chunk", "sinks"):
         assert sum(m.area == feature for m in VARIANT_MUTANTS) >= 2, feature
@@ -316,7 +334,7 @@ def _mutant(name):
     return bad
 
 
-@pytest.mark.parametrize("mutant", VARIANT_MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", [m for m in VARIANT_MUTANTS if m.area not in BIASES], ids=lambda m: m.name)
 def test_check_flags_each_forward_variant_mutant_where_the_correct_kernel_passes(mutant):
     probe = PROBES[mutant.name]
     case = probe.case.build(probe.dtype)
@@ -326,7 +344,7 @@ def test_check_flags_each_forward_variant_mutant_where_the_correct_kernel_passes
     assert bad.status == "BUG", str(bad)
 
 
-@pytest.mark.parametrize("mutant", VARIANT_BACKWARD_MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", [m for m in VARIANT_BACKWARD_MUTANTS if m.area not in BIASES], ids=lambda m: m.name)
 def test_each_backward_variant_mutant_breaks_the_tolerance_the_correct_kernel_keeps(mutant):
     probe = PROBES[mutant.name]
     assert backward_ratio(*gradients(_correct(), probe.case, probe.dtype), probe.dtype) <= 1.0

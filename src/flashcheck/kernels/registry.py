@@ -304,7 +304,7 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     ``target``: a name from :data:`BUILTIN_KERNELS`, an import path ``package.module:function``, or a
     :class:`Kernel` / callable. ``options`` go to built-ins that take them (``torch:flex``:
     ``compile``; ``flashcheck:triton``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages``,
-    ``input_precision``).
+    ``input_precision``, ``alibi``: ``flashcheck:triton[alibi=linear]`` makes ALiBi ``slope (j - i)``).
     """
     device = _device_type(device)
     use_triton_cache()  # before any kernel compiles, and before a campaign starts its workers

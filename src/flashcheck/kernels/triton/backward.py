@@ -21,9 +21,11 @@ give the same bits. The masks are the forward's: tail rows and keys, causality, 
 the boolean mask.
 
 Variants: a soft cap recomputes t = tanh(s / c) and S = c t as the forward does, and dS (of the capped
-logits) becomes dS (1 - t^2) before its two matmuls. Sinks change nothing in the kernels: the saved lse
-holds the sink, so P, D and dS are those of the keys; the sinks' own gradient, -sum_{b,i} e^(sink - lse) D,
-is summed on the host.
+logits) becomes dS (1 - t^2) before its two matmuls. ALiBi and attn_bias are added to S after the cap, as
+the forward adds them (the same bits); dS of the biased logits is dS of the capped ones, and -inf in
+attn_bias hides its key as the mask does. Neither bias gets a gradient. Sinks change nothing in the
+kernels: the saved lse holds the sink, so P, D and dS are those of the keys; the sinks' own gradient,
+-sum_{b,i} e^(sink - lse) D, is summed on the host.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import threading
 import torch
 
 from .cache import use_triton_cache, watch_compilations
-from .functions import bind, tanh_py
+from .forward import alibi_offset
+from .functions import alibi_py, bias_py, bind, tanh_py
 from .runtime import import_triton
 
 __all__ = ["triton_attention_backward"]
@@ -80,14 +83,33 @@ def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, 
     return visible
 
 
-def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP: tl.constexpr,
-                 INPUT_PRECISION: tl.constexpr):
+def _biases_py(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm, stride_bn, alibi_offset,
+               HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """(ALiBi, attn_bias, visible) of a tile: the biases in the base-2 domain as the forward adds them (0.0
+    where absent), and `visible` less the keys attn_bias's -inf hides."""
+    alibi2 = 0.0
+    bias2 = 0.0
+    if HAS_ALIBI:
+        alibi2 = _alibi(offs_m + alibi_offset, cols, slope2, ALIBI_LINEAR)
+    if HAS_BIAS:
+        b = _bias(b_base, offs_m, cols, stride_bm, stride_bn, row_ok, col_ok)
+        visible = visible & (b != float("-inf"))
+        bias2 = b * 1.4426950408889634
+    return alibi2, bias2, visible
+
+
+def _p_and_ds_py(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP: tl.constexpr,
+                 HAS_ALIBI: tl.constexpr, HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """P recomputed from the saved lse (base 2) and dS = P (dP - D), times the cap's slope when capped (dS of
-    the logits before the cap), both fp32, 0 on hidden keys."""
+    the logits before the cap), both fp32, 0 on hidden keys. The biases join after the cap (cap_first)."""
     s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
     if HAS_SOFTCAP:
         t = _tanh(s / softcap2)
         s = softcap2 * t
+    if HAS_ALIBI:
+        s = s + alibi2
+    if HAS_BIAS:
+        s = s + bias2
     p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
     ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
@@ -97,7 +119,7 @@ def _p_and_ds_py(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFT
 
 
 def _dkdv_kernel(
-    Q, K, V, DO, Lse, Delta, DK, DV, Mask,
+    Q, K, V, DO, Lse, Delta, DK, DV, Mask, Slopes, Bias,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -106,10 +128,12 @@ def _dkdv_kernel(
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     stride_mb, stride_mh, stride_mm, stride_mn,
+    stride_sb, stride_sh, stride_bb, stride_bh, stride_bm, stride_bn,
     n_heads_kv, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
-    diagonal, window_left, window_right, chunk, softcap2,
+    diagonal, window_left, window_right, chunk, softcap2, alibi_offset,
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -135,6 +159,10 @@ def _dkdv_kernel(
         l_base = _head(Lse, off_b, off_h, stride_lb, stride_lh)
         d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
         m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
+        b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)
+        slope2 = 0.0
+        if HAS_ALIBI:
+            slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
         for start_m in range(0, n_q, BLOCK_M):
             offs_m = start_m + offs_m0
             row_ok = offs_m < n_q
@@ -146,7 +174,10 @@ def _dkdv_kernel(
                                window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
             # A row with no visible key has lse = -inf: every P of it is 0 through `visible`.
             lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
-            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP, INPUT_PRECISION)
+            alibi2, bias2, visible = _biases(offs_m, offs_n, row_ok, col_ok, visible, slope2, b_base, stride_bm,
+                                             stride_bn, alibi_offset, HAS_ALIBI, ALIBI_LINEAR, HAS_BIAS)
+            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
+                              HAS_ALIBI, HAS_BIAS, INPUT_PRECISION)
             dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
             dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
     dk = dk * scale
@@ -157,7 +188,7 @@ def _dkdv_kernel(
 
 
 def _dq_kernel(
-    Q, K, V, DO, Lse, Delta, DQ, Mask,
+    Q, K, V, DO, Lse, Delta, DQ, Mask, Slopes, Bias,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -165,10 +196,12 @@ def _dq_kernel(
     stride_lb, stride_lh, stride_lm,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     stride_mb, stride_mh, stride_mm, stride_mn,
+    stride_sb, stride_sh, stride_bb, stride_bh, stride_bm, stride_bn,
     n_heads_q, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
-    diagonal, window_left, window_right, chunk, softcap2,
+    diagonal, window_left, window_right, chunk, softcap2, alibi_offset,
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -189,6 +222,10 @@ def _dq_kernel(
     l_base = _head(Lse, off_b, off_h, stride_lb, stride_lh)
     d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
     m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
+    b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)
+    slope2 = 0.0
+    if HAS_ALIBI:
+        slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
     q = _tile(_head(Q, off_b, off_h, stride_qb, stride_qh), offs_m, offs_d, stride_qm, stride_qd, row_ok, d_ok)
     do = _tile(_head(DO, off_b, off_h, stride_dob, stride_doh), offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
     lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
@@ -202,7 +239,10 @@ def _dq_kernel(
         v = _tile(v_base, cols, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
         visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal,
                            window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
-        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, qk_scale, softcap2, HAS_SOFTCAP, INPUT_PRECISION)
+        alibi2, bias2, visible = _biases(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm, stride_bn,
+                                         alibi_offset, HAS_ALIBI, ALIBI_LINEAR, HAS_BIAS)
+        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
+                          HAS_ALIBI, HAS_BIAS, INPUT_PRECISION)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
     dq = dq * scale
     _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,
@@ -220,11 +260,12 @@ def _load():
         if not _JITTED:
             globals()["tl"] = tl_module
             bind(tl_module)
-            globals()["_tanh"] = triton.jit(tanh_py)  # the forward's, for the same bits
-            for helper in (_head_py, _tile_py, _store_tile_py, _visible_py, _p_and_ds_py):
-                globals()[helper.__name__[:-3]] = triton.jit(helper)  # the names the kernels call
+            # The forward's device functions, for the same bits, and the backward's own.
+            for helper in (tanh_py, alibi_py, bias_py, _head_py, _tile_py, _store_tile_py, _visible_py, _biases_py,
+                           _p_and_ds_py):
+                globals()["_" + helper.__name__[:-3].lstrip("_")] = triton.jit(helper)  # the names the kernels call
             sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset",
-                     "diagonal", "window_left", "window_right", "chunk")
+                     "diagonal", "window_left", "window_right", "chunk", "alibi_offset")
             for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
                 params = inspect.signature(fn).parameters
                 skip = tuple(p for p in params if p.startswith("stride_") or p in sizes)
@@ -277,12 +318,14 @@ def _sinks_gradient(sinks, lse, delta):
 
 def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask, shapes, block_m: int,
                               block_n: int, block_d: int, block_dv: int, input_precision: str, softcap=None,
-                              window=None, chunk=None, sinks=None):
+                              window=None, chunk=None, sinks=None, alibi_slopes=None, attn_bias=None,
+                              alibi="symmetric"):
     """(dq, dk, dv, dsinks), the first three in q's dtype, for the forward's ``out`` and ``lse`` and the
     upstream gradient ``do``.
 
-    ``softcap``, ``window`` and ``chunk`` as the forward's host puts them (no inf cap, window sides of -1
-    resolved); ``sinks``: the forward's, when their gradient is wanted (then dsinks, else None).
+    ``softcap``, ``window``, ``chunk``, ``alibi_slopes`` and ``attn_bias`` as the forward's host puts them (no
+    inf cap, window sides of -1 resolved, slopes (B, Hq) fp32, the bias broadcast to (B, Hq, Nq, Nk)), ``alibi`` their
+    mode; ``sinks``: the forward's, when their gradient is wanted (then dsinks, else None).
     """
     triton, dkdv_kernel, dq_kernel = _load()
     B, Hq, Hkv, Nq, Nk = shapes.batch, shapes.heads_q, shapes.heads_kv, shapes.n_q, shapes.n_k
@@ -300,19 +343,25 @@ def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask
         mask, mask_strides = q, (0, 0, 0, 0)
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
     common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, HAS_SOFTCAP=softcap is not None,
-                  HAS_WINDOW=window is not None, HAS_CHUNK=chunk is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
+                  HAS_WINDOW=window is not None, HAS_CHUNK=chunk is not None, HAS_ALIBI=alibi_slopes is not None,
+                  ALIBI_LINEAR=alibi == "linear", HAS_BIAS=attn_bias is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
                   INPUT_PRECISION=input_precision)
     key = (str(q.device), q.dtype, block_m, block_n, *common.values())
     window_left, window_right = (0, 0) if window is None else window  # never read without a window
     sizes = (shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v, causal_offset, scale, scale * _LOG2E,
-             Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E)
+             Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E,
+             alibi_offset(alibi, Nq, Nk))
+    # q is never read as the slopes or the bias (HAS_ALIBI, HAS_BIAS are False then).
+    biases = (q if alibi_slopes is None else alibi_slopes, q if attn_bias is None else attn_bias,
+              *(alibi_slopes.stride() if alibi_slopes is not None else (0, 0)),
+              *(attn_bias.stride() if attn_bias is not None else (0, 0, 0, 0)))
     _launch(triton, dkdv_kernel, lambda bm, bn: (triton.cdiv(Nk, bn), B * Hkv),
-            (q, k, v, do, lse, delta, dk, dv, mask,
+            (q, k, v, do, lse, delta, dk, dv, mask, *biases[:2],
              *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(),
-             *mask_strides, Hkv, *sizes), ("dkdv",) + key, block_m=block_m, block_n=block_n, **common)
+             *mask_strides, *biases[2:], Hkv, *sizes), ("dkdv",) + key, block_m=block_m, block_n=block_n, **common)
     _launch(triton, dq_kernel, lambda bm, bn: (triton.cdiv(Nq, bm), B * Hq),
-            (q, k, v, do, lse, delta, dq, mask,
+            (q, k, v, do, lse, delta, dq, mask, *biases[:2],
              *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dq.stride(),
-             *mask_strides, Hq, *sizes), ("dq",) + key, block_m=block_m, block_n=block_n, **common)
+             *mask_strides, *biases[2:], Hq, *sizes), ("dq",) + key, block_m=block_m, block_n=block_n, **common)
     dsinks = None if sinks is None else _sinks_gradient(sinks, lse, delta)
     return dq, dk, dv, dsinks

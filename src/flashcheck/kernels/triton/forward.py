@@ -3,8 +3,10 @@
 The algorithm, one program per (query tile, batch * query head):
 
 1. score tile      s = (Q_tile @ K_tile^T) * scale * log2(e), fp32 accumulation (base-2 domain);
-                   soft-capped to c tanh(s / c) (c in the base-2 domain too) before any mask
-2. masking         out-of-range keys, causality, the window, the chunk and the boolean mask set s to -inf
+                   soft-capped to c tanh(s / c) (c in the base-2 domain too) before any mask, then
+                   biased: ALiBi and attn_bias, times log2(e), added after the cap (cap_first)
+2. masking         out-of-range keys, causality, the window, the chunk, the boolean mask and attn_bias's
+                   -inf entries set s to -inf
 3. running max     m_new = max(m, rowmax(s))
 4. rescale         alpha = exp2(m - m_new); l = l * alpha + rowsum(p); acc = acc * alpha
 5. P cast          p = exp2(s - m_new) in fp32, rounded to the input dtype for the second matmul
@@ -37,10 +39,10 @@ from ...contract.counts import check_count
 from ...contract.formats import DTYPES
 from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
-from ...contract.variants import Variant
+from ...contract.variants import ALIBI_MODES, Variant
 from ...errors import BackendUnavailable, InvalidArgument
 from .cache import use_triton_cache, watch_compilations
-from .functions import bind, tanh_py
+from .functions import alibi_py, bias_py, bind, tanh_py
 from .runtime import BACKEND_NAME, import_triton
 
 __all__ = [
@@ -72,17 +74,19 @@ INTERPRETER_WRONG_DTYPES = {"bf16": "the Triton interpreter's bf16 tl.dot is wro
 
 
 _SIZE_ARGUMENTS = ("n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset", "diagonal",
-                   "window_left", "window_right", "chunk")
+                   "window_left", "window_right", "chunk", "alibi_offset")
 
 
 def _flash_attention_fwd(
-    Q, K, V, Out, Lse, Mask, Sinks,
+    Q, K, V, Out, Lse, Mask, Sinks, Slopes, Bias,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_lb, stride_lh, stride_lm,
     stride_mb, stride_mh, stride_mm, stride_mn,
+    stride_sb, stride_sh,  # the slopes, (B, Hq) fp32 (stride_sb = 0 for slopes of shape (Hq,))
+    stride_bb, stride_bh, stride_bm, stride_bn,  # attn_bias broadcast to (B, Hq, Nq, Nk): 0 on broadcast dims
     n_heads_q, group, n_q, n_k, head_dim, head_dim_v,
     causal_offset,  # causal: key j is visible to query i iff j <= i + causal_offset
     qk_scale,  # softmax scale * log2(e): scores live in the base-2 domain so exp2 can be used
@@ -90,12 +94,16 @@ def _flash_attention_fwd(
     window_left, window_right,  # window: key j visible to query i iff -left <= j - (i + diagonal) <= right
     chunk,  # chunks: key j visible to query i iff j is in the chunk of position i + diagonal
     softcap2,  # the soft cap c * log2(e): c tanh(s / c) in the base-2 domain
+    alibi_offset,  # ALiBi's distance is j - (i + alibi_offset): Nk - Nq (symmetric), 0 (linear)
     IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     HAS_CHUNK: tl.constexpr,
     HAS_SINKS: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    ALIBI_LINEAR: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -115,6 +123,9 @@ def _flash_attention_fwd(
     o_base = Out + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
     l_base = Lse + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
     m_base = Mask + off_b.to(tl.int64) * stride_mb + off_h.to(tl.int64) * stride_mh
+    b_base = Bias + off_b.to(tl.int64) * stride_bb + off_h.to(tl.int64) * stride_bh
+    if HAS_ALIBI:
+        slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -159,6 +170,12 @@ def _flash_attention_fwd(
         if HAS_SOFTCAP:
             # Before the masks: capped after them, a hidden key's -inf would become -c and get weight.
             s = softcap2 * _tanh(s / softcap2)
+        # The biases after the cap (cap_first, flash-attention's order), in the base-2 domain.
+        if HAS_ALIBI:
+            s = s + _alibi(offs_m + alibi_offset, cols, slope2, ALIBI_LINEAR)
+        if HAS_BIAS:
+            b = _bias(b_base, offs_m, cols, stride_bm, stride_bn, row_ok, col_ok)
+            s = s + b * 1.4426950408889634
 
         # -- 2. masking: tail keys, causality, the window, the chunk, the boolean mask ---------------
         visible = row_ok[:, None] & col_ok[None, :]
@@ -181,6 +198,8 @@ def _flash_attention_fwd(
                 other=0,
             )
             visible = visible & (allowed != 0)
+        if HAS_BIAS:
+            visible = visible & (b != float("-inf"))  # as a mask's False: V not read, a row of them empty
         # where (not an additive -inf bias) so a NaN or inf in a hidden key cannot leak in.
         s = tl.where(visible, s, float("-inf"))
 
@@ -201,7 +220,7 @@ def _flash_attention_fwd(
 
         # -- 6. P @ V ------------------------------------------------------------------------------
         v_ok = col_ok
-        if IS_CAUSAL or HAS_MASK or HAS_WINDOW or HAS_CHUNK:
+        if IS_CAUSAL or HAS_MASK or HAS_WINDOW or HAS_CHUNK or HAS_BIAS:
             # Keys that no row of this tile sees are not read: a NaN stored there (padding) would
             # otherwise turn into 0 * NaN = NaN inside the dot.
             v_ok = v_ok & (tl.max(visible.to(tl.int32), axis=0) > 0)
@@ -262,7 +281,8 @@ def _load():
             triton, tl = import_triton()
             globals()["tl"] = tl  # the kernel's source refers to the global `tl`
             bind(tl)
-            globals()["_tanh"] = triton.jit(tanh_py)  # the name the kernel calls
+            for name, fn in (("_tanh", tanh_py), ("_alibi", alibi_py), ("_bias", bias_py)):
+                globals()[name] = triton.jit(fn)  # the names the kernel calls
             kernel = triton.jit(_flash_attention_fwd, **_JIT_OPTIONS)
             use_triton_cache()
             watch_compilations()  # from the first compilation on
@@ -283,7 +303,12 @@ def _check_block(name: str, value: object) -> int:
     return value
 
 
-def _check_options(*, block_m, block_n, num_warps, num_stages, input_precision) -> None:
+def alibi_offset(alibi: str, n_q: int, n_k: int) -> int:
+    """ALiBi's distance j - (i + offset): symmetric is bottom-right aligned (flash-attention's), linear is not."""
+    return n_k - n_q if alibi == "symmetric" else 0
+
+
+def _check_options(*, block_m, block_n, num_warps, num_stages, input_precision, alibi="symmetric") -> None:
     _check_block("block_m", block_m)
     _check_block("block_n", block_n)
     if num_warps is not None and (isinstance(num_warps, bool) or num_warps not in _NUM_WARPS):
@@ -296,6 +321,10 @@ def _check_options(*, block_m, block_n, num_warps, num_stages, input_precision) 
             f"Use one of {list(INPUT_PRECISIONS)}: 'tf32' (fp32 matmuls as tf32 on the GPU) or "
             "'ieee' (true fp32).",
         )
+    if alibi not in ALIBI_MODES:
+        raise InvalidArgument("alibi", alibi, "unknown ALiBi mode",
+                              f"Use one of {list(ALIBI_MODES)}: 'symmetric' (-slope |i + Nk - Nq - j|, "
+                              "flash-attention's) or 'linear' (slope (j - i)).")
 
 
 def _check_head_dim(name: str, tensor: torch.Tensor, dim: int, what: str, low: int) -> None:
@@ -354,18 +383,54 @@ def _sinks(sinks, q, heads_q: int):
     return sinks.detach().to(torch.float32).contiguous()
 
 
-def _variant_arguments(q, shapes, *, softcap, window, chunk, sinks) -> dict:
+def _on_device(name: str, tensor, q, fix: str) -> None:
+    if tensor.device != q.device:
+        raise InvalidArgument(name, tensor, f"on {tensor.device}, q on {q.device}", fix)
+
+
+def _slopes(slopes, q, shapes):
+    """The ALiBi slopes as the kernels read them, fp32 (B, Hq) (stride 0 over the batch for (Hq,))."""
+    if slopes is None:
+        return None
+    B, Hq = shapes.batch, shapes.heads_q
+    fix = f"Pass alibi_slopes as a float32 tensor of shape ({Hq},) or ({B}, {Hq}) on q's device."
+    if not isinstance(slopes, torch.Tensor) or tuple(slopes.shape) not in ((Hq,), (B, Hq)) \
+            or not slopes.is_floating_point():
+        raise InvalidArgument("alibi_slopes", slopes, f"expected a floating-point tensor of shape ({Hq},) or "
+                              f"({B}, {Hq})", fix)
+    _on_device("alibi_slopes", slopes, q, fix)
+    return slopes.detach().to(torch.float32).expand(B, Hq)
+
+
+def _attn_bias(bias, q, shapes):
+    """attn_bias broadcast to (B, Hq, Nq, Nk) (stride 0 on its broadcast dims, nothing copied), in q's dtype
+    or fp32: the kernels convert it to fp32 as they load it."""
+    if bias is None:
+        return None
+    full = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)
+    fix = f"Pass attn_bias as a tensor broadcastable to {full} (B, Hq, Nq, Nk), in q's dtype or float32, on q's device."
+    if not isinstance(bias, torch.Tensor) or bias.dtype not in (q.dtype, torch.float32) or not 1 <= bias.dim() <= 4:
+        raise InvalidArgument("attn_bias", bias, f"expected a {q.dtype} or float32 tensor of 1 to 4 dims", fix)
+    _on_device("attn_bias", bias, q, fix)
+    try:
+        return torch.broadcast_to(bias.detach(), full)
+    except RuntimeError:
+        raise InvalidArgument("attn_bias", tuple(bias.shape), f"does not broadcast to {full}", fix) from None
+
+
+def _variant_arguments(q, shapes, *, softcap, window, chunk, sinks, alibi_slopes=None, attn_bias=None) -> dict:
     """The variant keywords checked (an InvalidArgument names a bad one) and put as the kernels take them.
 
     softcap: None for no cap, math.inf too (it runs the very code of no cap). window: a side of -1, or one
     reaching past every key, becomes Nk on the left and Nq on the right, the least that reach every key
     (so the kernel's int32 sums cannot overflow); chunk: at most Nk, one chunk then holding every key.
-    sinks: fp32 on q's device.
+    sinks: fp32 on q's device; alibi_slopes: fp32 (B, Hq); attn_bias: broadcast to (B, Hq, Nq, Nk).
     """
     checked = Variant(softcap=softcap, window=window, chunk=chunk)
     n_q, n_k = shapes.n_q, shapes.n_k
     out = dict(softcap=None if checked.softcap == math.inf else checked.softcap, window=None,
-               chunk=None if checked.chunk is None else min(checked.chunk, n_k), sinks=_sinks(sinks, q, shapes.heads_q))
+               chunk=None if checked.chunk is None else min(checked.chunk, n_k), sinks=_sinks(sinks, q, shapes.heads_q),
+               alibi_slopes=_slopes(alibi_slopes, q, shapes), attn_bias=_attn_bias(attn_bias, q, shapes))
     if checked.window is not None:
         left, right = checked.window
         out["window"] = (n_k if left < 0 else min(left, n_k), n_q if right < 0 else min(right, n_q))
@@ -384,6 +449,9 @@ def triton_attention(
     window=None,
     chunk=None,
     sinks=None,
+    alibi_slopes=None,
+    attn_bias=None,
+    alibi: str = "symmetric",
     block_m: int = 64,
     block_n: int = 64,
     num_warps: int | None = None,
@@ -398,7 +466,9 @@ def triton_attention(
 
     The variants of :mod:`flashcheck.contract.variants`: ``softcap=c`` (``math.inf``: no cap),
     ``window=(left, right)`` (-1: unbounded), ``chunk=c`` and ``sinks``, a float32 tensor (Hq,) on q's
-    device (then ``lse = sink`` on rows with no visible key).
+    device (then ``lse = sink`` on rows with no visible key), ``alibi_slopes`` ((Hq,) or (B, Hq), the bias
+    ``alibi`` says: ``"symmetric"`` or ``"linear"``) and ``attn_bias`` (broadcastable to (B, Hq, Nq, Nk), in
+    q's dtype or fp32; -inf hides a key), both added after the cap.
 
     ``block_m``/``block_n`` are the query/key tile sizes; ``num_warps``/``num_stages`` go to the GPU
     launch (None: Triton's default warps, and 3 stages or fewer when the K/V tiles of large head
@@ -410,8 +480,9 @@ def triton_attention(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask
     )
     _check_options(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                   input_precision=input_precision)
-    variant = _variant_arguments(q, shapes, softcap=softcap, window=window, chunk=chunk, sinks=sinks)
+                   input_precision=input_precision, alibi=alibi)
+    variant = _variant_arguments(q, shapes, softcap=softcap, window=window, chunk=chunk, sinks=sinks,
+                                 alibi_slopes=alibi_slopes, attn_bias=attn_bias)
     _check_head_dim("q", q, shapes.head_dim, "head dim D", MIN_HEAD_DIM)
     # Dv only sizes the P @ V output; the padded V tile makes any Dv >= 1 work.
     _check_head_dim("v", v, shapes.head_dim_v, "value head dim Dv", 1)
@@ -439,6 +510,7 @@ def triton_attention(
         mask, mask_strides = q, (0, 0, 0, 0)  # never read: HAS_MASK is False
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
     softcap, window, chunk, sinks = (variant[f] for f in ("softcap", "window", "chunk", "sinks"))
+    slopes, bias = variant["alibi_slopes"], variant["attn_bias"]
     window_left, window_right = (0, 0) if window is None else window  # never read without a window
 
     block_d = _padded(shapes.head_dim)
@@ -453,17 +525,23 @@ def triton_attention(
                                                    block_dv=block_dv, itemsize=q.element_size())
     grid = (triton.cdiv(Nq, block_m), B * Hq)
     kernel[grid](
-        q, k, v, out, lse, mask, q if sinks is None else sinks,  # q is never read as the sinks
+        # q is never read as the sinks, slopes or bias (HAS_SINKS, HAS_ALIBI, HAS_BIAS are False then).
+        q, k, v, out, lse, mask, *(q if t is None else t for t in (sinks, slopes, bias)),
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *mask_strides,
+        *(slopes.stride() if slopes is not None else (0, 0)), *(bias.stride() if bias is not None else (0, 0, 0, 0)),
         Hq, shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v,
         causal_offset, scale * _LOG2E,
         Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E,
+        alibi_offset(alibi, Nq, Nk),
         IS_CAUSAL=causal != "none",
         HAS_MASK=attn_mask is not None,
         HAS_SOFTCAP=softcap is not None,
         HAS_WINDOW=window is not None,
         HAS_CHUNK=chunk is not None,
         HAS_SINKS=sinks is not None,
+        HAS_ALIBI=slopes is not None,
+        ALIBI_LINEAR=alibi == "linear",
+        HAS_BIAS=bias is not None,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_D=block_d,
@@ -500,7 +578,8 @@ class _Differentiable(torch.autograd.Function):
         dq, dk, dv, dsinks = triton_attention_backward(
             q, k, v, out, lse, dout, scale=call["scale"], causal=call["causal"], attn_mask=attn_mask,
             softcap=variant["softcap"], window=variant["window"], chunk=variant["chunk"],
-            sinks=sinks if ctx.needs_input_grad[4] else None,
+            sinks=sinks if ctx.needs_input_grad[4] else None, alibi_slopes=variant["alibi_slopes"],
+            attn_bias=variant["attn_bias"], alibi=options["alibi"],
             shapes=shapes, block_m=options["block_m"], block_n=options["block_n"], block_d=block_d,
             block_dv=_value_tile(shapes.head_dim_v, block_d), input_precision=options["input_precision"])
         return dq, dk, dv, None, dsinks, None, None, None, None
@@ -513,20 +592,23 @@ def make_kernel(
     num_warps: int | None = None,
     num_stages: int | None = None,
     input_precision: str = "tf32",
+    alibi: str = "symmetric",
 ) -> Kernel:
     """The Triton kernel with these options, as a :class:`flashcheck.contract.spec.Kernel` with its spec.
 
     Named ``flashcheck:triton[block_m=..,block_n=..]`` (other options appear when not the default).
+    ``alibi``: the bias it makes of ``alibi_slopes``, ``"symmetric"`` or ``"linear"``.
     """
     _check_options(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                   input_precision=input_precision)
+                   input_precision=input_precision, alibi=alibi)
 
     forward_options = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                           input_precision=input_precision)
+                           input_precision=input_precision, alibi=alibi)
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, softcap=None, window=None, chunk=None,
-                  sinks=None):
-        variant = dict(softcap=softcap, window=window, chunk=chunk)
+                  sinks=None, alibi_slopes=None, attn_bias=None):
+        # The slopes and the bias get no gradient: autograd does not see them inside `variant`.
+        variant = dict(softcap=softcap, window=window, chunk=chunk, alibi_slopes=alibi_slopes, attn_bias=attn_bias)
         if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v, sinks)):
             return _Differentiable.apply(q, k, v, attn_mask, sinks, scale, causal, variant, forward_options)
         return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, sinks=sinks, **variant,
@@ -539,6 +621,8 @@ def make_kernel(
         options.append(f"num_stages={num_stages}")
     if input_precision != "tf32":
         options.append(f"input_precision={input_precision}")
+    if alibi != "symmetric":
+        options.append(f"alibi={alibi}")
     spec = KernelSpec(
         dtypes=DTYPES,
         causal=CAUSAL_MODES,
@@ -554,6 +638,10 @@ def make_kernel(
         backward=True,  # kernels/triton/backward.py: no atomics, a fixed order of sums
         deterministic_backward=True,
         softcap=True,
+        alibi=alibi,
+        attn_bias=True,
+        fp32_bias=True,
+        bias_order="cap_first",  # the kernel adds its biases after the cap
         window=True,
         chunk=True,
         sinks=True,

@@ -1,10 +1,10 @@
 """Triton device functions the forward and backward kernels share, so that both compute the very same bits
-(the backward recomputes the forward's capped logits). Written at module level and jitted by the kernels'
-loaders after :func:`bind` has given them the ``tl`` their source refers to, as the kernels are."""
+(the backward recomputes the forward's capped and biased logits). Written at module level and jitted by the
+kernels' loaders after :func:`bind` has given them the ``tl`` their source refers to, as the kernels are."""
 
 from __future__ import annotations
 
-__all__ = ["bind", "tanh_py"]
+__all__ = ["alibi_py", "bias_py", "bind", "tanh_py"]
 
 
 def bind(tl_module) -> None:
@@ -24,3 +24,19 @@ def tanh_py(x):
                                                                               + b2 * 0.021869488536155203)))
     t = tl.where(a < 0.25, small, (1.0 - e) / (1.0 + e))  # noqa: F821
     return tl.where(x < 0, -t, t)  # noqa: F821
+
+
+def alibi_py(pos, cols, slope2, LINEAR: tl.constexpr):  # noqa: F821
+    """ALiBi of a tile in the base-2 domain, fp32: ``-slope2 |pos - j|`` (symmetric; pos = i + Nk - Nq, flash-
+    attention's) or ``slope2 (j - pos)`` (linear; pos = i). The caller aligns ``pos`` and loads the slope."""
+    d = (cols[None, :] - pos[:, None]).to(tl.float32)  # noqa: F821
+    if LINEAR:
+        return slope2 * d
+    return -slope2 * tl.abs(d)  # noqa: F821
+
+
+def bias_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok):
+    """An attn_bias tile in fp32 (whatever its dtype: an fp32 bias with fp16 inputs keeps its bits); out-of-range
+    elements load as 0."""
+    return tl.load(base + rows[:, None] * stride_r + cols[None, :] * stride_c,  # noqa: F821
+                   mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)  # noqa: F821

@@ -129,7 +129,7 @@ def _module(name: str):
 
 
 def load_mutant(name: str, *, block_m: int = 64, block_n: int = 64, num_warps: int | None = None,
-                num_stages: int | None = None, input_precision: str = "tf32") -> Kernel:
+                num_stages: int | None = None, input_precision: str = "tf32", alibi: str = "symmetric") -> Kernel:
     """The kernel of mutant ``name`` with these tile options, under the correct kernel's spec.
 
     Named ``flashcheck:triton~<name>[block_m=..,block_n=..]``. On CPU tensors it runs under the
@@ -139,7 +139,7 @@ def load_mutant(name: str, *, block_m: int = 64, block_n: int = 64, num_warps: i
     from . import forward as triton_flash
 
     options = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                   input_precision=input_precision)
+                   input_precision=input_precision, alibi=alibi)
     correct = triton_flash.make_kernel(**options)  # validates the options and gives the promised spec
     made = _module(name).make_kernel(**options)
     base = BACKEND_NAME

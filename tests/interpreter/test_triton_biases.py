@@ -1,0 +1,182 @@
+"""flashcheck:triton's biases (ALiBi and attn_bias) under the Triton interpreter: the forward and the gradients
+against float64 attention written from the contract's formulas (test_triton_variants.reference), within that
+file's one tolerance (:func:`ratio`); the bits of a bias that is another call in disguise, bad arguments and
+the linear ALiBi option.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.kernels.triton.forward import make_kernel
+
+from .test_triton_variants import BLOCK, F16, F32, NEG_INF, ROUNDOFF, D, backward_ratio, ratio, reference
+
+pytestmark = pytest.mark.interpreter
+
+DTYPES = pytest.mark.parametrize("dtype", [F16, F32], ids=["fp16", "fp32"])
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(alibi="symmetric"):
+    return make_kernel(block_m=BLOCK, block_n=BLOCK, input_precision="ieee", alibi=alibi)
+
+
+@dataclass(frozen=True)
+class BiasCase:
+    n_q: int = 40
+    n_k: int = 40
+    batch: int = 2
+    heads: tuple = (2, 1)  # (Hq, Hkv): GQA throughout
+    scale: float = 0.5
+    causal: str = "none"
+    slopes: tuple | None = None  # (Hq,) or (B, Hq), as nested tuples
+    bias: tuple | None = None  # attn_bias's shape, broadcastable to (B, Hq, Nq, Nk)
+    hide: float = 0.0  # the share of attn_bias's entries that are -inf
+    empty_row: bool = False  # attn_bias hides every key of its first row (of every row where Nq broadcasts)
+    fp32_bias: bool = False  # an fp32 bias whatever the inputs' dtype
+    alibi: str = "symmetric"
+    more: dict = field(default_factory=dict)  # softcap, window, ... as the kernel takes them
+
+    def inputs(self, dtype, seed=0):
+        """(q, k, v, the kernel's keywords)."""
+        g = torch.Generator().manual_seed(seed)
+        hq, hkv = self.heads
+        q = torch.randn(self.batch, hq, self.n_q, D, generator=g).to(dtype)
+        k = torch.randn(self.batch, hkv, self.n_k, D, generator=g).to(dtype)
+        v = torch.randn(self.batch, hkv, self.n_k, D, generator=g).to(dtype)
+        call = dict(scale=self.scale, causal=self.causal, **self.more)
+        if self.slopes is not None:
+            call["alibi_slopes"] = torch.tensor(self.slopes, dtype=F32)
+        if self.bias is not None:
+            bias = 2 * torch.randn(self.bias, generator=g)
+            bias = bias.masked_fill(torch.rand(self.bias, generator=g) < self.hide, NEG_INF)
+            if self.empty_row:
+                bias.view(-1, self.bias[-1])[0] = NEG_INF
+            call["attn_bias"] = bias.to(F32 if self.fp32_bias else dtype)
+        return q, k, v, call
+
+    def want(self, q, k, v, call):
+        return reference(q, k, v, **call, alibi=self.alibi)
+
+
+CASES = {
+    "alibi": BiasCase(slopes=(0.25, 1.0)),
+    "alibi_per_batch_q_lt_k": BiasCase(n_q=24, n_k=50, slopes=((0.1, 0.5), (1.0, 0.3))),
+    "alibi_q_gt_k_causal": BiasCase(n_q=50, n_k=20, causal="bottom_right", slopes=(0.5, 0.2)),  # rows 0..29 empty
+    "alibi_linear": BiasCase(n_q=24, n_k=40, slopes=(0.25, -0.5), alibi="linear"),
+    "bias_heads": BiasCase(bias=(1, 2, 1, 40)),
+    "bias_rows": BiasCase(bias=(2, 1, 40, 40)),
+    "bias_hidden_empty_row": BiasCase(n_q=33, n_k=45, bias=(2, 1, 33, 45), hide=0.3, empty_row=True),
+    "bias_2d_fp32": BiasCase(n_q=24, n_k=40, bias=(24, 40), fp32_bias=True),
+    "alibi_bias_softcap": BiasCase(n_q=45, n_k=60, scale=1.0, slopes=(0.3, 0.1), bias=(2, 2, 45, 60), hide=0.2,
+                                   more=dict(softcap=2.0)),
+    "alibi_bias_window_causal": BiasCase(n_q=40, n_k=52, causal="bottom_right", slopes=((0.2, 0.4), (0.6, 0.1)),
+                                         bias=(1, 2, 40, 1), empty_row=True, more=dict(softcap=3.0, window=(20, 0))),
+}
+
+
+def forward_ratio(kernel, case: BiasCase, dtype) -> float:
+    q, k, v, call = case.inputs(dtype)
+    out, _ = kernel(q, k, v, **call)
+    want = case.want(q, k, v, call)
+    return ratio(out, want, u=ROUNDOFF[dtype], scale=float(want.abs().max()) or 1.0)
+
+
+@DTYPES
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_forward_matches_float64(name, dtype):
+    case = CASES[name]
+    assert forward_ratio(_kernel(case.alibi), case, dtype) <= 1.0
+
+
+def test_a_row_the_bias_hides_entirely_gives_zero_and_lse_minus_inf():
+    case = CASES["bias_hidden_empty_row"]
+    q, k, v, call = case.inputs(F32)
+    out, lse = _kernel()(q, k, v, **call)
+    assert torch.equal(out[0, :, 0], torch.zeros_like(out[0, :, 0]))  # the bias's row 0 of batch 0, every head
+    assert bool((lse[0, :, 0] == NEG_INF).all()) and bool(torch.isfinite(lse[1]).all())
+
+
+def _same_bits(a, b):
+    return all(torch.equal(x.view(torch.int16 if x.dtype == F16 else torch.int32),
+                           y.view(torch.int16 if y.dtype == F16 else torch.int32)) for x, y in zip(a, b))
+
+
+@DTYPES
+def test_zero_biases_and_a_bias_of_minus_inf_are_the_plain_and_masked_calls(dtype):
+    case = BiasCase(n_q=24, n_k=45)
+    q, k, v, call = case.inputs(dtype)
+    kernel = _kernel()
+    plain = kernel(q, k, v, **call)
+    zeros = dict(alibi_slopes=torch.zeros(2), attn_bias=torch.zeros(1, dtype=dtype))
+    assert _same_bits(kernel(q, k, v, **call, **zeros), plain)
+    mask = torch.rand(2, 1, 24, 45, generator=torch.Generator().manual_seed(3)) < 0.6
+    mask[0, 0, 5] = False
+    bias = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, NEG_INF)
+    assert _same_bits(kernel(q, k, v, **call, attn_bias=bias), kernel(q, k, v, **call, attn_mask=mask))
+
+
+@pytest.mark.parametrize("argument,value", [
+    ("alibi_slopes", torch.zeros(3)), ("alibi_slopes", torch.zeros(2, 2, 1)),
+    ("alibi_slopes", torch.zeros(2, dtype=torch.int32)), ("alibi_slopes", [0.5, 0.5]),
+    ("attn_bias", torch.zeros(3, 40)), ("attn_bias", torch.zeros(40, dtype=torch.float16)),
+    ("attn_bias", torch.zeros(1, 1, 1, 1, 40)), ("attn_bias", 0.0),
+])
+def test_a_bad_bias_argument_is_named(argument, value):
+    q, k, v, call = BiasCase().inputs(F32)
+    with pytest.raises(InvalidArgument) as raised:
+        _kernel()(q, k, v, **call, **{argument: value})
+    assert raised.value.argument == argument
+
+
+def test_the_alibi_mode_is_an_option_the_name_and_spec_carry():
+    linear = resolve_kernel("flashcheck:triton[block_m=16,block_n=16,alibi=linear]", device="cpu")
+    assert linear.spec.alibi == "linear" and "alibi=linear" in linear.name
+    default = resolve_kernel("flashcheck:triton[block_m=16,block_n=16]", device="cpu")
+    assert default.spec.alibi == "symmetric" and "alibi" not in default.name
+    assert default.spec.attn_bias and default.spec.fp32_bias and default.spec.bias_order == "cap_first"
+    with pytest.raises(InvalidArgument) as raised:
+        make_kernel(alibi="asymmetric")
+    assert raised.value.argument == "alibi"
+
+
+# -- gradients -------------------------------------------------------------------------------------------------
+
+
+def gradients(kernel, case: BiasCase, dtype, seed=0):
+    """(got, want): the kernel's dQ, dK, dV for a random dO, and float64 autograd's."""
+    q, k, v, call = case.inputs(dtype, seed)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, _ = kernel(*leaves, **call)
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 7)).to(dtype)
+    got = torch.autograd.grad(out, leaves, do)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    return got, torch.autograd.grad(case.want(*exact, call), exact, do.double())
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["alibi", "alibi_per_batch_q_lt_k", "alibi_q_gt_k_causal", "alibi_linear",
+                                  "bias_rows", "bias_hidden_empty_row", "bias_2d_fp32", "alibi_bias_softcap",
+                                  "alibi_bias_window_causal"])
+def test_gradients_match_float64_autograd(name, dtype):
+    case = CASES[name]
+    got, want = gradients(_kernel(case.alibi), case, dtype)
+    assert [g.dtype for g in got] == [dtype] * 3
+    assert backward_ratio(got, want, dtype) <= 1.0
+
+
+def test_the_bias_gets_no_gradient():
+    q, k, v, call = CASES["bias_heads"].inputs(F32)
+    bias = call.pop("attn_bias").requires_grad_()
+    q.requires_grad_()
+    out, _ = _kernel()(q, k, v, **call, attn_bias=bias)
+    out.sum().backward()
+    assert q.grad is not None and bias.grad is None
+
