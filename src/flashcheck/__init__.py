@@ -29,7 +29,7 @@ _PUBLIC = {
     "audit_gradients": ("numerics.gradients", "audit_gradients"),
     "reference_gradients": ("numerics.gradients", "reference_gradients"),
     "Reference": ("numerics.oracle", "Reference"),
-    "audit_reference": ("numerics.oracle", "audit_reference"),
+    "audit_reference": ("numerics.audit", "audit_reference"),
     "reference_attention": ("numerics.oracle", "reference_attention"),
     "PRECISIONS": ("contract.precision", "PRESETS"),
     "Precision": ("contract.precision", "Precision"),

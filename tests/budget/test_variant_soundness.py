@@ -17,10 +17,11 @@ from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 from flashcheck.inputs.strategies import recipes
 from flashcheck.judge.backward import compare_gradients
 from flashcheck.judge.comparison import compare
+from flashcheck.numerics.audit import audit_reference
 from flashcheck.numerics.budget import error_budget
 from flashcheck.numerics.gradient_budget import gradient_budget
 from flashcheck.numerics.gradients import audit_gradients
-from flashcheck.numerics.oracle import audit_reference, reference_attention
+from flashcheck.numerics.oracle import reference_attention
 from flashcheck.numerics.twin import twin_attention
 
 VARIANTS = KernelSpec(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,

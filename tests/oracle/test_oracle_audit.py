@@ -13,9 +13,10 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from flashcheck.numerics.oracle import audit_reference, reference_attention
-from flashcheck.inputs.regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
 from flashcheck.contract.validation import CAUSAL_MODES, Shapes
+from flashcheck.inputs.regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
+from flashcheck.numerics.audit import audit_reference
+from flashcheck.numerics.oracle import reference_attention
 
 AUDIT_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -11,8 +11,9 @@ import torch
 
 import flashcheck
 from flashcheck import AttentionCase, Variant
+from flashcheck.numerics.audit import audit_reference
 from flashcheck.numerics.gradients import audit_gradients, reference_gradients
-from flashcheck.numerics.oracle import audit_reference, reference_attention
+from flashcheck.numerics.oracle import reference_attention
 
 B, HQ, HKV, NQ, NK, D = 2, 4, 2, 5, 7, 8
 
@@ -98,8 +99,9 @@ def _kernel(q, k, v, *, scale, causal, attn_mask=None, softcap=None, alibi_slope
             sinks=None, mistake=None):
     alibi = Variant(alibi_slopes=alibi_slopes)  # (Variant holds copies: the bias and sinks stay leaves)
     n_q, n_k = q.shape[2], k.shape[2]
-    alibi = None if alibi_slopes is None else alibi.bias(n_q, n_k + (mistake == "alibi_off_by_one"),
-                                                         torch.arange(n_q), "cpu")[..., -n_k:]
+    alibi = None if alibi_slopes is None else alibi.bias(n_q, n_k, torch.arange(n_q), "cpu")
+    if mistake == "alibi_off_by_one":  # -slope (|i' - j| + 1)
+        alibi = alibi - alibi_slopes.double().view(1, -1, 1, 1)
     if mistake == "bias_scaled":
         attn_bias = attn_bias * scale
     if attn_bias is None:
@@ -119,7 +121,7 @@ def _direct_autograd(q, k, v, scale, softcap, alibi, bias, sinks):
     group = q.shape[1] // k.shape[1]
     s = q.double() @ k.double().repeat_interleave(group, 1).transpose(-1, -2) * scale
     bias = bias.double()
-    s = softcap * torch.tanh(s / softcap) if softcap else s  # the cap first
+    s = softcap * torch.tanh(s / softcap) if softcap not in (None, math.inf) else s  # the cap first
     s = s if alibi is None else s + alibi
     s = s + bias.masked_fill(bias == -math.inf, 0.0)
     s = s.masked_fill(bias == -math.inf, -math.inf)
@@ -162,10 +164,18 @@ def test_a_correct_kernel_with_cap_alibi_bias_and_sinks_passes_forward_and_backw
     assert {"dbias", "dsinks"} <= set(verdict.ratios), verdict.ratios
 
 
-@pytest.mark.parametrize("mistake", ["alibi_off_by_one", "bias_scaled"])
-def test_a_kernel_wrong_in_its_bias_is_a_bug(mistake):
-    verdict = flashcheck.check(_spec_kernel(mistake), _case(softcap=None, sinks=None), device="cpu")
-    assert verdict.status == "BUG", str(verdict)
+@pytest.mark.parametrize("mistake, named", [("alibi_off_by_one", "ALiBi one key off (distance + 1)"),
+                                            ("bias_scaled", "attn_bias multiplied by the softmax scale")])
+def test_a_kernel_wrong_in_its_bias_is_a_bug_and_the_diagnosis_names_the_mistake(mistake, named):
+    verdict = flashcheck.check(_spec_kernel(mistake), _case(), device="cpu")
+    assert verdict.status == "BUG" and named in verdict.findings[0].diagnosis, str(verdict)
+
+
+def test_alibi_one_key_off_without_cap_or_sink_moves_only_the_lse():
+    # Without a cap or a sink, one more key of distance is a constant per row: the output is exact, the lse
+    # moves by the slope.
+    verdict = flashcheck.check(_spec_kernel("alibi_off_by_one"), _case(softcap=None, sinks=None), device="cpu")
+    assert verdict.status == "BUG" and [f.kind for f in verdict.findings] == ["lse"], str(verdict)
 
 
 @pytest.mark.parametrize("mistake, gradient", [("dbias_negated", "dbias"), ("dsinks_negated", "dsinks")])

@@ -15,6 +15,7 @@ import torch
 from ..contract.formats import format_of
 from ..contract.validation import Shapes
 from ..contract.variants import Variant
+from .variant_misreads import compose, misread_logits, row_biases
 
 __all__ = ["describe_ranges", "describe_rows", "diagnose_elements", "first_index", "growth_with_length",
            "which_keys"]
@@ -166,6 +167,10 @@ class _KeyRow:
     scale: float = 1.0
     sink: float | None = None  # this head's sink logit
     u_out: float = 0.0  # the unit roundoff of the kernel's output
+    alibi: torch.Tensor | None = None  # (Nk,) this row's ALiBi term
+    bias: torch.Tensor | None = None  # (Nk,) this row's attn_bias (0 where it hides a key)
+    b: int = 0  # the batch entry and query head
+    h: int = 0
 
     @classmethod
     def at(cls, got, inputs: dict, index: tuple, budget, row: int | None) -> "_KeyRow | None":
@@ -187,12 +192,20 @@ class _KeyRow:
             seen = seen & torch.broadcast_to(mask.cpu().bool(), (B, Hq, Nq, Nk))[b, h, i]
         if not bool(seen.any()):
             return None
+        alibi, bias = row_biases(variant, b, h, i, Nq, Nk)
+        if bias is not None:
+            seen = seen & (bias > -math.inf)
+            bias = bias.masked_fill(bias == -math.inf, 0.0)
+        if not bool(seen.any()):
+            return None
         dots = k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()
         sink = None if variant.sinks is None else float(variant.sinks[h])
-        return cls(i, Nq, inputs["causal"], seen, _capped(dots * float(inputs["scale"]), variant.softcap),
+        scale = float(inputs["scale"])
+        return cls(i, Nq, inputs["causal"], seen, compose(dots * scale, alibi, bias, variant.softcap,
+                                                          variant.bias_order),
                    v[b, h // group].cpu().double(), got.detach().cpu().double(), budget.detach().cpu().double(),
-                   variant, dots, float(inputs["scale"]), None if sink == -math.inf else sink,
-                   format_of(q.dtype).unit_roundoff)
+                   variant, dots, scale, None if sink == -math.inf else sink, format_of(q.dtype).unit_roundoff,
+                   alibi, bias, b, h)
 
     @property
     def n_k(self) -> int:
@@ -257,10 +270,6 @@ class _KeyRow:
 
     def is_own_attention(self) -> bool:
         return float(self.fits(self.output(self.seen)[None])[0]) <= 1
-
-
-def _capped(scores: torch.Tensor, softcap) -> torch.Tensor:
-    return scores if softcap in (None, math.inf) else softcap * torch.tanh(scores / softcap)
 
 
 # A candidate is (keys changed, err/budget, description): the fewest keys changed that explain the row,
@@ -333,15 +342,14 @@ def _one_masked_out_key_let_in(row: _KeyRow) -> tuple | None:
 
 def _variant_misread(row: _KeyRow) -> tuple | None:
     """The visible keys, with the variant misread: the sink left out of the sum, the cap applied to the
-    unscaled logits (and the scale after it), or no cap at all."""
+    unscaled logits (and the scale after it), no cap at all, and ALiBi's and the bias's mistakes."""
     outs, names = [], []
     if row.sink is not None:
         outs.append(row.output(row.seen, with_sink=False))
         names.append("the sink left out of the sum (sink ignored)")
-    cap = row.variant.softcap
-    if cap not in (None, math.inf):
-        outs += [row.output(row.seen, _capped(row.dots, cap) * row.scale), row.output(row.seen, row.dots * row.scale)]
-        names += ["the cap applied to the unscaled logits", "no cap (softcap ignored)"]
+    for what, logits in misread_logits(row):
+        outs.append(row.output(row.seen, logits))
+        names.append(what)
     if not outs:
         return None
     return _best(row.fits(torch.stack(outs)), torch.ones(len(outs), dtype=torch.bool),

@@ -1,7 +1,7 @@
 """The mpmath oracle: attention with ``dps`` decimal digits, row by row, the auditor of the float64 one.
 
 mpmath costs about 0.5 us per multiply-add and 3 us per exp at 50 digits, so it checks the float64
-oracle (:func:`flashcheck.numerics.oracle.audit_reference`) and is never the hot path. It computes the
+oracle (:func:`flashcheck.numerics.audit.audit_reference`) and is never the hot path. It computes the
 same quantities as :func:`~flashcheck.numerics.oracle.reference_attention`, variants included: the cap with
 mpmath's tanh, the sink in each row's sum.
 """
