@@ -17,6 +17,11 @@ How the calling convention maps onto SDPA:
   with it, since SDPA takes only one of the two.
 - A boolean ``attn_mask`` is passed as is (True = attend, SDPA's convention), reshaped to 4-d
   because some backends take only 2-d or 4-d masks.
+- ``attn_bias`` and ALiBi (where the spec declares them) go into a float ``attn_mask``, which SDPA adds
+  to the scaled logits; the boolean mask and the causal alignment join it as -inf (see ``_float_mask``).
+  Declared for math and CPU flash (fp32 masks with fp16/bf16 inputs accepted) and CUDA's efficient
+  backend (the bias in the inputs' dtype only). Not declared for cuDNN: it took an fp32 mask with fp16
+  inputs and returned NaN (torch 2.11, H200), though a mask in the inputs' dtype gave the right rows.
 - GQA (Hq != Hkv) uses ``enable_gqa=True``; the memory-efficient backend refuses that, so its
   adapter repeats K and V over the query heads (an exact copy; the numerics are unchanged).
 - The fused backends refuse tensors whose last dimension is not unit-stride; the adapter copies
@@ -34,6 +39,7 @@ wrong rows (errors of order 1) and non-zero empty rows (torch 2.11, H200).
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import warnings
 
@@ -65,6 +71,10 @@ NO_CUDA_FIX = "Run on a GPU machine or use --device cpu with torch:math or flash
 # switch, and so do the upcast copies of fp16/bf16 inputs: with TF32 on, Q*sqrt(scale), K*sqrt(scale)
 # and P are all rounded to tf32 inside the matmuls, whatever the input dtype.
 UPCAST_TF32 = Precision("upcast-tf32", tf32=True, p_dtype="fp32", rescales_per_tile=False, scale_on_inputs=True)
+
+# The backends whose float attn_mask takes fp32 with fp16/bf16 inputs (torch 2.13, CPU): attn_bias and
+# symmetric ALiBi go in one float mask (see _float_mask).
+_FLOAT_MASK = dict(attn_bias=True, fp32_bias=True, alibi="symmetric")
 
 _MULTIPLES_OF_8 = lambda top: tuple(range(8, top + 1, 8))  # noqa: E731
 
@@ -119,7 +129,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dv_equals_d=False, fully_masked_rows="zero",
             precision=UPCAST_TF32 if fp32_mode == "tf32" else "upcast", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
-            backward=True,
+            backward=True, **_FLOAT_MASK,
         )
     if name == "torch:flash" and device_type == "cpu":
         # PyTorch's own tiled CPU kernel takes everything the math backend does except Dv != D.
@@ -127,7 +137,7 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,
             dv_equals_d=True, fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
-            backward=True,
+            backward=True, **_FLOAT_MASK,
             # Known defect (torch 2.13): NaN for a negative scale with causal masking.
             # tests/unit/test_sdpa_adapters.py keeps it visible.
             excludes=("negative_scale",),
@@ -157,6 +167,9 @@ def _spec(name: str, device_type: str, fp32_mode: str) -> KernelSpec:
             fully_masked_rows="zero", precision="flash", devices=dev,
             nan_safe_masking=False,  # P @ V reads every key: 0 * NaN = NaN
             backward=True, deterministic_backward=False,  # PyTorch documents its backward as nondeterministic
+            # A float mask only in the inputs' dtype ("invalid dtype for bias - should match query's dtype"
+            # for fp32 with fp16 inputs), so no ALiBi, which would be rounded to it (torch 2.11, H200).
+            attn_bias=True,
             # Known defects (torch 2.11, H200): wrong rows with causal_lower_right when Nq > Nk, and wrong,
             # nondeterministic rows when K/V heads are stride-0 views. tests/gpu/test_sdpa_gpu.py keeps them.
             excludes=("bottom_right_more_queries", "stride0_heads"),
@@ -242,6 +255,28 @@ def _as_4d(mask: torch.Tensor) -> torch.Tensor:
     return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)) if mask.dim() < 4 else mask
 
 
+def _float_mask(bias, slopes, attn_mask, causal: str, shapes, dtype, device) -> torch.Tensor:
+    """SDPA's float attn_mask, added to the scaled logits: ``attn_bias`` plus symmetric ALiBi, -inf where the
+    boolean mask or the causal alignment hides a key (SDPA takes one mask, and is_causal not with it).
+    In fp32 (SDPA's other accepted float dtype) where the bias is fp32 or ALiBi is used, so that ALiBi
+    is rounded once, in fp32; else in the inputs' dtype, where adding 0 and -inf to the bias is exact."""
+    Nq, Nk = shapes.n_q, shapes.n_k
+    full = (shapes.batch, shapes.heads_q, Nq, Nk)
+    wide = slopes is not None or (bias is not None and bias.dtype == torch.float32)
+    out = torch.zeros((), dtype=torch.float32 if wide else dtype, device=device)
+    if slopes is not None:  # -slope |i + Nk - Nq - j|, flash-attention's
+        i = torch.arange(Nq, device=device).view(-1, 1)
+        distance = (i + (Nk - Nq) - torch.arange(Nk, device=device)).abs().float()
+        slopes = slopes.to(device, torch.float32)
+        out = -slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * distance
+    if bias is not None:
+        out = out + _as_4d(bias.to(device))
+    visible = materialize(causal_mask_fn(causal, Nq, Nk), (1, 1, Nq, Nk), device=device)
+    if attn_mask is not None:
+        visible = visible & _as_4d(attn_mask)
+    return torch.where(visible, out, torch.tensor(-math.inf, dtype=out.dtype, device=device)).expand(full)
+
+
 def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
     """The SDPA backend ``name`` (a key of :data:`SDPA_KERNELS`) as a kernel for ``device``.
 
@@ -262,7 +297,7 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
     # through causal_lower_right; every other backend gets the boolean mask it would build from it.
     native_lower_right = device == "cuda" and name in ("torch:flash", "torch:efficient")
 
-    def attention(q, k, v, *, scale, causal="none", attn_mask=None):
+    def attention(q, k, v, *, scale, causal="none", attn_mask=None, attn_bias=None, alibi_slopes=None):
         q, k, v, scale, causal, attn_mask, shapes = validated_call(
             name, device, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
         # The declared precision read the TF32 switch when the kernel was made; refuse, rather than
@@ -289,7 +324,9 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
             kwargs = {"scale": scale}
             if shapes.heads_q != shapes.heads_kv and native_gqa:
                 kwargs["enable_gqa"] = True
-            if attn_mask is not None:
+            if attn_bias is not None or alibi_slopes is not None:
+                kwargs["attn_mask"] = _float_mask(attn_bias, alibi_slopes, attn_mask, causal, shapes, q.dtype, q.device)
+            elif attn_mask is not None:
                 mask = _as_4d(attn_mask)
                 if causal != "none":
                     mask = mask & materialize(causal_mask_fn(causal, Nq, Nk), (1, 1, Nq, Nk), device=q.device)
