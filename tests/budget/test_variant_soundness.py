@@ -1,7 +1,8 @@
 """The budget stays sound on the attention variants: legal kernels (the precision-faithful twin at several
 tilings and key orders, its tanh correctly rounded or built from exp) stay inside it on soft-capped logits,
-windows, chunks and sinks, and the float64 oracle's own bounds, forward and backward, hold against mpmath on
-them (tanh and its slope included)."""
+ALiBi (both modes) and float biases (before and after the cap), windows, chunks and sinks, and the float64
+oracle's own bounds, forward and backward (dBias and dSinks included), hold against mpmath on them (tanh and
+its slope included)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,16 @@ from flashcheck.numerics.oracle import reference_attention
 from flashcheck.numerics.twin import twin_attention
 
 VARIANTS = KernelSpec(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
-                      min_head_dim=1, max_head_dim=96, softcap=True, window=True, chunk=True, sinks=True)
-SWEEP = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+                      min_head_dim=1, max_head_dim=96, softcap=True, window=True, chunk=True, sinks=True,
+                      alibi="symmetric", attn_bias=True, fp32_bias=True)
+# The other ALiBi mode and the other order of cap and bias.
+OTHER_ORDER = VARIANTS.replace(alibi="linear", bias_order="bias_first")
+SWEEP = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
 @SWEEP
-@given(recipe=recipes(spec=VARIANTS, max_n=80, max_heads=2, layouts=["contiguous"]),
+@given(recipe=st.one_of(recipes(spec=VARIANTS, max_n=80, max_heads=2, layouts=["contiguous"]),
+                        recipes(spec=OTHER_ORDER, max_n=80, max_heads=2, layouts=["contiguous"])),
        tiles=st.sampled_from([(16, 16), (32, 64), (64, 32)]), precision=st.sampled_from(sorted(PRESETS)),
        shuffle=st.booleans(), tanh_from_exp=st.booleans())
 def test_legal_reorderings_of_variants_stay_inside_the_budget(recipe, tiles, precision, shuffle, tanh_from_exp):
@@ -47,8 +52,8 @@ def test_legal_reorderings_of_variants_stay_inside_the_budget(recipe, tiles, pre
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(recipe=recipes(spec=VARIANTS.replace(max_head_dim=16), max_n=12, max_heads=2, max_batch=1,
-                      layouts=["contiguous"]))
+@given(recipe=st.one_of(*(recipes(spec=spec.replace(max_head_dim=16), max_n=12, max_heads=2, max_batch=1,
+                                 layouts=["contiguous"]) for spec in (VARIANTS, OTHER_ORDER))))
 def test_the_oracle_bound_holds_against_mpmath_on_variants(recipe):
     case = recipe.build()
     audit = audit_reference(case.q, case.k, case.v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
@@ -57,8 +62,8 @@ def test_the_oracle_bound_holds_against_mpmath_on_variants(recipe):
 
 
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(recipe=recipes(spec=VARIANTS.replace(max_head_dim=16), max_n=10, max_heads=2, max_batch=1,
-                      layouts=["contiguous"]),
+@given(recipe=st.one_of(*(recipes(spec=spec.replace(max_head_dim=16), max_n=10, max_heads=2, max_batch=1,
+                                 layouts=["contiguous"]) for spec in (VARIANTS, OTHER_ORDER))),
        upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
 def test_the_gradient_oracle_bound_holds_against_mpmath_on_variants(recipe, upstream):
     case = recipe.build()

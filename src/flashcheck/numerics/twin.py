@@ -78,7 +78,8 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
             raise InvalidArgument("key_order", key_order, "not a permutation of the keys",
                                   f"Pass a permutation of range({s.n_k}).")
         kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
-        scores.bias = None if scores.bias is None else scores.bias[..., order]
+        if scores.bias is not None and scores.bias.shape[-1] > 1:  # a bias broadcast along the keys stays
+            scores.bias = scores.bias[..., order]
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
