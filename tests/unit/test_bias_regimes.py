@@ -172,3 +172,12 @@ def test_a_saved_bias_whose_dtype_disagrees_with_its_json_is_refused(tmp_path):
     json_path.write_text(json.dumps(meta))
     with pytest.raises(CaseFormatError, match="'attn_bias' has dtype 'fp64'"):
         AttentionCase.load(json_path)
+
+
+def test_a_row_the_bias_hides_is_empty_unless_a_finite_sink_takes_it():
+    bias = torch.zeros(9, 13, dtype=torch.float16)
+    bias[2] = -math.inf
+    empty = _case(bias).empty_rows()
+    assert empty[..., 2].all() and int(empty.sum()) == 2 * 4
+    sinks = torch.tensor([0.5, -math.inf, 1.0, -math.inf])
+    assert torch.equal(_case(bias, sinks=sinks).empty_rows()[:, :, 2], sinks.isinf().expand(2, 4))
