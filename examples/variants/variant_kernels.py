@@ -1,14 +1,18 @@
-"""A plain PyTorch attention kernel with soft-capping, a sliding window, chunks and sinks, and three copies
-of it with one defect each, as kernel authors write them.
+"""A plain PyTorch attention kernel with soft-capping, ALiBi, an additive bias, a sliding window, chunks and
+sinks, and copies of it with one defect each, as kernel authors write them.
 
 Each kernel follows flashcheck's calling convention: ``kernel(q, k, v, *, scale, causal, attn_mask=None,
-softcap=None, window=None, chunk=None, sinks=None) -> (out, lse)``; the spec declares which variant
-keywords it takes. Campaigns (from the repository root, the CPU is enough):
+softcap=None, alibi_slopes=None, attn_bias=None, window=None, chunk=None, sinks=None) -> (out, lse)``; the
+spec declares which variant keywords it takes (ALiBi symmetric, as flash-attention's; an fp32 bias taken
+too; the cap before the bias). Campaigns (from the repository root, the CPU is enough):
 
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:correct --device cpu --preset adversarial --max-examples 200 --seed 1
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:cap_unscaled --device cpu --preset adversarial --seed 1
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:window_short --device cpu --preset adversarial --seed 1
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:sinks_ignored --device cpu --preset adversarial --seed 1
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:alibi_top_left --device cpu --preset adversarial --seed 1
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:bias_scaled --device cpu --preset adversarial --seed 1
+    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:bias_one_head --device cpu --preset adversarial --seed 1
 
 The first passes; each of the others is a BUG whose diagnosis names its defect. Autograd differentiates
 them (``--backward``): ``cap_slope_dropped`` is right forward and wrong backward, where it treats the cap's
@@ -27,6 +31,7 @@ import flashcheck
 
 SPEC = dict(dtypes=("fp16", "bf16", "fp32"), causal=("none", "top_left", "bottom_right"), attn_mask=True,
             gqa=True, dv_equals_d=False, fully_masked_rows="zero", precision="upcast", softcap=True,
+            alibi="symmetric", attn_bias=True, fp32_bias=True, bias_order="cap_first",
             window=True, chunk=True, sinks=True, neutral_variants=True, backward=True)
 
 
@@ -48,14 +53,34 @@ def _visible(n_q: int, n_k: int, *, causal, window, chunk, shorten_window: int =
     return vis
 
 
-def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, window=None, chunk=None, sinks=None,
-               defect=None):
+def _bias(n_q: int, n_k: int, device, *, alibi_slopes, attn_bias, defect) -> torch.Tensor | None:
+    """ALiBi (flash-attention's symmetric, bottom-right aligned) plus attn_bias, fp32, or None."""
+    out = None
+    if alibi_slopes is not None:
+        i = torch.arange(n_q, device=device).view(-1, 1) + (0 if defect == "alibi_top_left" else n_k - n_q)
+        distance = (i - torch.arange(n_k, device=device).view(1, -1)).abs().float()
+        slopes = alibi_slopes.to(device, torch.float32)
+        out = -slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * distance
+    if attn_bias is not None:
+        bias = attn_bias.to(device, torch.float32)
+        bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+        if defect == "bias_one_head":
+            bias = bias[:, :1]
+        out = bias if out is None else out + bias
+    return out
+
+
+def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, alibi_slopes=None, attn_bias=None,
+               window=None, chunk=None, sinks=None, defect=None):
     group = q.shape[1] // k.shape[1]
     # fp32 before the heads are repeated: autograd then sums the group's dK and dV in fp32, not in fp16
     # (where one head's share can pass 65,504 while their sum does not).
     k, v = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
     logits = q.float() @ k.transpose(-1, -2)
     capped = softcap is not None and softcap != math.inf
+    bias = _bias(q.shape[2], k.shape[2], q.device, alibi_slopes=alibi_slopes, attn_bias=attn_bias, defect=defect)
+    if bias is not None and defect == "bias_scaled":
+        logits, bias = logits + bias, None  # the bias added before the scale: (q . k + bias) scale
     if capped and defect == "cap_unscaled":
         logits = softcap * torch.tanh(logits / softcap) * scale
     else:
@@ -64,10 +89,14 @@ def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, window=N
             logits = logits + (softcap * torch.tanh(logits / softcap) - logits).detach()
         elif capped:
             logits = softcap * torch.tanh(logits / softcap)
+    if bias is not None:  # cap first, then the bias (bias_order="cap_first", flash-attention's)
+        logits = logits + bias
     vis = _visible(q.shape[2], k.shape[2], causal=causal, window=window, chunk=chunk,
                    shorten_window=1 if defect == "window_short" else 0).to(q.device)
     if attn_mask is not None:
         vis = vis & attn_mask
+    if bias is not None:  # a key the bias hides (-inf) is not read either
+        vis = vis & (bias != -math.inf)
     vis = vis.expand(logits.shape)
     logits = logits.masked_fill(~vis, -math.inf)
     top = logits.amax(-1, keepdim=True)
@@ -97,3 +126,6 @@ cap_unscaled = _kernel("cap_unscaled")  # the cap on q . k before the scale: tan
 window_short = _kernel("window_short")  # the window's left edge one key short: i + Nk - Nq - left + 1
 sinks_ignored = _kernel("sinks_ignored")  # the sink left out of the softmax's sum
 cap_slope_dropped = _kernel("cap_slope_dropped")  # backward: dS not multiplied by 1 - tanh^2(s / c)
+alibi_top_left = _kernel("alibi_top_left")  # ALiBi's distance |i - j|, top-left aligned: wrong where Nq != Nk
+bias_scaled = _kernel("bias_scaled")  # attn_bias multiplied by the softmax scale: (q . k + bias) scale
+bias_one_head = _kernel("bias_one_head")  # every head reads head 0's attn_bias (a broadcast gone wrong)

@@ -142,3 +142,19 @@ def test_compiled_flex_variant_matches_float64(name):
     kernel = resolve_kernel("torch:flex", device="cpu")
     q, k, v = inputs(torch.float16)
     assert_close(kernel, q, k, v, causal="bottom_right", variant=variants(torch.float16)[name])
+
+
+def verdict(kernel, variant, *, dtype=torch.float16, causal="bottom_right", seed=3):
+    """flashcheck.check's verdict on one case of ``variant`` (every property)."""
+    from flashcheck import AttentionCase, check
+
+    q, k, v = inputs(dtype, seed=seed)
+    return check(kernel, AttentionCase.create(q, k, v, scale=0.3, causal=causal, variant=Variant(**variant)),
+                 device="cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name", list(variants(torch.float32)))
+def test_check_passes_eager_flex_with_each_variant(eager, name, dtype):
+    result = verdict(eager, variants(dtype)[name], dtype=dtype)
+    assert result.status == "PASS", [f.summary() for f in result.findings]

@@ -1,9 +1,12 @@
-"""torch:math and torch:flash (CPU) with attn_bias and symmetric ALiBi in SDPA's float attn_mask, against the
-float64 reference of tests/unit/test_flex_variants.py, with the boolean mask and every causal alignment."""
+"""torch:math and torch:flash (CPU) with attn_bias and symmetric ALiBi in SDPA's float attn_mask, and the
+example kernel of examples/variants with them and its planted bias bugs, against the float64 reference of
+tests/unit/test_flex_variants.py, with the boolean mask and every causal alignment."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +16,7 @@ from flashcheck.contract.validation import check_attention_inputs
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.kernels.sdpa import _float_mask
 
-from .test_flex_variants import HQ, NK, NQ, B, assert_close, inputs, variants
+from .test_flex_variants import HQ, NK, NQ, B, assert_close, inputs, variants, verdict
 
 BIASED = ["alibi", "alibi_per_batch", "bias", "bias_fp32_rows", "bias_hides"]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -72,3 +75,70 @@ def test_variant_kwargs_reach_sdpa_unchanged(kernel):
     direct = kernel(q, k, v, scale=0.3, causal="none", **variant)
     via = kernel(q, k, v, scale=0.3, causal="none", **Variant(**variant).kwargs())
     assert torch.equal(direct, via)
+
+
+# ------------------------------------------------------------------------------------------------
+# The example kernel (examples/variants/variant_kernels.py): ALiBi and attn_bias, and its planted bugs
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def example():
+    path = Path(__file__).resolve().parents[2] / "examples" / "variants" / "variant_kernels.py"
+    spec = importlib.util.spec_from_file_location("variant_kernels_bias_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("causal", ["none", "bottom_right"])
+@pytest.mark.parametrize("name", BIASED + ["cap_and_bias", "everything"])
+def test_example_correct_takes_alibi_and_bias(example, name, causal):
+    assert example.correct.spec.alibi == "symmetric" and example.correct.spec.fp32_bias
+    q, k, v = inputs(torch.float16, seed=23)
+    assert_close(example.correct, q, k, v, causal=causal, variant=variants(torch.float16)[name])
+
+
+PLANTED = {
+    "alibi_top_left": "alibi",  # Nq != Nk: the top-left distance is another bias
+    "bias_scaled": "bias",
+    "bias_one_head": "cap_and_bias",  # a bias of one row per head: head 0's differs from the others
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_example_planted_bias_bugs_differ_from_float64(example, bug):
+    q, k, v = inputs(torch.float32, seed=29)
+    variant = dict(variants(torch.float32)[PLANTED[bug]])
+    if bug == "bias_one_head":
+        variant["attn_bias"] = torch.randn(HQ, NQ, NK)
+    with pytest.raises(AssertionError, match="max error"):
+        assert_close(getattr(example, bug), q, k, v, causal="none", variant=variant)
+    assert_close(example.correct, q, k, v, causal="none", variant=variant)
+
+
+# ------------------------------------------------------------------------------------------------
+# flashcheck.check's verdicts
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("name", BIASED)
+def test_check_passes_sdpa_with_bias(kernel, name, dtype):
+    result = verdict(kernel, variants(dtype)[name], dtype=dtype)
+    assert result.status == "PASS", [f.summary() for f in result.findings]
+
+
+@pytest.mark.parametrize("name", BIASED + ["cap_and_bias", "everything"])
+def test_check_passes_example_correct(example, name):
+    result = verdict(example.correct, variants(torch.float16)[name])
+    assert result.status == "PASS", [f.summary() for f in result.findings]
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_check_finds_each_planted_bias_bug(example, bug):
+    variant = dict(variants(torch.float16)[PLANTED[bug]])
+    if bug == "bias_one_head":
+        variant["attn_bias"] = torch.randn(HQ, NQ, NK)
+    result = verdict(getattr(example, bug), variant)
+    assert result.status == "BUG" and any(f.kind == "over_budget" for f in result.findings), result.findings
