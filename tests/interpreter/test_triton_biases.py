@@ -1,7 +1,8 @@
 """flashcheck:triton's biases (ALiBi and attn_bias) under the Triton interpreter: the forward and the gradients
 against float64 attention written from the contract's formulas (test_triton_variants.reference), within that
-file's one tolerance (:func:`ratio`); the bits of a bias that is another call in disguise, bad arguments and
-the linear ALiBi option.
+file's one tolerance (:func:`ratio`); the bits of a bias that is another call in disguise, bad arguments, the
+linear ALiBi option, and every planted bias bug exposed (the tolerance broken where the correct kernel keeps
+it; and by :func:`flashcheck.check` on one case of both biases).
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+import flashcheck
 from flashcheck.errors import InvalidArgument
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.kernels.triton.forward import make_kernel
+from flashcheck.kernels.triton.mutants import load_mutant
+from flashcheck.kernels.triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
 from .test_triton_variants import BLOCK, F16, F32, NEG_INF, ROUNDOFF, D, backward_ratio, ratio, reference
 
 pytestmark = pytest.mark.interpreter
 
 DTYPES = pytest.mark.parametrize("dtype", [F16, F32], ids=["fp16", "fp32"])
+BIAS_AREAS = ("alibi_slopes", "attn_bias")
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,3 +185,72 @@ def test_the_bias_gets_no_gradient():
     out.sum().backward()
     assert q.grad is not None and bias.grad is None
 
+
+# -- the planted bias bugs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    case: BiasCase
+    dtype: torch.dtype = F32
+
+
+_SOFTCAP_BIAS = BiasCase(scale=1.0, bias=(1, 2, 40, 40), more=dict(softcap=2.0))
+PROBES = {
+    "alibi_slopes_of_kv_head": Probe(BiasCase(slopes=(0.25, 1.0))),
+    "alibi_top_left": Probe(BiasCase(n_q=24, n_k=40, slopes=(0.25, 1.0)), F16),
+    "alibi_distance_off_by_one": Probe(BiasCase(slopes=(0.25, 1.0))),
+    "alibi_in_base_e": Probe(BiasCase(slopes=(0.25, 1.0)), F16),
+    "bias_times_scale": Probe(BiasCase(bias=(2, 2, 40, 40))),
+    "bias_before_cap": Probe(_SOFTCAP_BIAS),
+    "bias_batch_stride_ignored": Probe(BiasCase(bias=(2, 1, 40, 40)), F16),
+    "bias_transposed": Probe(BiasCase(bias=(1, 2, 1, 40))),
+    "bias_finite_sentinel": Probe(CASES["bias_hidden_empty_row"]),
+    "alibi_missing_backward": Probe(BiasCase(slopes=(0.25, 1.0))),
+    "alibi_slopes_of_kv_head_backward": Probe(BiasCase(slopes=(0.25, 1.0)), F16),
+    "alibi_top_left_backward": Probe(BiasCase(n_q=24, n_k=40, slopes=(0.25, 1.0))),
+    "bias_missing_backward": Probe(BiasCase(bias=(2, 2, 40, 40)), F16),
+    "bias_before_cap_backward": Probe(_SOFTCAP_BIAS),
+    "bias_batch_stride_ignored_backward": Probe(BiasCase(bias=(2, 1, 40, 40))),
+}
+_FORWARD = [m for m in VARIANT_MUTANTS if m.area in BIAS_AREAS]
+_BACKWARD = [m for m in VARIANT_BACKWARD_MUTANTS if m.area in BIAS_AREAS]
+
+
+def test_every_bias_mutant_has_a_probe_and_each_bias_its_bugs():
+    assert sorted(PROBES) == sorted(m.name for m in _FORWARD + _BACKWARD)
+    for area in BIAS_AREAS:
+        assert sum(m.area == area for m in _FORWARD) >= 2 and sum(m.area == area for m in _BACKWARD) >= 2, area
+
+
+def _mutant(name):
+    bad = load_mutant(name, block_m=BLOCK, block_n=BLOCK, input_precision="ieee")
+    assert bad.spec == _kernel().spec and f"~{name}" in bad.name
+    return bad
+
+
+@pytest.mark.parametrize("mutant", _FORWARD, ids=lambda m: m.name)
+def test_each_forward_bias_mutant_breaks_the_tolerance_the_correct_kernel_keeps(mutant):
+    probe = PROBES[mutant.name]
+    assert forward_ratio(_kernel(), probe.case, probe.dtype) <= 1.0
+    assert forward_ratio(_mutant(mutant.name), probe.case, probe.dtype) > 1.0
+
+
+@pytest.mark.parametrize("mutant", _BACKWARD, ids=lambda m: m.name)
+def test_each_backward_bias_mutant_breaks_the_tolerance_the_correct_kernel_keeps(mutant):
+    probe = PROBES[mutant.name]
+    assert backward_ratio(*gradients(_kernel(), probe.case, probe.dtype), probe.dtype) <= 1.0
+    assert backward_ratio(*gradients(_mutant(mutant.name), probe.case, probe.dtype), probe.dtype) > 1.0
+
+
+def test_check_passes_the_correct_kernel_and_flags_a_planted_bug_of_each_bias():
+    case = BiasCase(n_q=24, n_k=40, slopes=(0.25, 1.0), bias=(2, 1, 24, 40), hide=0.1, empty_row=True,
+                    more=dict(softcap=3.0))
+    q, k, v, call = case.inputs(F16)
+    variant = flashcheck.Variant(**{f: call.pop(f) for f in ("softcap", "alibi_slopes", "attn_bias")})
+    built = flashcheck.AttentionCase.create(q, k, v, **call, variant=variant)
+    good = flashcheck.check(_kernel(), built, device="cpu", properties=())
+    assert good.status == "PASS", str(good)
+    for name in ("alibi_top_left", "bias_batch_stride_ignored"):
+        bad = flashcheck.check(_mutant(name), built, device="cpu", properties=())
+        assert bad.status == "BUG", (name, str(bad))

@@ -43,7 +43,7 @@ class Variant:
     description: str
     make: Callable[[], Kernel]
     dtypes: tuple = DTYPES  # where a planted bug is a defect at all
-    features: tuple = ()  # the attention variants its cases draw (a planted bug's own; none for plain rows)
+    features: tuple = ()  # the attention variants its cases draw (a planted bug's own and those it needs)
 
 
 def variants(device: str, *, names: list[str] | None = None, which: str = "all",
@@ -67,7 +67,8 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
            for m, n in CORRECT_TILES]
     m, n = MUTANT_TILE
     out.append(Variant(f"triton[{m}x{n}] variants", True, "correct",
-                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, windowed, chunked and sink cases",
+                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, ALiBi, biased, windowed, chunked "
+                       "and sink cases",
                        lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
                        features=FEATURES))
     # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
@@ -81,7 +82,7 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     out += [Variant(m.name, False, m.area, m.description,
                     lambda m=m: on_device(mutant_module.load_mutant(
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
-                    dtypes=m.dtypes, features=(m.area,) if m.area in FEATURES else ())
+                    dtypes=m.dtypes, features=(m.area,) + m.features if m.area in FEATURES else ())
             for m in chosen if device in m.devices]
     return [v for v in out if (which == "all" or v.correct == (which == "correct"))
             and (names is None or v.name in names)]

@@ -1,7 +1,8 @@
 """The planted bugs of ``flashcheck:triton``: each a :class:`Mutant`, a few exact text edits of the kernel's
 source (``forward.py``: :data:`MUTANTS`; ``backward.py``: :data:`BACKWARD_MUTANTS`) with the area of the
 algorithm it breaks and the inputs that expose it. The planted bugs of the attention variants (soft-cap,
-window, chunk, sinks) are in :mod:`.planted_variants`. How a mutant is built and loaded: :mod:`.mutants`."""
+ALiBi, attn_bias, window, chunk, sinks) are in :mod:`.planted_variants`. How a mutant is built and loaded:
+:mod:`.mutants`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ __all__ = ["AREAS", "BACKWARD_MUTANTS", "MUTANTS", "Mutant", "SOURCES", "backwar
 
 # What part of the algorithm a defect lives in.
 AREAS = ("rescale", "max", "masking", "causal", "fully_masked_rows", "precision", "scale", "bounds", "layout",
-         "gqa", "lse", "delta", "race", "softcap", "window", "chunk", "sinks")
+         "gqa", "lse", "delta", "race", "softcap", "alibi_slopes", "attn_bias", "window", "chunk", "sinks")
 
 # The kernel sources a mutant's edits apply to, by its target.
 SOURCES = {"forward": Path(__file__).parent / "forward.py", "backward": Path(__file__).parent / "backward.py"}
@@ -37,6 +38,8 @@ class Mutant:
     # Where the defect can show: a race needs programs that run at once, which the interpreter's
     # one-program-at-a-time loop never does.
     devices: tuple[str, ...] = ("cpu", "cuda")
+    # Variant features the exposing cases need beside the area's own (a bias put before the cap needs a cap).
+    features: tuple[str, ...] = ()
 
     @property
     def file(self) -> Path:

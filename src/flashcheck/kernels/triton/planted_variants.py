@@ -1,5 +1,5 @@
-"""The planted bugs of ``flashcheck:triton``'s attention variants (soft-cap, window, chunk, sinks): each a
-:class:`~.planted.Mutant` of the forward (:data:`VARIANT_MUTANTS`) or the backward
+"""The planted bugs of ``flashcheck:triton``'s attention variants (soft-cap, ALiBi, attn_bias, window, chunk,
+sinks): each a :class:`~.planted.Mutant` of the forward (:data:`VARIANT_MUTANTS`) or the backward
 (:data:`VARIANT_BACKWARD_MUTANTS`), kept apart from the planted bugs of plain attention, whose self-test
 they leave as it was. :func:`~.mutants.load_mutant` finds them by name."""
 
@@ -18,6 +18,11 @@ _SCORES = "        s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale\
 _HIDE = '        s = tl.where(visible, s, float("-inf"))\n'
 _WINDOW_LEFT = "(cols[None, :] >= centre - window_left)"
 _WINDOW_RIGHT = "(cols[None, :] <= centre + window_right)"
+_SLOPE = "slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634"
+_ADD_BIAS = "            s = s + b * 1.4426950408889634\n"
+_BIAS_HIDES = ("        if HAS_BIAS:\n"
+               '            visible = visible & (b != float("-inf"))  # as a mask\'s False: V not read, a row of them '
+               "empty\n")
 
 VARIANT_MUTANTS: tuple[Mutant, ...] = (
     # -- soft-capping ------------------------------------------------------------------------------------
@@ -50,6 +55,73 @@ VARIANT_MUTANTS: tuple[Mutant, ...] = (
         "logits are capped at c ln 2 instead of c.",
         (("1.0 if softcap is None else softcap * _LOG2E", "1.0 if softcap is None else softcap"),),
         "softcap with logits near or past the cap (c = 2, scale = 0.5, random Q and K of D = 16).",
+    ),
+    # -- ALiBi -------------------------------------------------------------------------------------------
+    Mutant(
+        "alibi_slopes_of_kv_head", "alibi_slopes",
+        "Each query head takes the slope of its key/value head (off_h // group) instead of its own: with GQA "
+        "the heads of a group share the first one's slope.",
+        ((_SLOPE, _SLOPE.replace("off_h * stride_sh", "off_hkv * stride_sh")),),
+        "ALiBi with GQA (Hq = 2, Hkv = 1) and unequal slopes (0.25 and 1).",
+    ),
+    Mutant(
+        "alibi_top_left", "alibi_slopes",
+        "The symmetric ALiBi is aligned top-left, -slope |i - j|, instead of bottom-right, -slope |i + Nk - Nq - j| "
+        "(flash-attention's): with Nq != Nk each query's bias peaks at the wrong key.",
+        (('return n_k - n_q if alibi == "symmetric" else 0', "return 0"),),
+        "ALiBi with Nq != Nk (e.g. Nq = 24, Nk = 40, slopes 0.25 and 1).",
+    ),
+    Mutant(
+        "alibi_distance_off_by_one", "alibi_slopes",
+        "The query's position is taken one past i + Nk - Nq (a 1-based position): each bias peaks one key "
+        "right of the query's own, and the keys left of it lose slope more.",
+        (("_alibi(offs_m + alibi_offset, cols,", "_alibi(offs_m + alibi_offset + 1, cols,"),),
+        "ALiBi with slopes large enough to matter (e.g. 0.25 and 1), any lengths.",
+    ),
+    Mutant(
+        "alibi_in_base_e", "alibi_slopes",
+        "The slope is used in the kernel's base-2 domain without the log2(e) factor: every ALiBi bias is ln 2 "
+        "times too small.",
+        ((_SLOPE, _SLOPE.replace(" * 1.4426950408889634", "")),),
+        "ALiBi with slopes of the size of the logits' spread (e.g. 0.25 and 1).",
+    ),
+    # -- attn_bias ---------------------------------------------------------------------------------------
+    Mutant(
+        "bias_times_scale", "attn_bias",
+        "The bias is multiplied by the softmax scale, as if added to q.k before the scaling: scale (q.k + b) "
+        "instead of scale q.k + b.",
+        ((_ADD_BIAS, _ADD_BIAS.replace("b * 1.4426950408889634", "b * qk_scale")),),
+        "attn_bias with scale != 1 (scale = 0.5, a bias of random normals).",
+    ),
+    Mutant(
+        "bias_before_cap", "attn_bias",
+        "The biases are added before the soft-cap, c tanh((s + b) / c) (bias_first), while the spec declares "
+        "cap_first, c tanh(s / c) + b.",
+        ((_CAP_BLOCK, ""), (_ADD_BIAS, _ADD_BIAS + _CAP_BLOCK)),
+        "attn_bias with a soft-cap of the size of the biased logits (c = 2, a bias of random normals).",
+        features=("softcap",),
+    ),
+    Mutant(
+        "bias_batch_stride_ignored", "attn_bias",
+        "The bias's batch stride is left out: every batch entry reads batch 0's bias.",
+        (("b_base = Bias + off_b.to(tl.int64) * stride_bb + off_h.to(tl.int64) * stride_bh",
+          "b_base = Bias + off_h.to(tl.int64) * stride_bh"),),
+        "A bias of its own per batch entry, e.g. of shape (B, 1, Nq, Nk) with B = 2.",
+    ),
+    Mutant(
+        "bias_transposed", "attn_bias",
+        "The bias tile is read with its row and key strides swapped, b[j, i] for b[i, j]: a square bias comes "
+        "out transposed, a per-key bias (Nq broadcast) becomes one constant per row, which the softmax ignores.",
+        (("_bias(b_base, offs_m, cols, stride_bm, stride_bn, row_ok, col_ok)",
+          "_bias(b_base, offs_m, cols, stride_bn, stride_bm, row_ok, col_ok)"),),
+        "A bias of shape (1, Hq, 1, Nk), or a square one, with Nq = Nk.",
+    ),
+    Mutant(
+        "bias_finite_sentinel", "attn_bias",
+        "-inf bias entries are clamped to the finite sentinel -1e30 (to keep exp2 clear of -inf) and no longer "
+        "hide their keys: a row the bias hides entirely gets uniform weights, out = the mean of V, not 0.",
+        ((_BIAS_HIDES, ""), (_ADD_BIAS, "            s = s + tl.maximum(b, -1.0e30) * 1.4426950408889634\n")),
+        "A bias of -inf entries with a row it hides entirely.",
     ),
     # -- sliding window ----------------------------------------------------------------------------------
     Mutant(
@@ -146,6 +218,9 @@ _BACKWARD_WINDOW = ("    if HAS_WINDOW:\n"
                     "        visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre "
                     "+ window_right)\n")
 _DSINKS = "    return -(p * delta).sum(dim=(0, 2)).to(sinks.dtype)"
+_BACKWARD_CAP = "    if HAS_SOFTCAP:\n        t = _tanh(s / softcap2)\n        s = softcap2 * t\n"
+_BACKWARD_ALIBI = "    if HAS_ALIBI:\n        s = s + alibi2\n"
+_BACKWARD_BIAS = "    if HAS_BIAS:\n        s = s + bias2\n"
 
 VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
     backward_mutant(
@@ -161,6 +236,52 @@ VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "ones: P no longer sums to 1, and dV, dQ, dK are off.",
         (("        s = softcap2 * t\n", ""),),
         "softcap with logits near the cap (c = 1, scale = 0.5), random dO.",
+    ),
+    backward_mutant(
+        "alibi_missing_backward", "alibi_slopes",
+        "The backward recomputes P without ALiBi, while the saved lse holds it: P no longer sums to 1, and dV, "
+        "dQ, dK are off.",
+        ((_BACKWARD_ALIBI, ""),),
+        "ALiBi with slopes that matter (e.g. 0.25 and 1), random dO.",
+    ),
+    backward_mutant(
+        "alibi_slopes_of_kv_head_backward", "alibi_slopes",
+        "The dK/dV kernel, looping over a group's query heads, takes each one's slope at the key/value head's "
+        "index: dK and dV of GQA groups use the first head's slope.",
+        (("            " + _SLOPE, "            " + _SLOPE.replace("off_h * stride_sh", "off_hkv * stride_sh")),),
+        "ALiBi with GQA (Hq = 2, Hkv = 1) and unequal slopes (0.25 and 1), random dO.",
+    ),
+    backward_mutant(
+        "alibi_top_left_backward", "alibi_slopes",
+        "The backward aligns the symmetric ALiBi top-left (-slope |i - j|), the forward bottom-right: with "
+        "Nq != Nk the recomputed P is not the forward's.",
+        (("             alibi_offset(alibi, Nq, Nk))", "             0)"),),
+        "ALiBi with Nq != Nk (e.g. Nq = 24, Nk = 40), random dO.",
+    ),
+    backward_mutant(
+        "bias_missing_backward", "attn_bias",
+        "The backward recomputes P without attn_bias, while the saved lse holds it: P no longer sums to 1, and "
+        "dV, dQ, dK are off (and keys the bias hides by -inf still do, through `visible`).",
+        ((_BACKWARD_BIAS, ""),),
+        "attn_bias of random normals, random dO.",
+    ),
+    backward_mutant(
+        "bias_before_cap_backward", "attn_bias",
+        "The backward adds the biases before the soft-cap (bias_first), the forward after it (cap_first): P and "
+        "the cap's slope 1 - tanh^2 are taken at the wrong logits.",
+        ((_BACKWARD_CAP + _BACKWARD_ALIBI + _BACKWARD_BIAS, _BACKWARD_ALIBI + _BACKWARD_BIAS + _BACKWARD_CAP),),
+        "attn_bias with a soft-cap of the size of the biased logits (c = 2), random dO.",
+        features=("softcap",),
+    ),
+    backward_mutant(
+        "bias_batch_stride_ignored_backward", "attn_bias",
+        "Both backward kernels leave out the bias's batch stride: every batch entry recomputes P with batch "
+        "0's bias.",
+        (("\n        b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)",
+          "\n        b_base = _head(Bias, off_b, off_h, 0, stride_bh)"),
+         ("\n    b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)",
+          "\n    b_base = _head(Bias, off_b, off_h, 0, stride_bh)")),
+        "A bias of its own per batch entry, e.g. of shape (B, 1, Nq, Nk) with B = 2, random dO.",
     ),
     backward_mutant(
         "window_missing_backward", "window",
