@@ -78,9 +78,11 @@ def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, alibi_sl
     k, v = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
     logits = q.float() @ k.transpose(-1, -2)
     capped = softcap is not None and softcap != math.inf
+    early = None
+    if attn_bias is not None and defect == "bias_scaled":  # attn_bias added before the scale: (q . k + bias) scale
+        early = _bias(q.shape[2], k.shape[2], q.device, alibi_slopes=None, attn_bias=attn_bias, defect=defect)
+        logits, attn_bias = logits + early, None
     bias = _bias(q.shape[2], k.shape[2], q.device, alibi_slopes=alibi_slopes, attn_bias=attn_bias, defect=defect)
-    if bias is not None and defect == "bias_scaled":
-        logits, bias = logits + bias, None  # the bias added before the scale: (q . k + bias) scale
     if capped and defect == "cap_unscaled":
         logits = softcap * torch.tanh(logits / softcap) * scale
     else:
@@ -95,8 +97,9 @@ def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, alibi_sl
                    shorten_window=1 if defect == "window_short" else 0).to(q.device)
     if attn_mask is not None:
         vis = vis & attn_mask
-    if bias is not None:  # a key the bias hides (-inf) is not read either
-        vis = vis & (bias != -math.inf)
+    for hiding in (bias, early):  # a key the bias hides (-inf) is not read either
+        if hiding is not None:
+            vis = vis & (hiding != -math.inf)
     vis = vis.expand(logits.shape)
     logits = logits.masked_fill(~vis, -math.inf)
     top = logits.amax(-1, keepdim=True)
