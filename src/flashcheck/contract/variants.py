@@ -168,7 +168,12 @@ class Variant:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
-        return " ".join(f"{f}={_text(f, getattr(self, f))}" for f in self.used)
+        parts = [f"{f}={_text(f, getattr(self, f))}" for f in self.used]
+        if self.alibi_slopes is not None:
+            parts.append(f"alibi={self.alibi}")
+        if self.biased and self.capped:
+            parts.append(f"bias_order={self.bias_order}")
+        return " ".join(parts)
 
     def equal_bits(self, other: "Variant") -> bool:
         if self.used != other.used or self.softcap != other.softcap or self.window != other.window:
