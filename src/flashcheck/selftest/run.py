@@ -76,9 +76,7 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    # The planted dsinks bugs are left out: check_backward judges dQ, dK and dV, not the sinks' gradient yet.
-    judged = tuple(m for m in VARIANT_BACKWARD_MUTANTS if m.area != "sinks")
-    chosen = planted.BACKWARD_MUTANTS + judged if backward else planted.MUTANTS + VARIANT_MUTANTS
+    chosen = planted.BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS if backward else planted.MUTANTS + VARIANT_MUTANTS
     out += [Variant(m.name, False, m.area, m.description,
                     lambda m=m: on_device(mutant_module.load_mutant(
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
