@@ -2,7 +2,7 @@
 against float64 attention written from the contract's formulas (test_triton_variants.reference), within that
 file's one tolerance (:func:`ratio`); the bits of a bias that is another call in disguise, bad arguments, the
 linear ALiBi option, and every planted bias bug exposed (the tolerance broken where the correct kernel keeps
-it; and by :func:`flashcheck.check` on one case of both biases).
+it; and by :func:`flashcheck.check` and :func:`flashcheck.check_backward` on one case of both biases).
 """
 
 from __future__ import annotations
@@ -177,14 +177,35 @@ def test_gradients_match_float64_autograd(name, dtype):
     assert backward_ratio(got, want, dtype) <= 1.0
 
 
-def test_the_bias_gets_no_gradient():
-    q, k, v, call = CASES["bias_heads"].inputs(F32)
-    bias = call.pop("attn_bias").requires_grad_()
-    q.requires_grad_()
-    out, _ = _kernel()(q, k, v, **call, attn_bias=bias)
-    out.sum().backward()
-    assert q.grad is not None and bias.grad is None
+@DTYPES
+@pytest.mark.parametrize("name", ["bias_heads", "bias_hidden_empty_row", "bias_2d_fp32", "alibi_bias_softcap",
+                                  "alibi_bias_window_causal"])
+def test_the_bias_gradient_matches_float64_autograd(name, dtype):
+    """dBias: dS of the biased logits, summed over the bias's broadcast dims, in its shape and dtype."""
+    case = CASES[name]
+    q, k, v, call = case.inputs(dtype)
+    bias = call.pop("attn_bias")
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    out, _ = _kernel()(*leaves[:3], **call, attn_bias=leaves[3])
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(dtype)
+    got = torch.autograd.grad(out, leaves, do)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    want = torch.autograd.grad(case.want(*exact[:3], dict(call, attn_bias=exact[3])), exact, do.double())
+    assert got[3].shape == bias.shape and got[3].dtype == bias.dtype
+    assert backward_ratio(got[:3], want[:3], dtype) <= 1.0
+    # dBias sums dS over the broadcast dims, which cancels (to 0 along a row): scaled by the sum of |dS|.
+    full = exact[3].detach().expand(out.shape[:-1] + (k.shape[2],)).clone().requires_grad_()
+    ds = torch.autograd.grad(case.want(*exact[:3], dict(call, attn_bias=full)), full, do.double())[0]
+    assert ratio(got[3], want[3], u=ROUNDOFF[dtype], scale=float(ds.abs().sum_to_size(bias.shape).max())) <= 1.0
 
+
+def test_the_slopes_get_no_gradient():
+    q, k, v, call = CASES["alibi"].inputs(F32)
+    slopes = call.pop("alibi_slopes").requires_grad_()
+    q.requires_grad_()
+    out, _ = _kernel()(q, k, v, **call, alibi_slopes=slopes)
+    out.sum().backward()
+    assert q.grad is not None and slopes.grad is None
 
 # -- the planted bias bugs ----------------------------------------------------------------------------------
 
@@ -243,7 +264,7 @@ def test_each_backward_bias_mutant_breaks_the_tolerance_the_correct_kernel_keeps
     assert backward_ratio(*gradients(_mutant(mutant.name), probe.case, probe.dtype), probe.dtype) > 1.0
 
 
-def test_check_passes_the_correct_kernel_and_flags_a_planted_bug_of_each_bias():
+def test_check_and_check_backward_pass_the_correct_kernel_and_flag_a_planted_bug_of_each_bias():
     case = BiasCase(n_q=24, n_k=40, slopes=(0.25, 1.0), bias=(2, 1, 24, 40), hide=0.1, empty_row=True,
                     more=dict(softcap=3.0))
     q, k, v, call = case.inputs(F16)
@@ -253,4 +274,9 @@ def test_check_passes_the_correct_kernel_and_flags_a_planted_bug_of_each_bias():
     assert good.status == "PASS", str(good)
     for name in ("alibi_top_left", "bias_batch_stride_ignored"):
         bad = flashcheck.check(_mutant(name), built, device="cpu", properties=())
+        assert bad.status == "BUG", (name, str(bad))
+    good = flashcheck.check_backward(_kernel(), built, device="cpu")  # dBias judged beside dQ, dK, dV
+    assert good.status == "PASS" and "dbias" in str(good), str(good)
+    for name in ("alibi_missing_backward", "bias_missing_backward"):
+        bad = flashcheck.check_backward(_mutant(name), built, device="cpu")
         assert bad.status == "BUG", (name, str(bad))

@@ -23,7 +23,8 @@ the boolean mask.
 Variants: a soft cap recomputes t = tanh(s / c) and S = c t as the forward does, and dS (of the capped
 logits) becomes dS (1 - t^2) before its two matmuls. ALiBi and attn_bias are added to S after the cap, as
 the forward adds them (the same bits); dS of the biased logits is dS of the capped ones, and -inf in
-attn_bias hides its key as the mask does. Neither bias gets a gradient. Sinks change nothing in the
+attn_bias hides its key as the mask does. attn_bias's gradient, when wanted, is that dS, written by the
+dQ kernel and summed over the bias's broadcast dims on the host; the slopes get none. Sinks change nothing in the
 kernels: the saved lse holds the sink, so P, D and dS are those of the keys; the sinks' own gradient,
 -sum_{b,i} e^(sink - lse) D, is summed on the host.
 """
@@ -100,8 +101,9 @@ def _biases_py(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm,
 
 def _p_and_ds_py(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP: tl.constexpr,
                  HAS_ALIBI: tl.constexpr, HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """P recomputed from the saved lse (base 2) and dS = P (dP - D), times the cap's slope when capped (dS of
-    the logits before the cap), both fp32, 0 on hidden keys. The biases join after the cap (cap_first)."""
+    """P recomputed from the saved lse (base 2), dS = P (dP - D) times the cap's slope when capped (dS of the
+    logits before the cap) and dS of the biased logits, all fp32, 0 on hidden keys. The biases join after the
+    cap (cap_first)."""
     s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
     if HAS_SOFTCAP:
         t = _tanh(s / softcap2)
@@ -113,9 +115,10 @@ def _p_and_ds_py(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, sof
     p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
     ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
+    ds_logits = ds  # of the biased logits: attn_bias's gradient
     if HAS_SOFTCAP:
         ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds
-    return p, ds
+    return p, ds, ds_logits
 
 
 def _dkdv_kernel(
@@ -176,7 +179,7 @@ def _dkdv_kernel(
             lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
             alibi2, bias2, visible = _biases(offs_m, offs_n, row_ok, col_ok, visible, slope2, b_base, stride_bm,
                                              stride_bn, alibi_offset, HAS_ALIBI, ALIBI_LINEAR, HAS_BIAS)
-            p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
+            p, ds, _ = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
                               HAS_ALIBI, HAS_BIAS, INPUT_PRECISION)
             dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
             dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
@@ -188,7 +191,7 @@ def _dkdv_kernel(
 
 
 def _dq_kernel(
-    Q, K, V, DO, Lse, Delta, DQ, Mask, Slopes, Bias,
+    Q, K, V, DO, Lse, Delta, DQ, Mask, Slopes, Bias, DB,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -197,11 +200,12 @@ def _dq_kernel(
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     stride_mb, stride_mh, stride_mm, stride_mn,
     stride_sb, stride_sh, stride_bb, stride_bh, stride_bm, stride_bn,
+    stride_dbb, stride_dbh, stride_dbm, stride_dbn,
     n_heads_q, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
     diagonal, window_left, window_right, chunk, softcap2, alibi_offset,
     IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DBIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -223,6 +227,7 @@ def _dq_kernel(
     d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
     m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
     b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)
+    db_base = _head(DB, off_b, off_h, stride_dbb, stride_dbh)
     slope2 = 0.0
     if HAS_ALIBI:
         slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
@@ -241,9 +246,11 @@ def _dq_kernel(
                            window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
         alibi2, bias2, visible = _biases(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm, stride_bn,
                                          alibi_offset, HAS_ALIBI, ALIBI_LINEAR, HAS_BIAS)
-        p, ds = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
+        p, ds, ds_logits = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
                           HAS_ALIBI, HAS_BIAS, INPUT_PRECISION)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
+        if HAS_DBIAS:  # each (row, key) once: the host sums the bias's broadcast dims
+            _store_tile(db_base, offs_m, cols, stride_dbm, stride_dbn, row_ok, col_ok, ds_logits)
     dq = dq * scale
     _store_tile(_head(DQ, off_b, off_h, stride_dqb, stride_dqh), offs_m, offs_d, stride_dqm, stride_dqd,
                 row_ok, d_ok, dq.to(DQ.dtype.element_ty))
@@ -319,13 +326,14 @@ def _sinks_gradient(sinks, lse, delta):
 def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask, shapes, block_m: int,
                               block_n: int, block_d: int, block_dv: int, input_precision: str, softcap=None,
                               window=None, chunk=None, sinks=None, alibi_slopes=None, attn_bias=None,
-                              alibi="symmetric"):
-    """(dq, dk, dv, dsinks), the first three in q's dtype, for the forward's ``out`` and ``lse`` and the
+                              alibi="symmetric", bias_shape=None):
+    """(dq, dk, dv, dsinks, dbias), the first three in q's dtype, for the forward's ``out`` and ``lse`` and the
     upstream gradient ``do``.
 
     ``softcap``, ``window``, ``chunk``, ``alibi_slopes`` and ``attn_bias`` as the forward's host puts them (no
-    inf cap, window sides of -1 resolved, slopes (B, Hq) fp32, the bias broadcast to (B, Hq, Nq, Nk)), ``alibi`` their
-    mode; ``sinks``: the forward's, when their gradient is wanted (then dsinks, else None).
+    inf cap, window sides of -1 resolved, slopes (B, Hq) fp32, the bias broadcast to (B, Hq, Nq, Nk)), ``alibi``
+    their mode; ``sinks``: the forward's, when their gradient is wanted (then dsinks, else None); ``bias_shape``:
+    the caller's attn_bias shape, when its gradient is wanted (then dbias, in its dtype, else None).
     """
     triton, dkdv_kernel, dq_kernel = _load()
     B, Hq, Hkv, Nq, Nk = shapes.batch, shapes.heads_q, shapes.heads_kv, shapes.n_q, shapes.n_k
@@ -359,9 +367,14 @@ def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask
             (q, k, v, do, lse, delta, dk, dv, mask, *biases[:2],
              *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(),
              *mask_strides, *biases[2:], Hkv, *sizes), ("dkdv",) + key, block_m=block_m, block_n=block_n, **common)
+    # dS of the biased logits, (B, Hq, Nq, Nk) fp32, when the bias's gradient is wanted; q is never written else.
+    dbias = None if bias_shape is None else torch.empty((B, Hq, Nq, Nk), dtype=torch.float32, device=q.device)
+    db = (q, 0, 0, 0, 0) if dbias is None else (dbias, *dbias.stride())
     _launch(triton, dq_kernel, lambda bm, bn: (triton.cdiv(Nq, bm), B * Hq),
-            (q, k, v, do, lse, delta, dq, mask, *biases[:2],
+            (q, k, v, do, lse, delta, dq, mask, *biases[:2], db[0],
              *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(), *dq.stride(),
-             *mask_strides, *biases[2:], Hq, *sizes), ("dq",) + key, block_m=block_m, block_n=block_n, **common)
+             *mask_strides, *biases[2:], *db[1:], Hq, *sizes), ("dq", dbias is not None) + key,
+            block_m=block_m, block_n=block_n, HAS_DBIAS=dbias is not None, **common)
     dsinks = None if sinks is None else _sinks_gradient(sinks, lse, delta)
-    return dq, dk, dv, dsinks
+    # attn_bias's gradient: dS summed over the dims the bias broadcasts, in its shape and dtype.
+    return dq, dk, dv, dsinks, None if dbias is None else dbias.sum_to_size(bias_shape).to(attn_bias.dtype)

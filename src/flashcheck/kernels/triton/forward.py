@@ -556,10 +556,10 @@ class _Differentiable(torch.autograd.Function):
     """The Triton forward, with the Triton backward of :mod:`flashcheck.kernels.triton.backward`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, attn_mask, sinks, scale, causal, variant, options):
+    def forward(ctx, q, k, v, attn_mask, sinks, attn_bias, scale, causal, variant, options):
         out, lse = triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, sinks=sinks,
-                                    **variant, **options)
-        ctx.save_for_backward(q, k, v, out, lse, sinks)
+                                    attn_bias=attn_bias, **variant, **options)
+        ctx.save_for_backward(q, k, v, out, lse, sinks, attn_bias)
         ctx.call = dict(attn_mask=attn_mask, scale=scale, causal=causal, variant=variant, options=options)
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -568,21 +568,22 @@ class _Differentiable(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         from .backward import triton_attention_backward
 
-        q, k, v, out, lse, sinks = ctx.saved_tensors
+        q, k, v, out, lse, sinks, attn_bias = ctx.saved_tensors
         call = ctx.call
         *_, attn_mask, shapes = check_attention_inputs(q, k, v, scale=call["scale"], causal=call["causal"],
                                                        attn_mask=call["attn_mask"])
-        variant = _variant_arguments(q, shapes, sinks=None, **call["variant"])
+        variant = _variant_arguments(q, shapes, sinks=None, attn_bias=attn_bias, **call["variant"])
         options = call["options"]
         block_d = _padded(shapes.head_dim)
-        dq, dk, dv, dsinks = triton_attention_backward(
+        dq, dk, dv, dsinks, dbias = triton_attention_backward(
             q, k, v, out, lse, dout, scale=call["scale"], causal=call["causal"], attn_mask=attn_mask,
             softcap=variant["softcap"], window=variant["window"], chunk=variant["chunk"],
             sinks=sinks if ctx.needs_input_grad[4] else None, alibi_slopes=variant["alibi_slopes"],
             attn_bias=variant["attn_bias"], alibi=options["alibi"],
+            bias_shape=attn_bias.shape if ctx.needs_input_grad[5] else None,
             shapes=shapes, block_m=options["block_m"], block_n=options["block_n"], block_d=block_d,
             block_dv=_value_tile(shapes.head_dim_v, block_d), input_precision=options["input_precision"])
-        return dq, dk, dv, None, dsinks, None, None, None, None
+        return dq, dk, dv, None, dsinks, dbias, None, None, None, None
 
 
 def make_kernel(
@@ -607,12 +608,12 @@ def make_kernel(
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, softcap=None, window=None, chunk=None,
                   sinks=None, alibi_slopes=None, attn_bias=None):
-        # The slopes and the bias get no gradient: autograd does not see them inside `variant`.
-        variant = dict(softcap=softcap, window=window, chunk=chunk, alibi_slopes=alibi_slopes, attn_bias=attn_bias)
-        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v, sinks)):
-            return _Differentiable.apply(q, k, v, attn_mask, sinks, scale, causal, variant, forward_options)
-        return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, sinks=sinks, **variant,
-                                **forward_options)
+        # The slopes get no gradient: autograd does not see them inside `variant`.
+        variant = dict(softcap=softcap, window=window, chunk=chunk, alibi_slopes=alibi_slopes)
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v, sinks, attn_bias)):
+            return _Differentiable.apply(q, k, v, attn_mask, sinks, attn_bias, scale, causal, variant, forward_options)
+        return triton_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, sinks=sinks,
+                                attn_bias=attn_bias, **variant, **forward_options)
 
     options = [f"block_m={block_m}", f"block_n={block_n}"]
     if num_warps is not None:
