@@ -25,7 +25,9 @@ adds e^sink to the row's sum inside the kernel, so the output is rounded once, t
 compiled CPU kernel (no lse) takes sinks too. The other route, flex's out rescaled by sigmoid(lse - sink)
 in fp32, rounds the output twice: measured (eager, CPU, fp16 and bf16, 37 x 53 keys), up to 1.16 times
 flashcheck's budget, against 0.52-0.81 with the sink key.
-Backward is not declared: the adapter runs under no_grad.
+Backward is not declared: the adapter runs under no_grad. Measured: flex has no backward on the CPU
+(eager: "does not support backward on CPU"; compiled: inference only, torch 2.13); on CUDA (torch 2.11,
+H200, eager and compiled) a captured bias that requires grad gets its gradient (within 6e-6 of fp32's).
 
 GQA uses flex's ``enable_gqa``, except on CUDA with a mask or a variant, where K and V are repeated over the query
 heads: there inductor (torch 2.11) failed to compile flex's GQA decoding kernel (see ``_heads``).
@@ -77,7 +79,9 @@ def _flex_module():
 def _compiled(fa):
     with _LOCK:
         if "fn" not in _COMPILED:
-            _COMPILED["fn"] = torch.compile(fa.flex_attention)
+            # Static shapes: after a recompile, dynamo's automatic dynamic shapes gave C++ that failed to
+            # compile for bf16 on the CPU (torch 2.13: a campaign's second case, which passes alone).
+            _COMPILED["fn"] = torch.compile(fa.flex_attention, dynamic=False)
         return _COMPILED["fn"]
 
 
