@@ -10,12 +10,12 @@ too; the cap before the bias). Campaigns (from the repository root, the CPU is e
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:cap_unscaled --device cpu --preset adversarial --seed 1
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:window_short --device cpu --preset adversarial --seed 1
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:sinks_ignored --device cpu --preset adversarial --seed 1
-    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:alibi_top_left --device cpu --preset adversarial --seed 1
-    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:bias_scaled --device cpu --preset adversarial --seed 1
-    PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:bias_one_head --device cpu --preset adversarial --seed 1
+    for k in alibi_top_left bias_scaled bias_one_head; do
+      PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:$k --device cpu --preset adversarial --seed 1
+    done
 
-The first passes; each of the others is a BUG whose diagnosis names its defect. Autograd differentiates
-them (``--backward``): ``cap_slope_dropped`` is right forward and wrong backward, where it treats the cap's
+The first passes (its campaigns draw ALiBi and attn_bias too, as the three bias bugs' do, the others' not);
+each of the others is a BUG whose diagnosis names its defect. Autograd differentiates them (``--backward``): ``cap_slope_dropped`` is right forward and wrong backward, where it treats the cap's
 slope as 1 (a straight-through cap):
 
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:cap_slope_dropped --device cpu --preset adversarial --backward --seed 1
@@ -31,8 +31,9 @@ import flashcheck
 
 SPEC = dict(dtypes=("fp16", "bf16", "fp32"), causal=("none", "top_left", "bottom_right"), attn_mask=True,
             gqa=True, dv_equals_d=False, fully_masked_rows="zero", precision="upcast", softcap=True,
-            alibi="symmetric", attn_bias=True, fp32_bias=True, bias_order="cap_first",
             window=True, chunk=True, sinks=True, neutral_variants=True, backward=True)
+# The kernels with a bias: campaigns of the others draw the cases they drew before ALiBi and attn_bias.
+BIAS_SPEC = dict(SPEC, alibi="symmetric", attn_bias=True, fp32_bias=True, bias_order="cap_first")
 
 
 def _visible(n_q: int, n_k: int, *, causal, window, chunk, shorten_window: int = 0) -> torch.Tensor:
@@ -116,19 +117,19 @@ def _attention(q, k, v, *, scale, causal, attn_mask=None, softcap=None, alibi_sl
     return out.to(q.dtype), lse
 
 
-def _kernel(defect: str | None):
+def _kernel(defect: str | None, spec: dict = SPEC):
     def attention(q, k, v, *, scale, causal, attn_mask=None, **variant):
         return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, defect=defect, **variant)
 
     attention.__qualname__ = attention.__name__ = defect or "correct"
-    return flashcheck.kernel(attention, name=f"variant_kernels:{attention.__name__}", **SPEC)
+    return flashcheck.kernel(attention, name=f"variant_kernels:{attention.__name__}", **spec)
 
 
-correct = _kernel(None)
+correct = _kernel(None, BIAS_SPEC)
 cap_unscaled = _kernel("cap_unscaled")  # the cap on q . k before the scale: tanh(q.k / c) c scale
 window_short = _kernel("window_short")  # the window's left edge one key short: i + Nk - Nq - left + 1
 sinks_ignored = _kernel("sinks_ignored")  # the sink left out of the softmax's sum
 cap_slope_dropped = _kernel("cap_slope_dropped")  # backward: dS not multiplied by 1 - tanh^2(s / c)
-alibi_top_left = _kernel("alibi_top_left")  # ALiBi's distance |i - j|, top-left aligned: wrong where Nq != Nk
-bias_scaled = _kernel("bias_scaled")  # attn_bias multiplied by the softmax scale: (q . k + bias) scale
-bias_one_head = _kernel("bias_one_head")  # every head reads head 0's attn_bias (a broadcast gone wrong)
+alibi_top_left = _kernel("alibi_top_left", BIAS_SPEC)  # ALiBi's distance |i - j| (top-left): wrong where Nq != Nk
+bias_scaled = _kernel("bias_scaled", BIAS_SPEC)  # attn_bias multiplied by the softmax scale: (q . k + bias) scale
+bias_one_head = _kernel("bias_one_head", BIAS_SPEC)  # every head reads head 0's attn_bias (a broadcast gone wrong)

@@ -255,7 +255,8 @@ def _options(fa, scale: float, gqa: bool, returns_lse: bool) -> dict:
 
 
 def _run(fn, q, mods, kwargs):
-    """``fn`` on q and the keys, values, block mask and score_mod of ``mods()``; flex's 'not implemented' as Unsupported."""
+    """``fn`` on q and the keys, values, block mask and score_mod of ``mods()``; flex's 'not implemented' as
+    Unsupported."""
     with warnings.catch_warnings():
         # Eager flex warns that it is unfused: that is what compile=False asks for.
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
