@@ -15,8 +15,9 @@ too; the cap before the bias). Campaigns (from the repository root, the CPU is e
     done
 
 The first passes (its campaigns draw ALiBi and attn_bias too, as the three bias bugs' do, the others' not);
-each of the others is a BUG whose diagnosis names its defect. Autograd differentiates them (``--backward``): ``cap_slope_dropped`` is right forward and wrong backward, where it treats the cap's
-slope as 1 (a straight-through cap):
+each of the others is a BUG whose diagnosis names its defect. Autograd differentiates them (``--backward``):
+``cap_slope_dropped`` is right forward and wrong backward, where it treats the cap's slope as 1 (a
+straight-through cap):
 
     PYTHONPATH=examples/variants flashcheck fuzz variant_kernels:cap_slope_dropped --device cpu --preset adversarial --backward --seed 1
 """
