@@ -88,3 +88,18 @@ def test_a_gradient_whose_fp32_products_all_flush_to_zero_is_within_the_budget()
     flushed = (exact.dq.float(), exact.dk.float(), torch.zeros_like(exact.dv, dtype=torch.float32))
     findings, _ = compare_gradients(flushed, budget)
     assert not findings, [f.summary() for f in findings]
+
+
+def test_a_forward_output_whose_fp32_weights_and_products_flush_to_zero_is_within_the_budget():
+    # A sink of 50 over keys a bias of -40 holds near -40: each weight is near e^-90, under fp32's smallest
+    # normal, which a GPU's exp (ex2.approx.ftz) and its tensor cores' products flush to 0. V's rows come in
+    # opposite pairs, so that no other term of the budget (each measured from V's mean, 0) covers the loss.
+    gen = torch.Generator().manual_seed(0)
+    q, k, half = (torch.randn(1, 1, n, 16, generator=gen) for n in (8, 64, 32))
+    v = torch.cat((half, -half), dim=2)
+    variant = Variant(attn_bias=torch.full((1, 1, 1, 64), -40.0), sinks=torch.tensor([50.0]))
+    budget = error_budget(q, k, v, scale=0.01, precision="flash", variant=variant)
+    exact = budget.reference.out
+    assert 0 < float(exact.abs().max()) < FORMATS["fp32"].smallest_normal
+    findings, _ = compare(torch.zeros_like(q), None, budget, fully_masked_rows="zero")
+    assert not findings, [f.summary() for f in findings]

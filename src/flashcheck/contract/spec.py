@@ -14,10 +14,10 @@ from typing import Callable
 
 from ..errors import InvalidArgument
 from .counts import check_count
+from .features import ALIBI_MODES, BIAS_ORDERS
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
-from .variants import ALIBI_MODES, BIAS_ORDERS
 
 __all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
 

@@ -15,7 +15,8 @@ import torch
 from ..errors import InvalidArgument
 from .formats import format_of
 
-__all__ = ["CAUSAL_MODES", "Shapes", "as_tensor", "check_attention_inputs", "check_causal", "check_scale"]
+__all__ = ["CAUSAL_MODES", "Shapes", "as_tensor", "broadcasts_to", "check_attention_inputs", "check_causal",
+           "check_scale"]
 
 CAUSAL_MODES = ("none", "top_left", "bottom_right")
 
@@ -70,7 +71,7 @@ def check_scale(scale: object, argument: str = "scale") -> float:
     return value
 
 
-def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+def broadcasts_to(shape: tuple, target: tuple) -> bool:
     # By hand: torch.broadcast_shapes imports sympy (through torch.fx) on its first call, ~0.25 s.
     return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
@@ -122,7 +123,7 @@ def check_attention_inputs(q, k, v, *, scale, causal, attn_mask=None):
         if attn_mask.dim() > 4:
             raise InvalidArgument("attn_mask", attn_mask, "more than 4 dimensions",
                                   "The mask must broadcast to (B, Hq, Nq, Nk).")
-        if not _broadcasts_to(tuple(attn_mask.shape), (B, Hq, Nq, Nk)):
+        if not broadcasts_to(tuple(attn_mask.shape), (B, Hq, Nq, Nk)):
             raise InvalidArgument("attn_mask", attn_mask, f"does not broadcast to {(B, Hq, Nq, Nk)}",
                                   "The mask must broadcast to (B, Hq, Nq, Nk).")
         if attn_mask.device != q.device:

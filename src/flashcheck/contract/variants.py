@@ -40,14 +40,12 @@ import torch
 
 from ..errors import InvalidArgument
 from .counts import check_count
+from .features import ALIBI_MODES, BIAS_ORDERS, FEATURES
+from .validation import broadcasts_to
 
 __all__ = ["FEATURES", "SPEC_FLAGS", "Variant", "check_shapes", "check_variant", "declared", "unsupported_variant"]
 
-# In the order a kernel receives them; each is declared by the spec flag of the same name (ALiBi: ``alibi``).
-FEATURES = ("softcap", "alibi_slopes", "attn_bias", "window", "chunk", "sinks")
 SPEC_FLAGS = {f: ("alibi" if f == "alibi_slopes" else f) for f in FEATURES}
-ALIBI_MODES = ("symmetric", "linear")
-BIAS_ORDERS = ("cap_first", "bias_first")
 TENSORS = ("alibi_slopes", "attn_bias", "sinks")  # saved with the case's arrays, not its JSON
 BIASES = ("alibi_slopes", "attn_bias")
 
@@ -344,10 +342,6 @@ def check_shapes(variant: Variant, shapes) -> None:
     bias = variant.attn_bias
     full = (B, Hq, shapes.n_q, shapes.n_k)
     if bias is not None:
-        try:
-            fits = torch.broadcast_shapes(tuple(bias.shape), full) == full
-        except RuntimeError:
-            fits = False
-        if not fits:
+        if not broadcasts_to(tuple(bias.shape), full):
             raise InvalidArgument("attn_bias", tuple(bias.shape), f"does not broadcast to {full} (B, Hq, Nq, Nk)",
                                   "Pass a bias whose every dim is 1 or the size of (B, Hq, Nq, Nk).")

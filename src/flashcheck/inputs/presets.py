@@ -10,8 +10,8 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ..contract.features import FEATURES
 from ..contract.formats import DTYPES
-from ..contract.variants import FEATURES
 from ..errors import InvalidArgument
 
 __all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]

@@ -239,7 +239,7 @@ def _with_sink_column(vis, sinks, rows: int, n_k: int):
     finite = finite.to(vis.device) if vis is not None else finite
     if vis is None:
         vis = torch.ones((1, 1, rows, n_k), dtype=torch.bool, device=finite.device)
-    shape = torch.broadcast_shapes(vis.shape[:2], finite.shape[:2]) + (rows,)
+    shape = tuple(max(a, b) for a, b in zip(vis.shape[:2], finite.shape[:2])) + (rows,)  # (no sympy import)
     return torch.cat((vis.expand(*shape, n_k), finite.expand(*shape, 1)), -1)
 
 

@@ -7,6 +7,7 @@ element (i, k) under any legal order of operations is at most (docs/design.md, s
            + sum_j delta_ij |v_jk - c_k| + |c_k - o_ik| sum_j delta_ij  logit error, key by key
            + w_ik (u_p + u_v + gamma_K + c u_32)                        P cast, tf32 V, accumulation
            + s_p sum_j |v_jk| / l_i  over keys with P_ij below P's smallest normal   subnormal P
+           + n FP32_TINY / l_i                                          flushed fp32 products and sums
 
 with eta_ij = |scale| ((1 + gamma_d') (1 + u_in)^2 - 1) sum_d |q_id||k_jd| + u_32 (c' |s_ij| + 2 |m_i|)
 bounding the error of logit (i, j), and delta_ij the largest move of weight a_ij when every logit j
@@ -41,6 +42,8 @@ TERMS = ("output_rounding", "logit", "accumulation", "subnormal_p", "oracle")
 EXTRA_ULPS = 4.0  # the final division by l, the per-tile rescale multiply and l's own rounding
 LOGIT_ULPS = 4.0  # c': scale and log2(e) multiplies, the exp2 argument's rounding
 MIN_TILE = 16  # rescales per key are at most one per 16 keys (the smallest tile a kernel uses)
+# fp32 values below it may be flushed to zero: GPU exp (ex2.approx.ftz) and tensor-core products and sums do.
+FP32_TINY = FORMATS["fp32"].smallest_normal
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def contract_terms(precision: Precision | str, dtype) -> BudgetTerms:
         u_o=fmt.unit_roundoff,
         s_o=fmt.subnormal_spacing / 2,
         u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" else 0.0, u_tf32),
-        s_p=p_fmt.subnormal_spacing / 2,
+        s_p=max(p_fmt.subnormal_spacing / 2, FP32_TINY),  # an fp32 P below its smallest normal may be flushed
         p_min_normal=p_fmt.smallest_normal,
         u_v=u_tf32,
         u_in=u_tf32,
@@ -220,8 +223,7 @@ def _bias_column(ops, blk, x):
     """``x`` over the block's Nk keys as (.., Nk + 1) with a 0 for the sink's column (a sink has no bias)."""
     if blk.sink is None:
         return x
-    shape = torch.broadcast_shapes(tuple(x.shape), tuple(blk.Q.shape[:-1]) + (blk.K.shape[-2] - 1,))
-    x = ops.broadcast_to(x, shape)
+    x = ops.broadcast_to(x, tuple(blk.Q.shape[:-1]) + (blk.K.shape[-2] - 1,))
     return ops.concat((x, 0 * x[..., :1]), -1)
 
 
@@ -263,7 +265,8 @@ def budget_block(ops, blk, sm, o, w, model: BudgetModel, eta=None):
     output_rounding = t.u_o * ops.abs(o) + t.s_o
     small = sm.p < t.p_min_normal  # unnormalised weights relative to the final max, as a kernel ends with them
     small = ops.float64(small if vis is None else vis & small)
-    subnormal_p = ops.matmul(small, absV) * (t.s_p / sm.l)
+    # Each product and sum of the fp32 accumulation (keys, rescales) may be flushed to zero as well.
+    subnormal_p = ops.matmul(small, absV) * (t.s_p / sm.l) + model.accumulation_len * FP32_TINY / sm.l
     return output_rounding, logit, w * model.w_factor, subnormal_p, delta_sum, lse_shift
 
 

@@ -30,19 +30,27 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..contract.formats import FORMATS, format_of
+from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..contract.variants import Variant
 from .blockwise import ops_for
-from .budget import LOGIT_ULPS, BudgetModel, budget_block, contract_terms, logit_error, lse_tolerance, raw_logit_error
+from .budget import (
+    FP32_TINY,
+    LOGIT_ULPS,
+    BudgetModel,
+    budget_block,
+    contract_terms,
+    logit_error,
+    lse_tolerance,
+    raw_logit_error,
+)
 from .gradients import GRADIENTS, Gradients, check_upstream, float64_gradients, group_rows
 from .variant_gradients import Reductions, bias_source
 
 __all__ = ["GradientBudget", "gradient_budget", "GRADIENT_TERMS"]
 
 GRADIENT_TERMS = ("recompute", "products", "output_rounding", "oracle")
-FP32_TINY = FORMATS["fp32"].smallest_normal  # fp32 values below it may be flushed to zero
 
 
 def _gamma(n: float, u: float) -> float:
