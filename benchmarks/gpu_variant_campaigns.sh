@@ -17,8 +17,8 @@ if ! python3 -c "import fla" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/flashcheck-site .whl/*.whl
   export PYTHONPATH=$PYTHONPATH:/tmp/flashcheck-site
 fi
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
-  | tee "$out/machine.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+torch.cuda.get_device_name())" | tee "$out/machine.txt"
 campaign() {  # KERNEL PASS: one timed campaign (PASS: forward or backward)
   local k=$1 pass=$2 name=${1//[:\[\]=,]/_}_${2#--}
   python3 -m flashcheck.cli fuzz "$k" ${pass/forward/} --device cuda --preset adversarial --seed 1 --keep-going \
