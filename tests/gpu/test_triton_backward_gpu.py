@@ -64,3 +64,24 @@ def test_the_dq_race_between_key_blocks_gets_bug_on_a_gpu():
     case = AttentionCase.create(q, k, v, scale=0.125)
     statuses = [check_backward(mutant, case, upstream="random", seed=s, device="cuda").status for s in range(4)]
     assert "BUG" in statuses, statuses
+
+
+def test_every_mix_of_the_variant_flags_is_right_and_compiles_nothing_new():
+    """Soft-cap, window, chunk, ALiBi and sinks are runtime flags: after one mix compiled the forward and the
+    backward, the other 31 mixes reuse them, and each is judged PASS forward and backward."""
+    import flashcheck
+    from flashcheck.kernels.triton.cache import compilation_stats
+
+    kernel = resolve_kernel("flashcheck:triton", device="cuda")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 40, 64, generator=g).half() for _ in range(3))
+    options = {"softcap": 2.0, "window": (5, 3), "chunk": 16, "alibi_slopes": torch.tensor([0.5, 0.125]),
+               "sinks": torch.tensor([1.0, -2.0])}
+    counts = []
+    for mask in range(1 << len(options)):
+        variant = flashcheck.Variant(**{n: x for i, (n, x) in enumerate(options.items()) if mask >> i & 1})
+        case = AttentionCase.create(q, k, v, scale=0.125, causal="bottom_right", variant=variant)
+        assert flashcheck.check(kernel, case, device="cuda").status == "PASS", variant
+        assert check_backward(kernel, case, device="cuda").status == "PASS", variant
+        counts.append(compilation_stats()[0])
+    assert counts[1:] == counts[:1] * (len(counts) - 1)

@@ -21,8 +21,8 @@ compiler = pytest.importorskip("triton.backends.compiler")
 class Recorder:
     """Stands in for the jitted kernel and keeps each launch's specialisation instead of running it."""
 
-    def __init__(self, **jit_options):
-        fn = jit.JITFunction(tf._flash_attention_fwd, **jit_options)
+    def __init__(self, kernel=tf._flash_attention_fwd, **jit_options):
+        fn = jit.JITFunction(kernel, **jit_options)
         if not hasattr(jit, "create_function_from_signature"):
             pytest.skip("this Triton computes specialisations another way")
         self.binder = jit.create_function_from_signature(fn.signature, fn.params, compiler.BaseBackend)
@@ -68,3 +68,48 @@ def test_the_interpreter_compiles_nothing():
     verdict = check("flashcheck:triton", AttentionCase.create(q, q, q, scale=0.25), device="cpu")
     assert verdict.status == "PASS" and verdict.compilations == 0 and verdict.elapsed["compile"] == 0.0
     assert compilation_stats() == before
+
+
+def _variant_mixes(heads: int) -> list[dict]:
+    """Every mix of the variants that add no tensor of their own to the launch: soft-cap, window, chunk,
+    ALiBi and sinks (32 mixes)."""
+    options = {"softcap": 2.0, "window": (4, 2), "chunk": 8, "alibi_slopes": torch.tensor([0.5, 0.25][:heads]),
+               "sinks": torch.tensor([1.0, -2.0][:heads])}
+    names = list(options)
+    return [{n: options[n] for i, n in enumerate(names) if mask >> i & 1} for mask in range(1 << len(names))]
+
+
+def test_every_mix_of_soft_cap_window_chunk_alibi_and_sinks_shares_one_forward_variant(monkeypatch):
+    # As constexprs they compiled one variant per mix: 349 mixes of the dtype, head dims and flags in the
+    # 2,800 cases of one dtype of the self-test's variants row.
+    tf._load()
+    recorder = Recorder(**tf._JIT_OPTIONS)
+    monkeypatch.setitem(tf._JITTED, "kernel", recorder)
+    q = torch.randn(1, 2, 24, 32, dtype=torch.float16)
+    for mix in _variant_mixes(2):
+        tf.triton_attention(q, q, q, scale=0.2, causal="bottom_right", **mix)
+    assert len(recorder.keys) == 1
+
+
+def test_every_mix_of_soft_cap_window_chunk_and_alibi_shares_one_backward_variant(monkeypatch):
+    import flashcheck.kernels.triton.backward as tb
+    from flashcheck.contract.validation import check_attention_inputs
+
+    tb._load()
+    recorders = {"dkdv": Recorder(tb._dkdv_kernel, **tb.jit_options(tb._dkdv_kernel)),
+                 "dq": Recorder(tb._dq_kernel, **tb.jit_options(tb._dq_kernel))}
+    for name, recorder in recorders.items():
+        monkeypatch.setitem(tb._JITTED, name, recorder)
+    monkeypatch.setattr(tb, "_PLANS", {})
+    q = torch.randn(1, 2, 24, 32, dtype=torch.float16)
+    *_, shapes = check_attention_inputs(q, q, q, scale=0.2, causal="bottom_right")
+    out, lse = torch.zeros_like(q), torch.zeros(1, 2, 24)
+    for mix in _variant_mixes(2):
+        mix.pop("sinks", None)  # the sinks' gradient is the host's: the kernels never see them
+        mix["window"] = mix["window"] if "window" in mix else None
+        slopes = mix.pop("alibi_slopes", None)
+        tb.triton_attention_backward(
+            q, q, q, out, lse, out, scale=0.2, causal="bottom_right", attn_mask=None, shapes=shapes, block_m=16,
+            block_n=16, block_d=32, block_dv=32, input_precision="ieee",
+            alibi_slopes=None if slopes is None else slopes.expand(1, 2), **mix)
+    assert [len(r.keys) for r in recorders.values()] == [1, 1]

@@ -37,7 +37,7 @@ import threading
 import torch
 
 from .cache import use_triton_cache, watch_compilations
-from .forward import alibi_offset
+from .forward import alibi_offset, fp32_zero
 from .functions import alibi_py, bias_py, bind, tanh_py
 from .runtime import import_triton
 
@@ -62,17 +62,16 @@ def _store_tile_py(base, rows, cols, stride_r, stride_c, row_ok, col_ok, value):
 
 
 def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal, window_left,
-                window_right, chunk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                HAS_CHUNK: tl.constexpr):
+                window_right, chunk, has_window, has_chunk, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
     """Which (row, key) pairs of a tile are visible: in range, causality, the window, the chunk, the boolean
     mask (as the forward)."""
     visible = row_ok[:, None] & col_ok[None, :]
     if IS_CAUSAL:
         visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-    if HAS_WINDOW:
+    if has_window:
         centre = offs_m[:, None] + diagonal
         visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre + window_right)
-    if HAS_CHUNK:
+    if has_chunk:
         pos = offs_m + diagonal  # // truncates: a position before the first key has no chunk
         first = pos // chunk * chunk
         visible = visible & (pos[:, None] >= 0) & (cols[None, :] >= first[:, None])
@@ -85,13 +84,11 @@ def _visible_py(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, 
 
 
 def _biases_py(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm, stride_bn, alibi_offset,
-               HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """(ALiBi, attn_bias, visible) of a tile: the biases in the base-2 domain as the forward adds them (0.0
-    where absent), and `visible` less the keys attn_bias's -inf hides."""
-    alibi2 = 0.0
+               ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """(ALiBi, attn_bias, visible) of a tile: the biases in the base-2 domain as the forward adds them (ALiBi
+    of slope 0 and attn_bias 0.0 where absent), and `visible` less the keys attn_bias's -inf hides."""
     bias2 = 0.0
-    if HAS_ALIBI:
-        alibi2 = _alibi(offs_m + alibi_offset, cols, slope2, ALIBI_LINEAR)
+    alibi2 = _alibi(offs_m + alibi_offset, cols, slope2, ALIBI_LINEAR)  # a tensor either way: has_alibi is runtime
     if HAS_BIAS:
         b = _bias(b_base, offs_m, cols, stride_bm, stride_bn, row_ok, col_ok)
         visible = visible & (b != float("-inf"))
@@ -99,16 +96,17 @@ def _biases_py(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm,
     return alibi2, bias2, visible
 
 
-def _p_and_ds_py(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP: tl.constexpr,
-                 HAS_ALIBI: tl.constexpr, HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+def _p_and_ds_py(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, has_softcap, has_alibi,
+                 HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """P recomputed from the saved lse (base 2), dS = P (dP - D) times the cap's slope when capped (dS of the
     logits before the cap) and dS of the biased logits, all fp32, 0 on hidden keys. The biases join after the
     cap (cap_first)."""
     s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-    if HAS_SOFTCAP:
+    t = s  # defined on both sides of the runtime test: read only when capped
+    if has_softcap:
         t = _tanh(s / softcap2)
         s = softcap2 * t
-    if HAS_ALIBI:
+    if has_alibi:
         s = s + alibi2
     if HAS_BIAS:
         s = s + bias2
@@ -116,7 +114,7 @@ def _p_and_ds_py(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, sof
     dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
     ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
     ds_logits = ds  # of the biased logits: attn_bias's gradient
-    if HAS_SOFTCAP:
+    if has_softcap:
         ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds
     return p, ds, ds_logits
 
@@ -134,9 +132,8 @@ def _dkdv_kernel(
     stride_sb, stride_sh, stride_bb, stride_bh, stride_bm, stride_bn,
     n_heads_kv, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
     diagonal, window_left, window_right, chunk, softcap2, alibi_offset,
-    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr,
+    has_softcap, has_window, has_chunk, has_alibi,  # runtime flags: one compiled kernel for every mix of them
+    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -163,9 +160,7 @@ def _dkdv_kernel(
         d_base = _head(Delta, off_b, off_h, stride_lb, stride_lh)
         m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
         b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)
-        slope2 = 0.0
-        if HAS_ALIBI:
-            slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
+        slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634  # 0: no ALiBi
         for start_m in range(0, n_q, BLOCK_M):
             offs_m = start_m + offs_m0
             row_ok = offs_m < n_q
@@ -174,13 +169,13 @@ def _dkdv_kernel(
             lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
             delta = tl.load(d_base + offs_m * stride_lm, mask=row_ok, other=0.0)
             visible = _visible(offs_m, offs_n, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal,
-                               window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
+                               window_left, window_right, chunk, has_window, has_chunk, IS_CAUSAL, HAS_MASK)
             # A row with no visible key has lse = -inf: every P of it is 0 through `visible`.
             lse2 = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
             alibi2, bias2, visible = _biases(offs_m, offs_n, row_ok, col_ok, visible, slope2, b_base, stride_bm,
-                                             stride_bn, alibi_offset, HAS_ALIBI, ALIBI_LINEAR, HAS_BIAS)
-            p, ds, _ = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
-                              HAS_ALIBI, HAS_BIAS, INPUT_PRECISION)
+                                             stride_bn, alibi_offset, ALIBI_LINEAR, HAS_BIAS)
+            p, ds, _ = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, has_softcap,
+                              has_alibi, HAS_BIAS, INPUT_PRECISION)
             dv = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv, input_precision=INPUT_PRECISION)
             dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32
     dk = dk * scale
@@ -203,9 +198,9 @@ def _dq_kernel(
     stride_dbb, stride_dbh, stride_dbm, stride_dbn,
     n_heads_q, group, n_q, n_k, head_dim, head_dim_v, causal_offset, scale, qk_scale,
     diagonal, window_left, window_right, chunk, softcap2, alibi_offset,
-    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DBIAS: tl.constexpr,
+    has_softcap, has_window, has_chunk, has_alibi,  # runtime flags: one compiled kernel for every mix of them
+    IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, ALIBI_LINEAR: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_DBIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -228,9 +223,7 @@ def _dq_kernel(
     m_base = _head(Mask, off_b, off_h, stride_mb, stride_mh)
     b_base = _head(Bias, off_b, off_h, stride_bb, stride_bh)
     db_base = _head(DB, off_b, off_h, stride_dbb, stride_dbh)
-    slope2 = 0.0
-    if HAS_ALIBI:
-        slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
+    slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634  # 0: no ALiBi
     q = _tile(_head(Q, off_b, off_h, stride_qb, stride_qh), offs_m, offs_d, stride_qm, stride_qd, row_ok, d_ok)
     do = _tile(_head(DO, off_b, off_h, stride_dob, stride_doh), offs_m, offs_dv, stride_dom, stride_dod, row_ok, dv_ok)
     lse = tl.load(l_base + offs_m * stride_lm, mask=row_ok, other=0.0)
@@ -243,11 +236,11 @@ def _dq_kernel(
         k = _tile(k_base, cols, offs_d, stride_kn, stride_kd, col_ok, d_ok)
         v = _tile(v_base, cols, offs_dv, stride_vn, stride_vd, col_ok, dv_ok)
         visible = _visible(offs_m, cols, row_ok, col_ok, causal_offset, m_base, stride_mm, stride_mn, diagonal,
-                           window_left, window_right, chunk, IS_CAUSAL, HAS_MASK, HAS_WINDOW, HAS_CHUNK)
+                           window_left, window_right, chunk, has_window, has_chunk, IS_CAUSAL, HAS_MASK)
         alibi2, bias2, visible = _biases(offs_m, cols, row_ok, col_ok, visible, slope2, b_base, stride_bm, stride_bn,
-                                         alibi_offset, HAS_ALIBI, ALIBI_LINEAR, HAS_BIAS)
-        p, ds, ds_logits = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, HAS_SOFTCAP,
-                          HAS_ALIBI, HAS_BIAS, INPUT_PRECISION)
+                                         alibi_offset, ALIBI_LINEAR, HAS_BIAS)
+        p, ds, ds_logits = _p_and_ds(q, k, v, do, lse2, delta, visible, alibi2, bias2, qk_scale, softcap2, has_softcap,
+                          has_alibi, HAS_BIAS, INPUT_PRECISION)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
         if HAS_DBIAS:  # each (row, key) once: the host sums the bias's broadcast dims
             _store_tile(db_base, offs_m, cols, stride_dbm, stride_dbn, row_ok, col_ok, ds_logits)
@@ -258,6 +251,17 @@ def _dq_kernel(
 
 _LOCK = threading.Lock()
 _JITTED: dict = {}
+
+
+_UNSPECIALISED = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset",
+                  "diagonal", "window_left", "window_right", "chunk", "alibi_offset", "has_softcap", "has_window",
+                  "has_chunk", "has_alibi")
+
+
+def jit_options(fn) -> dict:
+    """The forward's specialisation policy for a backward kernel: no sizes, strides or variant flags."""
+    params = inspect.signature(fn).parameters
+    return {"do_not_specialize": tuple(p for p in params if p.startswith("stride_") or p in _UNSPECIALISED)}
 
 
 def _load():
@@ -271,12 +275,8 @@ def _load():
             for helper in (tanh_py, alibi_py, bias_py, _head_py, _tile_py, _store_tile_py, _visible_py, _biases_py,
                            _p_and_ds_py):
                 globals()["_" + helper.__name__[:-3].lstrip("_")] = triton.jit(helper)  # the names the kernels call
-            sizes = ("n_heads_kv", "n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset",
-                     "diagonal", "window_left", "window_right", "chunk", "alibi_offset")
             for name, fn in (("dkdv", _dkdv_kernel), ("dq", _dq_kernel)):
-                params = inspect.signature(fn).parameters
-                skip = tuple(p for p in params if p.startswith("stride_") or p in sizes)
-                _JITTED[name] = triton.jit(fn, do_not_specialize=skip)
+                _JITTED[name] = triton.jit(fn, **jit_options(fn))
             use_triton_cache()
             watch_compilations()
         return triton, _JITTED["dkdv"], _JITTED["dq"]
@@ -350,17 +350,15 @@ def triton_attention_backward(q, k, v, out, lse, do, *, scale, causal, attn_mask
     else:
         mask, mask_strides = q, (0, 0, 0, 0)
     causal_offset = {"none": 0, "top_left": 0, "bottom_right": Nk - Nq}[causal]
-    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, HAS_SOFTCAP=softcap is not None,
-                  HAS_WINDOW=window is not None, HAS_CHUNK=chunk is not None, HAS_ALIBI=alibi_slopes is not None,
-                  ALIBI_LINEAR=alibi == "linear", HAS_BIAS=attn_bias is not None, BLOCK_D=block_d, BLOCK_DV=block_dv,
-                  INPUT_PRECISION=input_precision)
+    common = dict(IS_CAUSAL=causal != "none", HAS_MASK=attn_mask is not None, ALIBI_LINEAR=alibi == "linear",
+                  HAS_BIAS=attn_bias is not None, BLOCK_D=block_d, BLOCK_DV=block_dv, INPUT_PRECISION=input_precision)
     key = (str(q.device), q.dtype, block_m, block_n, *common.values())
     window_left, window_right = (0, 0) if window is None else window  # never read without a window
     sizes = (shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v, causal_offset, scale, scale * _LOG2E,
              Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E,
-             alibi_offset(alibi, Nq, Nk))
-    # q is never read as the slopes or the bias (HAS_ALIBI, HAS_BIAS are False then).
-    biases = (q if alibi_slopes is None else alibi_slopes, q if attn_bias is None else attn_bias,
+             alibi_offset(alibi, Nq, Nk), *(int(t is not None) for t in (softcap, window, chunk, alibi_slopes)))
+    # Absent slopes read as one fp32 zero (a slope of 0 adds 0); q is never read as the bias (HAS_BIAS is False).
+    biases = (fp32_zero(q) if alibi_slopes is None else alibi_slopes, q if attn_bias is None else attn_bias,
               *(alibi_slopes.stride() if alibi_slopes is not None else (0, 0)),
               *(attn_bias.stride() if attn_bias is not None else (0, 0, 0, 0)))
     _launch(triton, dkdv_kernel, lambda bm, bn: (triton.cdiv(Nk, bn), B * Hkv),

@@ -74,7 +74,8 @@ INTERPRETER_WRONG_DTYPES = {"bf16": "the Triton interpreter's bf16 tl.dot is wro
 
 
 _SIZE_ARGUMENTS = ("n_heads_q", "group", "n_q", "n_k", "head_dim", "head_dim_v", "causal_offset", "diagonal",
-                   "window_left", "window_right", "chunk", "alibi_offset")
+                   "window_left", "window_right", "chunk", "alibi_offset",
+                   "has_softcap", "has_window", "has_chunk", "has_alibi", "has_sinks")
 
 
 def _flash_attention_fwd(
@@ -95,13 +96,11 @@ def _flash_attention_fwd(
     chunk,  # chunks: key j visible to query i iff j is in the chunk of position i + diagonal
     softcap2,  # the soft cap c * log2(e): c tanh(s / c) in the base-2 domain
     alibi_offset,  # ALiBi's distance is j - (i + alibi_offset): Nk - Nq (symmetric), 0 (linear)
+    # The variants that add no tensor of their own are runtime flags (0 or 1), not constexprs: one compiled
+    # kernel serves every mix of them, where constexprs compiled one per mix a campaign draws.
+    has_softcap, has_window, has_chunk, has_alibi, has_sinks,
     IS_CAUSAL: tl.constexpr,
     HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CHUNK: tl.constexpr,
-    HAS_SINKS: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
     ALIBI_LINEAR: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -124,8 +123,8 @@ def _flash_attention_fwd(
     l_base = Lse + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
     m_base = Mask + off_b.to(tl.int64) * stride_mb + off_h.to(tl.int64) * stride_mh
     b_base = Bias + off_b.to(tl.int64) * stride_bb + off_h.to(tl.int64) * stride_bh
-    if HAS_ALIBI:
-        slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
+    # Without ALiBi the host passes a slope of 0, so the load is always in bounds.
+    slope2 = tl.load(Slopes + off_b * stride_sb + off_h * stride_sh) * 1.4426950408889634
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -153,7 +152,7 @@ def _flash_attention_fwd(
     last_row = tl.minimum(pid_m * BLOCK_M + BLOCK_M, n_q) - 1
     if IS_CAUSAL:
         hi = tl.minimum(n_k, tl.maximum(last_row + causal_offset + 1, 0))
-    if HAS_WINDOW:
+    if has_window:
         hi = tl.minimum(hi, tl.maximum(last_row + diagonal + window_right + 1, 0))
 
     for start_n in range(0, hi, BLOCK_N):
@@ -167,11 +166,11 @@ def _flash_attention_fwd(
             other=0.0,
         )
         s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
-        if HAS_SOFTCAP:
+        if has_softcap:
             # Before the masks: capped after them, a hidden key's -inf would become -c and get weight.
             s = softcap2 * _tanh(s / softcap2)
         # The biases after the cap (cap_first, flash-attention's order), in the base-2 domain.
-        if HAS_ALIBI:
+        if has_alibi:
             s = s + _alibi(offs_m + alibi_offset, cols, slope2, ALIBI_LINEAR)
         if HAS_BIAS:
             b = _bias(b_base, offs_m, cols, stride_bm, stride_bn, row_ok, col_ok)
@@ -181,10 +180,10 @@ def _flash_attention_fwd(
         visible = row_ok[:, None] & col_ok[None, :]
         if IS_CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-        if HAS_WINDOW:
+        if has_window:
             centre = offs_m[:, None] + diagonal
             visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre + window_right)
-        if HAS_CHUNK:
+        if has_chunk:
             # // truncates toward zero, so a position before the first key (Nq > Nk) would land in
             # chunk 0: such rows see no key, by a test of their own.
             pos = offs_m + diagonal
@@ -219,11 +218,9 @@ def _flash_attention_fwd(
         p_lo = p.to(V.dtype.element_ty)
 
         # -- 6. P @ V ------------------------------------------------------------------------------
-        v_ok = col_ok
-        if IS_CAUSAL or HAS_MASK or HAS_WINDOW or HAS_CHUNK or HAS_BIAS:
-            # Keys that no row of this tile sees are not read: a NaN stored there (padding) would
-            # otherwise turn into 0 * NaN = NaN inside the dot.
-            v_ok = v_ok & (tl.max(visible.to(tl.int32), axis=0) > 0)
+        # Keys that no row of this tile sees are not read: a NaN stored there (padding) would otherwise
+        # turn into 0 * NaN = NaN inside the dot.
+        v_ok = col_ok & (tl.max(visible.to(tl.int32), axis=0) > 0)
         v = tl.load(
             v_base + cols[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
             mask=v_ok[:, None] & dv_ok[None, :],
@@ -232,7 +229,7 @@ def _flash_attention_fwd(
         acc = tl.dot(p_lo, v, acc, input_precision=INPUT_PRECISION)
         m_i = m_new
 
-    if HAS_SINKS:
+    if has_sinks:
         # The sink as one more key, of value 0. A sink of -inf changes no bit: the max stays, beta =
         # exp2(0) = 1 and the sink adds exp2(-inf) = 0; a row with no key either keeps l = 0.
         sink2 = tl.load(Sinks + off_h) * 1.4426950408889634
@@ -383,6 +380,11 @@ def _sinks(sinks, q, heads_q: int):
     return sinks.detach().to(torch.float32).contiguous()
 
 
+def fp32_zero(q) -> torch.Tensor:
+    """One fp32 zero on q's device: the sinks and slopes a case without them passes (a slope of 0 adds 0)."""
+    return torch.zeros(1, dtype=torch.float32, device=q.device)
+
+
 def _on_device(name: str, tensor, q, fix: str) -> None:
     if tensor.device != q.device:
         raise InvalidArgument(name, tensor, f"on {tensor.device}, q on {q.device}", fix)
@@ -524,22 +526,21 @@ def triton_attention(
         launch["num_stages"] = _default_num_stages(q.device, block_m=block_m, block_n=block_n, block_d=block_d,
                                                    block_dv=block_dv, itemsize=q.element_size())
     grid = (triton.cdiv(Nq, block_m), B * Hq)
+    zero = fp32_zero(q)
     kernel[grid](
-        # q is never read as the sinks, slopes or bias (HAS_SINKS, HAS_ALIBI, HAS_BIAS are False then).
-        q, k, v, out, lse, mask, *(q if t is None else t for t in (sinks, slopes, bias)),
+        # Absent sinks and slopes read as one fp32 zero (so their pointers keep one type); q is never read as
+        # the bias (HAS_BIAS is False then).
+        q, k, v, out, lse, mask, zero if sinks is None else sinks, zero if slopes is None else slopes,
+        q if bias is None else bias,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *mask_strides,
         *(slopes.stride() if slopes is not None else (0, 0)), *(bias.stride() if bias is not None else (0, 0, 0, 0)),
         Hq, shapes.group, Nq, Nk, shapes.head_dim, shapes.head_dim_v,
         causal_offset, scale * _LOG2E,
         Nk - Nq, window_left, window_right, chunk or 1, 1.0 if softcap is None else softcap * _LOG2E,
         alibi_offset(alibi, Nq, Nk),
+        *(int(t is not None) for t in (softcap, window, chunk, slopes, sinks)),
         IS_CAUSAL=causal != "none",
         HAS_MASK=attn_mask is not None,
-        HAS_SOFTCAP=softcap is not None,
-        HAS_WINDOW=window is not None,
-        HAS_CHUNK=chunk is not None,
-        HAS_SINKS=sinks is not None,
-        HAS_ALIBI=slopes is not None,
         ALIBI_LINEAR=alibi == "linear",
         HAS_BIAS=bias is not None,
         BLOCK_M=block_m,

@@ -67,7 +67,7 @@ def _apply(mutant: Mutant, source: str) -> str:
             raise MutantSourceError(
                 f"mutant {mutant.name!r}: its edit expects {old!r} exactly once in {mutant.file.name}, "
                 f"found it {count} times. The kernel source changed; update the mutant's edit in "
-                "flashcheck/mutants.py to match it."
+                "flashcheck/kernels/triton/planted.py or planted_variants.py to match it."
             )
         source = source.replace(old, new)
     return source

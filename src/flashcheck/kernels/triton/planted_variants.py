@@ -11,7 +11,7 @@ __all__ = ["VARIANT_BACKWARD_MUTANTS", "VARIANT_MUTANTS"]
 
 # The texts of forward.py that several mutants edit.
 _CAP = "            s = softcap2 * _tanh(s / softcap2)\n"
-_CAP_BLOCK = ("        if HAS_SOFTCAP:\n"
+_CAP_BLOCK = ("        if has_softcap:\n"
               "            # Before the masks: capped after them, a hidden key's -inf would become -c and get weight.\n"
               + _CAP)
 _SCORES = "        s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale\n"
@@ -38,7 +38,7 @@ VARIANT_MUTANTS: tuple[Mutant, ...] = (
         "softcap_after_masking", "softcap",
         "The cap is applied after the masks set hidden keys to -inf: tanh(-inf) = -1, so every hidden key "
         "(and every tail key past Nk) comes back with logit -c and weight e^-c.",
-        ((_CAP_BLOCK, ""), (_HIDE, _HIDE + "        if HAS_SOFTCAP:\n" + _CAP)),
+        ((_CAP_BLOCK, ""), (_HIDE, _HIDE + "        if has_softcap:\n" + _CAP)),
         "softcap with a small cap (c = 1) and keys hidden by a mask, causality or a window (or Nk not a "
         "multiple of block_n).",
     ),
@@ -213,13 +213,13 @@ VARIANT_MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
-_BACKWARD_WINDOW = ("    if HAS_WINDOW:\n"
+_BACKWARD_WINDOW = ("    if has_window:\n"
                     "        centre = offs_m[:, None] + diagonal\n"
                     "        visible = visible & (cols[None, :] >= centre - window_left) & (cols[None, :] <= centre "
                     "+ window_right)\n")
 _DSINKS = "    return -(p * delta).sum(dim=(0, 2)).to(sinks.dtype)"
-_BACKWARD_CAP = "    if HAS_SOFTCAP:\n        t = _tanh(s / softcap2)\n        s = softcap2 * t\n"
-_BACKWARD_ALIBI = "    if HAS_ALIBI:\n        s = s + alibi2\n"
+_BACKWARD_CAP = "    if has_softcap:\n        t = _tanh(s / softcap2)\n        s = softcap2 * t\n"
+_BACKWARD_ALIBI = "    if has_alibi:\n        s = s + alibi2\n"
 _BACKWARD_BIAS = "    if HAS_BIAS:\n        s = s + bias2\n"
 
 VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
@@ -227,7 +227,7 @@ VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "softcap_derivative_missing", "softcap",
         "dS is not multiplied by the cap's derivative 1 - tanh^2(s / c): dQ and dK are those of uncapped "
         "logits.",
-        (("    if HAS_SOFTCAP:\n        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds\n", ""),),
+        (("    if has_softcap:\n        ds = ds * (1.0 - t * t)  # d(c tanh(s / c)) / ds\n", ""),),
         "softcap with logits near the cap, where tanh' is well below 1 (c = 1, scale = 0.5), random dO.",
     ),
     backward_mutant(
@@ -248,14 +248,14 @@ VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "alibi_slopes_of_kv_head_backward", "alibi_slopes",
         "The dK/dV kernel, looping over a group's query heads, takes each one's slope at the key/value head's "
         "index: dK and dV of GQA groups use the first head's slope.",
-        (("            " + _SLOPE, "            " + _SLOPE.replace("off_h * stride_sh", "off_hkv * stride_sh")),),
+        (("        " + _SLOPE, "        " + _SLOPE.replace("off_h * stride_sh", "off_hkv * stride_sh")),),
         "ALiBi with GQA (Hq = 2, Hkv = 1) and unequal slopes (0.25 and 1), random dO.",
     ),
     backward_mutant(
         "alibi_top_left_backward", "alibi_slopes",
         "The backward aligns the symmetric ALiBi top-left (-slope |i - j|), the forward bottom-right: with "
         "Nq != Nk the recomputed P is not the forward's.",
-        (("             alibi_offset(alibi, Nq, Nk))", "             0)"),),
+        (("alibi_offset(alibi, Nq, Nk), *(int(", "0, *(int("),),
         "ALiBi with Nq != Nk (e.g. Nq = 24, Nk = 40), random dO.",
     ),
     backward_mutant(
