@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     from flashcheck.kernels.registry import resolve_kernel
     from flashcheck.kernels.triton.planted import MUTANTS
     from flashcheck.inputs.presets import load_preset
-    from flashcheck.selftest.run import CORRECT_TILES, MUTANT_TILE
+    from flashcheck.selftest.subjects import CORRECT_TILES, MUTANT_TILE
     from flashcheck.files import write_json
     from flashcheck.campaign.serve import quiet_interpreter
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The mutation suite on a CUDA machine in one call: the correct kernels (detection must give no BUG and
-# no SUSPICIOUS) and every planted bug (each must get BUG), side by side in two self-tests whose rows
+# no SUSPICIOUS; a case one fails is saved to OUTDIR/corpus-correct as it is found) and every planted bug
+# (each must get BUG), side by side in two self-tests whose rows
 # spread over worker processes (--jobs) and the visible GPUs, both stopped in time by a deadline. Rows run
 # in chunks of FLASHCHECK_CHUNK cases (default 50) handed out round-robin, so every worker stays busy and
 # the deadline cuts every row alike (a planted bug's first chunk holds 12 cases, later ones run only while
@@ -22,7 +23,7 @@ run() { local which=$1 jobs=$2 rows
   eval "rows=($3)"
   python3 -m flashcheck.cli selftest ${FLASHCHECK_BACKWARD:+--backward} --device cuda "${rows[@]}" --jobs "$jobs" --max-n 1024 --head-dims 64,128 \
       --seed "${FLASHCHECK_SEED:-0}" --cases "$cases" --bug-cases "${FLASHCHECK_BUG_CASES:-60}" --time-budget "$seconds" \
-      --chunk "${FLASHCHECK_CHUNK:-50}" \
+      --chunk "${FLASHCHECK_CHUNK:-50}" --corpus "$out/corpus-$which" \
       --json "$out/selftest_$which.json" > "$out/selftest_$which.txt" 2> "$out/selftest_$which.err"
   echo "selftest $which exit $?" >> "$out/selftest_$which.txt"; }
 run correct "$correct_jobs" "${FLASHCHECK_CORRECT_ROWS:---variants correct}" &

@@ -32,7 +32,7 @@ shard() { local name=$1; shift
       --json "$work/selftest_$name.json" "$@" > "$work/selftest_$name.txt" 2> "$work/selftest_$name.err" & }
 gpu_tests() { [ "${FLASHCHECK_GPU_TESTS:-1}" = 0 ] && return
   (timeout "$limit" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfE -n 4 > "$work/gpu_tests.txt" 2>&1) & }
-names() { python3 -c "from flashcheck.selftest.run import variants; print('\n'.join(v.name for v in variants('cuda', which='$1')))"; }
+names() { python3 -c "from flashcheck.selftest.subjects import variants; print('\n'.join(v.name for v in variants('cuda', which='$1')))"; }
 pack() {
   ls "$work"/selftest_*.json > /dev/null 2>&1 && fc selftest --table "$work"/selftest_*.json > "$work/selftest_gpu.txt"
   tar czf "$out/gpu-$part.tgz" --exclude='corpus-*/*.npz' -C "$work" .  # case JSONs describe the corpus; its arrays stay

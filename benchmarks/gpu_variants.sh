@@ -6,7 +6,7 @@
 # Usage (repository root): bash benchmarks/gpu_variants.sh OUTDIR [CORRECT_JOBS] [BUG_JOBS] [CASES] [SECONDS]
 set -uo pipefail
 FLASHCHECK_BUG_ROWS=$(python3 -c "
-from flashcheck.selftest.run import variants
+from flashcheck.selftest.subjects import variants
 import os
 rows = variants('cuda', which='bugs', backward=bool(os.environ.get('FLASHCHECK_BACKWARD')))
 print(' '.join('--variant ' + v.name for v in rows if v.features))")

@@ -115,3 +115,22 @@ def test_a_selftest_that_ran_no_case_says_no_cases(capsys):
     # p_rounded_to_bf16_in_dv is a planted bug in fp16 only: in bf16 there is no row to run
     code = main(["selftest", "--backward", "--device", "cpu", "--dtype", "bf16", "--variant", "p_rounded_to_bf16_in_dv"])
     assert code == 3 and "NO_CASES" in capsys.readouterr().err
+
+
+def test_a_correct_rows_failures_are_saved_to_the_corpus_and_replay(tmp_path, monkeypatch):
+    """`selftest --corpus`: a case a correct row fails is saved as it is found, and replays to the same verdict.
+    A planted bug dressed as a correct row stands in for a false alarm."""
+    import dataclasses
+
+    import flashcheck.selftest.run as selftest_run
+    from flashcheck import check
+    from flashcheck.inputs.casefile import load_case
+
+    buggy = variants("cpu", names=["scale_ignored"])[0]
+    monkeypatch.setattr(selftest_run, "variants", lambda *a, **k: [dataclasses.replace(buggy, correct=True)])
+    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=3, max_n=32, names=["scale_ignored"],
+                        corpus=str(tmp_path))
+    assert rows[0].flashcheck.false_alarms >= 1
+    saved = sorted(tmp_path.glob("*.json"))
+    assert len(saved) == rows[0].flashcheck.false_alarms and "selftest-scale_ignored-fp16-case" in saved[0].name
+    assert check(buggy.make(), load_case(saved[0]), device="cpu").status == "BUG"

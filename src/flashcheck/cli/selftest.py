@@ -57,13 +57,16 @@ def add_parser(subparsers) -> None:
                           help="with --jobs: cases per chunk of a row (default 50; a planted bug's first chunk "
                                "holds at most 12, its later ones run only while it is not caught); the rows "
                                "are the same whatever --jobs and --chunk are")
+    selftest.add_argument("--corpus", default=None, metavar="DIR",
+                          help="save each case a correct kernel failed (BUG or SUSPICIOUS) here as it is found, "
+                               "to replay with `flashcheck replay`")
     selftest.add_argument("--table", nargs="+", default=None, metavar="JSON",
                           help="run nothing: print one table from the --json files of earlier (e.g. sharded) runs")
 
 
 def run(args) -> int:
     """The rows, each reported as it ends and all in one table at the end; or (``--table``) saved rows."""
-    from ..files import check_writable_file, write_json
+    from ..files import check_writable_folder, check_writable_file, write_json
     from ..selftest.table import format_table
 
     if args.table:
@@ -71,6 +74,8 @@ def run(args) -> int:
         print(format_table(rows))
         return _selftest_exit(rows)
     check_writable_file("--json", args.json)
+    if args.corpus is not None:
+        check_writable_folder("--corpus", args.corpus)
     device = choose_device(args.device)
     dtypes = args.dtype or (["fp16", "fp32"] if device == "cpu" else list(DTYPES))
     _check_variant_names(args.variant, device, args.backward)
@@ -98,7 +103,7 @@ def _run_selftest(args, device: str, dtypes, progress) -> list:
     from ..selftest.run import run_selftest, selftest_plan
 
     options = dict(cases=args.cases, bug_cases=args.bug_cases, seed=args.seed, max_n=args.max_n,
-                   head_dims=_int_list("--head-dims", args.head_dims), backward=args.backward)
+                   head_dims=_int_list("--head-dims", args.head_dims), backward=args.backward, corpus=args.corpus)
     if args.jobs == 1:
         return run_selftest(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
                             time_budget=args.time_budget, progress=progress, **options)
@@ -138,7 +143,7 @@ def _selftest_exit(rows) -> int:
 def _check_variant_names(names, device: str, backward: bool) -> None:
     """``--variant`` names the self-test knows (on this device, for this pass), else a usage error."""
     from ..errors import InvalidArgument
-    from ..selftest.run import variants
+    from ..selftest.subjects import variants
 
     known = [v.name for v in variants(device, backward=backward)]
     unknown = [n for n in names or [] if n not in known]

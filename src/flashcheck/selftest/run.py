@@ -16,75 +16,24 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
 
-from ..contract.formats import DTYPES
 from ..contract.spec import Kernel
-from ..contract.variants import FEATURES
 from ..inputs.strategies import Recipe, draw_recipes
-from ..judge.backward import check_backward, drawn_backward_case, run_backward, upstream_gradient
+from ..judge.backward import (
+    check_backward,
+    drawn_backward_case,
+    run_backward,
+    upstream_gradient,
+)
 from ..judge.check import check
 from ..judge.properties import properties_for
 from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number
 from .anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
+from .subjects import CORRECT_TILES, Variant, variants
 
 __all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",
            "merge_chunks", "DEFAULT_CHUNK"]
-
-CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
-MUTANT_TILE = (32, 32)
-
-
-@dataclass
-class Variant:
-    name: str
-    correct: bool
-    area: str
-    description: str
-    make: Callable[[], Kernel]
-    dtypes: tuple = DTYPES  # where a planted bug is a defect at all
-    features: tuple = ()  # the attention variants its cases draw (a planted bug's own and those it needs)
-
-
-def variants(device: str, *, names: list[str] | None = None, which: str = "all",
-             backward: bool = False) -> list[Variant]:
-    """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs (of the backward
-    pass with ``backward``, those whose defect can show on ``device``).
-
-    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
-    """
-    from ..kernels.registry import resolve_kernel
-    from ..kernels.triton import mutants as mutant_module
-    from ..kernels.triton import planted
-    from ..kernels.triton.forward import make_kernel, on_device
-    from ..kernels.triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
-
-    # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
-    # to) the strict contract; on a GPU they run as tf32 under the flash contract.
-    precision = "ieee" if device == "cpu" else "tf32"
-    out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
-                   lambda m=m, n=n: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device))
-           for m, n in CORRECT_TILES]
-    m, n = MUTANT_TILE
-    out.append(Variant(f"triton[{m}x{n}] variants", True, "correct",
-                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, ALiBi, biased, windowed, chunked "
-                       "and sink cases",
-                       lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
-                       features=FEATURES))
-    # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
-    # judge them; they are not rows that must stay clean here.
-    torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
-    out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
-            for name in torch_backends]
-    chosen = planted.BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS if backward else planted.MUTANTS + VARIANT_MUTANTS
-    out += [Variant(m.name, False, m.area, m.description,
-                    lambda m=m: on_device(mutant_module.load_mutant(
-                        m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
-                    dtypes=m.dtypes, features=(m.area,) + m.features if m.area in FEATURES else ())
-            for m in chosen if device in m.devices]
-    return [v for v in out if (which == "all" or v.correct == (which == "correct"))
-            and (names is None or v.name in names)]
-
 
 @dataclass
 class Detection:
@@ -146,7 +95,7 @@ def _randn_twin(recipe: Recipe) -> Recipe:
 
 def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Recipe], device: str,
                  bug_cases: int, deadline: float | None, start: int = 0, stop: int | None = None,
-                 fired=(), backward: bool = False) -> Row:
+                 fired=(), backward: bool = False, corpus: str | None = None) -> Row:
     """The row's cases ``start .. stop - 1`` (0-based; case ``i`` is numbered ``i + 1`` in the row).
 
     A whole row by default. A slice (a chunk, :func:`row_chunks`) runs the same cases as the whole row
@@ -166,7 +115,7 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
         if deadline is not None and index > 1 and time.monotonic() > deadline:
             row.stopped = True
             break
-        judge(row, kernel, recipe, index, device)
+        judge(row, kernel, recipe, index, device, corpus)
         if not variant.correct and all_fired(row, fired):
             break
     row.seconds = time.perf_counter() - begin
@@ -199,18 +148,29 @@ def _kind(finding) -> str:
     return f"{finding.kind}:{gradient}" if gradient else finding.kind
 
 
-def _forward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str) -> None:
+def _keep_false_alarm(row: Row, verdict, case, index: int, corpus: str | None) -> None:
+    """A correct kernel's BUG or SUSPICIOUS saved under ``corpus`` the moment it is found, to replay and classify."""
+    if corpus is not None and row.correct and verdict.status in (BUG, SUSPICIOUS):
+        from ..campaign.corpus import save_finding
+
+        label = f"selftest-{row.variant}-{row.dtype}-case{index}"
+        save_finding(Path(corpus), verdict, case, label=label)
+
+
+def _forward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str, corpus=None) -> None:
     case = recipe.build(kernel=kernel.name)
     verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=row.correct)
     _record(row, verdict, index)
+    _keep_false_alarm(row, verdict, case, index, corpus)
     _judge_anchors(row, kernel, case, verdict, index, device, recipe)
 
 
-def _backward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str) -> None:
+def _backward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str, corpus=None) -> None:
     case = drawn_backward_case(recipe.build(kernel=kernel.name), recipe.seed)
     do = upstream_gradient(case, device)
     verdict = check_backward(kernel, case, do=do, device=device)
     _record(row, verdict, index)
+    _keep_false_alarm(row, verdict, case, index, corpus)
     randn_case = _randn_twin(recipe).build(kernel=kernel.name)
     randn_do = upstream_gradient(randn_case, device, upstream="random", seed=recipe.seed)
     q, k, v, mask = randn_case.to_device(device)
@@ -308,9 +268,10 @@ class RowRunner:
     kernels it built and the case lists it drew: the same cases as :func:`run_selftest` draws."""
 
     def __init__(self, *, device: str, cases: int = 200, bug_cases: int = 60, seed: int = 0, max_n: int = 160,
-                 head_dims=None, backward: bool = False):
+                 head_dims=None, backward: bool = False, corpus: str | None = None):
         self.device, self.cases, self.bug_cases = device, cases, bug_cases
         self.seed, self.max_n, self.head_dims, self.backward = seed, max_n, head_dims, backward
+        self.corpus = corpus
         self._kernels: dict = {}
         self._recipes: dict = {}
 
@@ -336,7 +297,8 @@ class RowRunner:
         deadline = None if time_budget is None else time.monotonic() + time_budget
         variant, kernel = self.variant(name)
         return _run_variant(variant, kernel, dtype, self.recipes(variant, kernel, dtype), self.device, self.bug_cases,
-                            deadline, start=start, stop=stop, fired=fired, backward=self.backward)
+                            deadline, start=start, stop=stop, fired=fired, backward=self.backward,
+                            corpus=self.corpus)
 
 
 def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe) -> None:
@@ -357,12 +319,14 @@ def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: 
 
 def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_cases: int = 60, seed: int = 0,
                  max_n: int = 160, names: list[str] | None = None, which: str = "all",
-                 head_dims=None, time_budget: float | None = None, progress=None, backward: bool = False) -> list[Row]:
+                 head_dims=None, time_budget: float | None = None, progress=None, backward: bool = False,
+                 corpus: str | None = None) -> list[Row]:
     """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired);
     the backward pass's variants and rules with ``backward``.
 
     ``time_budget`` (seconds) ends the run early: the row in progress and the ones after it stop after
     their first case and are marked ``stopped``, so a bug not yet caught reads as stopped, not missed.
+    ``corpus``: a folder where each case a correct kernel fails (BUG or SUSPICIOUS) is saved as it is found.
     """
     deadline = None if time_budget is None else time.monotonic() + time_budget
     rows = []
@@ -372,7 +336,8 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
         if key not in recipe_cache:
             recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
                                              max_heads=4, head_dims=head_dims, variants=variant.features)
-        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline, backward=backward)
+        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline, backward=backward,
+                           corpus=corpus)
         rows.append(row)
         if progress is not None:
             progress(row)

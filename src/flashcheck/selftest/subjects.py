@@ -1,0 +1,71 @@
+"""The self-test's subjects: flashcheck:triton's correct kernel at several tile shapes, PyTorch's backends, and
+the planted bugs of :mod:`flashcheck.kernels.triton.planted` and :mod:`.planted_variants`, each a
+:class:`Variant` that :mod:`flashcheck.selftest.run` judges row by row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..contract.formats import DTYPES
+from ..contract.spec import Kernel
+from ..contract.variants import FEATURES
+
+__all__ = ["CORRECT_TILES", "MUTANT_TILE", "Variant", "variants"]
+
+CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
+MUTANT_TILE = (32, 32)
+
+
+@dataclass
+class Variant:
+    name: str
+    correct: bool
+    area: str
+    description: str
+    make: Callable[[], Kernel]
+    dtypes: tuple = DTYPES  # where a planted bug is a defect at all
+    features: tuple = ()  # the attention variants its cases draw (a planted bug's own and those it needs)
+
+
+def variants(device: str, *, names: list[str] | None = None, which: str = "all",
+             backward: bool = False) -> list[Variant]:
+    """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs (of the backward
+    pass with ``backward``, those whose defect can show on ``device``).
+
+    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
+    """
+    from ..kernels.registry import resolve_kernel
+    from ..kernels.triton import mutants as mutant_module
+    from ..kernels.triton import planted
+    from ..kernels.triton.forward import make_kernel, on_device
+    from ..kernels.triton.planted_variants import (
+        VARIANT_BACKWARD_MUTANTS,
+        VARIANT_MUTANTS,
+    )
+
+    # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
+    # to) the strict contract; on a GPU they run as tf32 under the flash contract.
+    precision = "ieee" if device == "cpu" else "tf32"
+    out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
+                   lambda m=m, n=n: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device))
+           for m, n in CORRECT_TILES]
+    m, n = MUTANT_TILE
+    out.append(Variant(f"triton[{m}x{n}] variants", True, "correct",
+                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, ALiBi, biased, windowed, chunked "
+                       "and sink cases",
+                       lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
+                       features=FEATURES))
+    # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
+    # judge them; they are not rows that must stay clean here.
+    torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
+    out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
+            for name in torch_backends]
+    chosen = planted.BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS if backward else planted.MUTANTS + VARIANT_MUTANTS
+    out += [Variant(m.name, False, m.area, m.description,
+                    lambda m=m: on_device(mutant_module.load_mutant(
+                        m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
+                    dtypes=m.dtypes, features=(m.area,) + m.features if m.area in FEATURES else ())
+            for m in chosen if device in m.devices]
+    return [v for v in out if (which == "all" or v.correct == (which == "correct"))
+            and (names is None or v.name in names)]
