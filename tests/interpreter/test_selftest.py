@@ -134,3 +134,24 @@ def test_a_correct_rows_failures_are_saved_to_the_corpus_and_replay(tmp_path, mo
     saved = sorted(tmp_path.glob("*.json"))
     assert len(saved) == rows[0].flashcheck.false_alarms and "selftest-scale_ignored-fp16-case" in saved[0].name
     assert check(buggy.make(), load_case(saved[0]), device="cpu").status == "BUG"
+
+
+def test_a_case_flashcheck_fails_on_is_counted_and_the_row_goes_on(monkeypatch, capsys):
+    """An exception inside flashcheck's judging is its own failure, not the kernel's: the row counts it, prints
+    the traceback, runs its other cases, and the run exits 1 (before, one such case ended every worker)."""
+    import flashcheck.selftest.run as selftest_run
+    from flashcheck.cli.selftest import _selftest_exit
+
+    judged = selftest_run._forward_case
+
+    def flaky(row, kernel, recipe, index, device, corpus=None):
+        if index == 2:
+            raise RuntimeError("planted failure inside the judge")
+        judged(row, kernel, recipe, index, device, corpus)
+
+    monkeypatch.setattr(selftest_run, "_forward_case", flaky)
+    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=3, max_n=32, names=["torch:math"])
+    assert (rows[0].cases, rows[0].errors) == (2, 1)
+    assert "planted failure inside the judge" in capsys.readouterr().err
+    assert Row.from_dict(rows[0].as_dict()).errors == 1
+    assert "internal errors: 1 cases" in format_table(rows) and _selftest_exit(rows) == 1

@@ -8,6 +8,7 @@ it; and by :func:`flashcheck.check` and :func:`flashcheck.check_backward` on one
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -280,3 +281,45 @@ def test_check_and_check_backward_pass_the_correct_kernel_and_flag_a_planted_bug
     for name in ("alibi_missing_backward", "bias_missing_backward"):
         bad = flashcheck.check_backward(_mutant(name), built, device="cpu")
         assert bad.status == "BUG", (name, str(bad))
+
+
+def test_biases_added_one_by_one_to_base_2_logits_are_a_legal_order_not_an_outlier():
+    """The H200 self-test's one SUSPICIOUS on the correct kernel (2026-12-02, fp16 case 25, cut to its worst
+    head): every key's attn_bias is -60000 and its ALiBi spread 0.01. flashcheck:triton adds ALiBi, then the
+    bias, to base-2 logits near -86562, where fp32's spacing is 2^-7: the rounding keeps part of the ALiBi
+    spread, P rounds coherently to fp16, and the output is one fp16 step (0.25 of the budget) off an exact
+    1368. A twin that adds the summed biases to natural logits rounds the spread away and lands exact, so the
+    error looked 2e11 times the worst legal order. The envelope now includes exp2 kernels' order."""
+    import os
+
+    from flashcheck.inputs.casefile import load_case
+    from flashcheck.judge.check import check
+    from flashcheck.kernels.registry import resolve_kernel
+
+    case = load_case(os.path.join(os.path.dirname(__file__), "cases", "base2_bias_rounding.json"))
+    verdict = check(resolve_kernel("flashcheck:triton[block_m=32,block_n=32]", device="cpu"), case, device="cpu")
+    assert verdict.status == "PASS" and 0.2 < verdict.max_ratio < 0.3, verdict
+
+
+def test_poisoning_a_per_head_bias_on_stride_0_heads_keeps_the_heads_equal():
+    """The H200 self-test of 2026-12-02 ended its workers on this: a key hidden in both heads, by the mask in
+    one and by a -inf bias in the other, of K and V stored as one head viewed twice (layout "expanded"). The
+    NaN poison of keys a mask hides took them head by head, which stride-0 heads cannot hold; it now takes
+    the keys so hidden in every head."""
+    import flashcheck
+    from flashcheck import AttentionCase
+    from flashcheck.judge.check import check
+    from flashcheck.kernels.registry import resolve_kernel
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 8, 16, generator=g).half()
+    k, v = (torch.randn(1, 1, 12, 16, generator=g).half().expand(1, 2, 12, 16).contiguous() for _ in range(2))
+    mask = torch.ones(1, 2, 8, 12, dtype=torch.bool)
+    mask[..., 10:] = False
+    mask[0, 1, :, 9] = False  # the mask hides keys 10 and 11, and key 9 in head 1 ...
+    bias = torch.zeros(1, 2, 1, 12)
+    bias[0, 0, 0, 9] = -math.inf  # ... which the bias hides in head 0: hidden in both heads, masked in one
+    case = AttentionCase.create(q, k, v, scale=0.25, attn_mask=mask, layout="expanded",
+                                variant=flashcheck.Variant(attn_bias=bias))
+    verdict = check(resolve_kernel("flashcheck:triton", device="cpu"), case, device="cpu", properties=["poison"])
+    assert verdict.status == "PASS" and "poison" in verdict.properties, verdict

@@ -131,13 +131,16 @@ def _int_list(option: str, text: str | None):
 
 
 def _selftest_exit(rows) -> int:
-    """1 for a missed planted bug or a false alarm, 3 when no row ran a case, else 0."""
+    """1 for a missed planted bug, a false alarm or a case flashcheck failed on, 3 when no row ran a case, else 0."""
     if sum(r.cases for r in rows) == 0:  # nothing checked is not a pass
         print("flashcheck selftest: NO_CASES (no row ran a case)", file=sys.stderr)
         return EXIT_NO_CASES
     missed = [r for r in rows if not r.correct and not r.flashcheck.first_case and not r.stopped]
     alarms = [r for r in rows if r.correct and r.flashcheck.first_case]
-    return EXIT_BUG if missed or alarms else EXIT_OK
+    errors = sum(r.errors for r in rows)
+    if errors:
+        print(f"flashcheck selftest: {errors} cases raised inside flashcheck (tracebacks above)", file=sys.stderr)
+    return EXIT_BUG if missed or alarms or errors else EXIT_OK
 
 
 def _check_variant_names(names, device: str, backward: bool) -> None:

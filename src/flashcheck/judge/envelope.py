@@ -25,8 +25,10 @@ ENVELOPE_FACTOR = 8.0
 # Below this err/budget nothing is suspicious: the budget is loose there and the envelope is noise.
 ENVELOPE_FLOOR = 0.05
 # The twin's runs whose spread is the envelope: for a tiled contract, tile shapes and key orders
-# (block_m, block_n, keys shuffled); for a one-pass contract, where tiles change nothing, the orders
-# of operations a kernel may pick (scale on Q and K, softmax before P @ V, keys shuffled).
+# (block_m, block_n, keys shuffled), the biases added to the natural logits (the first two) or, as exp2
+# kernels add them, to the base-2 ones (the last two); for a one-pass contract, where tiles change
+# nothing, the orders of operations a kernel may pick (scale on Q and K, softmax before P @ V, keys
+# shuffled).
 ENVELOPE_TILINGS = ((16, 16, False), (64, 64, False), (32, 128, True), (128, 32, True))
 ENVELOPE_ONE_PASS = ((False, False, False), (True, True, False), (True, False, True), (False, True, True))
 
@@ -34,7 +36,8 @@ ENVELOPE_ONE_PASS = ((False, False, False), (True, True, False), (True, False, T
 def _envelope_runs(precision, dtype: str):
     tf32_modes = ("nearest", "truncate") if precision.tf32 and dtype == "fp32" else ("nearest",)
     if precision.rescales_per_tile:
-        runs = [dict(block_m=m, block_n=n, shuffled=shuffled) for m, n, shuffled in ENVELOPE_TILINGS]
+        runs = [dict(block_m=m, block_n=n, shuffled=shuffled, bias_base2=shuffled)
+                for m, n, shuffled in ENVELOPE_TILINGS]
     else:
         runs = [dict(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first, shuffled=shuffled)
                 for scaled, first, shuffled in ENVELOPE_ONE_PASS]

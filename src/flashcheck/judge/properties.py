@@ -174,11 +174,17 @@ def _determinism(reruns: _Reruns) -> None:
         reruns.compare("nondeterminism", "a second identical call", reruns.rerun(reruns.case))
 
 
+def _poisonable(case: AttentionCase, hidden: torch.Tensor) -> torch.Tensor:
+    """The hidden keys a rerun may poison: with stride-0 heads (layout "expanded") the heads must stay
+    equal, so only keys hidden in every head."""
+    if case.layout.name == "expanded":
+        return hidden.all(dim=1, keepdim=True).expand_as(hidden)
+    return hidden
+
+
 def _poison(reruns: _Reruns) -> None:
     case = reruns.case
-    hidden = hidden_keys(case)
-    if case.layout.name == "expanded":  # stride-0 heads must stay equal: poison keys hidden in all
-        hidden = hidden.all(dim=1, keepdim=True).expand_as(hidden)
+    hidden = _poisonable(case, hidden_keys(case))
     if not bool(hidden.any()):
         return
     n = int(hidden.sum())
@@ -187,7 +193,7 @@ def _poison(reruns: _Reruns) -> None:
     # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
     huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
     # A key only a -inf bias hides has weight e^-inf = 0, and 0 * NaN is NaN: no kernel promises it safe.
-    masked = hidden & hidden_keys(case, by_bias=False)
+    masked = _poisonable(case, hidden & hidden_keys(case, by_bias=False))
     if reruns.spec.nan_safe_masking and bool(masked.any()):
         reruns.compare("poison_leak", f"NaN in {int(masked.sum())} masked-out keys of K and V",
                        reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))))

@@ -39,10 +39,12 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
                    precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
                    key_order: torch.Tensor | None = None, tf32_mode: str = "nearest",
                    scale_inputs: bool = False, softmax_first: bool = False, variant=None,
-                   tanh_from_exp: bool = False):
+                   tanh_from_exp: bool = False, bias_base2: bool = False):
     """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``; ``variant``'s
     cap on the logits, its window and chunk, and its sinks added to l at the end. ``tanh_from_exp``
     computes the cap's tanh as ``1 - 2 / (exp(2x) + 1)`` in fp32, as kernels without a tanh do.
+    ``bias_base2`` adds the variant's biases to the base-2 logits, ``s log2(e) + b log2(e)``, as exp2 kernels
+    do, instead of ``(s + b) log2(e)``: the two round differently where |b| is large.
 
     ``scale_inputs`` multiplies Q and K by sqrt(|scale|) before the product instead of scaling the
     scores (PyTorch's math backend does). ``softmax_first`` (one-pass contracts only) normalises the
@@ -72,14 +74,15 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         qf, kq = qf * math.copysign(root, scale), kq * root
         scale = 1.0
     scores = _Scores.of(variant, scale, q.device, tanh_from_exp, s)
+    scores.base2 = bias_base2
     if key_order is not None:
         order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
         if sorted(order.tolist()) != list(range(s.n_k)):
             raise InvalidArgument("key_order", key_order, "not a permutation of the keys",
                                   f"Pass a permutation of range({s.n_k}).")
         kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
-        if scores.bias is not None and scores.bias.shape[-1] > 1:  # a bias broadcast along the keys stays
-            scores.bias = scores.bias[..., order]
+        if scores.bias is not None:
+            scores.permute_keys(order)
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
@@ -142,34 +145,59 @@ class _Scores:
         self.qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=device)
         self.softcap, self.sinks, self.tanh_from_exp = softcap, sinks, tanh_from_exp
         self.bias, self.late = bias, late  # late: the bias is added to the capped logits
+        self.base2 = False  # the biases added to the base-2 logits (where no cap comes after them)
+        self.parts = []  # ALiBi and attn_bias apart (fp32, hidden keys 0), as a kernel adds them one by one
 
     @classmethod
     def of(cls, variant, scale: float, device, tanh_from_exp: bool = False, shapes=None) -> "_Scores":
         softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
         sinks = None if variant is None or variant.sinks is None else variant.sinks.to(device).view(1, -1, 1, 1)
-        bias = None
+        bias, parts = None, []
         if variant is not None and variant.biased:
-            bias = variant.bias(shapes.n_q, shapes.n_k, torch.arange(shapes.n_q), device)
-            bias = bias.masked_fill(bias == -math.inf, 0.0).float()
+            def fp32(v):
+                b = v.bias(shapes.n_q, shapes.n_k, torch.arange(shapes.n_q), device)
+                return b.masked_fill(b == -math.inf, 0.0).float()
+
+            bias = fp32(variant)
+            parts = [fp32(variant.replace(**{other: None})) for name, other in
+                     (("alibi_slopes", "attn_bias"), ("attn_bias", "alibi_slopes")) if getattr(variant, name) is not None]
         late = bias is not None and softcap is not None and variant.bias_order == "cap_first"
-        return cls(scale, softcap, sinks, device, tanh_from_exp, bias, late)
+        scores = cls(scale, softcap, sinks, device, tanh_from_exp, bias, late)
+        scores.parts = parts
+        return scores
 
     def tanh(self, x):
         if not self.tanh_from_exp:
             return torch.tanh(x)
         return torch.sign(x) * (1 - 2 / (torch.exp(2 * x.abs()) + 1))
 
+    def _bias_tile(self, rows, cols, bias=None):
+        bias = self.bias if bias is None else bias
+        bias = bias[:, :, rows if bias.shape[2] > 1 else slice(None)]
+        return bias[..., cols if bias.shape[-1] > 1 else slice(None)]
+
+    def permute_keys(self, order):
+        """The biases along the keys in ``order`` (one broadcast along the keys stays)."""
+        self.bias, *self.parts = (b[..., order] if b.shape[-1] > 1 else b for b in [self.bias, *self.parts])
+
     def natural(self, qk, rows=slice(None), cols=slice(None)):
         s = qk * self.scale
-        bias = None if self.bias is None else self.bias[:, :, rows if self.bias.shape[2] > 1 else slice(None)]
-        bias = None if bias is None else bias[..., cols if bias.shape[-1] > 1 else slice(None)]
+        bias = None if self.bias is None else self._bias_tile(rows, cols)
         s = s + bias if bias is not None and not self.late else s
-        s = s if self.softcap is None else self.softcap * self.tanh(s / self.softcap)
+        s = s if self.softcap is None else self._capped(s)
         return s + bias if self.late else s
+
+    def _capped(self, s):
+        return self.softcap * self.tanh(s / self.softcap)
 
     def log2(self, qk, rows=slice(None), cols=slice(None)):
         if self.softcap is None and self.bias is None:
             return qk * self.qk_scale  # one multiply, as a kernel folds log2(e) into the scale
+        if self.base2 and self.bias is not None and (self.softcap is None or self.late):
+            s = qk * self.qk_scale if self.softcap is None else self._capped(qk * self.scale) * LOG2E
+            for part in self.parts:  # ALiBi, then attn_bias, each rounded into the base-2 logits
+                s = s + self._bias_tile(rows, cols, part) * LOG2E
+            return s
         return self.natural(qk, rows, cols) * LOG2E
 
     def with_sinks(self, m, l, acc):

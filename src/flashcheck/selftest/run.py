@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +72,7 @@ class Row:
     seconds: float = 0.0
     stopped: bool = False  # the time budget ran out before the row's cases did
     gradient_max: dict = field(default_factory=dict)  # the backward pass: largest err/budget of dq, dk, dv
+    errors: int = 0  # cases flashcheck itself failed on (an exception in judging, not the kernel's)
 
     def as_dict(self) -> dict:
         return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
@@ -77,7 +80,7 @@ class Row:
                 "anchors": {k: v.as_dict() for k, v in self.anchors.items()},
                 "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
                 "suspicious": self.suspicious, "seconds": round(self.seconds, 2), "stopped": self.stopped,
-                "gradient_max": {k: json_number(v) for k, v in self.gradient_max.items()}}
+                "gradient_max": {k: json_number(v) for k, v in self.gradient_max.items()}, "errors": self.errors}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Row":
@@ -85,7 +88,8 @@ class Row:
         return cls(d["variant"], d["correct"], d["area"], d["dtype"], d["cases"],
                    Detection.from_dict(d["flashcheck"]), {k: Detection.from_dict(v) for k, v in d["anchors"].items()},
                    from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"],
-                   d.get("stopped", False), {k: from_json_number(v) for k, v in d.get("gradient_max", {}).items()})
+                   d.get("stopped", False), {k: from_json_number(v) for k, v in d.get("gradient_max", {}).items()},
+                   d.get("errors", 0))
 
 
 def _randn_twin(recipe: Recipe) -> Recipe:
@@ -115,7 +119,12 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
         if deadline is not None and index > 1 and time.monotonic() > deadline:
             row.stopped = True
             break
-        judge(row, kernel, recipe, index, device, corpus)
+        try:
+            judge(row, kernel, recipe, index, device, corpus)
+        except Exception:  # flashcheck failed on this case, not the kernel: said, counted, and the row goes on
+            row.errors += 1
+            print(f"flashcheck selftest: internal error on {row.variant} {dtype} case {index} ({recipe}):\n"
+                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
         if not variant.correct and all_fired(row, fired):
             break
     row.seconds = time.perf_counter() - begin
@@ -260,7 +269,8 @@ def merge_chunks(chunks: list[Row]) -> Row:
                seconds=sum(c.seconds for c in chunks),
                stopped=any(c.stopped for c in chunks),
                gradient_max={k: max(c.gradient_max.get(k, 0.0) for c in chunks)
-                             for k in sorted({k for c in chunks for k in c.gradient_max})})
+                             for k in sorted({k for c in chunks for k in c.gradient_max})},
+               errors=sum(c.errors for c in chunks))
 
 
 class RowRunner:

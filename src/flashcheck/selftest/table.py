@@ -54,6 +54,10 @@ def _summary(rows: list[Row], anchor_keys: list) -> list:
         summary.append(f"time budget: {len(stopped)} rows stopped before their last case "
                        f"({sum(1 for r in stopped if not r.correct and not r.flashcheck.first_case)} planted bugs "
                        "not caught by then)")
+    broken = [r for r in rows if r.errors]
+    if broken:
+        summary.append(f"internal errors: {sum(r.errors for r in broken)} cases raised inside flashcheck, on "
+                       + ", ".join(f"{r.variant} {r.dtype} ({r.errors})" for r in broken))
     cases_correct = sum(r.cases for r in good)
     summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
         f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}{_by_gradient(good, d)}"
