@@ -170,8 +170,9 @@ def test_a_nan_in_the_budget_leaves_that_element_unjudged_and_the_others_judged(
     do = torch.randn(case.q.shape[:3] + (case.v.shape[3],), generator=torch.Generator().manual_seed(0)).half()
     model = gradient_budget(case.q, case.k, case.v, do, scale=case.scale, causal=case.causal)
     grads = [model.gradients[n].to(torch.float16) for n in ("dq", "dk", "dv")]
-    model.total["dk"][0, 0, 0, 0] = math.nan
+    model.total["dk"][0, 0, 0, 0] = model.total["dk"][0, 0, 1, 1] = math.nan
     grads[1][0, 0, 0, 0] += 1.0  # wrong, but unjudgeable there
+    grads[1][0, 0, 1, 1] = math.inf  # infinite, unjudgeable too (H200, fp16 rows biased by -1e31, 2026-12-02)
     grads[1][0, 0, 2, 3] += 1.0  # wrong, and judged
     findings, worst = compare_gradients(grads, model)
     assert [f.index for f in findings] == [(0, 0, 2, 3)] and math.isfinite(worst["dk"])

@@ -144,10 +144,11 @@ def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = Non
         # the dtype's largest value on that side (also where the exact gradient is 0: dS cancelling to
         # rounding noise that large scales carry past 65,504).
         overflow = ((got == torch.inf) & (exact + total > fmax)) | ((got == -torch.inf) & (exact - total < -fmax))
-        nonfinite = ~torch.isfinite(got) & ~overflow
-        err = (got - exact).abs()
-        # Where the oracle or its budget is NaN nothing can be judged (check_backward notes how many).
+        # Where the oracle or its budget is NaN nothing can be judged, infinity neither (check_backward notes
+        # how many): a budget is NaN where an unbounded term meets an exact 0, as with |bias| ~ 1e30 in fp32.
         unjudged = torch.isnan(total) | torch.isnan(exact)
+        nonfinite = ~torch.isfinite(got) & ~overflow & ~unjudged
+        err = (got - exact).abs()
         ratio = torch.where(~torch.isfinite(got) | (err == 0) | unjudged, torch.zeros_like(err), err / total)
         worst[name] = float(ratio.max()) if ratio.numel() else 0.0
         if bool(nonfinite.any()):
