@@ -1,0 +1,42 @@
+"""fla-core 0.6.0's parallel_attn compiled on an H200: fp32 with 128-wide heads asks for more shared memory than
+a Hopper GPU has and raises instead of computing, forward and backward (found by the H200 campaigns of
+2026-12-02, reports/variants-2026-12-02-run2); fp32 at head dim 64 and fp16 at 128 are the controls. Skipped
+where fla-core is not installed, or on a GPU other than compute capability 9.0."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import flashcheck
+from flashcheck import AttentionCase
+from tests.gpu._marks import COMPILED_TRITON
+
+pytestmark = COMPILED_TRITON + [
+    pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="fla-core is not installed"),
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="the shared memory limit measured is a Hopper GPU's (227 KiB)"),
+]
+
+
+def _case(dtype, head_dim: int) -> AttentionCase:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 33, head_dim, generator=gen).to(dtype) for _ in range(3))
+    return AttentionCase.create(q, k, v, scale=head_dim ** -0.5, causal="top_left")
+
+
+def test_fp32_with_head_dim_128_raises_out_of_shared_memory_forward_and_backward():
+    case = _case(torch.float32, 128)
+    for verdict in (flashcheck.check("fla:parallel_attn", case, device="cuda", properties=()),
+                    flashcheck.check_backward("fla:parallel_attn", case, device="cuda")):
+        assert verdict.status == "BUG" and [f.kind for f in verdict.findings] == ["crash"], str(verdict)
+        assert "shared memory" in verdict.findings[0].diagnosis, str(verdict)
+
+
+@pytest.mark.parametrize("dtype, head_dim", [(torch.float32, 64), (torch.float16, 128)])
+def test_the_controls_run_and_pass(dtype, head_dim):
+    case = _case(dtype, head_dim)
+    assert flashcheck.check("fla:parallel_attn", case, device="cuda", properties=()).status == "PASS"
+    assert flashcheck.check_backward("fla:parallel_attn", case, device="cuda").status == "PASS"
