@@ -291,6 +291,20 @@ VARIANT_BACKWARD_MUTANTS: tuple[Mutant, ...] = (
         "A window hiding keys (e.g. window = (4, 2) with Nq = Nk = 40), random dO.",
     ),
     backward_mutant(
+        "window_left_edge_short_backward", "window",
+        "The backward's window test uses > instead of >= on the left: the leftmost key of each query's window "
+        "gets P = 0 in the recomputation while the forward gave it weight, so its dK and dV lose that share.",
+        (("(cols[None, :] >= centre - window_left)", "(cols[None, :] > centre - window_left)"),),
+        "A window with a bounded left side that keys fill, e.g. window = (4, 0) with Nq = Nk = 40, random dO.",
+    ),
+    backward_mutant(
+        "chunk_end_inclusive_backward", "chunk",
+        "The backward's chunk end test uses <= instead of <: each query's recomputed P also covers the first "
+        "key of the next chunk, which the forward hid, and that key gets gradient.",
+        (("(cols[None, :] < first[:, None] + chunk)", "(cols[None, :] <= first[:, None] + chunk)"),),
+        "chunk shorter than Nk (e.g. chunk = 8, Nq = Nk = 40), random dO.",
+    ),
+    backward_mutant(
         "chunk_top_left_backward", "chunk",
         "The backward takes a query's chunk from its index i instead of its position i + Nk - Nq, unlike "
         "the forward.",
