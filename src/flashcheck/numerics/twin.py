@@ -159,8 +159,9 @@ class _Scores:
                 return b.masked_fill(b == -math.inf, 0.0).float()
 
             bias = fp32(variant)
-            parts = [fp32(variant.replace(**{other: None})) for name, other in
-                     (("alibi_slopes", "attn_bias"), ("attn_bias", "alibi_slopes")) if getattr(variant, name) is not None]
+            pairs = (("alibi_slopes", "attn_bias"), ("attn_bias", "alibi_slopes"))  # (the part, the other)
+            parts = [fp32(variant.replace(**{other: None})) for name, other in pairs
+                     if getattr(variant, name) is not None]
         late = bias is not None and softcap is not None and variant.bias_order == "cap_first"
         scores = cls(scale, softcap, sinks, device, tanh_from_exp, bias, late)
         scores.parts = parts
