@@ -59,6 +59,13 @@ def hangs(q, k, v, *, scale, causal, attn_mask=None):
 
 
 @flashcheck.kernel(**SPEC)
+def stalls(q, k, v, *, scale, causal, attn_mask=None):
+    """Takes a minute on every call, as a first compile of a large kernel can."""
+    time.sleep(60)
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
 def out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
     """Runs out of device memory on big cases (raised by hand: the CPU has no CUDA allocator)."""
     if _big(q):

@@ -180,6 +180,23 @@ def test_a_kernel_object_runs_in_process(tmp_path):
         run_campaign(_kernels.correct, device="cpu", preset=load_preset("smoke"), case_timeout=5, corpus=tmp_path)
 
 
+def test_a_case_still_running_past_the_time_budget_is_given_up_and_the_campaign_ends(tmp_path, monkeypatch):
+    """A torch:flex campaign on an H200 ran minutes past its 70 s budget, its first case still compiling: a
+    case in flight past the budget by its grace is now given up, unjudged, and the campaign ends."""
+    import time
+
+    import flashcheck.campaign.run as campaign_run
+    from flashcheck.inputs.presets import load_preset
+
+    monkeypatch.setattr(campaign_run, "GRACE_MIN_S", 1.0)
+    started = time.monotonic()
+    result = campaign_run.run_campaign(f"{K}:stalls", device="cpu", preset=load_preset("smoke"), time_budget=2.0,
+                                       case_timeout=120, corpus=tmp_path)
+    assert time.monotonic() - started < 40  # the kernel alone would take 60 s
+    assert result.stopped == "time_budget" and result.cases == 0 and result.verdict != PASS
+    assert any("past the time budget was given up" in note for note in result.notes)
+
+
 def test_a_case_timeout_without_a_worker_is_a_usage_error(tmp_path, capsys):
     assert main(["fuzz", f"{K}:correct", "--device", "cpu", "--no-isolation", "--case-timeout", "5",
                  "--corpus", str(tmp_path)]) == 2

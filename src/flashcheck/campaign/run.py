@@ -112,6 +112,10 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
             worker_process.close()  # nothing to do once the campaign's worker took it over
 
 
+# A case in flight at the time budget may run on for this share of the budget (at least GRACE_MIN_S).
+GRACE_SHARE, GRACE_MIN_S = 0.1, 10.0
+
+
 class _Campaign:
     """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
@@ -125,7 +129,7 @@ class _Campaign:
         self.backward = backward  # each case checks the backward pass, with a dO regime from its seed
         self.corpus, self.database, self.reuse = corpus, database, reuse
         self.keep_going, self.progress, self.on_finding = keep_going, progress, on_finding
-        self.worker = KernelWorker(**worker_args, should_stop=self.interrupted) if worker_args is not None else None
+        self.worker = KernelWorker(**worker_args, should_stop=self.should_stop) if worker_args is not None else None
         self.result = CampaignResult(verdict=PASS, kernel=resolved.name, device=str(device), preset=preset.name,
                                      seed=seed, isolation="worker" if self.worker else "in-process",
                                      keep_going=keep_going, backward=backward,
@@ -142,6 +146,20 @@ class _Campaign:
 
     def interrupted(self) -> bool:
         return self.stop_reason == "interrupted"
+
+    def should_stop(self) -> bool:
+        """Asked while a case runs in the worker: True on Ctrl-C. Past the campaign's time budget by its grace
+        (a tenth of it, at least 10 s), the case is given up, unjudged, and the campaign ends: a kernel that
+        compiles for minutes must not hold a time budget hostage."""
+        if self.interrupted():
+            return True
+        until = self.schedule.until
+        if time.monotonic() > until + max(GRACE_MIN_S, GRACE_SHARE * (until - self.start)):
+            self.stop_reason = self.stop_reason or "time_budget"
+            self.result.notes.append(f"a case still running {time.monotonic() - until:.0f} s past the time budget "
+                                     "was given up, not judged")
+            raise Stop()
+        return False
 
     # ---- hypothesis's test body ---------------------------------------------------------------------
 
