@@ -312,6 +312,8 @@ PROBES = {
     "softcap_missing_in_recomputation": Probe(Case(variant=dict(softcap=1.0)), F16),
     "window_missing_backward": Probe(Case(variant=dict(window=(4, 2)))),
     "chunk_top_left_backward": Probe(Case(n_q=24, n_k=40, variant=dict(chunk=6))),
+    "window_left_edge_short_backward": Probe(Case(variant=dict(window=(4, 0)))),
+    "chunk_end_inclusive_backward": Probe(Case(variant=dict(chunk=8))),
     "dsinks_sign_flipped": Probe(Case(variant=dict(sinks=[0.5, 2.0]))),
     "dsinks_in_base_2": Probe(Case(variant=dict(sinks=[0.5, 2.0])), F16),
 }
@@ -323,7 +325,7 @@ def test_every_variant_mutant_has_a_probe_and_every_feature_its_bugs():
     assert sorted(PROBES) == sorted(m.name for m in mutants)
     for feature in ("softcap", "window", "chunk", "sinks"):
         assert sum(m.area == feature for m in VARIANT_MUTANTS) >= 2, feature
-        assert sum(m.area == feature for m in VARIANT_BACKWARD_MUTANTS) >= 1, feature
+        assert sum(m.area == feature for m in VARIANT_BACKWARD_MUTANTS) >= 2, feature
     assert all(m.target == "forward" for m in VARIANT_MUTANTS)
     assert all(m.target == "backward" and m.description and m.exposed_by for m in VARIANT_BACKWARD_MUTANTS)
 
