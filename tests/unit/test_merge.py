@@ -112,3 +112,28 @@ def test_the_oracle_merges_exactly_where_the_answer_is_known():
 def test_bad_options_name_the_argument(option, value):
     with pytest.raises(InvalidArgument, match=option):
         flashcheck.check_merge(_natural, **{option: value})
+
+
+@pytest.mark.parametrize("regime", ["random", "empty_splits", "dominant", "huge_lse", "negative_lse", "large_values"])
+def test_mpmath_audits_the_float64_oracle_to_a_millionth_of_the_budget(regime):
+    import mpmath
+
+    from flashcheck.inputs.merge_states import draw_states
+    from flashcheck.numerics.merge import merge_budget
+
+    outs, lses = draw_states(regime, seed=5, splits=5, rows=3, head_dim=4, dtype=torch.float16)
+    budget = merge_budget(outs, lses, dtype=torch.float16)
+    with mpmath.workdps(50):
+        for r in range(3):
+            live = [s for s in range(5) if math.isfinite(float(lses[s, r]))]
+            if not live:
+                assert budget.empty[r] and float(budget.lse[r]) == -math.inf
+                continue
+            m = max(mpmath.mpf(float(lses[s, r])) for s in live)
+            w = {s: mpmath.exp(mpmath.mpf(float(lses[s, r])) - m) for s in live}
+            total = sum(w.values())
+            lse = m + mpmath.log(total)
+            assert abs(float(budget.lse[r]) - float(lse)) <= 1e-6 * float(budget.lse_tol[r])
+            for d in range(4):
+                exact = sum(w[s] * mpmath.mpf(float(outs[s, r, d])) for s in live) / total
+                assert abs(float(budget.out[r, d]) - float(exact)) <= 1e-6 * float(budget.out_tol[r, d])
