@@ -14,12 +14,21 @@ PUBLIC = {
     "property_test", "reference_attention",
     # the backward pass
     "Gradients", "audit_gradients", "check_backward", "reference_gradients",
+    # split-KV merges of partial states
+    "check_merge",
 }
 
 
 def test_public_names():
     assert set(flashcheck.__all__) == PUBLIC
     assert all(hasattr(flashcheck, name) for name in PUBLIC)
+
+
+def test_check_merge_contract():
+    params = inspect.signature(flashcheck.check_merge).parameters
+    assert list(params)[0] == "merge_fn"
+    assert keyword_only(flashcheck.check_merge) == {"cases", "seed", "dtype", "lse_base", "empty_lse", "max_splits",
+                                                    "rows", "head_dim"}
 
 
 def keyword_only(fn) -> set[str]:
