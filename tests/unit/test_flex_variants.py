@@ -158,3 +158,25 @@ def verdict(kernel, variant, *, dtype=torch.float16, causal="bottom_right", seed
 def test_check_passes_eager_flex_with_each_variant(eager, name, dtype):
     result = verdict(eager, variants(dtype)[name], dtype=dtype)
     assert result.status == "PASS", [f.summary() for f in result.findings]
+
+
+def test_linear_alibi_is_an_option_judged_against_its_own_convention():
+    """`torch:flex[alibi=linear]` adds slope (j - i), attention-gym's ALiBi, and declares it: it passes on linear
+    cases, and the symmetric kernel's output is far from them (the two conventions differ where Nq != Nk)."""
+    import flashcheck
+    from flashcheck import AttentionCase
+
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 12, 16, generator=g)
+    k, v = (torch.randn(1, 2, 20, 16, generator=g) for _ in range(2))
+    variant = Variant(alibi_slopes=torch.tensor([0.5, 0.25]), alibi="linear")
+    case = AttentionCase.create(q, k, v, scale=0.25, variant=variant)
+    linear = resolve_kernel("torch:flex[compile=False,alibi=linear]", device="cpu")
+    assert linear.spec.alibi == "linear" and linear.name == "torch:flex[compile=False,alibi=linear]"
+    assert flashcheck.check(linear, case, device="cpu", properties=()).status == "PASS"
+    symmetric = resolve_kernel("torch:flex[compile=False]", device="cpu")
+    out_lin, _ = linear(q, k, v, scale=0.25, causal="none", alibi_slopes=variant.alibi_slopes)
+    out_sym, _ = symmetric(q, k, v, scale=0.25, causal="none", alibi_slopes=variant.alibi_slopes)
+    assert (out_lin - out_sym).abs().max() > 0.1
+    with pytest.raises(flashcheck.InvalidArgument, match="alibi"):
+        resolve_kernel("torch:flex[alibi=both]", device="cpu")

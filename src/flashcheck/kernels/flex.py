@@ -44,6 +44,7 @@ import warnings
 
 import torch
 
+from ..contract.features import ALIBI_MODES
 from ..contract.formats import DTYPES
 from ..contract.masks import from_tensor
 from ..contract.spec import Kernel, KernelSpec
@@ -177,8 +178,9 @@ def _mask_mod(fa, causal: str, attn_mask, shapes, device, *, window=None, chunk=
     return (mods[0] if len(mods) == 1 else fa.and_masks(*mods)), B, H
 
 
-def _score_mod(shapes, device, *, softcap=None, alibi_slopes=None, attn_bias=None):
-    """flex's ``score_mod`` for the cap, then ALiBi and the bias (``bias_order="cap_first"``), or None.
+def _score_mod(shapes, device, *, softcap=None, alibi_slopes=None, attn_bias=None, alibi="symmetric"):
+    """flex's ``score_mod`` for the cap, then ALiBi (of the ``alibi`` mode) and the bias (``bias_order="cap_first"``),
+    or None.
 
     Every value is a captured tensor (the cap a 0-d one), so a new value is no recompile; the slopes
     and the bias are broadcast views of the full (B, Hq) and (B, Hq, Nq, Nk), read at [b, h, ...]."""
@@ -189,11 +191,14 @@ def _score_mod(shapes, device, *, softcap=None, alibi_slopes=None, attn_bias=Non
     if cap is None and slopes is None and bias is None:
         return None
     offset = torch.tensor(shapes.n_k - shapes.n_q, device=device)
+    linear = alibi == "linear"
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if cap is not None:
             score = cap * torch.tanh(score / cap)
-        if slopes is not None:  # flash-attention's symmetric ALiBi, bottom-right aligned
+        if slopes is not None and linear:  # slope (j - i), top-left
+            score = score + slopes[b, h] * (kv_idx - q_idx)
+        elif slopes is not None:  # flash-attention's symmetric ALiBi, bottom-right aligned
             score = score - slopes[b, h] * (q_idx + offset - kv_idx).abs()
         if bias is not None:  # -inf hides the key: flex gives a row with no finite score 0 and lse -inf
             score = score + bias[b, h, q_idx, kv_idx]
@@ -271,15 +276,18 @@ def _run(fn, q, mods, kwargs):
             raise Unsupported(f"FlexAttention: {reason}") from exc
 
 
-def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
+def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str = "symmetric") -> Kernel:
     """FlexAttention as a kernel for ``device`` (``"cuda"`` or ``"cpu"``).
 
     ``compile=True`` (default) tests the fused kernel torch.compile generates; ``compile=False`` the
-    unfused eager path. Returns ``(out, lse)``, or ``out`` alone for the compiled CPU kernel.
+    unfused eager path. Returns ``(out, lse)``, or ``out`` alone for the compiled CPU kernel. ``alibi``: the
+    ALiBi the score_mod adds, ``"symmetric"`` (flash-attention's) or ``"linear"`` (attention-gym's slope (j - i)).
     """
     if not isinstance(compile, bool):
         raise InvalidArgument("compile", compile, "expected True or False",
                               "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
+    if alibi not in ALIBI_MODES:
+        raise InvalidArgument("alibi", alibi, "unknown ALiBi mode", f"Use one of {list(ALIBI_MODES)}.")
     _check_available(device, compile)
     returns_lse = not (compile and device == "cpu")
     spec = KernelSpec(
@@ -288,7 +296,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
         min_head_dim=16 if (compile and device == "cuda") else 1, max_head_dim=256, dv_equals_d=False,
         fully_masked_rows="zero", precision="flash", devices=(device,),
         nan_safe_masking=False,  # partly masked blocks still load every V row: 0 * NaN = NaN
-        softcap=True, alibi="symmetric", attn_bias=True, fp32_bias=True, bias_order="cap_first",
+        softcap=True, alibi=alibi, attn_bias=True, fp32_bias=True, bias_order="cap_first",
         window=True, chunk=True, sinks=True,
     )
 
@@ -303,7 +311,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
 
         def mods():
             mask_mod, B, H = _mask_mod(fa, causal, attn_mask, shapes, q.device, window=window, chunk=chunk)
-            score_mod = _score_mod(shapes, q.device, **scores)
+            score_mod = _score_mod(shapes, q.device, alibi=alibi, **scores)
             k_, v_ = k, v
             if sinks is not None:
                 k_, v_, mask_mod, score_mod = _sink_key(k, v, mask_mod, score_mod, sinks)
@@ -319,5 +327,6 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
 
     attention.__name__ = attention.__qualname__ = "flex"
     attention.__doc__ = DESCRIPTION
-    name = NAME if compile else f"{NAME}[compile=False]"
+    options = ([] if compile else ["compile=False"]) + ([] if alibi == "symmetric" else [f"alibi={alibi}"])
+    name = f"{NAME}[{','.join(options)}]" if options else NAME
     return Kernel(attention, spec, name=name)

@@ -43,7 +43,8 @@ FLA = "fla:parallel_attn"
 
 BUILTIN_KERNELS: dict[str, str] = {
     **{name: description for name, (_, description) in SDPA_KERNELS.items()},
-    FLEX: "PyTorch FlexAttention, the torch.compile'd fused kernel (option compile=False: unfused eager path)",
+    FLEX: "PyTorch FlexAttention, the torch.compile'd fused kernel (options compile=False: unfused eager path; "
+          "alibi=linear: ALiBi as slope (j - i))",
     TRITON: "flashcheck's own Triton flash-attention kernel (options block_m, block_n, num_warps, "
             "num_stages, input_precision; on the CPU it runs under the Triton interpreter)",
     FLA: "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks; "
@@ -85,7 +86,7 @@ def _triton_option_names() -> tuple | None:
 
 def _option_names(name: str) -> tuple | None:
     if name == FLEX:
-        return ("compile",)
+        return ("compile", "alibi")
     if name == TRITON:
         return _triton_option_names()
     return ()
