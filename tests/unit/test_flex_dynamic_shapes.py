@@ -1,6 +1,7 @@
 """A PyTorch defect torch:flex steers clear of: FlexAttention compiled on the CPU with torch.compile's automatic
 dynamic shapes generates C++ that does not compile once a call recompiles for dynamic sizes ("'cur_qSplitSize8'
-was not declared in this scope", torch 2.13). The adapter compiles with dynamic=False, which runs the same calls.
+was not declared in this scope", torch 2.13). The adapter compiles with dynamic=False on the CPU, which runs the
+same calls.
 
 The calls are those of the CPU campaign that found it (reports/variants-2026-12-02-run2/flex-cpu/, seed 2, on
 the adapter before dynamic=False): its first two cases rebuilt from the campaign's case log, with the exact
@@ -50,7 +51,7 @@ def _campaign_cases() -> list[AttentionCase]:
 
 def test_automatic_dynamic_shapes_generate_cpp_that_does_not_compile(monkeypatch):
     fa = flex._flex_module()
-    monkeypatch.setitem(flex._COMPILED, "fn", torch.compile(fa.flex_attention))  # the adapter before dynamic=False
+    monkeypatch.setitem(flex._COMPILED, "cpu", torch.compile(fa.flex_attention))  # the adapter before dynamic=False
     verdicts = [flashcheck.check("torch:flex", case, device="cpu", properties=PROPERTIES) for case in _campaign_cases()]
     failed = [f for v in verdicts for f in v.findings if "CppCompileError" in f.diagnosis]
     assert verdicts[0].status == "PASS" and failed, [str(v) for v in verdicts]
