@@ -21,7 +21,6 @@ if ! python3 -c "import fla" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
 torch.cuda.get_device_name())" > "$work/machine.txt"
-git rev-parse --short HEAD >> "$work/machine.txt" 2>/dev/null
 selftest() {  # NAME JOBS SELFTEST-ARGUMENTS...: one timed backward self-test, its table, JSON and corpus
   local name=$1 jobs=$2; shift 2
   python3 -m flashcheck.cli selftest --device cuda --backward --jobs "$jobs" --max-n 1024 --head-dims 64,128 \

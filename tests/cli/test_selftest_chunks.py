@@ -12,6 +12,7 @@ from flashcheck.campaign.jobs import Job
 from flashcheck.cli import main
 from flashcheck.selftest.parallel import ChunkScheduler
 from flashcheck.selftest.run import Detection, Row, merge_chunks, row_chunks
+from flashcheck.selftest.table import format_table
 
 ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-tutorial/randn",
                "triton-tutorial/adversarial")
@@ -50,6 +51,20 @@ def test_merged_chunks_keep_the_first_case_sum_counts_and_keep_extremes():
     assert not merge_chunks([a, b]).stopped
     a.gradient_max, b.gradient_max = {"dq": 0.5, "dv": 0.2}, {"dq": 0.3, "dk": 0.9}
     assert merge_chunks([a, b, c]).gradient_max == {"dk": 0.9, "dq": 0.5, "dv": 0.2}
+
+
+def test_merged_chunks_add_up_the_features_and_the_table_says_what_a_clean_sample_rules_out():
+    a, b = _row(300), _row(200)
+    a.features, b.features = {"softcap": 250, "sinks": 100}, {"softcap": 50, "window": 150}
+    row = merge_chunks([a, b])
+    assert row.features == {"softcap": 300, "window": 150, "sinks": 100}
+    assert Row.from_dict(json.loads(json.dumps(row.as_dict()))).features == row.features
+    line = [x for x in format_table([row]).splitlines() if x.startswith("correct variants by feature")]
+    assert line == ["correct variants by feature (judged cases): softcap 300 (rate < 1%), window 150 (rate < 2%), "
+                    "sinks 100 (rate < 3%); none failed, so each rate is below 3/n at 95%"]
+    row.suspicious = 1  # a failure: the sample rules nothing out
+    assert "no rate is ruled out" in format_table([row]) and "rate <" not in format_table([row])
+    assert "by feature" not in format_table([_row(5)])  # no variants drawn: no line
 
 
 class _Conn:

@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..contract.features import FEATURES
 from ..contract.spec import Kernel
 from ..inputs.strategies import Recipe, draw_recipes
 from ..judge.backward import (
@@ -73,6 +74,7 @@ class Row:
     stopped: bool = False  # the time budget ran out before the row's cases did
     gradient_max: dict = field(default_factory=dict)  # the backward pass: largest err/budget of dq, dk, dv
     errors: int = 0  # cases flashcheck itself failed on (an exception in judging, not the kernel's)
+    features: dict = field(default_factory=dict)  # variant feature -> judged cases that used it
 
     def as_dict(self) -> dict:
         return {"variant": self.variant, "correct": self.correct, "area": self.area, "dtype": self.dtype,
@@ -80,7 +82,8 @@ class Row:
                 "anchors": {k: v.as_dict() for k, v in self.anchors.items()},
                 "max_ratio": json_number(self.max_ratio), "min_caught_ratio": json_number(self.min_caught_ratio),
                 "suspicious": self.suspicious, "seconds": round(self.seconds, 2), "stopped": self.stopped,
-                "gradient_max": {k: json_number(v) for k, v in self.gradient_max.items()}, "errors": self.errors}
+                "gradient_max": {k: json_number(v) for k, v in self.gradient_max.items()}, "errors": self.errors,
+                "features": dict(self.features)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Row":
@@ -89,7 +92,7 @@ class Row:
                    Detection.from_dict(d["flashcheck"]), {k: Detection.from_dict(v) for k, v in d["anchors"].items()},
                    from_json_number(d["max_ratio"]), from_json_number(d["min_caught_ratio"]), d["suspicious"], d["seconds"],
                    d.get("stopped", False), {k: from_json_number(v) for k, v in d.get("gradient_max", {}).items()},
-                   d.get("errors", 0))
+                   d.get("errors", 0), dict(d.get("features", {})))
 
 
 def _randn_twin(recipe: Recipe) -> Recipe:
@@ -131,9 +134,12 @@ def _run_variant(variant: Variant, kernel: Kernel, dtype: str, recipes: list[Rec
     return row
 
 
-def _record(row: Row, verdict, index: int) -> None:
-    """flashcheck's verdict on the row's case ``index``."""
+def _record(row: Row, verdict, index: int, recipe: Recipe) -> None:
+    """flashcheck's verdict on the row's case ``index``, drawn from ``recipe``."""
     row.cases += 1
+    for name in FEATURES:
+        if getattr(recipe, name) != "none":
+            row.features[name] = row.features.get(name, 0) + 1
     if math.isfinite(verdict.max_ratio):
         row.max_ratio = max(row.max_ratio, verdict.max_ratio)
     for name, ratio in verdict.ratios.items():
@@ -169,7 +175,7 @@ def _keep_false_alarm(row: Row, verdict, case, index: int, corpus: str | None) -
 def _forward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device: str, corpus=None) -> None:
     case = recipe.build(kernel=kernel.name)
     verdict = check(kernel, case, device=device, properties=properties_for(index - 1), envelope=row.correct)
-    _record(row, verdict, index)
+    _record(row, verdict, index, recipe)
     _keep_false_alarm(row, verdict, case, index, corpus)
     _judge_anchors(row, kernel, case, verdict, index, device, recipe)
 
@@ -178,7 +184,7 @@ def _backward_case(row: Row, kernel: Kernel, recipe: Recipe, index: int, device:
     case = drawn_backward_case(recipe.build(kernel=kernel.name), recipe.seed)
     do = upstream_gradient(case, device)
     verdict = check_backward(kernel, case, do=do, device=device)
-    _record(row, verdict, index)
+    _record(row, verdict, index, recipe)
     _keep_false_alarm(row, verdict, case, index, corpus)
     randn_case = _randn_twin(recipe).build(kernel=kernel.name)
     randn_do = upstream_gradient(randn_case, device, upstream="random", seed=recipe.seed)
@@ -270,7 +276,9 @@ def merge_chunks(chunks: list[Row]) -> Row:
                stopped=any(c.stopped for c in chunks),
                gradient_max={k: max(c.gradient_max.get(k, 0.0) for c in chunks)
                              for k in sorted({k for c in chunks for k in c.gradient_max})},
-               errors=sum(c.errors for c in chunks))
+               errors=sum(c.errors for c in chunks),
+               features={k: sum(c.features.get(k, 0) for c in chunks)
+                         for k in FEATURES if any(k in c.features for c in chunks)})
 
 
 class RowRunner:

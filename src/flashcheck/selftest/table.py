@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..contract.features import FEATURES
 from ..numerics.gradients import GRADIENTS
 from .run import Detection, Row
 
@@ -62,7 +63,23 @@ def _summary(rows: list[Row], anchor_keys: list) -> list:
     summary.append(f"correct variants: {cases_correct} cases in all; " + ", ".join(
         f"{d}: max err/budget {max((r.max_ratio for r in good if r.dtype == d), default=0):.3g}{_by_gradient(good, d)}"
         for d in sorted({r.dtype for r in good})))
+    features = _features(good)
+    if features:
+        summary.append(features)
     return summary
+
+
+def _features(good: list[Row]) -> str:
+    """The correct rows' judged cases per variant feature, with the failure rate each rules out when none
+    failed (no BUG, no SUSPICIOUS in n cases: below 3/n at 95% on the drawn distribution); "" without features."""
+    counts = {name: sum(r.features.get(name, 0) for r in good) for name in FEATURES}
+    counts = {name: n for name, n in counts.items() if n}
+    if not counts:
+        return ""
+    clean = not any(r.flashcheck.first_case or r.suspicious for r in good)
+    parts = [f"{name} {n}" + (f" (rate < {300 / n:.2g}%)" if clean else "") for name, n in counts.items()]
+    why = "; none failed, so each rate is below 3/n at 95%" if clean else "; some failed: no rate is ruled out"
+    return "correct variants by feature (judged cases): " + ", ".join(parts) + why
 
 
 def _by_gradient(rows: list[Row], dtype: str) -> str:
