@@ -13,10 +13,7 @@ pairs=${4:-3}
 kernels=${KERNELS:-torch:flex fla:parallel_attn torch:efficient torch:math}
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-if ! python3 -c "import fla" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/flashcheck-site .whl/*.whl
-  export PYTHONPATH=$PYTHONPATH:/tmp/flashcheck-site
-fi
+source "$(dirname "$0")/fla_site.sh"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
 torch.cuda.get_device_name())" | tee "$out/machine.txt"
 campaign() {  # KERNEL PASS: one timed campaign (PASS: forward or backward)

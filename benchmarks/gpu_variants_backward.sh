@@ -15,10 +15,7 @@ flex_seconds=${4:-470}
 work=$(mktemp -d)
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-if ! python3 -c "import fla" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/flashcheck-site .whl/*.whl
-  export PYTHONPATH=$PYTHONPATH:/tmp/flashcheck-site
-fi
+source "$(dirname "$0")/fla_site.sh"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
 torch.cuda.get_device_name())" > "$work/machine.txt"
 selftest() {  # NAME JOBS SELFTEST-ARGUMENTS...: one timed backward self-test, its table, JSON and corpus
