@@ -15,6 +15,7 @@ from typing import Callable
 from ..errors import InvalidArgument
 from .counts import check_count
 from .features import ALIBI_MODES, BIAS_ORDERS
+from .forms import FORMS
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
@@ -86,6 +87,10 @@ class KernelSpec:
     Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
     ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
     multiples of it; ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths.
+
+    ``form``: how the kernel receives its inputs, ``"dense"`` (the default), ``"varlen"`` (packed sequences
+    with offsets) or ``"paged"`` (a paged KV cache with a block table); the conventions are those of
+    :mod:`flashcheck.contract.forms`. ``page_sizes``: the page sizes a paged kernel takes (None: any).
     """
 
     dtypes: tuple = DTYPES
@@ -120,6 +125,8 @@ class KernelSpec:
     sinks: bool = False
     neutral_variants: bool = False
     bias_shift_invariant: bool = False
+    form: str = "dense"
+    page_sizes: tuple | None = None
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -147,6 +154,18 @@ class KernelSpec:
             raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
                                   f"Use one of {list(FULLY_MASKED_PROMISES)}.")
         put("precision", precision_named(self.precision))
+        if self.form not in FORMS:
+            raise InvalidArgument("form", self.form, "unknown form", f"Use one of {list(FORMS)}.")
+        if self.form != "dense" and (self.attn_mask or self.attn_bias):
+            raise InvalidArgument("form", self.form, "a serving form takes no attn_mask or attn_bias here",
+                                  "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")
+        if self.page_sizes is not None:
+            sizes = (self.page_sizes,) if isinstance(self.page_sizes, int) else tuple(self.page_sizes)
+            for size in sizes:
+                check_count("page_sizes", size)
+            if not sizes:
+                raise InvalidArgument("page_sizes", self.page_sizes, "empty", "Pass None or a list of sizes.")
+            put("page_sizes", tuple(sorted(sizes)))
         if self.alibi not in (None,) + ALIBI_MODES:
             raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
                                   f"Use None or one of {list(ALIBI_MODES)}.")

@@ -25,12 +25,14 @@ from ..contract.spec import Kernel, as_kernel
 from ..contract.variants import check_variant
 from ..errors import InvalidArgument, Unsupported
 from ..inputs.case import AttentionCase
+from ..inputs.serving import ServingCase
 from ..kernels.registry import resolve_kernel
 from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
 from .comparison import compare
 from .envelope import ENVELOPE_FLOOR, envelope_findings
 from .properties import PROPERTIES, check_properties, neutral_cases
+from .serving import SERVING_PROPERTIES, check_serving
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["KernelRun", "run_kernel", "check", "assert_attention_close"]
@@ -90,8 +92,8 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     ``envelope`` compares an output inside the budget with the precision-faithful twin's reordering
     envelope and calls it SUSPICIOUS when it sits far outside.
     """
-    if not isinstance(case, AttentionCase):
-        raise InvalidArgument("case", case, "expected a flashcheck AttentionCase",
+    if not isinstance(case, (AttentionCase, ServingCase)):
+        raise InvalidArgument("case", case, "expected a flashcheck AttentionCase (or ServingCase)",
                               "Build one with AttentionCase.create(q, k, v, scale=...) or load a saved one.")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -99,10 +101,15 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     # A name ("torch:math", "flashcheck:triton[block_m=32]", "pkg.mod:fn") resolves as on the command line.
     kern: Kernel = resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
     contract = precision_named(precision) if precision is not None else kern.spec.precision
+    _check_form(kern, case)
     check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
     compiled_before = _compilation_stats()
+    if isinstance(case, ServingCase):
+        serving = set(properties) and SERVING_PROPERTIES  # the dense properties' names ask for the forms' own
+        return _count_compilations(check_serving(kern, case, contract=contract, device=device, properties=serving,
+                                                 regime=regime, meta=meta), compiled_before)
     try:
         verdict = _check(_Judgement(kernel=kern, case=case, contract=contract, device=device, reference=reference,
                                     budget=budget, properties=properties, envelope=envelope, regime=regime,
@@ -112,6 +119,14 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
         verdict = _skipped(_Skip("oom", _one_line(exc, "flashcheck's inputs or oracle")), device, meta)
     return _count_compilations(verdict, compiled_before)
+
+
+def _check_form(kern: Kernel, case) -> None:
+    form = case.form if isinstance(case, ServingCase) else "dense"
+    if kern.spec.form != form:
+        raise InvalidArgument("case", case.describe(), f"a {form} case, but {kern.name} declares form="
+                              f"{kern.spec.form!r}", f"Draw {kern.spec.form} cases for it (flashcheck's strategies do, "
+                              "from its spec), or declare the form the kernel takes.")
 
 
 def _compilation_stats() -> tuple[int, float] | None:

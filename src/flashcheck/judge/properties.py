@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..contract.formats import format_of, raw_bits
+from ..contract.formats import raw_bits
 from ..contract.spec import KernelSpec
 from ..inputs.case import AttentionCase
+from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
+__all__ = ["PROPERTIES", "differs", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
            "neutral_cases"]
 
 PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift")
@@ -60,7 +61,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return raw_bits(t.detach().contiguous())
 
 
-def _differs(a, b) -> torch.Tensor | None:
+def differs(a, b) -> torch.Tensor | None:
     """Element map where two outputs differ in bits (None when shapes or dtypes differ).
 
     +0 and -0 are the same value here: 0 * v takes the sign of v, so a zero weight on a poisoned key
@@ -162,8 +163,8 @@ class _Reruns:
                 self.finding(kind, f"{what} changed the lse", details=details)
 
     def _changed_bits(self, a, b, empty) -> torch.Tensor | None:
-        """:func:`_differs`, on the rows the spec promises something for."""
-        diff = _differs(a, b)
+        """:func:`differs`, on the rows the spec promises something for."""
+        diff = differs(a, b)
         if diff is not None and self.spec.fully_masked_rows == "any":
             diff &= ~empty
         return diff
@@ -188,10 +189,7 @@ def _poison(reruns: _Reruns) -> None:
     if not bool(hidden.any()):
         return
     n = int(hidden.sum())
-    fmax = format_of(case.q).max_value
-    # Huge but with finite logits: 2^16 times the largest real key (capped by the format), so
-    # q.k stays finite in fp32 and only the masking is tested, not overflow in the dot.
-    huge_k = min(fmax, 2.0**16 * max(1.0, float(case.k.abs().max())))
+    huge_k, fmax = poison_values("huge", case.k)
     # A key only a -inf bias hides has weight e^-inf = 0, and 0 * NaN is NaN: no kernel promises it safe.
     masked = _poisonable(case, hidden & hidden_keys(case, by_bias=False))
     if reruns.spec.nan_safe_masking and bool(masked.any()):
@@ -221,7 +219,7 @@ def _same_or_within(reruns: _Reruns, kind: str, what: str, rerun, *, promised: b
     if promised or reruns.judge is None or rerun.error is not None:
         reruns.compare(kind, what, rerun, **details)
         return
-    diff = _differs(reruns.baseline.out, rerun.out)
+    diff = differs(reruns.baseline.out, rerun.out)
     if diff is not None and not bool(diff.any()):
         return
     broken = reruns.judge(rerun.out, rerun.lse)
@@ -266,7 +264,7 @@ def _batch(reruns: _Reruns) -> None:
     rerun = reruns.rerun(_last_sequence(reruns.case))
     if rerun.error is not None or not isinstance(rerun.out, torch.Tensor):
         return
-    diff = _differs(reruns.baseline.out[-1:], rerun.out)
+    diff = differs(reruns.baseline.out[-1:], rerun.out)
     if diff is not None and not bool(diff.any()):
         return
     what = (f"the last of {batch} sequences run alone differs in "

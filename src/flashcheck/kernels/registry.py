@@ -33,6 +33,7 @@ from ..contract.formats import DEVICES
 from ..contract.spec import Kernel, as_kernel
 from ..errors import BackendUnavailable, InvalidArgument
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
+from .serving import SERVING_KERNELS
 from .triton.cache import use_triton_cache
 from .triton.runtime import BACKEND_NAME as TRITON
 
@@ -49,6 +50,7 @@ BUILTIN_KERNELS: dict[str, str] = {
             "num_stages, input_precision; on the CPU it runs under the Triton interpreter)",
     FLA: "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks; "
          "pip install fla-core einops)",
+    **SERVING_KERNELS,
 }
 
 # Built-in names live under these prefixes; anything else with a colon is an import path.
@@ -89,6 +91,8 @@ def _option_names(name: str) -> tuple | None:
         return ("compile", "alibi")
     if name == TRITON:
         return _triton_option_names()
+    if name in SERVING_KERNELS:
+        return ("backend",)
     return ()
 
 
@@ -183,6 +187,10 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .fla import make_fla_kernel
 
         return make_fla_kernel(device=device)
+    if name in SERVING_KERNELS:
+        from .serving import make_serving_kernel
+
+        return make_serving_kernel(name, device=device, **options)
     return _make_triton(device, options)
 
 
@@ -312,10 +320,16 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     if isinstance(target, str):
         base, mutant, named = parse_kernel_name(target)
         if base in BUILTIN_KERNELS and (named or mutant):
-            if mutant is not None and base != TRITON:
-                raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton only",
+            if mutant is not None and base not in (TRITON, *SERVING_KERNELS):
+                raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton, "
+                                      f"{', '.join(SERVING_KERNELS)} only",
                                       "Use flashcheck:triton~NAME (see flashcheck.kernels.triton.mutants.mutant_names()).")
             merged = {**named, **options}
+            if mutant is not None and base in SERVING_KERNELS:
+                _check_options(base, merged)
+                from .serving import make_serving_kernel
+
+                return _builtin_reached(make_serving_kernel(base, device=device, mutant=mutant, **merged))
             if mutant is not None:
                 _check_options(base, merged)
                 problem = _triton_unavailable(device)

@@ -1,0 +1,82 @@
+"""Adversarial physical forms for a logical batch: sequence lengths, offsets, pages and block tables.
+
+A recipe names a length regime (:data:`LENGTH_REGIMES`), for a paged kernel a page regime
+(:data:`PAGE_REGIMES`), and a poison; :func:`serving_case` turns them, with the recipe's seed, into a
+:class:`~flashcheck.inputs.serving.ServingCase` over the dense case the recipe built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import InvalidArgument
+from .case import AttentionCase
+from .serving import ServingCase
+
+__all__ = ["LENGTH_REGIMES", "PAGE_REGIMES", "serving_case"]
+
+# Simplest first (hypothesis shrinks towards the start).
+LENGTH_REGIMES = ("full", "ragged", "empty_sequences", "single_tokens", "fewer_tokens_than_batch", "padded_max")
+# Page sizes: 1, 16, 64, 256, and the smallest from 3 up that divides no sequence's key count.
+PAGE_REGIMES = ("16", "1", "64", "256", "nondividing")
+
+
+def _lengths(regime: str, batch: int, limit: int, rng: np.random.Generator) -> list[int]:
+    if regime in ("full",):
+        return [limit] * batch
+    if regime in ("ragged", "padded_max"):
+        return rng.integers(1, limit + 1, batch).tolist()
+    if regime == "empty_sequences":  # at least one empty, the others anywhere from 0 up
+        out = rng.integers(0, limit + 1, batch).tolist()
+        out[int(rng.integers(batch))] = 0
+        return out
+    if regime == "single_tokens":
+        return [1] * batch
+    if regime == "fewer_tokens_than_batch":  # fewer tokens in all than sequences: most sequences empty
+        out = [0] * batch
+        for b in rng.choice(batch, size=max(0, (batch - 1) // 2), replace=False).tolist():
+            out[b] = 1
+        return out
+    raise InvalidArgument("packing", regime, "unknown length regime", f"Use one of {list(LENGTH_REGIMES)}.")
+
+
+def _page_size(regime: str, k_lens: list[int]) -> int:
+    if regime != "nondividing":
+        return int(regime)
+    size = 3
+    while any(n and n % size == 0 for n in k_lens):
+        size += 1
+    return size
+
+
+def _block_table(k_lens: list[int], page_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
+    """A block table whose sequences' pages lie scrambled in a pool with spare (poisoned) pages; entries past
+    a sequence's pages point at spare pages."""
+    pages = [-(-n // page_size) for n in k_lens]
+    width = max(pages + [0]) + 1  # one column past the longest sequence's pages
+    spare = 1 + int(rng.integers(0, 4))
+    num_blocks = sum(pages) + spare
+    order = rng.permutation(num_blocks)
+    table, used = np.empty((len(k_lens), width), dtype=np.int32), 0
+    for b, count in enumerate(pages):
+        table[b, :count] = order[used:used + count]
+        table[b, count:] = order[sum(pages) + rng.integers(0, spare, width - count)]
+        used += count
+    return torch.from_numpy(table), num_blocks
+
+
+def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, poison: str,
+                 seed: int) -> ServingCase:
+    """The serving-form case over ``base`` that the regimes and ``seed`` name."""
+    rng = np.random.default_rng([seed, 0x5E_4F])
+    s = base.shapes
+    k_lens = _lengths(packing, s.batch, s.n_k, rng)
+    if form == "paged":
+        size = _page_size(pages, k_lens)
+        table, num_blocks = _block_table(k_lens, size, rng)
+        return ServingCase(base, "paged", [s.n_q] * s.batch, k_lens, page_size=size, block_table=table,
+                           num_blocks=num_blocks, poison=poison)
+    q_lens = _lengths(packing, s.batch, s.n_q, rng)
+    pad = int(rng.integers(1, 64)) if packing == "padded_max" else 0
+    return ServingCase(base, "varlen", q_lens, k_lens, max_seqlen_pad=pad, poison=poison)

@@ -1,0 +1,295 @@
+"""A serving-form case: one logical attention problem per sequence, handed to a kernel packed or paged.
+
+A :class:`ServingCase` keeps the logical problem as a padded dense :class:`~flashcheck.inputs.case.AttentionCase`
+(``base``): sequence b is base's batch entry b cut to ``q_lens[b]`` queries and ``k_lens[b]`` keys. The
+physical form (:mod:`flashcheck.contract.forms`) is built from it on demand: packed tensors with a poisoned
+tail (varlen), or a page pool in which every page and slot no sequence owns is poisoned (paged). The oracle,
+the budget and the diagnosis judge each sequence's logical problem (:meth:`ServingCase.groups`), so every
+regime and check of the dense form applies to every form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..contract.formats import format_of
+from ..contract.forms import SERVING_FORMS, output_shapes
+from ..errors import InvalidArgument
+from .case import AttentionCase
+
+__all__ = ["POISONS", "ServingCase", "SequenceGroup", "poison_values"]
+
+POISONS = ("huge", "nan")
+# Rows of poison after each packed tensor: a read past the last sequence's end meets them.
+TAIL = 16
+
+
+def poison_values(kind: str, k: torch.Tensor) -> tuple[float, float]:
+    """(value for K, value for V) of poison ``kind``: NaN, or huge values whose logits stay finite in fp32
+    (2^16 times the largest real key, capped by the format), so that only the masking is tested."""
+    if kind == "nan":
+        return math.nan, math.nan
+    fmax = format_of(k).max_value
+    return min(fmax, 2.0**16 * max(1.0, float(k.abs().max()) if k.numel() else 1.0)), fmax
+
+
+@dataclass(frozen=True)
+class SequenceGroup:
+    """Sequences of one case with the same lengths, judged together as one dense case."""
+
+    indices: tuple[int, ...]
+    case: AttentionCase  # their logical problem, batch entry i being sequence indices[i]
+
+
+@dataclass(frozen=True)
+class FormInputs:
+    """What a kernel of a serving form is called with: three tensors and the form's keywords."""
+
+    tensors: tuple
+    kwargs: dict
+
+
+def _lengths(argument: str, value, count: int, limit: int) -> tuple[int, ...]:
+    lengths = tuple(int(n) for n in value)
+    if len(lengths) != count or any(n < 0 or n > limit for n in lengths):
+        raise InvalidArgument(argument, value, f"expected {count} lengths from 0 to {limit}",
+                              f"Pass one length per sequence of base (batch {count}), each at most {limit}.")
+    return lengths
+
+
+@dataclass(frozen=True, eq=False)
+class ServingCase:
+    """A batch of sequences in a serving form (``"varlen"`` or ``"paged"``) over a padded logical ``base``.
+
+    ``max_seqlen_pad``: how far the ``max_seqlen_*`` a varlen kernel receives exceed the longest sequence.
+    ``page_size``, ``block_table`` ((B, max_blocks) int32) and ``num_blocks``: the page pool of a paged case;
+    table entries past a sequence's pages point at poisoned pages. ``poison`` (:data:`POISONS`): what fills
+    memory no sequence owns.
+    """
+
+    base: AttentionCase
+    form: str
+    q_lens: tuple
+    k_lens: tuple
+    max_seqlen_pad: int = 0
+    page_size: int = 0
+    block_table: torch.Tensor | None = None
+    num_blocks: int = 0
+    poison: str = "huge"
+
+    def __post_init__(self):
+        base = self.base
+        if self.form not in SERVING_FORMS:
+            raise InvalidArgument("form", self.form, "not a serving form", f"Use one of {list(SERVING_FORMS)}.")
+        if base.attn_mask is not None or base.variant.attn_bias is not None or base.layout.name != "contiguous":
+            raise InvalidArgument("base", base.describe(), "a serving case's base takes no mask, no attn_bias and "
+                                  "the contiguous layout", "Build the base without them.")
+        if self.poison not in POISONS:
+            raise InvalidArgument("poison", self.poison, "unknown poison", f"Use one of {list(POISONS)}.")
+        s = base.shapes
+        object.__setattr__(self, "q_lens", _lengths("q_lens", self.q_lens, s.batch, s.n_q))
+        object.__setattr__(self, "k_lens", _lengths("k_lens", self.k_lens, s.batch, s.n_k))
+        if self.form == "paged":
+            self._check_pages()
+
+    def _check_pages(self) -> None:
+        if set(self.q_lens) != {self.base.shapes.n_q}:
+            raise InvalidArgument("q_lens", self.q_lens, "a paged case has the same query count per sequence",
+                                  f"Pass q_lens={self.base.shapes.n_q} for every sequence.")
+        if self.page_size < 1:
+            raise InvalidArgument("page_size", self.page_size, "expected at least 1", "Pass page_size >= 1.")
+        table = self.block_table
+        need = max([self.pages_of(b) for b in range(len(self.k_lens))] + [1])
+        if (not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[0] != len(self.k_lens)
+                or table.shape[1] < need or int(table.min()) < 0 or int(table.max()) >= self.num_blocks):
+            raise InvalidArgument("block_table", table, f"expected (B, >= {need}) page indices below num_blocks="
+                                  f"{self.num_blocks}", "Build the case with flashcheck.inputs.packing.")
+        owned = torch.cat([table[b, :self.pages_of(b)] for b in range(len(self.k_lens))])
+        if owned.unique().numel() != owned.numel():
+            raise InvalidArgument("block_table", table, "two sequences (or two positions) share a page",
+                                  "Give every page that holds keys to one position of one sequence.")
+        object.__setattr__(self, "block_table", table.to("cpu", torch.int32).contiguous())
+
+    # ---- what the case is -------------------------------------------------------------------------
+
+    def pages_of(self, b: int) -> int:
+        return -(-self.k_lens[b] // self.page_size)
+
+    @property
+    def shapes(self):
+        return self.base.shapes
+
+    @property
+    def dtype(self) -> str:
+        return self.base.dtype
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return self.base.torch_dtype
+
+    @property
+    def scale(self) -> float:
+        return self.base.scale
+
+    @property
+    def causal(self) -> str:
+        return self.base.causal
+
+    @property
+    def variant(self):
+        return self.base.variant
+
+    @property
+    def layout(self):
+        return self.base.layout
+
+    @property
+    def provenance(self) -> dict:
+        return self.base.provenance
+
+    @property
+    def attn_mask(self):
+        return None
+
+    def describe(self) -> str:
+        form = f"{self.form} q_lens={list(self.q_lens)} k_lens={list(self.k_lens)}"
+        if self.form == "paged":
+            form += f" page_size={self.page_size} num_blocks={self.num_blocks}"
+        elif self.max_seqlen_pad:
+            form += f" max_seqlen_pad={self.max_seqlen_pad}"
+        return f"{self.base.describe()} {form} poison={self.poison}"
+
+    def __repr__(self) -> str:
+        return f"ServingCase({self.describe()})"
+
+    def equal_bits(self, other) -> bool:
+        return (isinstance(other, ServingCase) and self.base.equal_bits(other.base)
+                and self._form_fields() == other._form_fields())
+
+    def _form_fields(self) -> tuple:
+        table = None if self.block_table is None else self.block_table.tolist()
+        return (self.form, self.q_lens, self.k_lens, self.max_seqlen_pad, self.page_size, table, self.num_blocks,
+                self.poison)
+
+    # ---- the logical problem, by sequence ------------------------------------------------------------
+
+    @functools.cached_property
+    def groups(self) -> tuple[SequenceGroup, ...]:
+        """The sequences with queries, grouped by their lengths, each group's logical problem as one dense case
+        (a sequence without keys as one key hidden from every query: only empty rows)."""
+        by_lengths: dict[tuple, list[int]] = {}
+        for b, lengths in enumerate(zip(self.q_lens, self.k_lens)):
+            if lengths[0]:
+                by_lengths.setdefault(lengths, []).append(b)
+        return tuple(SequenceGroup(tuple(idx), self._logical(idx, nq, nk)) for (nq, nk), idx in by_lengths.items())
+
+    def _logical(self, idx: list[int], n_q: int, n_k: int) -> AttentionCase:
+        base, rows = self.base, torch.tensor(idx)
+        q, k, v = (t.index_select(0, rows) for t in (base.q, base.k, base.v))
+        mask = None
+        if n_k == 0:
+            k, v, mask = torch.zeros_like(k[:, :, :1]), torch.zeros_like(v[:, :, :1]), torch.zeros(1, 1, 1, 1, dtype=bool)
+        else:
+            k, v = k[:, :, :n_k], v[:, :, :n_k]
+        slopes = base.variant.alibi_slopes
+        variant = base.variant
+        if slopes is not None and slopes.dim() == 2:
+            variant = variant.replace(alibi_slopes=slopes.index_select(0, rows))
+        return AttentionCase.create(q[:, :, :n_q], k, v, scale=base.scale, causal=base.causal, attn_mask=mask,
+                                    provenance=base.provenance, variant=variant)
+
+    # ---- the physical form ------------------------------------------------------------------------------
+
+    def physical(self, device) -> FormInputs:
+        """The tensors and keywords a kernel of this form receives, on ``device``, every unowned element poisoned."""
+        return self._varlen(device) if self.form == "varlen" else self._paged(device)
+
+    def _poison(self):
+        return poison_values(self.poison, self.base.k)
+
+    def _varlen(self, device) -> FormInputs:
+        base, (huge_k, huge_v) = self.base, self._poison()
+        packed = []
+        for t, lens, value in ((base.q, self.q_lens, huge_k), (base.k, self.k_lens, huge_k),
+                               (base.v, self.k_lens, huge_v)):
+            rows = [t[b, :, :n].transpose(0, 1) for b, n in enumerate(lens)]
+            total = sum(lens)
+            buffer = torch.full((total + TAIL, t.shape[1], t.shape[3]), value, dtype=t.dtype)
+            buffer[:total] = torch.cat(rows) if rows else buffer[:0]
+            packed.append(buffer.to(device)[:total])
+        cu = [_offsets(self.q_lens, device), _offsets(self.k_lens, device)]
+        return FormInputs(tuple(packed), {"cu_seqlens_q": cu[0], "cu_seqlens_k": cu[1],
+                                          "max_seqlen_q": max(self.q_lens) + self.max_seqlen_pad,
+                                          "max_seqlen_k": max(self.k_lens) + self.max_seqlen_pad})
+
+    def _paged(self, device) -> FormInputs:
+        base, (huge_k, huge_v) = self.base, self._poison()
+        caches = []
+        for t, value in ((base.k, huge_k), (base.v, huge_v)):
+            pool = torch.full((self.num_blocks, self.page_size, t.shape[1], t.shape[3]), value, dtype=t.dtype)
+            for b, n in enumerate(self.k_lens):
+                for page in range(self.pages_of(b)):
+                    start, stop = page * self.page_size, min(n, (page + 1) * self.page_size)
+                    pool[int(self.block_table[b, page]), :stop - start] = t[b, :, start:stop].transpose(0, 1)
+            caches.append(pool.to(device))
+        q = base.q.transpose(1, 2).contiguous().to(device)
+        return FormInputs((q, *caches), {"block_table": self.block_table.to(device),
+                                         "cache_seqlens": torch.tensor(self.k_lens, dtype=torch.int32, device=device)})
+
+    def output_shapes(self) -> tuple[tuple, tuple]:
+        s = self.shapes
+        return output_shapes(self.form, batch=s.batch, heads_q=s.heads_q, n_q=s.n_q, head_dim_v=s.head_dim_v,
+                             total_q=sum(self.q_lens))
+
+    def unpack(self, t: torch.Tensor, group: SequenceGroup, *, lse: bool = False) -> torch.Tensor:
+        """A kernel's output (or ``lse``) of ``group``'s sequences in the dense layout of its logical case."""
+        if self.form == "paged":
+            rows = t.index_select(0, torch.tensor(group.indices, device=t.device))
+            return rows if lse else rows.transpose(1, 2)
+        starts = [sum(self.q_lens[:b]) for b in group.indices]
+        n = self.q_lens[group.indices[0]]
+        if lse:
+            return torch.stack([t[:, s:s + n] for s in starts])
+        return torch.stack([t[s:s + n].transpose(0, 1) for s in starts])
+
+    # ---- related cases, for the properties -----------------------------------------------------------
+
+    def with_base(self, base: AttentionCase) -> "ServingCase":
+        return dataclasses.replace(self, base=base)
+
+    def with_sequences_poisoned(self, which: torch.Tensor) -> "ServingCase":
+        """This case with the keys and values of the sequences ``which`` (bool (B,)) replaced by poison."""
+        huge_k, huge_v = self._poison()
+        k, v = self.base.k.clone(), self.base.v.clone()
+        k[which], v[which] = huge_k, huge_v
+        return self.with_base(dataclasses.replace(self.base, k=k, v=v))
+
+    def only(self, b: int) -> "ServingCase":
+        """Sequence ``b`` alone, in the same form (a paged one keeps the whole page pool)."""
+        base, keep = self.base, slice(b, b + 1)
+        slopes = base.variant.alibi_slopes
+        variant = base.variant if slopes is None or slopes.dim() == 1 else base.variant.replace(alibi_slopes=slopes[keep])
+        alone = AttentionCase.create(base.q[keep], base.k[keep], base.v[keep], scale=base.scale, causal=base.causal,
+                                     provenance=base.provenance, variant=variant)
+        table = None if self.block_table is None else self.block_table[keep]
+        return dataclasses.replace(self, base=alone, q_lens=self.q_lens[keep], k_lens=self.k_lens[keep],
+                                   block_table=table)
+
+    def with_pages_permuted(self, seed: int) -> "ServingCase":
+        """The same case with the page pool in another order (its block table renumbered)."""
+        order = torch.randperm(self.num_blocks, generator=torch.Generator().manual_seed(seed))
+        return dataclasses.replace(self, block_table=order[self.block_table.long()].to(torch.int32))
+
+    def save(self, path_stem):
+        from .casefile import save_case
+
+        return save_case(self, path_stem)
+
+
+def _offsets(lengths, device) -> torch.Tensor:
+    return torch.tensor([0] + [sum(lengths[:b + 1]) for b in range(len(lengths))], dtype=torch.int32, device=device)

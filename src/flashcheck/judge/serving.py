@@ -1,0 +1,204 @@
+"""Checking a kernel of a serving form (varlen, paged) on a :class:`~flashcheck.inputs.serving.ServingCase`.
+
+The kernel runs once on the physical form (packed or paged, every unowned element poisoned); its output is
+unpacked per sequence and each group of equal-length sequences is judged against the oracle and budget of
+its logical problem, as a dense case would be. The exact properties of the forms rerun it: the same call
+again (determinism), the other sequences' keys poisoned (isolation: no sequence reads another's), the page
+pool in another order (page order), and the last sequence alone (batch, where the spec promises it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import traceback
+
+import torch
+
+from ..inputs.serving import SequenceGroup, ServingCase
+from ..numerics.budget import error_budget
+from .comparison import compare
+from .properties import differs
+from .verdict import BUG, Finding, Verdict
+
+__all__ = ["SERVING_PROPERTIES", "check_serving", "run_form"]
+
+SERVING_PROPERTIES = ("determinism", "isolation", "page_order", "batch")
+
+
+@dataclasses.dataclass
+class FormRun:
+    out: torch.Tensor | None
+    lse: torch.Tensor | None
+    error: BaseException | None
+    traceback: str | None
+    seconds: float
+
+
+def run_form(kernel, case: ServingCase, device) -> FormRun:
+    """Call ``kernel`` (its plain function) on ``case``'s physical form; never lets its exception escape."""
+    inputs = case.physical(device)
+    start = time.perf_counter()
+    try:
+        result = kernel.fn(*inputs.tensors, **inputs.kwargs, scale=case.scale, causal=case.causal,
+                           **case.variant.kwargs(device))
+        if inputs.tensors[0].is_cuda:
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # a crash is a finding
+        return FormRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
+    out, lse = result if isinstance(result, (tuple, list)) and len(result) == 2 else (result, None)
+    return FormRun(out, lse, None, None, time.perf_counter() - start)
+
+
+def _shape_problems(run: FormRun, case: ServingCase, device) -> list[Finding]:
+    want_out, want_lse = case.output_shapes()
+    problems = []
+    if not isinstance(run.out, torch.Tensor):
+        problems.append(f"returned {type(run.out).__name__}, not a tensor")
+    elif tuple(run.out.shape) != want_out or run.out.dtype != case.torch_dtype or run.out.device != device:
+        problems.append(f"out is {tuple(run.out.shape)} {run.out.dtype} on {run.out.device}, expected {want_out} "
+                        f"{case.torch_dtype} on {device}")
+    if run.lse is not None and (not isinstance(run.lse, torch.Tensor) or tuple(run.lse.shape) != want_lse):
+        problems.append(f"lse has shape {tuple(getattr(run.lse, 'shape', ()))}, expected {want_lse}")
+    return [Finding("wrong_output", BUG, p) for p in problems]
+
+
+def _where(case: ServingCase, group: SequenceGroup) -> str:
+    n_q, n_k = case.q_lens[group.indices[0]], case.k_lens[group.indices[0]]
+    which = f"sequence {group.indices[0]}" if len(group.indices) == 1 else f"sequences {list(group.indices)}"
+    return f"{which} of {len(case.q_lens)} ({n_q} queries, {n_k} keys)"
+
+
+def _in_batch(finding: Finding, case: ServingCase, group: SequenceGroup) -> Finding:
+    index = finding.index
+    if index is not None:
+        index = (group.indices[index[0]],) + tuple(index[1:])
+    return dataclasses.replace(finding, diagnosis=f"{_where(case, group)}: {finding.diagnosis}", index=index)
+
+
+class _Judge:
+    """One serving case's judgement: the budget of each sequence group, and the findings so far."""
+
+    def __init__(self, kernel, case: ServingCase, contract, device, regime):
+        self.kernel, self.case, self.device, self.regime = kernel, case, device, regime
+        self.budgets = [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
+                                     causal=case.causal, precision=contract, variant=g.case.variant,
+                                     attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
+                        for g in case.groups]
+
+    def judge(self, run: FormRun) -> tuple[list[Finding], float]:
+        findings, worst = [], 0.0
+        for group, budget in zip(self.case.groups, self.budgets):
+            out = self.case.unpack(run.out, group)
+            lse = None if run.lse is None else self.case.unpack(run.lse, group, lse=True)
+            found, ratio = compare(out, lse, budget, fully_masked_rows=self.kernel.spec.fully_masked_rows,
+                                   regime=self.regime)
+            findings += [_in_batch(f, self.case, group) for f in found]
+            worst = max(worst, ratio) if not math.isnan(ratio) else worst
+        return findings, worst
+
+
+def check_serving(kernel, case: ServingCase, *, contract, device, properties=SERVING_PROPERTIES,
+                  regime: str | None = None, meta: dict) -> Verdict:
+    """Run ``kernel`` on ``case`` and judge every sequence's output, then the properties asked for."""
+    run = run_form(kernel, case, device)
+    if run.error is not None:
+        crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
+                        regime=regime, details={"traceback": run.traceback})
+        return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
+    elapsed = {"kernel": run.seconds}
+    wrong = _shape_problems(run, case, device)
+    if wrong:
+        return Verdict.from_findings(wrong, max_ratio=math.nan, elapsed=elapsed, **meta)
+    start = time.perf_counter()
+    judge = _Judge(kernel, case, contract, device, regime)
+    findings, worst = judge.judge(run)
+    elapsed["oracle"] = time.perf_counter() - start
+    start, checked = time.perf_counter(), []
+    for name in SERVING_PROPERTIES:
+        if name in properties and not any(f.kind == "crash" for f in findings):
+            ran = _PROPERTIES[name](kernel, case, run, device, findings, regime)
+            checked += [name] if ran else []
+    elapsed["properties"] = time.perf_counter() - start
+    verdict = Verdict.from_findings(findings, max_ratio=worst if case.groups else math.nan, elapsed=elapsed,
+                                    properties=checked, **meta)
+    verdict.output = (run.out, run.lse)
+    return verdict
+
+
+def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str | None:
+    """Where ``rerun`` differs in bits from ``base`` on the sequences ``keep`` (a predicate), or None."""
+    if rerun.error is not None:
+        return f"it raised {type(rerun.error).__name__}: {rerun.error}".splitlines()[0][:300]
+    for group in case.groups:
+        chosen = [i for i, b in enumerate(group.indices) if keep(b)]
+        if not chosen:
+            continue
+        for tensor in ("out", "lse"):
+            a, b = getattr(base, tensor), getattr(rerun, tensor)
+            if a is None:
+                continue
+            if not isinstance(b, torch.Tensor) or b.shape != a.shape:
+                return f"its {tensor} has another shape"
+            diff = differs(case.unpack(a, group, lse=tensor == "lse")[chosen],
+                           case.unpack(b, group, lse=tensor == "lse")[chosen])
+            if bool(diff.any()):
+                return f"{int(diff.sum())} elements of the {tensor} of {_where(case, group)} changed"
+    return None
+
+
+def _property(kind: str, what: str, findings: list, regime, changed: str | None) -> bool:
+    if changed is not None:
+        findings.append(Finding(kind, BUG, f"{what}: {changed}", regime=regime))
+    return True
+
+
+def _determinism(kernel, case, run, device, findings, regime) -> bool:
+    if not kernel.spec.deterministic:
+        return False
+    again = run_form(kernel, case, device)
+    return _property("nondeterminism", "a second identical call", findings, regime,
+                     _bits_changed(case, run, again, lambda b: True))
+
+
+def _isolation(kernel, case, run, device, findings, regime) -> bool:
+    """Poison the keys and values of every other sequence: the rest must keep their bits."""
+    if len(case.q_lens) < 2:
+        return False
+    for parity in (0, 1):
+        which = torch.tensor([b % 2 != parity for b in range(len(case.q_lens))])
+        rerun = run_form(kernel, case.with_sequences_poisoned(which), device)
+        changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
+        if changed is not None:
+            return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
+                             f"{'odd' if parity == 0 else 'even'} sequences", findings, regime, changed)
+    return True
+
+
+def _page_order(kernel, case, run, device, findings, regime) -> bool:
+    if case.form != "paged":
+        return False
+    rerun = run_form(kernel, case.with_pages_permuted(case.num_blocks), device)
+    return _property("layout_dependence", "the page pool in another order (the block table renumbered)", findings,
+                     regime, _bits_changed(case, run, rerun, lambda b: True))
+
+
+def _batch(kernel, case, run, device, findings, regime) -> bool:
+    if not kernel.spec.batch_invariant or len(case.q_lens) < 2:
+        return False
+    last = len(case.q_lens) - 1
+    alone = case.only(last)
+    rerun = run_form(kernel, alone, device)
+    if rerun.error is not None or not case.q_lens[last]:
+        return True
+    group = SequenceGroup((last,), None)
+    mine = case.unpack(run.out, group)
+    diff = differs(mine, alone.unpack(rerun.out, SequenceGroup((0,), None)))
+    if diff is None or bool(diff.any()):
+        findings.append(Finding("batch_dependence", BUG, f"the last of {last + 1} sequences run alone differs "
+                                "(the spec promises batch invariance)", regime=regime))
+    return True
+
+
+_PROPERTIES = {"determinism": _determinism, "isolation": _isolation, "page_order": _page_order, "batch": _batch}

@@ -1,0 +1,117 @@
+"""Reference kernels of the serving forms: ``torch:varlen`` and ``torch:paged``.
+
+Each runs a PyTorch SDPA backend (``torch:math`` unless ``backend=`` names another) on every sequence in
+turn, on the keys its offsets or its block table give it: what a correct varlen or paged kernel computes,
+with no tiling across sequences. Their planted bugs (``torch:varlen~reads_past_end``,
+``torch:paged~page_off_by_one``, ...) are the defects that serving kernels have shipped with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..contract.spec import Kernel
+from ..errors import InvalidArgument
+
+__all__ = ["SERVING_KERNELS", "SERVING_MUTANTS", "make_serving_kernel"]
+
+SERVING_KERNELS = {
+    "torch:varlen": "packed variable-length batches (flash-attention's varlen convention), one PyTorch SDPA call per "
+                    "sequence (option backend=math|flash|efficient|cudnn)",
+    "torch:paged": "a paged KV cache with a block table (flash-attention's kvcache convention), one PyTorch SDPA "
+                   "call per sequence (option backend=math|flash|efficient|cudnn)",
+}
+# Planted bugs: name -> (form, what it does wrong).
+SERVING_MUTANTS = {
+    "reads_past_end": ("varlen", "each sequence also attends the key just past its end"),
+    "shared_offsets": ("varlen", "the keys' offsets taken from cu_seqlens_q"),
+    "page_off_by_one": ("paged", "the first key of every page after the first is read from the page before"),
+    "ignores_cache_len": ("paged", "every slot of a sequence's pages is attended, past its cache length too"),
+}
+
+
+def _sequence_variant(variant: dict, b: int) -> dict:
+    slopes = variant.get("alibi_slopes")
+    if slopes is not None and slopes.dim() == 2:
+        return {**variant, "alibi_slopes": slopes[b:b + 1]}
+    return variant
+
+
+def _one(dense: Kernel, q, k, v, b: int, *, scale, causal, variant) -> torch.Tensor:
+    """Sequence ``b``'s output (Nq, Hq, Dv) from its q (Nq, Hq, D) and keys (Nk, Hkv, D); zeros without keys."""
+    if k.shape[0] == 0:
+        return q.new_zeros(q.shape[0], q.shape[1], v.shape[2])
+    dense_in = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+    out = dense(*dense_in, scale=scale, causal=causal, **_sequence_variant(variant, b))
+    return out[0].transpose(0, 1)
+
+
+def _varlen(dense: Kernel, mutant: str | None):
+    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none",
+                  **variant):
+        cu_q = cu_seqlens_q.tolist()
+        cu_k = (cu_seqlens_q if mutant == "shared_offsets" else cu_seqlens_k).tolist()
+        out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])
+        for b in range(len(cu_q) - 1):
+            if cu_q[b + 1] == cu_q[b]:
+                continue
+            stop = cu_k[b + 1] + (mutant == "reads_past_end")
+            keys = slice(cu_k[b], stop)
+            # a read past the packed tensor's end goes on into its storage, as a kernel's pointer would
+            k_b, v_b = (_rows(t, keys) for t in (k, v))
+            out[cu_q[b]:cu_q[b + 1]] = _one(dense, q[cu_q[b]:cu_q[b + 1]], k_b, v_b, b, scale=scale, causal=causal,
+                                           variant=variant)
+        return out
+
+    return attention
+
+
+def _rows(t: torch.Tensor, rows: slice) -> torch.Tensor:
+    """Rows ``rows`` of a packed tensor, reading on into its storage past its end (poison, in flashcheck's cases)."""
+    if rows.stop <= t.shape[0]:
+        return t[rows]
+    return t.as_strided((rows.stop - rows.start,) + tuple(t.shape[1:]), t.stride(),
+                        t.storage_offset() + rows.start * t.stride(0))
+
+
+def _paged(dense: Kernel, mutant: str | None):
+    def attention(q, k_cache, v_cache, *, block_table, cache_seqlens, scale, causal="none", **variant):
+        page = k_cache.shape[1]
+        out = q.new_empty(q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3])
+        for b, n in enumerate(cache_seqlens.tolist()):
+            if mutant == "ignores_cache_len":
+                n = -(-n // page) * page
+            j = torch.arange(n, device=q.device)
+            slot = j % page
+            pages = j // page if mutant != "page_off_by_one" else (j - 1).clamp_min(0) // page
+            physical = block_table[b].long()[pages]
+            out[b] = _one(dense, q[b], k_cache[physical, slot], v_cache[physical, slot], b, scale=scale,
+                          causal=causal, variant=variant)
+        return out
+
+    return attention
+
+
+def make_serving_kernel(name: str, *, device: str, backend: str = "math", mutant: str | None = None) -> Kernel:
+    """``torch:varlen`` or ``torch:paged`` over the SDPA backend ``backend``, optionally with a planted bug."""
+    from .sdpa import SDPA_KERNELS, make_sdpa_kernel
+
+    dense_name = f"torch:{backend}"
+    if dense_name not in SDPA_KERNELS:
+        raise InvalidArgument("backend", backend, "not a PyTorch SDPA backend",
+                              f"Use one of {[n.split(':')[1] for n in SDPA_KERNELS]}.")
+    form = name.split(":")[1]
+    if mutant is not None and SERVING_MUTANTS.get(mutant, (None,))[0] != form:
+        names = [m for m, (f, _) in SERVING_MUTANTS.items() if f == form]
+        raise InvalidArgument("kernel", f"{name}~{mutant}", f"no planted bug {mutant!r} for {name}",
+                              f"Planted bugs of {name}: {names}.")
+    dense = make_sdpa_kernel(dense_name, device=device)
+    spec = dataclasses.replace(dense.spec, form=form, attn_mask=False, attn_bias=False, fp32_bias=False,
+                               batch_invariant=True, fully_masked_rows="zero", backward=False)
+    fn = (_varlen if form == "varlen" else _paged)(dense, mutant)
+    options = f"[backend={backend}]" if backend != "math" else ""
+    label = f"{name}~{mutant}{options}" if mutant else f"{name}{options}"
+    fn.__name__ = fn.__qualname__ = form
+    return Kernel(fn, spec, name=label)
