@@ -3,7 +3,6 @@ its finding kinds and a hash of its recipe, with the verdict and how to reach th
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -47,6 +46,6 @@ def save_finding(corpus: Path, verdict: Verdict, case: AttentionCase, *, label: 
     provenance["verdict"] = verdict.as_dict()
     if kernel is not None:
         provenance.update(kernel_origin(kernel))
-    saved = dataclasses.replace(case, provenance=provenance)
+    saved = case.with_provenance(provenance)
     _, json_path = saved.save(stem)
     return json_path

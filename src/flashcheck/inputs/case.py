@@ -180,6 +180,9 @@ class AttentionCase:
     def with_layout(self, layout) -> "AttentionCase":
         return dataclasses.replace(self, layout=layout)
 
+    def with_provenance(self, provenance: dict) -> "AttentionCase":
+        return dataclasses.replace(self, provenance=provenance)
+
     def equal_bits(self, other: "AttentionCase") -> bool:
         """Same numbers bit for bit (NaN payloads and -0.0 included), scale, causal and mask."""
         if not isinstance(other, AttentionCase):

@@ -25,21 +25,26 @@ from ..contract.variants import Variant
 from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
 from .case import AttentionCase
+from .serving import ServingCase
 from .layout import TENSORS, Layout
 
 __all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
 # slopes and attn_bias in the npz). A case without one is written as version 1, which every flashcheck reads.
-_PLAIN_VERSION = 1
+# Version 3 adds the serving form (lengths, page size, poison in the JSON; the block table in the npz).
+_PLAIN_VERSION, _VARIANT_VERSION = 1, 2
 _FORMAT_NAME = "flashcheck-case"
 # How each dtype's bits are stored in the .npz.
 _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32),
-              "bool": np.dtype(np.bool_)}
+              "bool": np.dtype(np.bool_), "int32": np.dtype(np.int32)}
 # Arrays beside q, k and v, each present when the JSON gives its shape, and their dtypes (None: the one the
 # JSON gives with the shape; q, k and v are in the case's dtype).
-_EXTRA_ARRAYS = {"attn_mask": "bool", "sinks": "fp32", "alibi_slopes": "fp32", "attn_bias": None}
+_EXTRA_ARRAYS = {"attn_mask": "bool", "sinks": "fp32", "alibi_slopes": "fp32", "attn_bias": None,
+                 "block_table": "int32"}
+# The JSON's "form" of a serving case: ServingCase's fields besides its base and block table.
+_FORM_KEYS = ("form", "q_lens", "k_lens", "max_seqlen_pad", "page_size", "num_blocks", "poison")
 
 
 def case_paths(path) -> tuple[Path, Path]:
@@ -79,10 +84,14 @@ def _sha256(path) -> str:
 
 
 def _metadata(case) -> dict:
+    if isinstance(case, ServingCase):
+        table = {} if case.block_table is None else {"block_table": {"shape": list(case.block_table.shape)}}
+        return {**_metadata(case.base), "format_version": FORMAT_VERSION, "describe": case.describe(),
+                "form": {key: getattr(case, key) for key in _FORM_KEYS}, **table}
     s = case.shapes
     return {
         "format": _FORMAT_NAME,
-        "format_version": FORMAT_VERSION if case.variant.used else _PLAIN_VERSION,
+        "format_version": _VARIANT_VERSION if case.variant.used else _PLAIN_VERSION,
         "describe": case.describe(),
         "dtype": case.dtype,
         "storage": {"q": _NPZ_DTYPE[case.dtype].name, "k": _NPZ_DTYPE[case.dtype].name,
@@ -114,6 +123,10 @@ def _variant_metadata(variant) -> dict:
 
 
 def _arrays(case) -> dict:
+    if isinstance(case, ServingCase):
+        table = {} if case.block_table is None else {"block_table": case.block_table.numpy()}
+        return {**_arrays(case.base), **table}
+
     def array(t: torch.Tensor) -> np.ndarray:
         if t.dtype == torch.bfloat16:
             # numpy has no bf16: store the raw bits.
@@ -151,7 +164,7 @@ def save_case(case, path_stem) -> tuple[Path, Path]:
     return npz_path, json_path
 
 
-def load_case(path) -> AttentionCase:
+def load_case(path) -> AttentionCase | ServingCase:
     """Load a case saved by :meth:`save` from its ``.json``, its ``.npz`` or their stem."""
     npz_path, json_path = case_paths(path)
     fix_resave = "Re-save the case, or delete this pair of files."
@@ -176,11 +189,14 @@ def load_case(path) -> AttentionCase:
     arrays = _read_npz(npz_path)
     tensors = _check_arrays(npz_path, meta, arrays)
     try:
-        return AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
-                   attn_mask=tensors.get("attn_mask"), layout=meta["layout"],
-                   provenance=meta.get("provenance") or {},
-                   variant=Variant.from_dict(meta.get("variant"), tensors))
-    except InvalidArgument as exc:
+        case = AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
+                             attn_mask=tensors.get("attn_mask"), layout=meta["layout"],
+                             provenance=meta.get("provenance") or {},
+                             variant=Variant.from_dict(meta.get("variant"), tensors))
+        if meta.get("form") is None:
+            return case
+        return ServingCase(case, block_table=tensors.get("block_table"), **meta["form"])
+    except (InvalidArgument, TypeError) as exc:
         raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}", fix_resave) from None
 
 
@@ -198,6 +214,9 @@ def _check_meta(path: Path, meta) -> dict:
                               f"{FORMAT_VERSION}", "Upgrade flashcheck to replay this case.")
     if version < 1:
         raise CaseFormatError(path, f"format_version {version} is not a known version", fix)
+    form = meta.get("form")
+    if form is not None and (not isinstance(form, dict) or sorted(form) != sorted(_FORM_KEYS)):
+        raise CaseFormatError(path, f"'form' must be null or a dict of {list(_FORM_KEYS)}", fix)
     for key in ("dtype", "shapes", "causal", "layout", "scale_hex"):
         if key not in meta:
             raise CaseFormatError(path, f"missing key {key!r}", fix)

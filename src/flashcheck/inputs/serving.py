@@ -156,6 +156,11 @@ class ServingCase:
     def attn_mask(self):
         return None
 
+    # The logical problem's tensors, padded (B, H, N, D): what sizes and saves the case.
+    q = property(lambda self: self.base.q)
+    k = property(lambda self: self.base.k)
+    v = property(lambda self: self.base.v)
+
     def describe(self) -> str:
         form = f"{self.form} q_lens={list(self.q_lens)} k_lens={list(self.k_lens)}"
         if self.form == "paged":
@@ -261,6 +266,9 @@ class ServingCase:
 
     def with_base(self, base: AttentionCase) -> "ServingCase":
         return dataclasses.replace(self, base=base)
+
+    def with_provenance(self, provenance: dict) -> "ServingCase":
+        return self.with_base(self.base.with_provenance(provenance))
 
     def with_sequences_poisoned(self, which: torch.Tensor) -> "ServingCase":
         """This case with the keys and values of the sequences ``which`` (bool (B,)) replaced by poison."""

@@ -21,7 +21,9 @@ from ..contract.validation import Shapes
 from ..contract.variants import FEATURES, declared
 from ..errors import InvalidArgument
 from .case import AttentionCase
+from .serving import POISONS, ServingCase
 from .layout import layouts as layout_names
+from .packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
 from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
 from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES, make_variant
 
@@ -64,6 +66,12 @@ class Recipe:
     alibi_mode: str | None = None
     bias_order: str | None = None
     bias_dtype: str | None = None
+    # The serving form (flashcheck.contract.forms) and its physical regimes (flashcheck.inputs.packing),
+    # "none" for the dense form.
+    packing: str = "none"
+    pages: str = "none"
+    poison: str = "none"
+    form: str = "dense"
 
     @property
     def variants(self) -> dict[str, str]:
@@ -73,9 +81,18 @@ class Recipe:
     @property
     def regime(self) -> str:
         used = "".join(f"/{f}={name}" for f, name in self.variants.items())
-        return f"{self.values}/{self.mask}{used}"
+        form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
+            f",pages={self.pages}" if self.form == "paged" else "")
+        return f"{self.values}/{self.mask}{used}{form}"
 
-    def build(self, *, kernel: str | None = None) -> AttentionCase:
+    def build(self, *, kernel: str | None = None) -> AttentionCase | ServingCase:
+        case = self._dense(kernel)
+        if self.form == "dense":
+            return case
+        return serving_case(case, form=self.form, packing=self.packing, pages=self.pages, poison=self.poison,
+                            seed=self.seed)
+
+    def _dense(self, kernel: str | None) -> AttentionCase:
         s = self.shapes
         q, k, v = make_values(self.values, shapes=s, dtype=self.dtype, seed=self.seed)
         if self.layout == "expanded":
@@ -92,8 +109,8 @@ class Recipe:
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["shapes"] = dataclasses.asdict(self.shapes)
-        for name in FEATURES + BIAS_FIELDS:  # a plain recipe is saved as before variants existed
-            if out[name] in ("none", None):
+        for name in FEATURES + BIAS_FIELDS + FORM_FIELDS:  # a plain recipe is saved as before variants existed
+            if out[name] in ("none", None, "dense"):
                 del out[name]
         return out
 
@@ -173,7 +190,22 @@ def _bias_fields(draw, spec: KernelSpec, fields: dict) -> dict:
 # The fields of a recipe drawn from a pool, in the order they are drawn: first, so that a covering plan
 # (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
-POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES
+POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison")
+FORM_FIELDS = ("packing", "pages", "poison", "form")
+# A decode step of a paged kernel: 1 to 16 queries a sequence; serving batches: up to 8 sequences.
+MAX_DECODE_QUERIES, MIN_SERVING_BATCH = 16, 8
+
+
+def _form_pools(spec: KernelSpec) -> dict[str, list]:
+    if spec.form == "dense":
+        return {"packing": ["none"], "pages": ["none"], "poison": ["none"]}
+    pages = ["none"]
+    if spec.form == "paged":
+        pages = [p for p in PAGE_REGIMES if spec.page_sizes is None or p == "nondividing" or int(p) in spec.page_sizes]
+        if spec.page_sizes is not None:
+            pages = [p for p in pages if p != "nondividing"] or [str(spec.page_sizes[0])]
+    return {"packing": list(LENGTH_REGIMES), "pages": pages,
+            "poison": list(POISONS) if spec.nan_safe_masking else ["huge"]}
 
 
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
@@ -201,9 +233,11 @@ def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=
                            "negative_scale", spec)
     scales_pool = _allowed("scale_regimes", scales_pool, "tiny", "tiny_scale", spec)
     layouts_pool = _allowed("layouts", _subset("layouts", layouts, LAYOUT_ORDER), "expanded", "stride0_heads", spec)
+    if spec.form != "dense":  # the form's own physical layout replaces the dense layouts
+        layouts_pool = ["contiguous"]
     return {"dtype": dtype_pool, "values": _subset("value_regimes", value_regimes, VALUE_ORDER), "mask": masks_pool,
             "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool,
-            **_variant_pools(spec, variants)}
+            **_variant_pools(spec, variants), **_form_pools(spec)}
 
 
 @st.composite
@@ -217,6 +251,10 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
     fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS}
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
                     head_dims=head_dims))
+    if spec.form != "dense":
+        s = dataclasses.replace(s, batch=draw(st.integers(1, max(max_batch, MIN_SERVING_BATCH))),
+                                n_q=min(s.n_q, MAX_DECODE_QUERIES) if spec.form == "paged" else s.n_q)
+        fields["form"] = spec.form
     if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
     fields.update(_bias_fields(draw, spec, fields))
