@@ -23,6 +23,8 @@ from .validation import CAUSAL_MODES, Shapes
 __all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
 
 FULLY_MASKED_PROMISES = ("zero", "nan", "any")
+LSE_BASES = ("e", "2")
+EMPTY_LSE_PROMISES = ("-inf", "+inf", "any")
 
 
 def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tuple:
@@ -91,6 +93,10 @@ class KernelSpec:
     ``form``: how the kernel receives its inputs, ``"dense"`` (the default), ``"varlen"`` (packed sequences
     with offsets) or ``"paged"`` (a paged KV cache with a block table); the conventions are those of
     :mod:`flashcheck.contract.forms`. ``page_sizes``: the page sizes a paged kernel takes (None: any).
+
+    The lse a kernel returns beside its output: ``lse_base`` ``"e"`` (natural log, the default) or ``"2"``
+    (log2, FlashInfer's and many Triton kernels' own); ``empty_lse``, its value on a row with no visible key:
+    ``"-inf"``, ``"+inf"`` or ``"any"`` (None: -inf where ``fully_masked_rows="zero"``, unchecked otherwise).
     """
 
     dtypes: tuple = DTYPES
@@ -127,6 +133,8 @@ class KernelSpec:
     bias_shift_invariant: bool = False
     form: str = "dense"
     page_sizes: tuple | None = None
+    lse_base: str = "e"
+    empty_lse: str | None = None
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -154,6 +162,11 @@ class KernelSpec:
             raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
                                   f"Use one of {list(FULLY_MASKED_PROMISES)}.")
         put("precision", precision_named(self.precision))
+        if self.lse_base not in LSE_BASES:
+            raise InvalidArgument("lse_base", self.lse_base, "unknown base", f"Use one of {list(LSE_BASES)}.")
+        if self.empty_lse not in (None,) + EMPTY_LSE_PROMISES:
+            raise InvalidArgument("empty_lse", self.empty_lse, "unknown promise",
+                                  f"Use None or one of {list(EMPTY_LSE_PROMISES)}.")
         if self.form not in FORMS:
             raise InvalidArgument("form", self.form, "unknown form", f"Use one of {list(FORMS)}.")
         if self.form != "dense" and (self.attn_mask or self.attn_bias):

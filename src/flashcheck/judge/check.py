@@ -29,7 +29,7 @@ from ..inputs.serving import ServingCase
 from ..kernels.registry import resolve_kernel
 from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
-from .comparison import compare
+from .comparison import compare, promises
 from .envelope import ENVELOPE_FLOOR, envelope_findings
 from .properties import PROPERTIES, check_properties, neutral_cases
 from .serving import SERVING_PROPERTIES, check_serving
@@ -205,7 +205,7 @@ class _Judgement:
                             what="a property's rerun of the kernel", variant=case.variant.kwargs(q.device))
 
     def compare(self, out, lse, budget: Budget) -> tuple[list[Finding], float]:
-        return compare(out, lse, budget, fully_masked_rows=self.kernel.spec.fully_masked_rows, regime=self.regime)
+        return compare(out, lse, budget, regime=self.regime, **promises(self.kernel.spec))
 
 
 def _check(job: _Judgement) -> Verdict:

@@ -17,7 +17,15 @@ from ..numerics.oracle import Reference
 from .diagnose import diagnose_elements, first_index, which_keys
 from .verdict import BUG, Finding
 
-__all__ = ["compare", "error_ratios", "on_oracle_rows"]
+__all__ = ["compare", "error_ratios", "on_oracle_rows", "promises"]
+
+LN2 = math.log(2)
+
+
+def promises(spec) -> dict:
+    """What ``compare`` holds an output to besides the budget, from a kernel spec: fully masked rows and the
+    lse's convention."""
+    return {"fully_masked_rows": spec.fully_masked_rows, "lse_base": spec.lse_base, "empty_lse": spec.empty_lse}
 
 
 def error_ratios(got: torch.Tensor, exact: torch.Tensor, total: torch.Tensor, empty: torch.Tensor):
@@ -57,10 +65,10 @@ class _Compared:
     bad_lse: torch.Tensor | None  # lse rows off by more than their budget
 
     @classmethod
-    def of(cls, out, lse, budget: Budget, regime: str | None) -> "_Compared":
+    def of(cls, out, lse, budget: Budget, regime: str | None, lse_base: str = "e") -> "_Compared":
         ref = budget.reference
         got = on_oracle_rows(out, ref)
-        got_lse = None if lse is None else on_oracle_rows(lse, ref)
+        got_lse = None if lse is None else on_oracle_rows(lse, ref) * (LN2 if lse_base == "2" else 1.0)
         empty = ref.empty_rows
         ratio, err = error_ratios(got, ref.out, budget.total, empty)
         nonfinite = ~empty[..., None].expand_as(got) & ~torch.isfinite(got)
@@ -83,10 +91,14 @@ class _Compared:
         return diagnose_elements(bad, self.ref.shapes, self.ref.rows, self.empty)
 
 
-def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
-            fully_masked_rows: str = "any", regime: str | None = None) -> tuple[list[Finding], float]:
-    """Findings of an output against the oracle and its budget, and the largest error/budget ratio."""
-    c = _Compared.of(out, lse, budget, regime)
+def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *, fully_masked_rows: str = "any",
+            regime: str | None = None, lse_base: str = "e", empty_lse: str | None = None) -> tuple[list[Finding], float]:
+    """Findings of an output against the oracle and its budget, and the largest error/budget ratio.
+
+    ``lse_base``: the returned lse is ``log`` (``"e"``) or ``log2`` (``"2"``) of the softmax denominator;
+    ``empty_lse``: what it is on a row with no visible key (``"-inf"``, ``"+inf"``, ``"any"``; None: -inf
+    where ``fully_masked_rows`` is ``"zero"``, anything otherwise)."""
+    c = _Compared.of(out, lse, budget, regime, lse_base)
     # One transfer for every decision below: each separate read would wait for the device.
     any_nonfinite, any_over, any_empty, any_bad_lse, max_ratio = _on_host(
         c.nonfinite.any(), c.over.any(), c.empty.any(), False if c.bad_lse is None else c.bad_lse.any(),
@@ -96,10 +108,12 @@ def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *,
         findings.append(_nonfinite(c))
     if any_over:
         findings.append(_over_budget(c, max_ratio))
-    if any_empty and fully_masked_rows != "any":
-        findings += _masked_row_promise(c, fully_masked_rows)
+    if empty_lse is None:
+        empty_lse = "-inf" if fully_masked_rows == "zero" else "any"
+    if any_empty and (fully_masked_rows != "any" or (c.lse is not None and empty_lse != "any")):
+        findings += _masked_row_promise(c, fully_masked_rows, empty_lse)
     if any_bad_lse:
-        findings.append(_lse(c))
+        findings.append(_lse(c, lse_base))
     return findings, max_ratio
 
 
@@ -128,29 +142,45 @@ def _key_set(c: _Compared, idx: tuple) -> str | None:
                       row=None if ref.rows is None else int(ref.rows[idx[2]]))
 
 
-def _masked_row_promise(c: _Compared, promise: str) -> list[Finding]:
-    """Rows with no visible key that do not hold the spec's promise: 0 (and lse -inf), or NaN."""
+def _masked_row_promise(c: _Compared, promise: str, empty_lse: str) -> list[Finding]:
+    """Rows with no visible key that do not hold the spec's promise: 0, or NaN; their lse ``empty_lse``."""
     rows_out = c.got[c.empty]
+    broken = torch.zeros(rows_out.shape[0], dtype=torch.bool, device=rows_out.device)
     if promise == "zero":
         broken = ~(rows_out == 0).all(-1)
-        if c.lse is not None:
-            broken |= ~(c.lse[c.empty] == -math.inf)
-    else:  # "nan"
+    elif promise == "nan":
         broken = ~torch.isnan(rows_out).all(-1)
+    out_broken = int(broken.sum())
+    if c.lse is not None and empty_lse != "any":
+        broken |= ~(c.lse[c.empty] == (-math.inf if empty_lse == "-inf" else math.inf))
     if not bool(broken.any()):
         return []
+    what = f"{promise!r}" if promise != "any" else "promised"
+    if int(broken.sum()) > out_broken:
+        what += f" with lse {empty_lse} (first lse {float(c.lse[c.empty][broken][0]):.6g})"
     example = rows_out[broken][0][:4].tolist()
     return [Finding("masked_row_promise", BUG, f"{int(broken.sum())} of {int(c.empty.sum())} rows with no visible "
-                    f"key are not {promise!r} (first values {example})", regime=c.regime)]
+                    f"key are not {what} (first values {example})", regime=c.regime)]
 
 
-def _lse(c: _Compared) -> Finding:
+def _other_base(c: _Compared, lse_base: str) -> str:
+    """The convention the bad lse rows match instead of the declared one, as a note (or "")."""
+    other = c.lse / LN2 if lse_base == "2" else c.lse * LN2  # the kernel's values read in the other base
+    off = (other - c.ref.lse).abs()
+    if bool((off[c.bad_lse] <= c.budget.lse_total[c.bad_lse]).all()):
+        declared, found = ("log2", "natural log") if lse_base == "2" else ("natural log", "log2")
+        return f"; matches an lse in {found}, the spec declares {declared} (lse_base={lse_base!r})"
+    return ""
+
+
+def _lse(c: _Compared, lse_base: str = "e") -> Finding:
     live_rows = ~c.empty
     lse_ratio = torch.where(live_rows, c.lse_err / c.budget.lse_total, torch.zeros_like(c.lse_err))
     idx = first_index(c.bad_lse)
+    scale = LN2 if lse_base == "2" else 1.0
     return Finding(
         "lse", BUG, f"lse off on {int(c.bad_lse.sum())} of {int(live_rows.sum())} rows "
-        f"(got {float(c.lse[idx]):.6g}, exact {float(c.ref.lse[idx]):.6g})",
+        f"(got {float(c.lse[idx]) / scale:.6g}, exact {float(c.ref.lse[idx]) / scale:.6g})" + _other_base(c, lse_base),
         index=idx, error=float(c.lse_err[idx]),
         ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf)[idx]),
         budget={"total": float(c.budget.lse_total[idx])}, regime=c.regime)

@@ -18,7 +18,7 @@ import torch
 
 from ..inputs.serving import SequenceGroup, ServingCase
 from ..numerics.budget import error_budget
-from .comparison import compare
+from .comparison import compare, promises
 from .properties import differs
 from .verdict import BUG, Finding, Verdict
 
@@ -92,8 +92,7 @@ class _Judge:
         for group, budget in zip(self.case.groups, self.budgets):
             out = self.case.unpack(run.out, group)
             lse = None if run.lse is None else self.case.unpack(run.lse, group, lse=True)
-            found, ratio = compare(out, lse, budget, fully_masked_rows=self.kernel.spec.fully_masked_rows,
-                                   regime=self.regime)
+            found, ratio = compare(out, lse, budget, regime=self.regime, **promises(self.kernel.spec))
             findings += [_in_batch(f, self.case, group) for f in found]
             worst = max(worst, ratio) if not math.isnan(ratio) else worst
         return findings, worst
