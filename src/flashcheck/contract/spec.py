@@ -43,6 +43,8 @@ EXCLUSIONS = {
     "tiny_scale": "a softmax scale 10^-4 times the default (the 'tiny' scale regime)",
     "bottom_right_more_queries": "causal='bottom_right' with Nq > Nk (rows with no visible key)",
     "stride0_heads": "K and V heads as stride-0 views (the 'expanded' layout)",
+    "empty_sequences": "serving batches holding a sequence with no queries or no keys (the length regimes "
+                       "empty_sequences and fewer_tokens_than_batch)",
     # Classes of the backward pass, known from the exact gradients (judged once the oracle has run):
     "ds_past_range": "an exact dS = P (dP - D) past the dtype's largest value (kernels that round dS to it)",
     "scaled_ds_past_range": "an exact scale x dS past the dtype's largest value (kernels that scale dS before "

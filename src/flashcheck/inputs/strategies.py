@@ -204,7 +204,9 @@ def _form_pools(spec: KernelSpec) -> dict[str, list]:
         pages = [p for p in PAGE_REGIMES if spec.page_sizes is None or p == "nondividing" or int(p) in spec.page_sizes]
         if spec.page_sizes is not None:
             pages = [p for p in pages if p != "nondividing"] or [str(spec.page_sizes[0])]
-    return {"packing": list(LENGTH_REGIMES), "pages": pages,
+    packing = _allowed("packing", list(LENGTH_REGIMES), "empty_sequences", "empty_sequences", spec)
+    packing = _allowed("packing", packing, "fewer_tokens_than_batch", "empty_sequences", spec)
+    return {"packing": packing, "pages": pages,
             "poison": list(POISONS) if spec.nan_safe_masking else ["huge"]}
 
 

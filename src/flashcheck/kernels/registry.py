@@ -91,7 +91,7 @@ def _option_names(name: str) -> tuple | None:
         return ("compile", "alibi")
     if name == TRITON:
         return _triton_option_names()
-    if name in SERVING_KERNELS:
+    if name in ("torch:varlen", "torch:paged"):
         return ("backend",)
     return ()
 

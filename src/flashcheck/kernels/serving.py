@@ -1,9 +1,10 @@
-"""Reference kernels of the serving forms: ``torch:varlen`` and ``torch:paged``.
+"""Kernels of the serving forms: the references ``torch:varlen`` and ``torch:paged``, and ``torch:jagged``.
 
 Each runs a PyTorch SDPA backend (``torch:math`` unless ``backend=`` names another) on every sequence in
 turn, on the keys its offsets or its block table give it: what a correct varlen or paged kernel computes,
 with no tiling across sequences. Their planted bugs (``torch:varlen~reads_past_end``,
 ``torch:paged~page_off_by_one``, ...) are the defects that serving kernels have shipped with.
+``torch:jagged`` is PyTorch's own varlen path: jagged nested tensors through SDPA.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 
 import torch
 
-from ..contract.spec import Kernel
+from ..contract.spec import Kernel, KernelSpec
 from ..errors import InvalidArgument
 
 __all__ = ["SERVING_KERNELS", "SERVING_MUTANTS", "make_serving_kernel"]
@@ -22,6 +23,8 @@ SERVING_KERNELS = {
                     "sequence (option backend=math|flash|efficient|cudnn)",
     "torch:paged": "a paged KV cache with a block table (flash-attention's kvcache convention), one PyTorch SDPA "
                    "call per sequence (option backend=math|flash|efficient|cudnn)",
+    "torch:jagged": "PyTorch's jagged nested tensors through scaled_dot_product_attention, one call for the packed "
+                    "batch (varlen; no causal mask, no GQA)",
 }
 # Planted bugs: name -> (form, what it does wrong).
 SERVING_MUTANTS = {
@@ -94,10 +97,29 @@ def _paged(dense: Kernel, mutant: str | None):
     return attention
 
 
+def _jagged(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none"):
+    """The packed batch as jagged nested tensors (B, H, j, D), through SDPA in one call."""
+    nested = [torch.nested.nested_tensor_from_jagged(t, offsets.long()).transpose(1, 2)
+              for t, offsets in ((q, cu_seqlens_q), (k, cu_seqlens_k), (v, cu_seqlens_k))]
+    out = torch.nn.functional.scaled_dot_product_attention(*nested, scale=scale)
+    return out.transpose(1, 2).values()
+
+
+def _jagged_kernel(device: str) -> Kernel:
+    # "flash", on the CPU too: its per-sequence path rounds P to the inputs' dtype before P @ V (measured: bf16
+    # Nq=1 Nk=2 is 3.6 x the "upcast" budget of dense torch:math, inside "flash"'s). Known defects kept out
+    # (tests/unit/test_jagged_defects.py): a batch with an empty sequence may crash.
+    spec = KernelSpec(form="varlen", causal=("none",), gqa=False, dv_equals_d=True, fully_masked_rows="zero",
+                      precision="flash", devices=(device,), batch_invariant=False, excludes=("empty_sequences",))
+    return Kernel(_jagged, spec, name="torch:jagged")
+
+
 def make_serving_kernel(name: str, *, device: str, backend: str = "math", mutant: str | None = None) -> Kernel:
     """``torch:varlen`` or ``torch:paged`` over the SDPA backend ``backend``, optionally with a planted bug."""
     from .sdpa import SDPA_KERNELS, make_sdpa_kernel
 
+    if name == "torch:jagged":
+        return _jagged_kernel(device)
     dense_name = f"torch:{backend}"
     if dense_name not in SDPA_KERNELS:
         raise InvalidArgument("backend", backend, "not a PyTorch SDPA backend",
