@@ -25,7 +25,7 @@ from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 
 from .test_oracle_audit import AUDIT_SETTINGS, build, recipes
 
-GRADIENT_SETTINGS = AUDIT_SETTINGS.__class__(AUDIT_SETTINGS, max_examples=500)
+GRADIENT_SETTINGS = AUDIT_SETTINGS.__class__(AUDIT_SETTINGS, max_examples=200)
 
 
 def _upstream(q, k, v, kwargs, regime: str, seed: int):
