@@ -45,6 +45,7 @@ EXCLUSIONS = {
     "stride0_heads": "K and V heads as stride-0 views (the 'expanded' layout)",
     "empty_sequences": "serving batches holding a sequence with no queries or no keys (the length regimes "
                        "empty_sequences and fewer_tokens_than_batch)",
+    "empty_batch": "a serving batch of one sequence with no queries and no keys (no token at all)",
     # Classes of the backward pass, known from the exact gradients (judged once the oracle has run):
     "ds_past_range": "an exact dS = P (dP - D) past the dtype's largest value (kernels that round dS to it)",
     "scaled_ds_past_range": "an exact scale x dS past the dtype's largest value (kernels that scale dS before "

@@ -27,15 +27,19 @@ def _lengths(regime: str, batch: int, limit: int, rng: np.random.Generator) -> l
         return [limit] * batch
     if regime in ("ragged", "padded_max"):
         return rng.integers(1, limit + 1, batch).tolist()
-    if regime == "empty_sequences":  # at least one empty, the others anywhere from 0 up
+    if regime == "empty_sequences":  # one empty, the others anywhere from 0 up, one of them not (a batch of 1: none)
         out = rng.integers(0, limit + 1, batch).tolist()
-        out[int(rng.integers(batch))] = 0
+        empty = int(rng.integers(batch))
+        out[empty] = 0
+        if batch > 1:
+            kept = (empty + 1 + int(rng.integers(batch - 1))) % batch
+            out[kept] = max(out[kept], 1)
         return out
     if regime == "single_tokens":
         return [1] * batch
-    if regime == "fewer_tokens_than_batch":  # fewer tokens in all than sequences: most sequences empty
+    if regime == "fewer_tokens_than_batch":  # fewer tokens in all than sequences (a batch of 1: one), most empty
         out = [0] * batch
-        for b in rng.choice(batch, size=max(0, (batch - 1) // 2), replace=False).tolist():
+        for b in rng.choice(batch, size=max(1, (batch - 1) // 2), replace=False).tolist():
             out[b] = 1
         return out
     raise InvalidArgument("packing", regime, "unknown length regime", f"Use one of {list(LENGTH_REGIMES)}.")

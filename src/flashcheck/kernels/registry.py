@@ -40,6 +40,7 @@ from .triton.runtime import BACKEND_NAME as TRITON
 __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
 
 FLEX = "torch:flex"
+FLEX_VARLEN = "torch:flex-varlen"
 FLA = "fla:parallel_attn"
 
 BUILTIN_KERNELS: dict[str, str] = {
@@ -51,6 +52,8 @@ BUILTIN_KERNELS: dict[str, str] = {
     FLA: "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks; "
          "pip install fla-core einops)",
     **SERVING_KERNELS,
+    FLEX_VARLEN: "FlexAttention on a packed varlen batch with a document mask (causal per document; option "
+                 "compile=False: unfused eager path)",
 }
 
 # Built-in names live under these prefixes; anything else with a colon is an import path.
@@ -89,6 +92,8 @@ def _triton_option_names() -> tuple | None:
 def _option_names(name: str) -> tuple | None:
     if name == FLEX:
         return ("compile", "alibi")
+    if name == FLEX_VARLEN:
+        return ("compile",)
     if name == TRITON:
         return _triton_option_names()
     if name in ("torch:varlen", "torch:paged"):
@@ -191,6 +196,10 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .serving import make_serving_kernel
 
         return make_serving_kernel(name, device=device, **options)
+    if name == FLEX_VARLEN:
+        from .flex_varlen import make_flex_varlen_kernel
+
+        return make_flex_varlen_kernel(device=device, **options)
     return _make_triton(device, options)
 
 

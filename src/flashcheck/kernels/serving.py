@@ -14,7 +14,7 @@ import dataclasses
 import torch
 
 from ..contract.spec import Kernel, KernelSpec
-from ..errors import InvalidArgument
+from ..errors import BackendUnavailable, InvalidArgument
 
 __all__ = ["SERVING_KERNELS", "SERVING_MUTANTS", "make_serving_kernel"]
 
@@ -116,8 +116,10 @@ def _jagged_kernel(device: str) -> Kernel:
 
 def make_serving_kernel(name: str, *, device: str, backend: str = "math", mutant: str | None = None) -> Kernel:
     """``torch:varlen`` or ``torch:paged`` over the SDPA backend ``backend``, optionally with a planted bug."""
-    from .sdpa import SDPA_KERNELS, make_sdpa_kernel
+    from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     if name == "torch:jagged":
         return _jagged_kernel(device)
     dense_name = f"torch:{backend}"
