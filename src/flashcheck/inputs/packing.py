@@ -70,9 +70,10 @@ def _block_table(k_lens: list[int], page_size: int, rng: np.random.Generator) ->
     return torch.from_numpy(table), num_blocks
 
 
-def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, poison: str,
-                 seed: int) -> ServingCase:
-    """The serving-form case over ``base`` that the regimes and ``seed`` name."""
+def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, poison: str, seed: int,
+                 same_lengths: bool = False) -> ServingCase:
+    """The serving-form case over ``base`` that the regimes and ``seed`` name (``same_lengths``: each sequence's
+    query count is its key count, for kernels whose spec says ``equal_lengths``)."""
     rng = np.random.default_rng([seed, 0x5E_4F])
     s = base.shapes
     k_lens = _lengths(packing, s.batch, s.n_k, rng)
@@ -81,6 +82,6 @@ def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, po
         table, num_blocks = _block_table(k_lens, size, rng)
         return ServingCase(base, "paged", [s.n_q] * s.batch, k_lens, page_size=size, block_table=table,
                            num_blocks=num_blocks, poison=poison)
-    q_lens = _lengths(packing, s.batch, s.n_q, rng)
+    q_lens = list(k_lens) if same_lengths else _lengths(packing, s.batch, s.n_q, rng)
     pad = int(rng.integers(1, 64)) if packing == "padded_max" else 0
     return ServingCase(base, "varlen", q_lens, k_lens, max_seqlen_pad=pad, poison=poison)

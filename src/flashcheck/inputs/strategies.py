@@ -72,6 +72,7 @@ class Recipe:
     pages: str = "none"
     poison: str = "none"
     form: str = "dense"
+    same_lengths: bool = False  # each sequence's queries are its keys (a spec with equal_lengths)
 
     @property
     def variants(self) -> dict[str, str]:
@@ -90,7 +91,7 @@ class Recipe:
         if self.form == "dense":
             return case
         return serving_case(case, form=self.form, packing=self.packing, pages=self.pages, poison=self.poison,
-                            seed=self.seed)
+                            seed=self.seed, same_lengths=self.same_lengths)
 
     def _dense(self, kernel: str | None) -> AttentionCase:
         s = self.shapes
@@ -110,7 +111,7 @@ class Recipe:
         out = dataclasses.asdict(self)
         out["shapes"] = dataclasses.asdict(self.shapes)
         for name in FEATURES + BIAS_FIELDS + FORM_FIELDS:  # a plain recipe is saved as before variants existed
-            if out[name] in ("none", None, "dense"):
+            if out[name] in ("none", None, "dense", False):
                 del out[name]
         return out
 
@@ -191,7 +192,7 @@ def _bias_fields(draw, spec: KernelSpec, fields: dict) -> dict:
 # (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
 POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison")
-FORM_FIELDS = ("packing", "pages", "poison", "form")
+FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths")
 # A decode step of a paged kernel: 1 to 16 queries a sequence; serving batches: up to 8 sequences.
 MAX_DECODE_QUERIES, MIN_SERVING_BATCH = 16, 8
 
@@ -256,7 +257,7 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
     if spec.form != "dense":
         s = dataclasses.replace(s, batch=draw(st.integers(1, max(max_batch, MIN_SERVING_BATCH))),
                                 n_q=min(s.n_q, MAX_DECODE_QUERIES) if spec.form == "paged" else s.n_q)
-        fields["form"] = spec.form
+        fields["form"], fields["same_lengths"] = spec.form, spec.equal_lengths
         # empty_sequences over a batch of one is the batch without tokens
         assume(not ("empty_batch" in spec.excludes and fields["packing"] == "empty_sequences" and s.batch == 1))
     if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:

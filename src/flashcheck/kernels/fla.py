@@ -31,21 +31,22 @@ from ..errors import BackendUnavailable
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["NAME", "DESCRIPTION", "make_fla_kernel"]
+__all__ = ["NAME", "VARLEN_NAME", "DESCRIPTION", "make_fla_kernel"]
 
 NAME = "fla:parallel_attn"
+VARLEN_NAME = "fla:parallel_attn-varlen"
 DESCRIPTION = "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks)"
 
 
-def unavailable(device: str) -> BackendUnavailable | None:
-    """Why fla:parallel_attn cannot run on ``device``, without importing fla (that jits its kernels,
+def unavailable(device: str, name: str = NAME) -> BackendUnavailable | None:
+    """Why fla's kernel ``name`` cannot run on ``device``, without importing fla (that jits its kernels,
     which fixes Triton's choice between compiling and interpreting); None if it can."""
     if device == "cuda" and not torch.cuda.is_available():
-        return BackendUnavailable(NAME, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
+        return BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     if importlib.util.find_spec("fla") is None:
-        return BackendUnavailable(NAME, device, "fla-core is not installed", "pip install fla-core==0.6.0 einops")
+        return BackendUnavailable(name, device, "fla-core is not installed", "pip install fla-core==0.6.0 einops")
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        return BackendUnavailable(NAME, "cpu", "fla's Triton kernels run on the CPU only under the Triton interpreter",
+        return BackendUnavailable(name, "cpu", "fla's Triton kernels run on the CPU only under the Triton interpreter",
                                   "Set TRITON_INTERPRET=1 before Python starts (flashcheck's --device cpu does).")
     return None
 
@@ -55,9 +56,24 @@ def _parallel_attn():
                           fix="pip install fla-core==0.6.0 einops").parallel_attn
 
 
-def make_fla_kernel(*, device: str = "cuda") -> Kernel:
-    """``fla:parallel_attn`` on ``device`` (CUDA compiled; the CPU under the Triton interpreter)."""
-    problem = unavailable(device)
+def _varlen(parallel_attn):
+    """fla's varlen call: the packed batch as a batch of one with ``cu_seqlens`` (one set: each sequence's queries
+    are its keys)."""
+
+    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window=None,
+                  sinks=None):
+        left = -1 if window is None else window[0]
+        out = parallel_attn(q[None], k[None], v[None], scale=scale, window_size=None if left < 0 else left + 1,
+                            sink_bias=sinks, cu_seqlens=cu_seqlens_k.long())
+        return out[0]
+
+    return attention
+
+
+def make_fla_kernel(*, device: str = "cuda", form: str = "dense") -> Kernel:
+    """``fla:parallel_attn`` on ``device`` (CUDA compiled; the CPU under the Triton interpreter), in the dense form
+    or (``form="varlen"``) with its ``cu_seqlens``."""
+    problem = unavailable(device, VARLEN_NAME if form == "varlen" else NAME)
     if problem is not None:
         raise problem
     parallel_attn = _parallel_attn()
@@ -75,4 +91,7 @@ def make_fla_kernel(*, device: str = "cuda") -> Kernel:
                       head_dims=(16, 32, 64, 128), equal_lengths=True, fully_masked_rows="any",
                       precision="flash", devices=(device,), window=True, sinks=True, backward=True,
                       deterministic_backward=False, backward_excludes=("ds_past_range",))
+    if form == "varlen":
+        spec = spec.replace(form="varlen", backward=False, backward_excludes=())
+        return Kernel(_varlen(parallel_attn), spec, name=VARLEN_NAME)
     return Kernel(attention, spec, name=NAME)

@@ -42,6 +42,7 @@ __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
 FLEX = "torch:flex"
 FLEX_VARLEN = "torch:flex-varlen"
 FLA = "fla:parallel_attn"
+FLA_VARLEN = "fla:parallel_attn-varlen"
 
 BUILTIN_KERNELS: dict[str, str] = {
     **{name: description for name, (_, description) in SDPA_KERNELS.items()},
@@ -51,6 +52,8 @@ BUILTIN_KERNELS: dict[str, str] = {
             "num_stages, input_precision; on the CPU it runs under the Triton interpreter)",
     FLA: "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks; "
          "pip install fla-core einops)",
+    FLA_VARLEN: "fla-core's parallel_attn on a packed varlen batch (its cu_seqlens: each sequence's queries are its "
+                "keys)",
     **SERVING_KERNELS,
     FLEX_VARLEN: "FlexAttention on a packed varlen batch with a document mask (causal per document; option "
                  "compile=False: unfused eager path)",
@@ -188,10 +191,10 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .flex import make_flex_kernel
 
         return make_flex_kernel(device=device, **options)
-    if name == FLA:
+    if name in (FLA, FLA_VARLEN):
         from .fla import make_fla_kernel
 
-        return make_fla_kernel(device=device)
+        return make_fla_kernel(device=device, form="varlen" if name == FLA_VARLEN else "dense")
     if name in SERVING_KERNELS:
         from .serving import make_serving_kernel
 
@@ -207,10 +210,10 @@ def _why_unavailable(name: str, device: str) -> BackendUnavailable | None:
     """Side-effect-free availability check of a built-in (never sets TRITON_INTERPRET)."""
     if name == TRITON:
         return _triton_unavailable(device)
-    if name == FLA:  # importing fla jits its kernels: only look for it
+    if name in (FLA, FLA_VARLEN):  # importing fla jits its kernels: only look for it
         from .fla import unavailable
 
-        return unavailable(device)
+        return unavailable(device, name)
     try:
         _make_builtin(name, device, {})
     except BackendUnavailable as exc:
