@@ -124,8 +124,9 @@ def _merged_properties(values: list, elapsed: list):
     if not present or any("cases" not in v for v in present):
         return _one_or_list(values)
     seconds = sum(v.get("seconds") or 0.0 for v in present)
-    return properties_summary(present[0]["checked"], present[0]["share"], _sum_dicts(v["cases"] for v in present),
-                              seconds, sum(elapsed))
+    names = list(dict.fromkeys(name for v in present for name in v["checked"]))  # the union, in order
+    return properties_summary(names, present[0]["share"], _sum_dicts(v["cases"] for v in present), seconds,
+                              sum(elapsed))
 
 
 def _max_ratios(summaries: list[dict]) -> dict:

@@ -77,4 +77,6 @@ class PropertyShare:
         self.seen_work += work(recipe)
 
     def as_dict(self, elapsed: float) -> dict:
-        return properties_summary(list(PROPERTIES), self.share, dict(self.cases), self.spent, elapsed)
+        # a serving form's own properties (isolation, page_order) after the dense ones, where its cases had them
+        names = list(PROPERTIES) + sorted(set(self.cases) - set(PROPERTIES))
+        return properties_summary(names, self.share, dict(self.cases), self.spent, elapsed)
