@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The serving forms' H200 evidence in one call (under 10 minutes), part A or B:
+#   A: tests/gpu/test_serving_gpu.py, then adversarial campaigns of the correct references over flash
+#      (torch:varlen[backend=flash], torch:paged[backend=flash]) for SECONDS each, side by side;
+#   B: each planted bug of the forms (its campaign must find it), torch:jagged (PyTorch's nested tensors),
+#      torch:flex-varlen (FlexAttention's document mask) and fla:parallel_attn-varlen (fla-core's cu_seqlens).
+# Findings go to OUTDIR/corpus-* the moment they are found; everything is packed into OUTDIR/serving-PART.tgz;
+# a short table is printed last.
+# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B [SECONDS]
+set -uo pipefail
+out=${1:-${OUT:-/tmp/flashcheck-serving}}
+part=${2:-A}
+seconds=${3:-200}
+work=$(mktemp -d)
+mkdir -p "$out"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+source "$(dirname "$0")/fla_site.sh"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+torch.cuda.get_device_name())" > "$work/machine.txt"
+fuzz() {  # NAME KERNEL JOBS SECONDS [FUZZ-ARGUMENTS...]: one campaign, its text, JSON and corpus
+  local name=$1 kernel=$2 jobs=$3 budget=$4; shift 4
+  python3 -m flashcheck.cli fuzz "$kernel" --device cuda --preset adversarial --seed 1 --keep-going \
+      --max-examples 100000 --time-budget "$budget" --jobs "$jobs" --corpus "$work/corpus-$name" \
+      --json "$work/$name.json" --no-progress "$@" > "$work/$name.txt" 2>&1
+  echo "fuzz $name exit $?" >> "$work/$name.txt"
+}
+if [ "$part" = A ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_serving_gpu.py > "$work/gpu_tests.txt" 2>&1
+  fuzz varlen 'torch:varlen[backend=flash]' 7 "$seconds" &
+  fuzz paged 'torch:paged[backend=flash]' 7 "$seconds" &
+  wait
+else
+  for bug in reads_past_end shared_offsets; do fuzz "varlen-$bug" "torch:varlen~$bug[backend=flash]" 2 60 & done
+  for bug in page_off_by_one ignores_cache_len; do fuzz "paged-$bug" "torch:paged~$bug[backend=flash]" 2 60 & done
+  wait
+  fuzz jagged torch:jagged 5 "$seconds" &
+  fuzz flex-varlen torch:flex-varlen 5 "$seconds" &
+  fuzz fla-varlen fla:parallel_attn-varlen 5 "$seconds" &
+  wait
+fi
+cp "$work/machine.txt" "$out/"
+tar -czf "$out/serving-$part.tgz" -C "$work" .
+python3 - "$work" <<'PY'
+import json, pathlib, sys
+work = pathlib.Path(sys.argv[1])
+print((work / "machine.txt").read_text().strip())
+tests = work / "gpu_tests.txt"
+if tests.exists():
+    print("gpu tests:", tests.read_text().strip().splitlines()[-1])
+print(f"{'campaign':<26} {'verdict':<9} {'cases':>7} {'cases/s':>8} {'bugs':>5}  max err/budget by dtype")
+for path in sorted(work.glob("*.json")):
+    s = json.loads(path.read_text())
+    ratios = ", ".join(f"{d} {v:.3g}" if isinstance(v, float) else f"{d} {v}"
+                       for d, v in sorted((s.get("max_ratio_by_dtype") or {}).items()))
+    print(f"{path.stem:<26} {s.get('verdict', '?'):<9} {s.get('cases', 0):>7} {s.get('cases_per_s') or 0:>8.1f} "
+          f"{len(s.get('bugs') or []):>5}  {ratios}")
+PY
