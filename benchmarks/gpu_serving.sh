@@ -26,6 +26,7 @@ fuzz() {  # NAME KERNEL JOBS SECONDS [FUZZ-ARGUMENTS...]: one campaign, its text
 }
 if [ "$part" = A ]; then
   python3 -m pytest -q -p no:cacheprovider tests/gpu/test_serving_gpu.py > "$work/gpu_tests.txt" 2>&1
+  python3 benchmarks/serving_probe.py cuda > "$work/probe.txt" 2>&1
   fuzz varlen 'torch:varlen[backend=flash]' 7 "$seconds" &
   fuzz paged 'torch:paged[backend=flash]' 7 "$seconds" &
   wait
@@ -39,7 +40,7 @@ else
   wait
 fi
 cp "$work/machine.txt" "$out/"
-tar -czf "$out/serving-$part.tgz" -C "$work" .
+tar -czf "$out/serving-$part.tgz" --exclude=.hypothesis -C "$work" .
 python3 - "$work" <<'PY'
 import json, pathlib, sys
 work = pathlib.Path(sys.argv[1])

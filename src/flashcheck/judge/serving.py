@@ -34,6 +34,7 @@ class FormRun:
     error: BaseException | None
     traceback: str | None
     seconds: float
+    device: torch.device | None = None  # where the inputs were (cuda:0 for "cuda")
 
 
 def run_form(kernel, case: ServingCase, device) -> FormRun:
@@ -48,11 +49,11 @@ def run_form(kernel, case: ServingCase, device) -> FormRun:
     except Exception as exc:  # a crash is a finding
         return FormRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
     out, lse = result if isinstance(result, (tuple, list)) and len(result) == 2 else (result, None)
-    return FormRun(out, lse, None, None, time.perf_counter() - start)
+    return FormRun(out, lse, None, None, time.perf_counter() - start, inputs.tensors[0].device)
 
 
-def _shape_problems(run: FormRun, case: ServingCase, device) -> list[Finding]:
-    want_out, want_lse = case.output_shapes()
+def _shape_problems(run: FormRun, case: ServingCase) -> list[Finding]:
+    want_out, want_lse, device = *case.output_shapes(), run.device
     problems = []
     if not isinstance(run.out, torch.Tensor):
         problems.append(f"returned {type(run.out).__name__}, not a tensor")
@@ -107,7 +108,7 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
                         regime=regime, details={"traceback": run.traceback})
         return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
     elapsed = {"kernel": run.seconds}
-    wrong = _shape_problems(run, case, device)
+    wrong = _shape_problems(run, case)
     if wrong:
         return Verdict.from_findings(wrong, max_ratio=math.nan, elapsed=elapsed, **meta)
     start = time.perf_counter()
