@@ -1,14 +1,21 @@
 """The serving forms on a CUDA GPU: the per-sequence references over PyTorch's flash backend pass on ragged batches
-with empty sequences and pages of every size, and each planted bug of the forms is a BUG there too."""
+with empty sequences and pages of every size, and each planted bug of the forms is a BUG there too. PyTorch's
+jagged SDPA keeps its H200 defects visible: fp16 and bf16 scores rounded to the dtype where the head dim is not a
+multiple of 8 (its math composite without upcast; padded to 8, the same numbers pass), and NaN for a negative
+scale (reports/serving-2026-12-02)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
 import flashcheck
 from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.casefile import load_case
 from flashcheck.inputs.packing import PAGE_REGIMES, serving_case
+from flashcheck.inputs.serving import ServingCase
 from flashcheck.kernels.serving import SERVING_MUTANTS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -41,3 +48,31 @@ def test_each_planted_bug_is_a_bug_on_the_gpu(mutant):
     base, _, options = KERNELS[form].partition("[")
     verdict = flashcheck.check(f"{base}~{mutant}[{options}", case, device="cuda")
     assert verdict.status == "BUG", str(verdict)
+
+
+JAGGED = Path(__file__).parents[2] / "reports" / "serving-2026-12-02" / "h200" / "jagged-cases"
+
+
+def _padded(case: ServingCase) -> ServingCase:
+    """The same attention with the head dim zero-padded to a multiple of 8."""
+    base, pad = case.base, -case.shapes.head_dim % 8
+    q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (base.q, base.k, base.v))
+    return ServingCase(AttentionCase.create(q, k, v, scale=base.scale), "varlen", case.q_lens, case.k_lens)
+
+
+@pytest.mark.parametrize("path", sorted(JAGGED.glob("*over_budget-shrunk*.json")), ids=lambda p: p.stem[-10:])
+def test_jagged_sdpa_rounds_half_scores_where_the_head_dim_is_not_a_multiple_of_8(path):
+    case = load_case(path)
+    verdict = flashcheck.check("torch:jagged", case, device="cuda", properties=())
+    assert [f.kind for f in verdict.findings] == ["over_budget"], str(verdict)
+    assert flashcheck.check("torch:jagged", _padded(case), device="cuda", properties=()).ok
+
+
+def test_jagged_sdpa_gives_nan_for_a_negative_scale():
+    case = load_case(next(JAGGED.glob("*nonfinite-shrunk*.json")))
+    assert case.scale < 0
+    verdict = flashcheck.check("torch:jagged", case, device="cuda", properties=())
+    assert [f.kind for f in verdict.findings] == ["nonfinite"], str(verdict)
+    positive = ServingCase(AttentionCase.create(case.base.q, case.base.k, case.base.v, scale=-case.scale), "varlen",
+                           case.q_lens, case.k_lens)
+    assert flashcheck.check("torch:jagged", positive, device="cuda", properties=()).ok

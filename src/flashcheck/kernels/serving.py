@@ -13,6 +13,7 @@ import dataclasses
 
 import torch
 
+from ..contract.formats import DTYPES
 from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
 
@@ -106,11 +107,16 @@ def _jagged(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 
 def _jagged_kernel(device: str) -> Kernel:
-    # "flash", on the CPU too: its per-sequence path rounds P to the inputs' dtype before P @ V (measured: bf16
-    # Nq=1 Nk=2 is 3.6 x the "upcast" budget of dense torch:math, inside "flash"'s). Known defects kept out
-    # (tests/unit/test_jagged_defects.py): a batch with an empty sequence may crash.
-    spec = KernelSpec(form="varlen", causal=("none",), gqa=False, dv_equals_d=True, fully_masked_rows="zero",
-                      precision="flash", devices=(device,), batch_invariant=False, excludes=("empty_sequences",))
+    # Measured (reports/serving-2026-12-02): where flash cannot run it (any head dim on the CPU; on CUDA a head dim
+    # not a multiple of 8), PyTorch's math composite runs in the inputs' dtype, q and k each times sqrt(scale),
+    # so fp16 and bf16 scores are rounded to them (up to 15,938 x the budget on an H200) and a negative scale is
+    # NaN. The spec keeps those inputs out (fp32 alone on the CPU, head dims multiple of 8 on CUDA, no negative
+    # scale), and crashes on batches with an empty sequence; tests/unit/test_jagged_defects.py and
+    # tests/gpu/test_serving_gpu.py keep them visible.
+    dtypes, dims = (("fp32",), None) if device == "cpu" else (DTYPES, tuple(range(8, 257, 8)))
+    spec = KernelSpec(form="varlen", dtypes=dtypes, causal=("none",), gqa=False, dv_equals_d=True, head_dims=dims,
+                      fully_masked_rows="zero", precision="flash", devices=(device,), batch_invariant=False,
+                      excludes=("empty_sequences", "negative_scale"))
     return Kernel(_jagged, spec, name="torch:jagged")
 
 
