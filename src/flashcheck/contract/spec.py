@@ -15,8 +15,8 @@ from typing import Callable
 from ..errors import InvalidArgument
 from .counts import check_count
 from .features import ALIBI_MODES, BIAS_ORDERS
-from .forms import FORMS
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
+from .forms import FORMS
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
 

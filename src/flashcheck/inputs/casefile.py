@@ -25,8 +25,8 @@ from ..contract.variants import Variant
 from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
 from .case import AttentionCase
-from .serving import ServingCase
 from .layout import TENSORS, Layout
+from .serving import ServingCase
 
 __all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
 

@@ -198,15 +198,12 @@ class ServingCase:
         q, k, v = (t.index_select(0, rows) for t in (base.q, base.k, base.v))
         mask = None
         if n_k == 0:
-            k, v, mask = torch.zeros_like(k[:, :, :1]), torch.zeros_like(v[:, :, :1]), torch.zeros(1, 1, 1, 1, dtype=bool)
+            k, v = torch.zeros_like(k[:, :, :1]), torch.zeros_like(v[:, :, :1])
+            mask = torch.zeros(1, 1, 1, 1, dtype=torch.bool)
         else:
             k, v = k[:, :, :n_k], v[:, :, :n_k]
-        slopes = base.variant.alibi_slopes
-        variant = base.variant
-        if slopes is not None and slopes.dim() == 2:
-            variant = variant.replace(alibi_slopes=slopes.index_select(0, rows))
         return AttentionCase.create(q[:, :, :n_q], k, v, scale=base.scale, causal=base.causal, attn_mask=mask,
-                                    provenance=base.provenance, variant=variant)
+                                    provenance=base.provenance, variant=_variant_of(base.variant, rows))
 
     # ---- the physical form ------------------------------------------------------------------------------
 
@@ -280,10 +277,8 @@ class ServingCase:
     def only(self, b: int) -> "ServingCase":
         """Sequence ``b`` alone, in the same form (a paged one keeps the whole page pool)."""
         base, keep = self.base, slice(b, b + 1)
-        slopes = base.variant.alibi_slopes
-        variant = base.variant if slopes is None or slopes.dim() == 1 else base.variant.replace(alibi_slopes=slopes[keep])
         alone = AttentionCase.create(base.q[keep], base.k[keep], base.v[keep], scale=base.scale, causal=base.causal,
-                                     provenance=base.provenance, variant=variant)
+                                     provenance=base.provenance, variant=_variant_of(base.variant, torch.tensor([b])))
         table = None if self.block_table is None else self.block_table[keep]
         return dataclasses.replace(self, base=alone, q_lens=self.q_lens[keep], k_lens=self.k_lens[keep],
                                    block_table=table)
@@ -297,6 +292,14 @@ class ServingCase:
         from .casefile import save_case
 
         return save_case(self, path_stem)
+
+
+def _variant_of(variant, rows: torch.Tensor):
+    """``variant`` for the batch entries ``rows``: per-sequence ALiBi slopes (B, Hq) cut to them."""
+    slopes = variant.alibi_slopes
+    if slopes is None or slopes.dim() == 1:
+        return variant
+    return variant.replace(alibi_slopes=slopes.index_select(0, rows))
 
 
 def _offsets(lengths, device) -> torch.Tensor:

@@ -21,10 +21,17 @@ from ..contract.validation import Shapes
 from ..contract.variants import FEATURES, declared
 from ..errors import InvalidArgument
 from .case import AttentionCase
-from .serving import POISONS, ServingCase
 from .layout import layouts as layout_names
 from .packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
-from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES, make_mask, make_scale, make_values
+from .regimes import (
+    MASK_REGIMES,
+    SCALE_REGIMES,
+    VALUE_REGIMES,
+    make_mask,
+    make_scale,
+    make_values,
+)
+from .serving import POISONS, ServingCase
 from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES, make_variant
 
 __all__ = ["POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "recipe_pools", "recipes", "shapes",

@@ -92,7 +92,8 @@ class _Compared:
 
 
 def compare(out: torch.Tensor, lse: torch.Tensor | None, budget: Budget, *, fully_masked_rows: str = "any",
-            regime: str | None = None, lse_base: str = "e", empty_lse: str | None = None) -> tuple[list[Finding], float]:
+            regime: str | None = None, lse_base: str = "e",
+            empty_lse: str | None = None) -> tuple[list[Finding], float]:
     """Findings of an output against the oracle and its budget, and the largest error/budget ratio.
 
     ``lse_base``: the returned lse is ``log`` (``"e"``) or ``log2`` (``"2"``) of the softmax denominator;

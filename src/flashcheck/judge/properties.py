@@ -39,7 +39,8 @@ from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "differs", "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
+__all__ = ["PROPERTIES", "differs",
+           "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
            "neutral_cases"]
 
 PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift")

@@ -332,10 +332,11 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     if isinstance(target, str):
         base, mutant, named = parse_kernel_name(target)
         if base in BUILTIN_KERNELS and (named or mutant):
-            if mutant is not None and base not in (TRITON, *SERVING_KERNELS):
+            if mutant is not None and base not in (TRITON, "torch:varlen", "torch:paged"):
                 raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton, "
-                                      f"{', '.join(SERVING_KERNELS)} only",
-                                      "Use flashcheck:triton~NAME (see flashcheck.kernels.triton.mutants.mutant_names()).")
+                                      "torch:varlen and torch:paged only",
+                                      "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
+                                      "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
             merged = {**named, **options}
             if mutant is not None and base in SERVING_KERNELS:
                 _check_options(base, merged)
