@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 # import at the top: importing flashcheck must not import torch (tests/unit/test_imports.py).
 _PUBLIC = {
     "AttentionCase": ("inputs.case", "AttentionCase"),
+    "ServingCase": ("inputs.serving", "ServingCase"),
     "BackendUnavailable": ("errors", "BackendUnavailable"),
     "CaseFormatError": ("errors", "CaseFormatError"),
     "FlashcheckError": ("errors", "FlashcheckError"),
@@ -53,6 +54,7 @@ __all__ = [
     "PRECISIONS",
     "SUSPICIOUS",
     "AttentionCase",
+    "ServingCase",
     "Finding",
     "Verdict",
     "assert_attention_close",

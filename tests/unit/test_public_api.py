@@ -16,6 +16,8 @@ PUBLIC = {
     "Gradients", "audit_gradients", "check_backward", "reference_gradients",
     # split-KV merges of partial states
     "check_merge",
+    # serving forms (varlen, paged)
+    "ServingCase",
 }
 
 
@@ -64,6 +66,7 @@ def test_kernel_spec_fields_of_the_design():
     fields = set(KernelSpec.__dataclass_fields__)
     assert {"dtypes", "causal", "attn_mask", "gqa", "head_dims", "fully_masked_rows", "precision",
             "seq_multiple", "equal_lengths", "max_seqlen", "dv_equals_d"} <= fields
+    assert {"form", "page_sizes", "lse_base", "empty_lse"} <= fields  # serving forms, the lse's convention
     assert set(flashcheck.PRECISIONS) >= {"flash", "strict", "upcast"}
 
 
