@@ -13,10 +13,7 @@ part=${2:-A}
 seconds=${3:-200}
 work=$(mktemp -d)
 mkdir -p "$out"
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-source "$(dirname "$0")/fla_site.sh"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
-torch.cuda.get_device_name())" > "$work/machine.txt"
+source "$(dirname "$0")/gpu_setup.sh"
 fuzz() {  # NAME KERNEL JOBS SECONDS [FUZZ-ARGUMENTS...]: one campaign, its text, JSON and corpus
   local name=$1 kernel=$2 jobs=$3 budget=$4; shift 4
   python3 -m flashcheck.cli fuzz "$kernel" --device cuda --preset adversarial --seed 1 --keep-going \

@@ -14,10 +14,7 @@ seconds=${3:-240}
 flex_seconds=${4:-470}
 work=$(mktemp -d)
 mkdir -p "$out"
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-source "$(dirname "$0")/fla_site.sh"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
-torch.cuda.get_device_name())" > "$work/machine.txt"
+source "$(dirname "$0")/gpu_setup.sh"
 selftest() {  # NAME JOBS SELFTEST-ARGUMENTS...: one timed backward self-test, its table, JSON and corpus
   local name=$1 jobs=$2; shift 2
   python3 -m flashcheck.cli selftest --device cuda --backward --jobs "$jobs" --max-n 1024 --head-dims 64,128 \

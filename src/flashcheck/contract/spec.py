@@ -36,6 +36,18 @@ def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tu
     return items
 
 
+def _sizes(argument: str, value) -> tuple | None:
+    """A size or sizes as a sorted tuple of counts (None stays None: any size)."""
+    if value is None:
+        return None
+    sizes = (value,) if isinstance(value, int) else tuple(value)
+    for size in sizes:
+        check_count(argument, size)
+    if not sizes:
+        raise InvalidArgument(argument, value, "empty", "Pass None or a list of sizes.")
+    return tuple(sorted(sizes))
+
+
 # Input classes a spec can keep campaigns away from: known defects of a kernel that every campaign
 # would otherwise find again, each with a test that keeps it visible (see the PyTorch adapters).
 EXCLUSIONS = {
@@ -147,13 +159,7 @@ class KernelSpec:
         put("excludes", _tuple_of("excludes", self.excludes, tuple(EXCLUSIONS), allow_empty=True))
         put("backward_excludes", _tuple_of("backward_excludes", self.backward_excludes, tuple(EXCLUSIONS),
                                            allow_empty=True))
-        if self.head_dims is not None:
-            dims = (self.head_dims,) if isinstance(self.head_dims, int) else tuple(self.head_dims)
-            for d in dims:
-                check_count("head_dims", d)
-            if not dims:
-                raise InvalidArgument("head_dims", self.head_dims, "empty", "Pass None or a list of sizes.")
-            put("head_dims", tuple(sorted(dims)))
+        put("head_dims", _sizes("head_dims", self.head_dims))
         check_count("min_head_dim", self.min_head_dim)
         check_count("max_head_dim", self.max_head_dim)
         if self.min_head_dim > self.max_head_dim:
@@ -175,13 +181,7 @@ class KernelSpec:
         if self.form != "dense" and (self.attn_mask or self.attn_bias):
             raise InvalidArgument("form", self.form, "a serving form takes no attn_mask or attn_bias here",
                                   "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")
-        if self.page_sizes is not None:
-            sizes = (self.page_sizes,) if isinstance(self.page_sizes, int) else tuple(self.page_sizes)
-            for size in sizes:
-                check_count("page_sizes", size)
-            if not sizes:
-                raise InvalidArgument("page_sizes", self.page_sizes, "empty", "Pass None or a list of sizes.")
-            put("page_sizes", tuple(sorted(sizes)))
+        put("page_sizes", _sizes("page_sizes", self.page_sizes))
         if self.alibi not in (None,) + ALIBI_MODES:
             raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
                                   f"Use None or one of {list(ALIBI_MODES)}.")
