@@ -110,6 +110,8 @@ _PROMISES = {
                                               "determinism)"),
     "batch_dependence": ("promise:batch_invariance", "a sequence's output depends on the rest of its batch (the "
                                                      "spec promises batch invariance)"),
+    "split_dependence": ("promise:split_invariance", "two split counts give different bits (the spec promises "
+                                                     "split invariance)"),
 }
 
 

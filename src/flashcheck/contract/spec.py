@@ -108,6 +108,8 @@ class KernelSpec:
     ``form``: how the kernel receives its inputs, ``"dense"`` (the default), ``"varlen"`` (packed sequences
     with offsets) or ``"paged"`` (a paged KV cache with a block table); the conventions are those of
     :mod:`flashcheck.contract.forms`. ``page_sizes``: the page sizes a paged kernel takes (None: any).
+    ``num_splits``: the split counts of a split-KV kernel (its keyword ``num_splits``); every case is judged at
+    each of them, and with ``split_invariant`` they must give the same bits.
 
     The lse a kernel returns beside its output: ``lse_base`` ``"e"`` (natural log, the default) or ``"2"``
     (log2, FlashInfer's and many Triton kernels' own); ``empty_lse``, its value on a row with no visible key:
@@ -148,6 +150,8 @@ class KernelSpec:
     bias_shift_invariant: bool = False
     form: str = "dense"
     page_sizes: tuple | None = None
+    num_splits: tuple | None = None
+    split_invariant: bool = False
     lse_base: str = "e"
     empty_lse: str | None = None
 
@@ -182,6 +186,7 @@ class KernelSpec:
             raise InvalidArgument("form", self.form, "a serving form takes no attn_mask or attn_bias here",
                                   "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")
         put("page_sizes", _sizes("page_sizes", self.page_sizes))
+        put("num_splits", _sizes("num_splits", self.num_splits))
         if self.alibi not in (None,) + ALIBI_MODES:
             raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
                                   f"Use None or one of {list(ALIBI_MODES)}.")

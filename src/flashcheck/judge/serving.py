@@ -37,13 +37,15 @@ class FormRun:
     device: torch.device | None = None  # where the inputs were (cuda:0 for "cuda")
 
 
-def run_form(kernel, case: ServingCase, device) -> FormRun:
-    """Call ``kernel`` (its plain function) on ``case``'s physical form; never lets its exception escape."""
+def run_form(kernel, case: ServingCase, device, *, num_splits: int | None = None) -> FormRun:
+    """Call ``kernel`` (its plain function) on ``case``'s physical form (at ``num_splits``, for a split-KV
+    kernel); never lets its exception escape."""
     inputs = case.physical(device)
+    splits = {} if num_splits is None else {"num_splits": num_splits}
     start = time.perf_counter()
     try:
         result = kernel.fn(*inputs.tensors, **inputs.kwargs, scale=case.scale, causal=case.causal,
-                           **case.variant.kwargs(device))
+                           **case.variant.kwargs(device), **splits)
         if inputs.tensors[0].is_cuda:
             torch.cuda.synchronize(device)
     except Exception as exc:  # a crash is a finding
@@ -99,14 +101,20 @@ class _Judge:
         return findings, worst
 
 
+def _crash(run: FormRun, regime, what: str = "") -> Finding:
+    return Finding("crash", BUG, f"{what}{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
+                   regime=regime, details={"traceback": run.traceback})
+
+
 def check_serving(kernel, case: ServingCase, *, contract, device, properties=SERVING_PROPERTIES,
                   regime: str | None = None, meta: dict) -> Verdict:
-    """Run ``kernel`` on ``case`` and judge every sequence's output, then the properties asked for."""
-    run = run_form(kernel, case, device)
+    """Run ``kernel`` on ``case`` and judge every sequence's output (at each split count of a split-KV kernel),
+    then the properties asked for."""
+    splits = kernel.spec.num_splits or (None,)
+    run = run_form(kernel, case, device, num_splits=splits[0])
     if run.error is not None:
-        crash = Finding("crash", BUG, f"{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
-                        regime=regime, details={"traceback": run.traceback})
-        return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
+        return Verdict.from_findings([_crash(run, regime)], max_ratio=math.nan, elapsed={"kernel": run.seconds},
+                                     **meta)
     elapsed = {"kernel": run.seconds}
     wrong = _shape_problems(run, case)
     if wrong:
@@ -114,17 +122,40 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
     start = time.perf_counter()
     judge = _Judge(kernel, case, contract, device, regime)
     findings, worst = judge.judge(run)
+    for n in splits[1:]:
+        found, ratio = _other_splits(judge, run, n)
+        findings, worst = findings + found, max(worst, ratio)
     elapsed["oracle"] = time.perf_counter() - start
     start, checked = time.perf_counter(), []
     for name in SERVING_PROPERTIES:
         if name in properties and not any(f.kind == "crash" for f in findings):
-            ran = _PROPERTIES[name](kernel, case, run, device, findings, regime)
+            ran = _PROPERTIES[name](kernel, case, run, device, findings, regime, splits[0])
             checked += [name] if ran else []
     elapsed["properties"] = time.perf_counter() - start
     verdict = Verdict.from_findings(findings, max_ratio=worst if case.groups else math.nan, elapsed=elapsed,
                                     properties=checked, **meta)
     verdict.output = (run.out, run.lse)
     return verdict
+
+
+def _other_splits(judge: _Judge, first: FormRun, n: int) -> tuple[list[Finding], float]:
+    """The findings of the kernel at ``n`` splits: its own against the budget, and (where the spec promises split
+    invariance) bits other than the first split count's."""
+    spec, what = judge.kernel.spec, f"num_splits={n}: "
+    run = run_form(judge.kernel, judge.case, judge.device, num_splits=n)
+    if run.error is not None:
+        return [_crash(run, judge.regime, what)], 0.0
+    wrong = _shape_problems(run, judge.case)
+    if wrong:
+        return wrong, 0.0
+    found, ratio = judge.judge(run)
+    found = [dataclasses.replace(f, diagnosis=what + f.diagnosis) for f in found]
+    if spec.split_invariant:
+        changed = _bits_changed(judge.case, first, run, lambda b: True)
+        if changed is not None:
+            found.append(Finding("split_dependence", BUG, f"{what}against num_splits={spec.num_splits[0]}: "
+                                 f"{changed} (the spec promises split invariance)", regime=judge.regime))
+    return found, ratio
 
 
 def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str | None:
@@ -154,21 +185,21 @@ def _property(kind: str, what: str, findings: list, regime, changed: str | None)
     return True
 
 
-def _determinism(kernel, case, run, device, findings, regime) -> bool:
+def _determinism(kernel, case, run, device, findings, regime, splits) -> bool:
     if not kernel.spec.deterministic:
         return False
-    again = run_form(kernel, case, device)
+    again = run_form(kernel, case, device, num_splits=splits)
     return _property("nondeterminism", "a second identical call", findings, regime,
                      _bits_changed(case, run, again, lambda b: True))
 
 
-def _isolation(kernel, case, run, device, findings, regime) -> bool:
+def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
     """Poison the keys and values of every other sequence: the rest must keep their bits."""
     if len(case.q_lens) < 2:
         return False
     for parity in (0, 1):
         which = torch.tensor([b % 2 != parity for b in range(len(case.q_lens))])
-        rerun = run_form(kernel, case.with_sequences_poisoned(which), device)
+        rerun = run_form(kernel, case.with_sequences_poisoned(which), device, num_splits=splits)
         changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
         if changed is not None:
             return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
@@ -176,20 +207,20 @@ def _isolation(kernel, case, run, device, findings, regime) -> bool:
     return True
 
 
-def _page_order(kernel, case, run, device, findings, regime) -> bool:
+def _page_order(kernel, case, run, device, findings, regime, splits) -> bool:
     if case.form != "paged":
         return False
-    rerun = run_form(kernel, case.with_pages_permuted(case.num_blocks), device)
+    rerun = run_form(kernel, case.with_pages_permuted(case.num_blocks), device, num_splits=splits)
     return _property("layout_dependence", "the page pool in another order (the block table renumbered)", findings,
                      regime, _bits_changed(case, run, rerun, lambda b: True))
 
 
-def _batch(kernel, case, run, device, findings, regime) -> bool:
+def _batch(kernel, case, run, device, findings, regime, splits) -> bool:
     if not kernel.spec.batch_invariant or len(case.q_lens) < 2:
         return False
     last = len(case.q_lens) - 1
     alone = case.only(last)
-    rerun = run_form(kernel, alone, device)
+    rerun = run_form(kernel, alone, device, num_splits=splits)
     if rerun.error is not None or not case.q_lens[last]:
         return True
     group = SequenceGroup((last,), None)

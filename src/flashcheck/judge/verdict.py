@@ -27,6 +27,7 @@ FINDING_KINDS = (
     "batch_dependence",     # a sequence alone differs from itself in a batch (only if the spec promises)
     "timeout",              # the kernel did not return within the campaign's per-case timeout
     "bias_shift_dependence",  # a constant added to a row's bias changed the output (or broke its budget)
+    "split_dependence",     # another split count, other bits (only if the spec promises split invariance)
 )
 
 

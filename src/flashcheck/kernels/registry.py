@@ -332,9 +332,9 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     if isinstance(target, str):
         base, mutant, named = parse_kernel_name(target)
         if base in BUILTIN_KERNELS and (named or mutant):
-            if mutant is not None and base not in (TRITON, "torch:varlen", "torch:paged"):
+            if mutant is not None and base not in (TRITON, "torch:varlen", "torch:paged", "torch:split-kv"):
                 raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton, "
-                                      "torch:varlen and torch:paged only",
+                                      "torch:varlen, torch:paged and torch:split-kv only",
                                       "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
                                       "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
             merged = {**named, **options}

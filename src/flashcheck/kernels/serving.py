@@ -16,6 +16,7 @@ import torch
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
+from .split_kv import SPLIT_MUTANTS, make_split_kv_kernel
 
 __all__ = ["SERVING_KERNELS", "SERVING_MUTANTS", "make_serving_kernel"]
 
@@ -26,6 +27,8 @@ SERVING_KERNELS = {
                    "call per sequence (option backend=math|flash|efficient|cudnn)",
     "torch:jagged": "PyTorch's jagged nested tensors through scaled_dot_product_attention, one call for the packed "
                     "batch (varlen; no causal mask, no GQA)",
+    "torch:split-kv": "split-KV decoding over a paged cache in fp32, judged at 1, 2, 3, 16 and 32 splits, with its own "
+                      "merge of the partial states",
 }
 # Planted bugs: name -> (form, what it does wrong).
 SERVING_MUTANTS = {
@@ -33,6 +36,7 @@ SERVING_MUTANTS = {
     "shared_offsets": ("varlen", "the keys' offsets taken from cu_seqlens_q"),
     "page_off_by_one": ("paged", "the first key of every page after the first is read from the page before"),
     "ignores_cache_len": ("paged", "every slot of a sequence's pages is attended, past its cache length too"),
+    **{name: ("split-kv", what) for name, what in SPLIT_MUTANTS.items()},
 }
 
 
@@ -128,15 +132,17 @@ def make_serving_kernel(name: str, *, device: str, backend: str = "math", mutant
         raise BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     if name == "torch:jagged":
         return _jagged_kernel(device)
-    dense_name = f"torch:{backend}"
-    if dense_name not in SDPA_KERNELS:
-        raise InvalidArgument("backend", backend, "not a PyTorch SDPA backend",
-                              f"Use one of {[n.split(':')[1] for n in SDPA_KERNELS]}.")
     form = name.split(":")[1]
     if mutant is not None and SERVING_MUTANTS.get(mutant, (None,))[0] != form:
         names = [m for m, (f, _) in SERVING_MUTANTS.items() if f == form]
         raise InvalidArgument("kernel", f"{name}~{mutant}", f"no planted bug {mutant!r} for {name}",
                               f"Planted bugs of {name}: {names}.")
+    if name == "torch:split-kv":
+        return make_split_kv_kernel(device=device, mutant=mutant)
+    dense_name = f"torch:{backend}"
+    if dense_name not in SDPA_KERNELS:
+        raise InvalidArgument("backend", backend, "not a PyTorch SDPA backend",
+                              f"Use one of {[n.split(':')[1] for n in SDPA_KERNELS]}.")
     dense = make_sdpa_kernel(dense_name, device=device)
     spec = dataclasses.replace(dense.spec, form=form, attn_mask=False, attn_bias=False, fp32_bias=False,
                                batch_invariant=True, fully_masked_rows="zero", backward=False)
