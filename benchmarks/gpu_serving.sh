@@ -3,10 +3,12 @@
 #   A: tests/gpu/test_serving_gpu.py, then adversarial campaigns of the correct references over flash
 #      (torch:varlen[backend=flash], torch:paged[backend=flash]) for SECONDS each, side by side;
 #   B: each planted bug of the forms (its campaign must find it), torch:jagged (PyTorch's nested tensors),
-#      torch:flex-varlen (FlexAttention's document mask) and fla:parallel_attn-varlen (fla-core's cu_seqlens).
+#      torch:flex-varlen (FlexAttention's document mask) and fla:parallel_attn-varlen (fla-core's cu_seqlens);
+#   C: tests/gpu/test_serving_gpu.py, then flashcheck:triton-varlen for SECONDS beside its planted bug and
+#      torch:split-kv with its two planted merge bugs.
 # Findings go to OUTDIR/corpus-* the moment they are found; everything is packed into OUTDIR/serving-PART.tgz;
 # a short table is printed last.
-# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B [SECONDS]
+# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C [SECONDS]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-serving}}
 part=${2:-A}
@@ -27,6 +29,13 @@ if [ "$part" = A ]; then
   fuzz varlen 'torch:varlen[backend=flash]' 7 "$seconds" &
   fuzz paged 'torch:paged[backend=flash]' 7 "$seconds" &
   wait
+elif [ "$part" = C ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_serving_gpu.py > "$work/gpu_tests.txt" 2>&1
+  fuzz triton-varlen flashcheck:triton-varlen 8 "$seconds" &
+  fuzz triton-varlen-reads_past_end 'flashcheck:triton-varlen~reads_past_end' 2 60 &
+  fuzz split-kv torch:split-kv 4 "$seconds" &
+  for bug in empty_split_nan lse_base2; do fuzz "split-kv-$bug" "torch:split-kv~$bug" 1 60 & done
+  wait
 else
   for bug in reads_past_end shared_offsets; do fuzz "varlen-$bug" "torch:varlen~$bug[backend=flash]" 2 60 & done
   for bug in page_off_by_one ignores_cache_len; do fuzz "paged-$bug" "torch:paged~$bug[backend=flash]" 2 60 & done
@@ -37,7 +46,7 @@ else
   wait
 fi
 cp "$work/machine.txt" "$out/"
-tar -czf "$out/serving-$part.tgz" --exclude=.hypothesis -C "$work" .
+tar -czf "$out/serving-$part.tgz" --exclude=.hypothesis --exclude='*found*' -C "$work" .
 python3 - "$work" <<'PY'
 import json, pathlib, sys
 work = pathlib.Path(sys.argv[1])

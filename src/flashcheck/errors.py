@@ -63,6 +63,7 @@ class BackendUnavailable(FlashcheckError, RuntimeError):
         self.backend = backend
         self.device = device
         self.reason = reason
+        self.fix = fix
         message = f"kernel {backend!r} cannot run on device {device!r}: {reason}."
         if fix:
             message += f" {fix}"

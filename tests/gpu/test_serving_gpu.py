@@ -76,3 +76,14 @@ def test_jagged_sdpa_gives_nan_for_a_negative_scale():
     positive = ServingCase(AttentionCase.create(case.base.q, case.base.k, case.base.v, scale=-case.scale), "varlen",
                            case.q_lens, case.k_lens)
     assert flashcheck.check("torch:jagged", positive, device="cuda", properties=()).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("packing", ["ragged", "empty_sequences", "padded_max"])
+def test_the_triton_varlen_kernel_passes_and_its_planted_bug_does_not(dtype, packing):
+    base = _base(dtype)
+    case = serving_case(base, form="varlen", packing=packing, pages="none", poison="nan", seed=5)
+    verdict = flashcheck.check("flashcheck:triton-varlen", case, device="cuda")
+    assert verdict.ok, str(verdict)
+    wrong = flashcheck.check("flashcheck:triton-varlen~reads_past_end", case, device="cuda", properties=())
+    assert wrong.status == "BUG", str(wrong)

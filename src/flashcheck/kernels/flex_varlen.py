@@ -49,7 +49,7 @@ def make_flex_varlen_kernel(*, device: str = "cuda", compile: bool = True) -> Ke
     try:
         _check_available(device, compile)
     except BackendUnavailable as exc:  # in this kernel's name
-        raise BackendUnavailable(NAME, device, exc.reason, str(exc).split(f"{exc.reason}.", 1)[-1].strip()) from None
+        raise BackendUnavailable(NAME, device, exc.reason, exc.fix) from None
     returns_lse = not (compile and device == "cpu")
     spec = KernelSpec(form="varlen", dtypes=DTYPES, causal=("none", "top_left", "bottom_right"), gqa=True,
                       min_head_dim=16 if (compile and device == "cuda") else 1, dv_equals_d=False,

@@ -43,6 +43,7 @@ FLEX = "torch:flex"
 FLEX_VARLEN = "torch:flex-varlen"
 FLA = "fla:parallel_attn"
 FLA_VARLEN = "fla:parallel_attn-varlen"
+TRITON_VARLEN = "flashcheck:triton-varlen"
 
 BUILTIN_KERNELS: dict[str, str] = {
     **{name: description for name, (_, description) in SDPA_KERNELS.items()},
@@ -57,6 +58,8 @@ BUILTIN_KERNELS: dict[str, str] = {
     **SERVING_KERNELS,
     FLEX_VARLEN: "FlexAttention on a packed varlen batch with a document mask (causal per document; option "
                  "compile=False: unfused eager path)",
+    TRITON_VARLEN: "flashcheck's own Triton kernel over packed varlen batches (on the CPU under the Triton "
+                   "interpreter)",
 }
 
 # Built-in names live under these prefixes; anything else with a colon is an import path.
@@ -166,6 +169,17 @@ def _make_triton(device: str, options: dict, mutant: str | None = None) -> Kerne
     return on_device(made, device)
 
 
+def _make_triton_varlen(device: str, mutant: str | None = None) -> Kernel:
+    problem = _triton_unavailable(device)
+    if problem is not None:
+        raise BackendUnavailable(TRITON_VARLEN, device, problem.reason, problem.fix)
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    from .triton.varlen import make_varlen_kernel
+
+    return make_varlen_kernel(device=device, mutant=mutant)
+
+
 def dtype_left_out(kernel: Kernel, device: str, dtype: str) -> str | None:
     """Why a built-in kernel's spec leaves ``dtype`` out on ``device`` although the kernel has it
     (flashcheck:triton under the Triton interpreter); None when it does not."""
@@ -203,13 +217,16 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .flex_varlen import make_flex_varlen_kernel
 
         return make_flex_varlen_kernel(device=device, **options)
+    if name == TRITON_VARLEN:
+        return _make_triton_varlen(device)
     return _make_triton(device, options)
 
 
 def _why_unavailable(name: str, device: str) -> BackendUnavailable | None:
     """Side-effect-free availability check of a built-in (never sets TRITON_INTERPRET)."""
-    if name == TRITON:
-        return _triton_unavailable(device)
+    if name in (TRITON, TRITON_VARLEN):
+        problem = _triton_unavailable(device)
+        return problem and BackendUnavailable(name, device, problem.reason, problem.fix)
     if name in (FLA, FLA_VARLEN):  # importing fla jits its kernels: only look for it
         from .fla import unavailable
 
@@ -332,12 +349,16 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     if isinstance(target, str):
         base, mutant, named = parse_kernel_name(target)
         if base in BUILTIN_KERNELS and (named or mutant):
-            if mutant is not None and base not in (TRITON, "torch:varlen", "torch:paged", "torch:split-kv"):
+            if mutant is not None and base not in (TRITON, TRITON_VARLEN, "torch:varlen", "torch:paged",
+                                                   "torch:split-kv"):
                 raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton, "
-                                      "torch:varlen, torch:paged and torch:split-kv only",
+                                      "flashcheck:triton-varlen, torch:varlen, torch:paged and torch:split-kv only",
                                       "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
                                       "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
             merged = {**named, **options}
+            if mutant is not None and base == TRITON_VARLEN:
+                _check_options(base, merged)
+                return _builtin_reached(_make_triton_varlen(device, mutant))
             if mutant is not None and base in SERVING_KERNELS:
                 _check_options(base, merged)
                 from .serving import make_serving_kernel
