@@ -44,9 +44,10 @@ def test_the_references_over_flash_pass(form, packing, pages):
 @pytest.mark.parametrize("mutant", sorted(SERVING_MUTANTS))
 def test_each_planted_bug_is_a_bug_on_the_gpu(mutant):
     form = SERVING_MUTANTS[mutant][0]
-    case = serving_case(_base(torch.float16), form=form, packing="ragged", pages="nondividing", poison="huge", seed=1)
-    base, _, options = KERNELS[form].partition("[")
-    verdict = flashcheck.check(f"{base}~{mutant}[{options}", case, device="cuda")
+    name = {"split-kv": "torch:split-kv"}.get(form) or KERNELS[form].replace("[", f"~{mutant}[")
+    case = serving_case(_base(torch.float16), form="varlen" if form == "varlen" else "paged", packing="ragged",
+                        pages="nondividing", poison="huge", seed=1)
+    verdict = flashcheck.check(name if "~" in name else f"{name}~{mutant}", case, device="cuda")
     assert verdict.status == "BUG", str(verdict)
 
 
