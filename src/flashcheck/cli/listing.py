@@ -16,8 +16,9 @@ def run_kernels(args) -> int:
     """The built-in kernels' names, each with what it is."""
     from ..kernels.registry import BUILTIN_KERNELS
 
+    width = max(map(len, BUILTIN_KERNELS))
     for name, text in BUILTIN_KERNELS.items():
-        print(f"{name:20} {text}")
+        print(f"{name:{width}} {text}")
     return EXIT_OK
 
 
