@@ -50,7 +50,7 @@ def _campaign_cases() -> list[AttentionCase]:
 
 
 def test_automatic_dynamic_shapes_generate_cpp_that_does_not_compile(monkeypatch):
-    fa = flex._flex_module()
+    fa = flex.flex_module()
     monkeypatch.setitem(flex._COMPILED, "cpu", torch.compile(fa.flex_attention))  # the adapter before dynamic=False
     verdicts = [flashcheck.check("torch:flex", case, device="cpu", properties=PROPERTIES) for case in _campaign_cases()]
     failed = [f for v in verdicts for f in v.findings if "CppCompileError" in f.diagnosis]

@@ -51,10 +51,11 @@ def test_pages_of_every_size_in_scrambled_order_pass_and_permute(pages):
 
 @pytest.mark.parametrize("mutant", sorted(SERVING_MUTANTS))
 def test_each_planted_bug_of_the_forms_is_a_bug(mutant):
-    form = SERVING_MUTANTS[mutant][0]
+    kernel = SERVING_MUTANTS[mutant][0]  # varlen, paged or split-kv (a paged kernel)
+    form = "varlen" if kernel == "varlen" else "paged"
     # Pages of 4 over ragged lengths: every sequence crosses page boundaries, few fill their last page.
     case = serving_case(_base(), form=form, packing="ragged", pages="nondividing", poison="huge", seed=1)
-    verdict = flashcheck.check(f"{FORMS[form]}~{mutant}", case, device="cpu")
+    verdict = flashcheck.check(f"torch:{kernel}~{mutant}", case, device="cpu")
     assert verdict.status == "BUG", str(verdict)
     assert any(f.kind in ("over_budget", "nonfinite", "masked_row_promise") for f in verdict.findings)
     assert "sequence" in verdict.findings[0].diagnosis

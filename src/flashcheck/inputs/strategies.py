@@ -205,8 +205,8 @@ MAX_DECODE_QUERIES, MIN_SERVING_BATCH = 16, 8
 
 
 def _form_pools(spec: KernelSpec) -> dict[str, list]:
-    if spec.form == "dense":
-        return {"packing": ["none"], "pages": ["none"], "poison": ["none"]}
+    if spec.form == "dense":  # no pools at all: the covering plan and the draws stay those of before the forms
+        return {}
     pages = ["none"]
     if spec.form == "paged":
         pages = [p for p in PAGE_REGIMES if spec.page_sizes is None or p == "nondividing" or int(p) in spec.page_sizes]
@@ -258,7 +258,7 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
     (:data:`POOL_FIELDS`), then the shapes, then the seed of the values."""
     pools = recipe_pools(spec=spec, dtypes=dtypes, value_regimes=value_regimes, mask_regimes=mask_regimes,
                          scale_regimes=scale_regimes, layouts=layouts, variants=variants)
-    fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS}
+    fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS if name in pools}
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
                     head_dims=head_dims))
     if spec.form != "dense":

@@ -53,7 +53,8 @@ from ..errors import BackendUnavailable, InvalidArgument, Unsupported
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["make_flex_kernel", "DESCRIPTION"]
+__all__ = ["make_flex_kernel", "DESCRIPTION", "check_available", "compiled_flex", "flex_module", "flex_options",
+           "run_flex"]
 
 NAME = "torch:flex"
 DESCRIPTION = "PyTorch FlexAttention (torch.compile'd fused kernel; compile=False: unfused eager path)"
@@ -71,13 +72,13 @@ _DYNAMO_PATCH = {
 }
 
 
-def _flex_module():
+def flex_module():
     return import_backend(NAME, "torch.nn.attention.flex_attention",
                           problem=f"this PyTorch ({torch.__version__}) has no FlexAttention",
                           fix="Upgrade to PyTorch >= 2.5.")
 
 
-def _compiled(fa, device: str):
+def compiled_flex(fa, device: str):
     with _LOCK:
         if device not in _COMPILED:
             # On the CPU, static shapes: after a recompile, dynamo's automatic dynamic shapes gave C++ that
@@ -99,8 +100,8 @@ def _has_cxx() -> bool:
     return any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++"))
 
 
-def _check_available(device: str, compile: bool) -> None:
-    _flex_module()
+def check_available(device: str, compile: bool) -> None:
+    flex_module()
     if device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable(NAME, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     import torch._dynamo as dynamo  # binds only `dynamo`, so `torch` stays the module global
@@ -250,7 +251,7 @@ def _heads(q, k, v, shapes, masked_cuda: bool):
     return k, v, gqa
 
 
-def _options(fa, scale: float, gqa: bool, returns_lse: bool) -> dict:
+def flex_options(fa, scale: float, gqa: bool, returns_lse: bool) -> dict:
     kwargs = {"scale": scale, "enable_gqa": gqa}
     if returns_lse:
         aux_request = getattr(fa, "AuxRequest", None)
@@ -261,7 +262,7 @@ def _options(fa, scale: float, gqa: bool, returns_lse: bool) -> dict:
     return kwargs
 
 
-def _run(fn, q, mods, kwargs):
+def run_flex(fn, q, mods, kwargs):
     """``fn`` on q and the keys, values, block mask and score_mod of ``mods()``; flex's 'not implemented' as
     Unsupported."""
     with warnings.catch_warnings():
@@ -290,7 +291,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
                               "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
     if alibi not in ALIBI_MODES:
         raise InvalidArgument("alibi", alibi, "unknown ALiBi mode", f"Use one of {list(ALIBI_MODES)}.")
-    _check_available(device, compile)
+    check_available(device, compile)
     returns_lse = not (compile and device == "cpu")
     spec = KernelSpec(
         dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,
@@ -306,10 +307,10 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
                   **scores):
         q, k, v, scale, causal, attn_mask, shapes = validated_call(
             NAME, device, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-        fa = _flex_module()
+        fa = flex_module()
         captures = causal != "none" or attn_mask is not None or any(x is not None for x in (window, chunk, sinks))
         k, v, gqa = _heads(q, k, v, shapes, compile and device == "cuda" and (captures or bool(scores)))
-        fn = _compiled(fa, device) if compile else fa.flex_attention
+        fn = compiled_flex(fa, device) if compile else fa.flex_attention
 
         def mods():
             mask_mod, B, H = _mask_mod(fa, causal, attn_mask, shapes, q.device, window=window, chunk=chunk)
@@ -321,7 +322,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
                                                                              device=q.device)
             return dict(key=k_, value=v_, block_mask=block_mask, score_mod=score_mod)
 
-        result = _run(fn, q, mods, _options(fa, scale, gqa, returns_lse))
+        result = run_flex(fn, q, mods, flex_options(fa, scale, gqa, returns_lse))
         if not returns_lse:
             return result
         out, aux = result

@@ -12,7 +12,7 @@ import torch
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
-from .flex import _check_available, _compiled, _flex_module, _options, _run
+from .flex import check_available, compiled_flex, flex_module, flex_options, run_flex
 
 __all__ = ["NAME", "make_flex_varlen_kernel"]
 
@@ -47,7 +47,7 @@ def make_flex_varlen_kernel(*, device: str = "cuda", compile: bool = True) -> Ke
         raise InvalidArgument("compile", compile, "expected True or False",
                               "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
     try:
-        _check_available(device, compile)
+        check_available(device, compile)
     except BackendUnavailable as exc:  # in this kernel's name
         raise BackendUnavailable(NAME, device, exc.reason, exc.fix) from None
     returns_lse = not (compile and device == "cpu")
@@ -59,8 +59,8 @@ def make_flex_varlen_kernel(*, device: str = "cuda", compile: bool = True) -> Ke
                       excludes=("empty_batch",))
 
     def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none"):
-        fa = _flex_module()
-        fn = _compiled(fa, device) if compile else fa.flex_attention
+        fa = flex_module()
+        fn = compiled_flex(fa, device) if compile else fa.flex_attention
         q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
 
         def mods():
@@ -68,7 +68,7 @@ def make_flex_varlen_kernel(*, device: str = "cuda", compile: bool = True) -> Ke
                                         k.shape[0], device=q.device)
             return dict(key=k4, value=v4, block_mask=mask)
 
-        result = _run(fn, q4, mods, _options(fa, scale, q.shape[1] != k.shape[1], returns_lse))
+        result = run_flex(fn, q4, mods, flex_options(fa, scale, q.shape[1] != k.shape[1], returns_lse))
         out, lse = result if returns_lse else (result, None)
         out = out[0].transpose(0, 1)
         if lse is None:
