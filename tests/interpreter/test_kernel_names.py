@@ -28,7 +28,7 @@ def test_parse():
 
 
 @pytest.mark.parametrize("name, words", [
-    ("torch:math~scale_ignored", "flashcheck:triton only"),
+    ("torch:math~scale_ignored", "torch:paged and torch:split-kv only"),
     ("flashcheck:triton[block_m]", "has no value"),
     ("flashcheck:triton[tile=3]", "tile"),
     ("flashcheck:triton~no_such_mutant", "no_such_mutant"),
