@@ -62,6 +62,11 @@ def _lengths(argument: str, value, count: int, limit: int) -> tuple[int, ...]:
     return lengths
 
 
+def _from_base(name: str) -> property:
+    """A read-only attribute of a serving case that is its base's."""
+    return property(lambda self: getattr(self.base, name), doc=f"The base case's ``{name}``.")
+
+
 @dataclass(frozen=True, eq=False)
 class ServingCase:
     """A batch of sequences in a serving form (``"varlen"`` or ``"paged"``) over a padded logical ``base``.
@@ -121,45 +126,15 @@ class ServingCase:
         return -(-self.k_lens[b] // self.page_size)
 
     @property
-    def shapes(self):
-        return self.base.shapes
-
-    @property
-    def dtype(self) -> str:
-        return self.base.dtype
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return self.base.torch_dtype
-
-    @property
-    def scale(self) -> float:
-        return self.base.scale
-
-    @property
-    def causal(self) -> str:
-        return self.base.causal
-
-    @property
-    def variant(self):
-        return self.base.variant
-
-    @property
-    def layout(self):
-        return self.base.layout
-
-    @property
-    def provenance(self) -> dict:
-        return self.base.provenance
-
-    @property
     def attn_mask(self):
         return None
 
-    # The logical problem's tensors, padded (B, H, N, D): what sizes and saves the case.
-    q = property(lambda self: self.base.q)
-    k = property(lambda self: self.base.k)
-    v = property(lambda self: self.base.v)
+    # What the logical problem is (its tensors padded, (B, H, N, D)), as the dense case's: what sizes, names and
+    # saves the case.
+    q, k, v = _from_base("q"), _from_base("k"), _from_base("v")
+    shapes, dtype, torch_dtype = _from_base("shapes"), _from_base("dtype"), _from_base("torch_dtype")
+    scale, causal, variant = _from_base("scale"), _from_base("causal"), _from_base("variant")
+    layout, provenance = _from_base("layout"), _from_base("provenance")
 
     def describe(self) -> str:
         form = f"{self.form} q_lens={list(self.q_lens)} k_lens={list(self.k_lens)}"
