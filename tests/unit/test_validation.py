@@ -63,8 +63,7 @@ def test_wrong_rank(name, shape):
 
 
 @pytest.mark.parametrize("name", ["q", "k", "v"])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn
-                                   if hasattr(torch, "float8_e4m3fn") else torch.uint8])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64, torch.bool, torch.uint8])
 def test_unsupported_dtype(name, dtype):
     # Every tensor has the bad dtype, so the dtype check (not the mixed-dtype one) is what fires.
     q, k, v = qkv(dtype=dtype)
@@ -72,8 +71,8 @@ def test_unsupported_dtype(name, dtype):
         check_attention_inputs(q, k, v, scale=1.0, causal="none")
     err = info.value
     assert err.argument == "q.dtype" and err.value == dtype
-    assert str(err).startswith(f"q.dtype={dtype!r}: flashcheck tests float16, bfloat16 and float32")
-    assert "Use one of ['bf16', 'fp16', 'fp32']" in err.fix
+    assert str(err).startswith(f"q.dtype={dtype!r}: flashcheck tests float16, bfloat16, float32 and fp8")
+    assert "Use one of ['fp16', 'bf16', 'fp32', 'fp8_e4m3', 'fp8_e5m2']" in err.fix
     # And each tensor is checked by its own name.
     bad = torch.zeros(dict(zip("qkv", qkv()))[name].shape, dtype=dtype)
     with pytest.raises(InvalidArgument, match=rf"^{name}\.dtype={dtype!r}: flashcheck tests"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..contract.formats import DEVICES, DTYPES
+from ..contract.formats import ALL_DTYPES, DEVICES
 
 __all__ = ["EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
@@ -96,7 +96,7 @@ def add_device(parser) -> None:
 
 
 def add_dtype(parser, help: str = PRESET_DTYPES_HELP) -> None:
-    parser.add_argument("--dtype", action="append", choices=DTYPES, help=help)
+    parser.add_argument("--dtype", action="append", choices=ALL_DTYPES, help=help)
 
 
 def add_preset(parser, default: str) -> None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 
-__all__ = ["DEVICES", "DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named", "name_of_dtype", "raw_bits"]
+__all__ = ["DEVICES", "DTYPES", "FP8_DTYPES", "ALL_DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named",
+           "name_of_dtype", "output_format", "raw_bits"]
 
 DEVICES = ("cuda", "cpu")
 
@@ -58,8 +59,15 @@ FORMATS: dict[str, FloatFormat] = {
     "fp16": FloatFormat("fp16", "float16", 11, -14, _largest(11, 15)),
     "bf16": FloatFormat("bf16", "bfloat16", 8, -126, _largest(8, 127)),
     "fp32": FloatFormat("fp32", "float32", 24, -126, _largest(24, 127)),
+    # OCP fp8 as torch and FA3 have them: e4m3 without infinities (its top code is NaN, so 448 is the
+    # largest), e5m2 IEEE-like. Their kernels take fp32 descales and write bf16 (FP8_OUTPUT).
+    "fp8_e4m3": FloatFormat("fp8_e4m3", "float8_e4m3fn", 4, -6, 448.0),
+    "fp8_e5m2": FloatFormat("fp8_e5m2", "float8_e5m2", 3, -14, _largest(3, 15)),
 }
-DTYPES = tuple(FORMATS)  # the names options, specs and presets accept
+FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
+DTYPES = tuple(n for n in FORMATS if n not in FP8_DTYPES)  # a spec's default: the 16- and 32-bit formats
+ALL_DTYPES = tuple(FORMATS)  # the names options, specs and presets accept
+FP8_OUTPUT = "bf16"  # the output of an fp8 kernel (FA3's convention)
 # tf32 keeps fp32's range with 10 explicit mantissa bits; float64 is the oracle's format.
 TF32 = FloatFormat("tf32", "float32", 11, -126, _largest(24, 127))
 FP64 = FloatFormat("fp64", "float64", 53, -1022, _largest(53, 1023))
@@ -83,8 +91,9 @@ def format_of(value: object, *, argument: str = "dtype") -> FloatFormat:
     raise InvalidArgument(
         argument,
         value,
-        "flashcheck tests float16, bfloat16 and float32 attention only",
-        f"Use one of {sorted(FORMATS)} (or torch.float16 / torch.bfloat16 / torch.float32).",
+        "flashcheck tests float16, bfloat16, float32 and fp8 (e4m3, e5m2) attention only",
+        f"Use one of {list(FORMATS)} (or torch.float16 / torch.bfloat16 / torch.float32 / torch.float8_e4m3fn / "
+        "torch.float8_e5m2).",
     )
 
 
@@ -92,10 +101,17 @@ def name_of_dtype(dtype, *, argument: str = "dtype") -> str:
     return format_of(dtype, argument=argument).name
 
 
+def output_format(value) -> FloatFormat:
+    """The format a kernel's output has for inputs of ``value`` (a name, dtype or tensor): the inputs' own,
+    bf16 for fp8 inputs."""
+    fmt = format_of(value)
+    return FORMATS[FP8_OUTPUT] if fmt.name in FP8_DTYPES else fmt
+
+
 def raw_bits(t):
     """``t`` viewed as integers of its width: copies and comparisons of bits that never do float
     arithmetic (NaN payloads kept, -0.0 apart from +0.0)."""
     import torch
 
-    width = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
     return t.view(width) if t.is_floating_point() and width is not None else t

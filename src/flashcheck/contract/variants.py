@@ -22,6 +22,9 @@ same name) and the case uses it, so every kernel written for the plain calling c
 - ``sinks`` (spec ``sinks=True``): one fp32 logit per query head, (Hq,), added to each row's denominator:
   ``O_i = sum_j e^s_ij v_j / (sum_j e^s_ij + e^sink)`` and ``lse_i = log(sum_j e^s_ij + e^sink)`` (gpt-oss).
   A row with no visible key has ``O = 0`` and ``lse = sink``. A sink of -inf is no sink.
+- ``descales`` (fp8 inputs only, no spec flag: an fp8 dtype brings them): (3, B, Hkv) fp32, the descales of
+  q, k and v; a kernel receives them as ``q_descale``, ``k_descale``, ``v_descale`` ((B, Hkv) each, FA3's
+  convention) and attends the dequantized values ``x8 * descale`` (:mod:`flashcheck.inputs.quantization`).
 
 Window, chunk, causal alignment and boolean mask all restrict the keys a query sees; a key is visible
 when every one of them allows it. The numerics see the variant through :meth:`Variant.visible` (the
@@ -46,7 +49,8 @@ from .validation import broadcasts_to
 __all__ = ["FEATURES", "SPEC_FLAGS", "Variant", "check_shapes", "check_variant", "declared", "unsupported_variant"]
 
 SPEC_FLAGS = {f: ("alibi" if f == "alibi_slopes" else f) for f in FEATURES}
-TENSORS = ("alibi_slopes", "attn_bias", "sinks")  # saved with the case's arrays, not its JSON
+TENSORS = ("alibi_slopes", "attn_bias", "sinks", "descales")  # saved with the case's arrays, not its JSON
+DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
 BIASES = ("alibi_slopes", "attn_bias")
 
 
@@ -67,6 +71,7 @@ class Variant:
     sinks: torch.Tensor | None = None  # (Hq,) float32, on the CPU
     alibi: str = "symmetric"  # how the slopes make a bias (ALIBI_MODES)
     bias_order: str = "cap_first"  # where a cap and a bias meet (BIAS_ORDERS)
+    descales: torch.Tensor | None = None  # (3, B, Hkv) fp32 of fp8 inputs, on the CPU
 
     def __post_init__(self):
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -80,6 +85,7 @@ class Variant:
         check_count("chunk", self.chunk, none_ok=True, what="a chunk length",
                     fix="Pass chunk=N keys per chunk (N >= 1), or None for no chunks.")
         put("sinks", _check_sinks(self.sinks))
+        put("descales", _check_descales(self.descales))
 
     @property
     def used(self) -> tuple[str, ...]:
@@ -105,6 +111,8 @@ class Variant:
         for name in TENSORS:
             if name in out:
                 out[name] = out[name].to(device or "cpu", copy=True)
+        if self.descales is not None:
+            out.update(zip(DESCALE_KWARGS, self.descales.to(device or "cpu", copy=True).unbind(0)))
         return out
 
     def bias(self, n_q: int, n_k: int, rows: torch.Tensor, device, *, size: bool = False):
@@ -158,9 +166,12 @@ class Variant:
                     index[dim] = part
             return t[tuple(index)]
         slopes = self.alibi_slopes
+        if self.descales is not None and heads != slice(None):
+            raise InvalidArgument("heads", heads, "descales are per K/V head: a cut of query heads cannot keep them",
+                                  "Select whole batch entries of an fp8 case.")
         return self.replace(sinks=cut(self.sinks, (None, -1)), attn_bias=cut(self.attn_bias, (-4, -3)),
                             alibi_slopes=cut(slopes, (-2, -1) if slopes is not None and slopes.dim() == 2
-                                             else (None, -1)))
+                                             else (None, -1)), descales=cut(self.descales, (-2, None)))
 
     def replace(self, **changes) -> "Variant":
         return dataclasses.replace(self, **changes)
@@ -171,6 +182,8 @@ class Variant:
             parts.append(f"alibi={self.alibi}")
         if self.biased and self.capped:
             parts.append(f"bias_order={self.bias_order}")
+        if self.descales is not None:
+            parts.append(f"descales={_text('descales', self.descales)}")
         return " ".join(parts)
 
     def equal_bits(self, other: "Variant") -> bool:
@@ -221,7 +234,7 @@ def _same_bits(a, b) -> bool:
 def _text(feature: str, value) -> str:
     if feature == "window":
         return f"({value[0]},{value[1]})"
-    if feature in ("sinks", "alibi_slopes"):
+    if feature in ("sinks", "alibi_slopes", "descales"):
         flat = value.flatten()
         return "[" + ",".join(f"{x:.4g}" for x in flat.tolist()[:4]) + (",..]" if flat.numel() > 4 else "]")
     if feature == "attn_bias":
@@ -284,6 +297,16 @@ def _check_window(window) -> tuple[int, int]:
     return tuple(check_count("window", w, minimum=-1, what="a window side", fix=fix) for w in window)
 
 
+def _check_descales(descales):
+    if descales is None:
+        return None
+    fix = "Pass descales as a float32 tensor of shape (3, B, Hkv) (q's, k's and v's), finite and positive."
+    t = _as_float_tensor("descales", descales, fix, (3,))
+    if t.shape[0] != 3 or not bool((torch.isfinite(t) & (t > 0)).all()):
+        raise InvalidArgument("descales", tuple(t.shape), "expected (3, B, Hkv), finite and positive", fix)
+    return t.to("cpu", torch.float32).clone()
+
+
 def _check_sinks(sinks):
     if sinks is None:
         return None
@@ -339,6 +362,10 @@ def check_shapes(variant: Variant, shapes) -> None:
     if slopes is not None and tuple(slopes.shape) not in ((Hq,), (B, Hq)):
         raise InvalidArgument("alibi_slopes", tuple(slopes.shape), f"expected shape ({Hq},) or ({B}, {Hq})",
                               "Pass one slope per query head, or per batch entry and query head.")
+    descales = variant.descales
+    if descales is not None and tuple(descales.shape) != (3, B, shapes.heads_kv):
+        raise InvalidArgument("descales", tuple(descales.shape), f"expected shape (3, {B}, {shapes.heads_kv})",
+                              "Pass q's, k's and v's descales, one per batch entry and K/V head.")
     bias = variant.attn_bias
     full = (B, Hq, shapes.n_q, shapes.n_k)
     if bias is not None:

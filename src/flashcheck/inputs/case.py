@@ -91,6 +91,21 @@ def _variant(variant, shapes) -> Variant:
     return variant
 
 
+_FP8_TORCH = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _as_bits(value):
+    if isinstance(value, torch.Tensor) and value.dtype in _FP8_TORCH:
+        return ("fp8 bits", value.view(torch.uint8), str(value.dtype).removeprefix("torch."))
+    return value
+
+
+def _from_bits(value):
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == "fp8 bits":
+        return value[1].view(getattr(torch, value[2]))
+    return value
+
+
 def _stored(t: torch.Tensor) -> torch.Tensor:
     # Always a fresh contiguous CPU copy: the case must not change when the caller's tensor does.
     return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
@@ -137,6 +152,14 @@ class AttentionCase:
         window, chunk, sinks), or None for plain attention."""
         return cls(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, layout=layout,
                    provenance=provenance, variant=Variant() if variant is None else variant)
+
+    # torch's pickles cannot load fp8 storages: a case (sent to a worker process) carries fp8 tensors as bits.
+    def __getstate__(self) -> dict:
+        return {f.name: _as_bits(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, _from_bits(value))
 
     # ---- what the case is -------------------------------------------------------------------------
 
@@ -202,7 +225,7 @@ class AttentionCase:
         mask = "none" if self.attn_mask is None else "(" + ",".join(str(n) for n in self.attn_mask.shape) + ")"
         return (f"{self.dtype} B={s.batch} Hq={s.heads_q} Hkv={s.heads_kv} Nq={s.n_q} Nk={s.n_k} "
                 f"D={s.head_dim} Dv={s.head_dim_v} scale={self.scale:.6g} causal={self.causal} "
-                f"mask={mask} layout={self.layout}" + (f" {self.variant.describe()}" if self.variant.used else ""))
+                f"mask={mask} layout={self.layout}" + (f" {self.variant.describe()}" if self.variant.describe() else ""))
 
     def __repr__(self) -> str:
         return f"AttentionCase({self.describe()})"

@@ -30,19 +30,23 @@ from .serving import ServingCase
 
 __all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
 # slopes and attn_bias in the npz). A case without one is written as version 1, which every flashcheck reads.
 # Version 3 adds the serving form (lengths, page size, poison in the JSON; the block table in the npz).
-_PLAIN_VERSION, _VARIANT_VERSION = 1, 2
+# Version 4 adds fp8 inputs (their bits as uint8) and their descales (in the npz).
+_PLAIN_VERSION, _VARIANT_VERSION, _FP8_VERSION = 1, 2, 4
 _FORMAT_NAME = "flashcheck-case"
 # How each dtype's bits are stored in the .npz.
 _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32),
+              "fp8_e4m3": np.dtype(np.uint8), "fp8_e5m2": np.dtype(np.uint8),
               "bool": np.dtype(np.bool_), "int32": np.dtype(np.int32)}
+_RAW = {torch.bfloat16: (torch.int16, np.uint16), torch.float8_e4m3fn: (torch.uint8, np.uint8),
+        torch.float8_e5m2: (torch.uint8, np.uint8)}  # numpy has none of these: their raw bits
 # Arrays beside q, k and v, each present when the JSON gives its shape, and their dtypes (None: the one the
 # JSON gives with the shape; q, k and v are in the case's dtype).
 _EXTRA_ARRAYS = {"attn_mask": "bool", "sinks": "fp32", "alibi_slopes": "fp32", "attn_bias": None,
-                 "block_table": "int32"}
+                 "descales": "fp32", "block_table": "int32"}
 # The JSON's "form" of a serving case: ServingCase's fields besides its base and block table.
 _FORM_KEYS = ("form", "q_lens", "k_lens", "max_seqlen_pad", "page_size", "num_blocks", "poison")
 
@@ -91,7 +95,7 @@ def _metadata(case) -> dict:
     s = case.shapes
     return {
         "format": _FORMAT_NAME,
-        "format_version": _VARIANT_VERSION if case.variant.used else _PLAIN_VERSION,
+        "format_version": _version(case.variant),
         "describe": case.describe(),
         "dtype": case.dtype,
         "storage": {"q": _NPZ_DTYPE[case.dtype].name, "k": _NPZ_DTYPE[case.dtype].name,
@@ -109,8 +113,14 @@ def _metadata(case) -> dict:
     }
 
 
+def _version(variant) -> int:
+    if variant.descales is not None:
+        return _FP8_VERSION
+    return _VARIANT_VERSION if variant.used else _PLAIN_VERSION
+
+
 def _variant_metadata(variant) -> dict:
-    if not variant.used:
+    if _version(variant) == _PLAIN_VERSION:
         return {}
     out = {"variant": variant.as_dict()}
     for name in TENSORS_OF_VARIANTS:
@@ -128,9 +138,9 @@ def _arrays(case) -> dict:
         return {**_arrays(case.base), **table}
 
     def array(t: torch.Tensor) -> np.ndarray:
-        if t.dtype == torch.bfloat16:
-            # numpy has no bf16: store the raw bits.
-            return t.view(torch.int16).numpy().view(np.uint16)
+        if t.dtype in _RAW:
+            bits, stored = _RAW[t.dtype]
+            return t.view(bits).numpy().view(stored)
         return t.numpy()
 
     arrays = {"q": array(case.q), "k": array(case.k), "v": array(case.v)}
@@ -263,6 +273,11 @@ def _read_npz(path: Path) -> dict:
                               "Re-save the case, or delete this pair of files.") from None
 
 
+def _from_bits(a: np.ndarray, dtype) -> torch.Tensor:
+    bits = {torch.int16: np.int16, torch.uint8: np.uint8}[_RAW[dtype][0]]
+    return torch.from_numpy(np.array(a, order="C").view(bits)).view(dtype)
+
+
 def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
     fix = "The .npz and .json do not describe the same case; re-save it."
     names = list(TENSORS) + [n for n in _EXTRA_ARRAYS if meta.get(n) is not None]
@@ -280,8 +295,9 @@ def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
                                   f"{'case' if name in TENSORS else name} stores {_NPZ_DTYPE[dtype]}", fix)
         if list(a.shape) != list(expected_shape):
             raise CaseFormatError(path, f"{name} has shape {list(a.shape)}; the JSON says {expected_shape}", fix)
-        if dtype == "bf16":
-            t = torch.from_numpy(np.array(a, order="C").view(np.int16)).view(torch.bfloat16)
+        torch_dtype = FORMATS[dtype].dtype if dtype in FORMATS else None
+        if torch_dtype in _RAW:
+            t = _from_bits(a, torch_dtype)
         else:
             # np.array, not np.ascontiguousarray: the latter turns a 0-d mask into shape (1,).
             t = torch.from_numpy(np.array(a, order="C"))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..contract.features import FEATURES
-from ..contract.formats import DTYPES
+from ..contract.formats import ALL_DTYPES
 from ..errors import InvalidArgument
 
 __all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]
@@ -28,7 +28,7 @@ class Preset:
     description: str = ""
     max_examples: int = 100
     time_budget: float | None = None
-    dtypes: tuple = DTYPES
+    dtypes: tuple = ALL_DTYPES  # filtered by each kernel's spec
     value_regimes: tuple | None = None
     mask_regimes: tuple | None = None
     scale_regimes: tuple | None = None

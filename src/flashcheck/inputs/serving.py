@@ -35,7 +35,7 @@ def poison_values(kind: str, k: torch.Tensor) -> tuple[float, float]:
     if kind == "nan":
         return math.nan, math.nan
     fmax = format_of(k).max_value
-    return min(fmax, 2.0**16 * max(1.0, float(k.abs().max()) if k.numel() else 1.0)), fmax
+    return min(fmax, 2.0**16 * max(1.0, float(k.float().abs().max()) if k.numel() else 1.0)), fmax
 
 
 @dataclass(frozen=True)

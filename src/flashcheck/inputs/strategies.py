@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, assume
 from hypothesis import strategies as st
 
-from ..contract.formats import DTYPES
+from ..contract.formats import ALL_DTYPES, FP8_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
 from ..contract.variants import FEATURES, declared
@@ -23,6 +23,7 @@ from ..errors import InvalidArgument
 from .case import AttentionCase
 from .layout import layouts as layout_names
 from .packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
+from .quantization import VALUE_FORMAT, descale_regime, quantize
 from .regimes import (
     MASK_REGIMES,
     SCALE_REGIMES,
@@ -91,7 +92,8 @@ class Recipe:
         used = "".join(f"/{f}={name}" for f, name in self.variants.items())
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
             f",pages={self.pages}" if self.form == "paged" else "")
-        return f"{self.values}/{self.mask}{used}{form}"
+        fp8 = f"/descales={descale_regime(self.seed)}" if self.dtype in FP8_DTYPES else ""
+        return f"{self.values}/{self.mask}{used}{form}{fp8}"
 
     def build(self, *, kernel: str | None = None) -> AttentionCase | ServingCase:
         case = self._dense(kernel)
@@ -102,17 +104,23 @@ class Recipe:
 
     def _dense(self, kernel: str | None) -> AttentionCase:
         s = self.shapes
-        q, k, v = make_values(self.values, shapes=s, dtype=self.dtype, seed=self.seed)
+        fp8 = self.dtype in FP8_DTYPES
+        q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if fp8 else self.dtype, seed=self.seed)
+        descales = None
+        if fp8:
+            q, k, v, descales = quantize(q, k, v, shapes=s, dtype=self.dtype, regime=descale_regime(self.seed),
+                                         seed=self.seed)
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
+        variant = make_variant(self.variants, shapes=s, seed=self.seed, bias_dtype=self.bias_dtype or self.dtype,
+                               alibi=self.alibi_mode or "symmetric", bias_order=self.bias_order or "cap_first")
         return AttentionCase.create(
             q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict()},
-            variant=make_variant(self.variants, shapes=s, seed=self.seed, bias_dtype=self.bias_dtype or self.dtype,
-                                 alibi=self.alibi_mode or "symmetric", bias_order=self.bias_order or "cap_first"))
+            variant=variant.replace(descales=descales))
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -232,7 +240,7 @@ def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=
     """What :func:`recipes` draws each of :data:`POOL_FIELDS` from, in its order (simplest first); the
     size options of :func:`recipes` (``sizes``) leave the pools as they are. ``variants``: the variant
     features to draw (default: every one the spec declares; ``()``: none)."""
-    dtype_pool = [d for d in _subset("dtypes", dtypes, DTYPES) if d in spec.dtypes]
+    dtype_pool = [d for d in _subset("dtypes", dtypes, ALL_DTYPES) if d in spec.dtypes]
     if not dtype_pool:
         raise InvalidArgument("dtypes", dtypes, f"the kernel supports only {spec.dtypes}",
                               "Pick dtypes the kernel spec declares.")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract.formats import output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
 from ..contract.variants import check_variant
@@ -31,7 +32,7 @@ from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
 from .comparison import compare, promises
 from .envelope import ENVELOPE_FLOOR, envelope_findings
-from .properties import PROPERTIES, check_properties, neutral_cases
+from .properties import PROPERTIES, check_properties, neutral_cases, rescaled_case
 from .serving import SERVING_PROPERTIES, check_serving
 from .verdict import BUG, Finding, Verdict
 
@@ -217,7 +218,7 @@ def _check(job: _Judgement) -> Verdict:
     elapsed = {"kernel": run.seconds}
     with _timed(elapsed, "oracle"):
         budget = job.budget if job.budget is not None else _oracle_budget(job, mask)
-    wrong = _output_problems(run.out, run.lse, budget.reference.shapes, case.torch_dtype, q.device)
+    wrong = _output_problems(run.out, run.lse, budget.reference.shapes, output_format(q).dtype, q.device)
     if wrong:
         return Verdict.from_findings(wrong, max_ratio=math.nan, elapsed=elapsed, **job.meta)
     findings, max_ratio = job.compare(run.out, run.lse, budget)
@@ -226,7 +227,8 @@ def _check(job: _Judgement) -> Verdict:
     if job.properties:
         with _timed(elapsed, "properties"):
             findings += _property_findings(job, run, budget, q.device, notes)
-    if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR:
+    # The twin models the 16- and 32-bit formats only: an fp8 case has no reordering envelope.
+    if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR and case.variant.descales is None:
         with _timed(elapsed, "envelope"):
             findings += envelope_findings(case, budget, max_ratio, device=job.device, regime=job.regime, out=run.out)
     checked = [p for p in job.properties if _applies(p, case, job.kernel.spec)]
@@ -240,6 +242,8 @@ def _applies(prop: str, case: AttentionCase, spec) -> bool:
     """Whether property ``prop`` judged anything on ``case`` (a batch of one has no other sequence)."""
     if prop == "batch":
         return case.shapes.batch > 1
+    if prop == "descale":
+        return rescaled_case(case) is not None
     return prop != "neutral" or bool(neutral_cases(case, spec))
 
 
@@ -285,7 +289,7 @@ def _property_findings(job: _Judgement, run: KernelRun, budget: Budget, device, 
             *(t.to(device) for t in (case.q, case.k, case.v)), scale=case.scale, causal=case.causal,
             attn_mask=None if case.attn_mask is None else case.attn_mask.to(device), precision=job.contract,
             variant=case.variant)
-        wrong = _output_problems(out, lse, own.reference.shapes, job.case.torch_dtype, device)
+        wrong = _output_problems(out, lse, own.reference.shapes, output_format(job.case.q).dtype, device)
         return wrong or job.compare(out, lse, own)[0]
 
     return check_properties(job.rerun, job.case, run, device=job.device, spec=job.kernel.spec,
@@ -329,7 +333,7 @@ def assert_attention_close(out: torch.Tensor, reference: Reference, *, precision
     budget = error_budget(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"], causal=inputs["causal"],
                           attn_mask=inputs["attn_mask"], precision=precision, reference=reference,
                           variant=inputs.get("variant"))
-    wrong = _output_problems(out, lse, reference.shapes, inputs["q"].dtype, inputs["q"].device)
+    wrong = _output_problems(out, lse, reference.shapes, output_format(inputs["q"]).dtype, inputs["q"].device)
     if wrong:
         verdict = Verdict.from_findings(wrong, max_ratio=math.nan)
     else:

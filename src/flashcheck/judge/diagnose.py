@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..contract.formats import format_of
+from ..contract.formats import output_format
 from ..contract.validation import Shapes
 from ..contract.variants import Variant
+from ..numerics.blockwise import dequantized
 from .variant_misreads import compose, misread_logits, row_biases
 
 __all__ = ["describe_ranges", "describe_rows", "diagnose_elements", "first_index", "growth_with_length",
@@ -171,6 +172,7 @@ class _KeyRow:
     bias: torch.Tensor | None = None  # (Nk,) this row's attn_bias (0 where it hides a key)
     b: int = 0  # the batch entry and query head
     h: int = 0
+    group: int = 1  # query heads per K/V head
 
     @classmethod
     def at(cls, got, inputs: dict, index: tuple, budget, row: int | None) -> "_KeyRow | None":
@@ -180,8 +182,9 @@ class _KeyRow:
 
         b, h, r = index[:3]
         i = r if row is None else row
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
         variant = inputs.get("variant") or Variant()
+        u_out = output_format(inputs["q"]).unit_roundoff
+        q, k, v = dequantized(inputs["q"], inputs["k"], inputs["v"], variant)
         B, Hq, Nq, _ = q.shape
         Nk, group = k.shape[2], Hq // k.shape[1]
         fn = causal_fn(inputs["causal"], Nq, Nk)
@@ -204,8 +207,7 @@ class _KeyRow:
         return cls(i, Nq, inputs["causal"], seen, compose(dots * scale, alibi, bias, variant.softcap,
                                                           variant.bias_order),
                    v[b, h // group].cpu().double(), got.detach().cpu().double(), budget.detach().cpu().double(),
-                   variant, dots, scale, None if sink == -math.inf else sink, format_of(q.dtype).unit_roundoff,
-                   alibi, bias, b, h)
+                   variant, dots, scale, None if sink == -math.inf else sink, u_out, alibi, bias, b, h, group)
 
     @property
     def n_k(self) -> int:

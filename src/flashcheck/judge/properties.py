@@ -18,6 +18,10 @@
 - ``bias_shift``: for a kernel that takes ``attn_bias``, a constant added to each row's bias (exact in the
   bias's dtype; a row-constant bias where the case has none) leaves the exact output unchanged and moves
   the lse by it: the output's bits under ``bias_shift_invariant``, else the shifted case's own budget.
+- ``descale``: for fp8 inputs, q, k and v each times 2 with its descale halved (or halved, the descale
+  doubled, where doubling would leave fp8's range; q's descale doubled and k's halved where neither q nor
+  k can be rescaled exactly) is the same exact problem: within the case's budget. It catches a descale
+  ignored or applied twice even where the case's descales are 1.
 
 Each property reruns the kernel once or twice and compares bits with the first run's output (+0 and
 -0 count as one value).
@@ -32,21 +36,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..contract.formats import raw_bits
+from ..contract.formats import format_of, raw_bits
 from ..contract.spec import KernelSpec
 from ..inputs.case import AttentionCase
 from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "differs",
+__all__ = ["PROPERTIES", "differs", "rescaled_case",
            "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
            "neutral_cases"]
 
-PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift")
+PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift", "descale")
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
 PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence",
-                            "neutral_variant", "bias_shift_dependence"})
+                            "neutral_variant", "bias_shift_dependence", "descale_dependence"})
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4
@@ -83,10 +87,15 @@ def hidden_keys(case: AttentionCase, *, by_bias: bool = True) -> torch.Tensor:
     return ~vis.any(dim=2).any(dim=2)
 
 
+def _with_value(t: torch.Tensor, where: torch.Tensor, value: float) -> torch.Tensor:
+    """``t`` with ``value`` (rounded to t's dtype) at ``where``, written as bits (fp8 has no masked fill)."""
+    out = t.clone()
+    raw_bits(out)[where] = raw_bits(torch.tensor([value]).to(t.dtype))
+    return out
+
+
 def _poisoned(case: AttentionCase, hidden: torch.Tensor, value_k: float, value_v: float) -> AttentionCase:
-    k, v = case.k.clone(), case.v.clone()
-    k[hidden] = value_k
-    v[hidden] = value_v
+    k, v = _with_value(case.k, hidden, value_k), _with_value(case.v, hidden, value_v)
     return AttentionCase.create(case.q, k, v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
                                 layout=case.layout, provenance=case.provenance, variant=case.variant)
 
@@ -233,7 +242,8 @@ def _same_or_within(reruns: _Reruns, kind: str, what: str, rerun, *, promised: b
         reruns.notes.append(f"{_NOTES[kind]} bits within the budget: {what} changed {changed}")
 
 
-_NOTES = {"layout_dependence": "layout-dependent", "neutral_variant": "variant-dependent"}
+_NOTES = {"layout_dependence": "layout-dependent", "neutral_variant": "variant-dependent",
+          "descale_dependence": "descale-dependent"}
 
 
 def neutral_cases(case: AttentionCase, spec: KernelSpec) -> list[tuple[str, AttentionCase]]:
@@ -310,8 +320,45 @@ def _bias_shift(reruns: _Reruns) -> None:
                        error=worst.error, budget=worst.budget, ratio=worst.ratio)
 
 
+def _exact_factor(t: torch.Tensor) -> float | None:
+    """2 where doubling ``t`` stays in its fp8 range, else 0.5 where halving keeps every value normal (or
+    zero): exact either way; None where neither is (fp8's largest value beside one near its smallest normal)."""
+    fmt, magnitudes = format_of(t), t.float().abs()
+    if float(magnitudes.max()) * 2 <= fmt.max_value:
+        return 2.0
+    if bool(((magnitudes == 0) | (magnitudes >= 2 * fmt.smallest_normal)).all()):
+        return 0.5
+    return None
+
+
+def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
+    """(what, case) with each of q, k and v times 2 and its descale halved (or halved and doubled), where
+    that is exact; where neither q nor k can be, q's descale doubled and k's halved (their product alone
+    scales the logits). The dequantized values' product, and so the exact output, is unchanged. None
+    without descales."""
+    if case.variant.descales is None:
+        return None
+    factors = [_exact_factor(t) or 1.0 for t in (case.q, case.k, case.v)]
+    scaled = [(t.float() * f).to(t.dtype) for t, f in zip((case.q, case.k, case.v), factors)]
+    what = [f"{n} times {f:g} and {n}_descale over {f:g}" for n, f in zip("qkv", factors) if f != 1.0]
+    multipliers = [1 / f for f in factors]
+    if factors[:2] == [1.0, 1.0]:
+        multipliers[:2] = [2.0, 0.5]
+        what.insert(0, "q_descale times 2 and k_descale over 2")
+    descales = case.variant.descales * torch.tensor(multipliers).view(3, 1, 1)
+    return ", ".join(what), dataclasses.replace(case, q=scaled[0], k=scaled[1], v=scaled[2],
+                                                variant=case.variant.replace(descales=descales))
+
+
+def _descale(reruns: _Reruns) -> None:
+    rescaled = rescaled_case(reruns.case)
+    if rescaled is not None:
+        what, case = rescaled
+        _same_or_within(reruns, "descale_dependence", f"the case with {what}", reruns.rerun(case), promised=False)
+
+
 _CHECKS = {"determinism": _determinism, "poison": _poison, "guard_bands": _guard_bands, "layout": _layout,
-           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift}
+           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift, "descale": _descale}
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:

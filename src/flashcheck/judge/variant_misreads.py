@@ -1,6 +1,7 @@
 """The variant's mistakes a diagnosis tries on a row: a row's logits as the variant defines them (cap, ALiBi
 and bias in the spec's order) and as kernels get them wrong (the cap on the unscaled logits, no cap, cap and
-bias swapped, ALiBi ignored, negated, one key off or aligned top-left, the bias ignored or scaled)."""
+bias swapped, ALiBi ignored, negated, one key off or aligned top-left, the bias ignored or scaled, an fp8
+descale of q or k ignored or applied twice)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ def misread_logits(row) -> list[tuple[str, torch.Tensor]]:
     if bias is not None:
         out += [("attn_bias ignored", compose(scaled, alibi, None, cap, order)),
                 ("attn_bias multiplied by the softmax scale", compose(scaled, alibi, bias * row.scale, cap, order))]
+    if v.descales is not None:  # the dots are of the dequantized q and k
+        qd, kd = (float(d) for d in v.descales[:2, row.b, row.h // row.group])
+        out += [(f"{name} {how} (fp8)", compose(scaled * factor, alibi, bias, cap, order))
+                for name, d in (("q_descale", qd), ("k_descale", kd))
+                for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d != 1.0]
     return out
 
 

@@ -19,11 +19,9 @@ Resolving any kernel applies ``$FLASHCHECK_TRITON_CACHE`` (see :mod:`flashcheck.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import inspect
 import os
-import re
 import sys
 from typing import Callable
 
@@ -32,12 +30,14 @@ import torch
 from ..contract.formats import DEVICES
 from ..contract.spec import Kernel, as_kernel
 from ..errors import BackendUnavailable, InvalidArgument
+from .fp8 import FP8
+from .names import dotted, import_target, parse_kernel_name
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
 from .serving import SERVING_KERNELS
 from .triton.cache import use_triton_cache
 from .triton.runtime import BACKEND_NAME as TRITON
 
-__all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"]
+__all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "parse_kernel_name", "resolve_kernel"]
 
 FLEX = "torch:flex"
 FLEX_VARLEN = "torch:flex-varlen"
@@ -60,6 +60,7 @@ BUILTIN_KERNELS: dict[str, str] = {
                  "compile=False: unfused eager path)",
     TRITON_VARLEN: "flashcheck's own Triton kernel over packed varlen batches (on the CPU under the Triton "
                    "interpreter)",
+    FP8: "fp8 attention (e4m3, e5m2) with FA3's q/k/v descales in torch: fp32 scores, P rounded to fp8, bf16 out",
 }
 
 # Built-in names live under these prefixes; anything else with a colon is an import path.
@@ -219,6 +220,10 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         return make_flex_varlen_kernel(device=device, **options)
     if name == TRITON_VARLEN:
         return _make_triton_varlen(device)
+    if name == FP8:
+        from .fp8 import make_fp8_kernel
+
+        return make_fp8_kernel(device=device)
     return _make_triton(device, options)
 
 
@@ -249,86 +254,36 @@ def available_kernels(device: str = "cuda") -> tuple:
 # ------------------------------------------------------------------------------------------------
 
 
-def _dotted(text: str) -> bool:
-    return bool(text) and all(part.isidentifier() for part in text.split("."))
-
-
-def _public_callables(obj) -> str:
-    names = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
-    if not names:
-        return "no public callables"
-    return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-
-
-def _import_target(target: str) -> Kernel:
-    module_name, _, attr_path = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing == module_name or module_name.startswith(missing + "."):
-            problem = f"module {module_name!r} not found"
-            if missing != module_name:
-                problem += f" (no module named {missing!r})"
-            raise InvalidArgument("kernel", target, problem,
-                                  "Check the part before the colon: it must be an importable module "
-                                  "(installed, or on sys.path).") from exc
-        raise InvalidArgument("kernel", target, f"module {module_name!r} was found but importing it failed: {exc}",
-                              f"Install {missing!r} or fix that module's imports.") from exc
-    except Exception as exc:
-        raise InvalidArgument("kernel", target,
-                              f"importing module {module_name!r} raised {type(exc).__name__}: {exc}",
-                              "Fix the error in that module.") from exc
-    obj = module
-    parts = attr_path.split(".")
-    for i, part in enumerate(parts):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"
-            raise InvalidArgument("kernel", target, f"module {module_name!r} was imported, but attribute {part!r} "
-                                  f"was not found in {where!r}",
-                                  f"Check the part after the colon; {where} has {_public_callables(obj)}.") from None
-    if isinstance(obj, Kernel):
-        return obj
-    if not callable(obj):
-        raise InvalidArgument("kernel", target, f"{attr_path!r} is a {type(obj).__name__}, not a callable",
-                              "Point the import path at a kernel function "
-                              "kernel(q, k, v, *, scale, causal, attn_mask=None).")
-    return as_kernel(obj, name=target)
-
-
 # ------------------------------------------------------------------------------------------------
 # resolve_kernel
 # ------------------------------------------------------------------------------------------------
 
 
-_NAME_WITH_OPTIONS = re.compile(r"^(?P<base>[^\[~]+)(?:~(?P<mutant>\w+))?(?:\[(?P<options>[^\]]*)\])?$")
+# The built-ins with planted bugs (NAME~BUG).
+PLANTED = (TRITON, TRITON_VARLEN, "torch:varlen", "torch:paged", "torch:split-kv", FP8)
 
 
-def _option_value(text: str):
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return {"True": True, "False": False, "None": None}.get(text, text)
+def _planted(target: str, base: str, mutant: str, device: str, options: dict) -> Kernel:
+    """The built-in ``base`` with its planted bug ``mutant`` (each maker refuses a name it does not plant)."""
+    if base not in PLANTED:
+        raise InvalidArgument("kernel", target, f"planted-bug variants exist for {', '.join(PLANTED)} only",
+                              "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
+                              "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
+    _check_options(base, options)
+    if base == TRITON_VARLEN:
+        return _make_triton_varlen(device, mutant)
+    if base == FP8:
+        from .fp8 import make_fp8_kernel
 
+        return make_fp8_kernel(device=device, mutant=mutant)
+    if base in SERVING_KERNELS:
+        from .serving import make_serving_kernel
 
-def parse_kernel_name(name: str) -> tuple[str, str | None, dict]:
-    """``"flashcheck:triton~mutant[block_m=32,block_n=32]"`` -> (base, mutant, options).
-
-    Names of this form are what flashcheck:triton's kernels (and their planted-bug variants) call
-    themselves, so a saved case's kernel name resolves back to the same kernel.
-    """
-    match = _NAME_WITH_OPTIONS.match(name)
-    if not match:
-        return name, None, {}
-    options = {}
-    for item in filter(None, (match["options"] or "").split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise InvalidArgument("kernel", name, f"option {item!r} has no value",
-                                  "Write options as NAME[key=value,...], e.g. flashcheck:triton[block_m=32].")
-        options[key.strip()] = _option_value(value.strip())
-    return match["base"], match["mutant"], options
+        return make_serving_kernel(base, device=device, mutant=mutant, **options)
+    problem = _triton_unavailable(device)
+    if problem is not None:
+        raise problem
+    return _make_triton(device, options, mutant=mutant)
 
 
 def _builtin_reached(kernel: Kernel) -> Kernel:
@@ -349,27 +304,9 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
     if isinstance(target, str):
         base, mutant, named = parse_kernel_name(target)
         if base in BUILTIN_KERNELS and (named or mutant):
-            if mutant is not None and base not in (TRITON, TRITON_VARLEN, "torch:varlen", "torch:paged",
-                                                   "torch:split-kv"):
-                raise InvalidArgument("kernel", target, "planted-bug variants exist for flashcheck:triton, "
-                                      "flashcheck:triton-varlen, torch:varlen, torch:paged and torch:split-kv only",
-                                      "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
-                                      "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
             merged = {**named, **options}
-            if mutant is not None and base == TRITON_VARLEN:
-                _check_options(base, merged)
-                return _builtin_reached(_make_triton_varlen(device, mutant))
-            if mutant is not None and base in SERVING_KERNELS:
-                _check_options(base, merged)
-                from .serving import make_serving_kernel
-
-                return _builtin_reached(make_serving_kernel(base, device=device, mutant=mutant, **merged))
             if mutant is not None:
-                _check_options(base, merged)
-                problem = _triton_unavailable(device)
-                if problem is not None:
-                    raise problem
-                return _builtin_reached(_make_triton(device, merged, mutant=mutant))
+                return _builtin_reached(_planted(target, base, mutant, device, merged))
             return _builtin_reached(_make_builtin(base, device, merged))
         if target in BUILTIN_KERNELS:
             return _builtin_reached(_make_builtin(target, device, options))
@@ -377,10 +314,10 @@ def resolve_kernel(target: str | Kernel | Callable, *, device: str = "cuda", **o
         if module_name in _RESERVED_PREFIXES and colon:
             raise InvalidArgument("kernel", target, "unknown built-in kernel",
                                   f"Built-in kernels: {_builtin_list()}.")
-        if not (colon and _dotted(module_name) and _dotted(attr_path)):
+        if not (colon and dotted(module_name) and dotted(attr_path)):
             raise InvalidArgument("kernel", target, "neither a built-in kernel name nor an import path",
                                   f"Use a built-in ({_builtin_list()}) or 'package.module:function'.")
-        kernel = _import_target(target).reached_as(target)
+        kernel = import_target(target).reached_as(target)
     elif isinstance(target, Kernel) or callable(target):
         kernel = as_kernel(target)
     else:

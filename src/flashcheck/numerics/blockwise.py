@@ -20,7 +20,7 @@ import torch
 from ..contract import masks
 from ..contract.validation import Shapes
 
-__all__ = ["ops_for", "Block", "iter_blocks", "scatter", "visible_block", "block_elements"]
+__all__ = ["ops_for", "Block", "iter_blocks", "scatter", "visible_block", "block_elements", "dequantized"]
 
 # How many (rows x keys) float64 work arrays the budget keeps alive at once, with room to spare.
 LIVE_ARRAYS = 16
@@ -201,6 +201,16 @@ class Block:
     bias: object = None
     bias_size: object = None
     bias_first: bool = False  # the bias goes into the cap (else it is added to the capped logits)
+
+
+def dequantized(q, k, v, variant):
+    """The values the numerics work on: fp8 inputs (B, H, N, D) times their variant's descales, in float64
+    (exact: 4 significand bits times 24), each query head with its K/V head's descale; others as they are."""
+    if variant is None or variant.descales is None:
+        return q, k, v
+    descales = variant.descales.to(q.device, torch.float64)
+    return tuple(t.to(torch.float64) * d.repeat_interleave(t.shape[1] // k.shape[1], 1)[:, :, None, None]
+                 for t, d in zip((q, k, v), descales))
 
 
 def _grouped(ops, shapes: Shapes, q, k, v):

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..contract.formats import FORMATS, TF32, format_of
+from ..contract.formats import FORMATS, FP8_DTYPES, TF32, format_of, output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..contract.variants import Variant
-from .blockwise import iter_blocks, ops_for, scatter
+from .blockwise import dequantized, iter_blocks, ops_for, scatter
 from .oracle import Reference, block_softmax, float64_reference_walk
 
 __all__ = ["Budget", "BudgetTerms", "TERMS", "error_budget", "contract_terms", "raw_logit_error"]
@@ -42,6 +42,8 @@ TERMS = ("output_rounding", "logit", "accumulation", "subnormal_p", "oracle")
 EXTRA_ULPS = 4.0  # the final division by l, the per-tile rescale multiply and l's own rounding
 LOGIT_ULPS = 4.0  # c': scale and log2(e) multiplies, the exp2 argument's rounding
 MIN_TILE = 16  # rescales per key are at most one per 16 keys (the smallest tile a kernel uses)
+# fp8 inputs: the descale products (q's times k's times the scale, into the logits; v's into the output).
+DESCALE_ULPS = 2.0
 # fp32 values below it may be flushed to zero: GPU exp (ex2.approx.ftz) and tensor-core products and sums do.
 FP32_TINY = FORMATS["fp32"].smallest_normal
 
@@ -74,10 +76,11 @@ def contract_terms(precision: Precision | str, dtype) -> BudgetTerms:
     # tf32 conversion may truncate: a full 2^-10, not round-to-nearest's 2^-11 (measured).
     u_tf32 = 2 * TF32.unit_roundoff if tf32 else 0.0
     p_fmt = fmt if precision.p_dtype == "input" else fp32
+    out_fmt = output_format(fmt)  # fp8 kernels write bf16
     return BudgetTerms(
         dtype=fmt.name,
-        u_o=fmt.unit_roundoff,
-        s_o=fmt.subnormal_spacing / 2,
+        u_o=out_fmt.unit_roundoff,
+        s_o=out_fmt.subnormal_spacing / 2,
         u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" else 0.0, u_tf32),
         s_p=max(p_fmt.subnormal_spacing / 2, FP32_TINY),  # an fp32 P below its smallest normal may be flushed
         p_min_normal=p_fmt.smallest_normal,
@@ -127,6 +130,7 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
     variant = Variant() if variant is None else variant
     model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sinks is not None)
     ops = ops_for(q.device)
+    values = dequantized(q, k, v, variant)
     parts = None
 
     def add(blk, sm, o, w):
@@ -144,7 +148,7 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
         else:
             parts = _Parts(reference.out.shape, q.device)
             rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)
-            for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True,
+            for blk in iter_blocks(ops, *values, causal, attn_mask, shapes, rows_all, allow_none=True,
                                    variant=variant):
                 sm = block_softmax(ops, blk, scale)
                 o_w = ops.matmul(sm.p, ops.concat((blk.V, ops.abs(blk.V)), -1)) / sm.l
@@ -164,13 +168,15 @@ class BudgetModel:
 
     def __post_init__(self):
         u = self.terms.u_32
+        descale = DESCALE_ULPS if self.terms.dtype in FP8_DTYPES else 0.0
+        self.logit_ulps = LOGIT_ULPS + descale
         # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands
         # that tf32 may have rounded.
         dot_len = self.shapes.head_dim + 2 * self.precision.scale_on_inputs
         self.logit_factor = abs(self.scale) * ((1 + _gamma(dot_len, u)) * (1 + self.terms.u_in) ** 2 - 1)
         self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1 + self.sink
         self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
-                         + (self.terms.exp_ulps + EXTRA_ULPS) * u)
+                         + (self.terms.exp_ulps + EXTRA_ULPS + descale) * u)
 
 
 class _Parts:
@@ -236,7 +242,7 @@ def raw_logit_error(ops, blk, sm, model: BudgetModel):
     operands, the scale multiply (and the division by the cap); 0 on masked keys."""
     qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
     raw_abs = ops.abs(_visible(ops, blk, sm.raw))
-    return model.logit_factor * qk + model.terms.u_32 * LOGIT_ULPS * raw_abs, raw_abs
+    return model.logit_factor * qk + model.terms.u_32 * model.logit_ulps * raw_abs, raw_abs
 
 
 def _capped_error(ops, blk, eta, raw_abs, s_abs, model: BudgetModel):

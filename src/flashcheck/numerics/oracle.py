@@ -41,7 +41,7 @@ from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..contract.variants import Variant, check_shapes
 from ..errors import FlashcheckError, InvalidArgument
-from .blockwise import iter_blocks, ops_for, scatter
+from .blockwise import dequantized, iter_blocks, ops_for, scatter
 
 __all__ = ["Reference", "reference_attention"]
 
@@ -103,14 +103,15 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
                 fix="Pass dps=50 (the default) or more digits for extreme inputs.")
     row_index = _check_rows(rows, shapes.n_q)
+    values = dequantized(q, k, v, variant)
     if method == "mpmath":
-        for name, t in (("q", q), ("k", k), ("v", v)):
+        for name, t in zip("qkv", values):
             _check_finite(name, t, bool(torch.isfinite(t).all()))
         from .exact import mpmath_reference
 
-        ref = mpmath_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, dps, variant)
+        ref = mpmath_reference(*values, scale, causal, attn_mask, shapes, row_index, dps, variant)
     else:
-        ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, row_index, variant=variant)
+        ref = _float64_reference(*values, scale, causal, attn_mask, shapes, row_index, variant=variant)
     ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
     return ref
 
@@ -121,8 +122,8 @@ def float64_reference_walk(q, k, v, *, scale: float, causal: str, attn_mask, row
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     variant = _check_variant(variant, shapes)
-    ref = _float64_reference(q, k, v, scale, causal, attn_mask, shapes, _check_rows(rows, shapes.n_q), on_block,
-                             variant)
+    ref = _float64_reference(*dequantized(q, k, v, variant), scale, causal, attn_mask, shapes,
+                             _check_rows(rows, shapes.n_q), on_block, variant)
     ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
     return ref
 

@@ -1,0 +1,57 @@
+"""fp8 inputs: values of a regime quantized to fp8 with per-(batch entry, K/V head) fp32 descales.
+
+FA3's convention: ``q_descale``, ``k_descale`` and ``v_descale`` are (B, Hkv) fp32, the query heads of
+one K/V head sharing its descale, and the kernel attends the dequantized values ``x8 * descale``. Those
+are the case's exact inputs: an fp8 value times an fp32 descale is exact in float64, where the oracle
+works. How a case's descales are chosen is its descale regime, a pure function of (seed, values):
+
+- ``amax``: the quantizer's own, each (b, kv head)'s largest magnitude over fp8's largest value;
+- ``unit``: 1 everywhere, the values clamped to fp8's range (a kernel that ignores a descale shows only
+  under the ``descale`` property, which rescales K);
+- ``skewed``: amax's times 2^u, u uniform in [0, 6) per (b, kv head): part of fp8's range only, so
+  small values fall to its subnormals, and no two descales alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract.formats import format_of
+from ..contract.validation import Shapes
+
+__all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "quantize"]
+
+DESCALE_REGIMES = ("amax", "unit", "skewed")
+# The regimes draw an fp8 case's values in fp16's range (activations an fp8 kernel is fed sit there);
+# the descales carry their magnitude.
+VALUE_FORMAT = "fp16"
+
+
+def descale_regime(seed: int) -> str:
+    """The descale regime of a recipe's seed (a function of the seed, so hypothesis replays it)."""
+    return DESCALE_REGIMES[seed % len(DESCALE_REGIMES)]
+
+
+def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) -> torch.Tensor:
+    """(B, Hkv) fp32 descales of ``t`` (B, H, N, D), H a multiple of Hkv: its groups of heads share one."""
+    amax = t.float().reshape(shapes.batch, shapes.heads_kv, -1).abs().amax(-1)
+    base = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    if regime == "unit":
+        return torch.ones_like(amax)
+    if regime == "skewed":
+        return (base * torch.exp2(6 * torch.rand(amax.shape, generator=gen))).float()
+    return base.float()
+
+
+def quantize(q, k, v, *, shapes: Shapes, dtype: str, regime: str, seed: int):
+    """``(q8, k8, v8, descales)``: q, k, v in the fp8 format ``dtype`` and their descales stacked as a
+    (3, B, Hkv) fp32 tensor (q's, k's, v's), so that ``x8 * descale`` are the case's values."""
+    fmt = format_of(dtype)
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    descales, out = [], []
+    for t in (q, k, v):
+        d = _descales(t, shapes, fmt.max_value, regime, gen)
+        per_head = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
+        out.append((t.float() / per_head).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
+        descales.append(d)
+    return (*out, torch.stack(descales))
