@@ -5,10 +5,16 @@
 #   B: each planted bug of the forms (its campaign must find it), torch:jagged (PyTorch's nested tensors),
 #      torch:flex-varlen (FlexAttention's document mask) and fla:parallel_attn-varlen (fla-core's cu_seqlens);
 #   C: tests/gpu/test_serving_gpu.py, then flashcheck:triton-varlen for SECONDS beside its planted bug and
-#      torch:split-kv with its two planted merge bugs.
+#      torch:split-kv with its two planted merge bugs;
+#   D: tests/gpu/test_fp8_gpu.py, then flashcheck:triton-fp8 and torch:fp8 for SECONDS beside their planted
+#      ignored k_descale;
+#   E: tests/gpu/test_serving_gpu.py and test_fp8_gpu.py, then flashcheck:triton-fp8, flashcheck:triton-paged,
+#      flashcheck:triton-split-kv and torch:split-kv for SECONDS beside the Triton kernels' planted bugs;
+#   F: tests/gpu/test_fp8_gpu.py, then flashcheck:triton-fp8, flashcheck:triton-split-kv and
+#      flashcheck:triton-paged alone for SECONDS (their first run compiles one kernel per head dim).
 # Findings go to OUTDIR/corpus-* the moment they are found; everything is packed into OUTDIR/serving-PART.tgz;
 # a short table is printed last.
-# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C [SECONDS]
+# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C|D|E|F [SECONDS]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-serving}}
 part=${2:-A}
@@ -35,6 +41,31 @@ elif [ "$part" = C ]; then
   fuzz triton-varlen-reads_past_end 'flashcheck:triton-varlen~reads_past_end' 2 60 &
   fuzz split-kv torch:split-kv 4 "$seconds" &
   for bug in empty_split_nan lse_base2; do fuzz "split-kv-$bug" "torch:split-kv~$bug" 1 60 & done
+  wait
+elif [ "$part" = D ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py > "$work/gpu_tests.txt" 2>&1
+  fuzz triton-fp8 flashcheck:triton-fp8 6 "$seconds" &
+  fuzz torch-fp8 torch:fp8 3 "$seconds" &
+  fuzz triton-fp8-ignores_k_descale 'flashcheck:triton-fp8~ignores_k_descale' 1 60 &
+  fuzz torch-fp8-ignores_k_descale 'torch:fp8~ignores_k_descale' 1 60 &
+  wait
+elif [ "$part" = E ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_serving_gpu.py tests/gpu/test_fp8_gpu.py \
+      > "$work/gpu_tests.txt" 2>&1
+  fuzz triton-fp8 flashcheck:triton-fp8 4 "$seconds" &
+  fuzz triton-paged flashcheck:triton-paged 4 "$seconds" &
+  fuzz triton-split-kv flashcheck:triton-split-kv 3 "$seconds" &
+  fuzz split-kv torch:split-kv 2 "$seconds" &
+  for bug in triton-fp8~ignores_k_descale triton-paged~page_off_by_one triton-paged~ignores_cache_len \
+      triton-split-kv~empty_split_nan triton-split-kv~lse_base2; do
+    fuzz "${bug/\~/-}" "flashcheck:$bug" 1 60 &
+  done
+  wait
+elif [ "$part" = F ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py > "$work/gpu_tests.txt" 2>&1
+  fuzz triton-fp8 flashcheck:triton-fp8 7 "$seconds" &
+  fuzz triton-split-kv flashcheck:triton-split-kv 5 "$seconds" &
+  fuzz triton-paged flashcheck:triton-paged 4 "$seconds" &
   wait
 else
   for bug in reads_past_end shared_offsets; do fuzz "varlen-$bug" "torch:varlen~$bug[backend=flash]" 2 60 & done

@@ -2,7 +2,8 @@
 with empty sequences and pages of every size, and each planted bug of the forms is a BUG there too. PyTorch's
 jagged SDPA keeps its H200 defects visible: fp16 and bf16 scores rounded to the dtype where the head dim is not a
 multiple of 8 (its math composite without upcast; padded to 8, the same numbers pass), and NaN for a negative
-scale (reports/serving-2026-12-02)."""
+scale (reports/serving-2026-12-02). flashcheck's own Triton kernels of the forms (varlen, paged, split-KV)
+pass, on drawn cases too, and each of their planted bugs is a BUG."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.casefile import load_case
 from flashcheck.inputs.packing import PAGE_REGIMES, serving_case
 from flashcheck.inputs.serving import ServingCase
+from flashcheck.inputs.strategies import draw_recipes
+from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.kernels.serving import SERVING_MUTANTS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -88,3 +91,25 @@ def test_the_triton_varlen_kernel_passes_and_its_planted_bug_does_not(dtype, pac
     assert verdict.ok, str(verdict)
     wrong = flashcheck.check("flashcheck:triton-varlen~reads_past_end", case, device="cuda", properties=())
     assert wrong.status == "BUG", str(wrong)
+
+
+# flashcheck's Triton kernels of the paged form, and the form (in SERVING_MUTANTS) whose planted bugs they carry.
+TRITON_PAGED = {"flashcheck:triton-paged": "paged", "flashcheck:triton-split-kv": "split-kv"}
+
+
+@pytest.mark.parametrize("name", TRITON_PAGED)
+def test_the_triton_paged_kernels_pass_drawn_cases(name):
+    drawn = draw_recipes(40, seed=1, spec=resolve_kernel(name, device="cuda").spec)
+    assert {r.pages for r in drawn} == set(PAGE_REGIMES)
+    for recipe in drawn:
+        verdict = flashcheck.check(name, recipe.build(), device="cuda")
+        assert verdict.ok, str(verdict)
+
+
+@pytest.mark.parametrize("name, mutant", [(name, mutant) for name, form in TRITON_PAGED.items()
+                                          for mutant, (of, _) in sorted(SERVING_MUTANTS.items()) if of == form])
+def test_each_planted_bug_of_the_triton_paged_kernels_is_a_bug(name, mutant):
+    case = serving_case(_base(torch.float16), form="paged", packing="ragged", pages="nondividing", poison="huge",
+                        seed=1)
+    verdict = flashcheck.check(f"{name}~{mutant}", case, device="cuda", properties=())
+    assert verdict.status == "BUG", str(verdict)

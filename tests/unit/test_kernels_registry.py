@@ -27,7 +27,8 @@ def test_builtin_names_and_descriptions():
     assert list(BUILTIN_KERNELS) == ["torch:math", "torch:flash", "torch:efficient", "torch:cudnn", "torch:flex",
                                      "flashcheck:triton", "fla:parallel_attn", "fla:parallel_attn-varlen",
                                      "torch:varlen", "torch:paged", "torch:jagged", "torch:split-kv",
-                                     "torch:flex-varlen", "flashcheck:triton-varlen", "torch:fp8"]
+                                     "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
+                                     "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8"]
     for name, description in BUILTIN_KERNELS.items():
         assert isinstance(description, str) and description and "\n" not in description, name
 

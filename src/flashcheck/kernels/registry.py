@@ -35,6 +35,7 @@ from .names import dotted, import_target, parse_kernel_name
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
 from .serving import SERVING_KERNELS
 from .triton.cache import use_triton_cache
+from .triton.forms import TRITON_FORMS, make_triton_form
 from .triton.runtime import BACKEND_NAME as TRITON
 
 __all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "parse_kernel_name", "resolve_kernel"]
@@ -43,7 +44,7 @@ FLEX = "torch:flex"
 FLEX_VARLEN = "torch:flex-varlen"
 FLA = "fla:parallel_attn"
 FLA_VARLEN = "fla:parallel_attn-varlen"
-TRITON_VARLEN = "flashcheck:triton-varlen"
+TRITON_FP8 = "flashcheck:triton-fp8"
 
 BUILTIN_KERNELS: dict[str, str] = {
     **{name: description for name, (_, description) in SDPA_KERNELS.items()},
@@ -58,9 +59,10 @@ BUILTIN_KERNELS: dict[str, str] = {
     **SERVING_KERNELS,
     FLEX_VARLEN: "FlexAttention on a packed varlen batch with a document mask (causal per document; option "
                  "compile=False: unfused eager path)",
-    TRITON_VARLEN: "flashcheck's own Triton kernel over packed varlen batches (on the CPU under the Triton "
-                   "interpreter)",
+    **{name: description for name, (_, _, description) in TRITON_FORMS.items()},
     FP8: "fp8 attention (e4m3, e5m2) with FA3's q/k/v descales in torch: fp32 scores, P rounded to fp8, bf16 out",
+    TRITON_FP8: "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU only: "
+                "the Triton interpreter's fp8 conversion rounds wrongly)",
 }
 
 # Built-in names live under these prefixes; anything else with a colon is an import path.
@@ -170,15 +172,27 @@ def _make_triton(device: str, options: dict, mutant: str | None = None) -> Kerne
     return on_device(made, device)
 
 
-def _make_triton_varlen(device: str, mutant: str | None = None) -> Kernel:
+def _make_triton_form(name: str, device: str, mutant: str | None = None) -> Kernel:
+    """flashcheck's Triton kernel of a serving form (:data:`TRITON_FORMS`), or a planted-bug variant of it."""
     problem = _triton_unavailable(device)
     if problem is not None:
-        raise BackendUnavailable(TRITON_VARLEN, device, problem.reason, problem.fix)
+        raise BackendUnavailable(name, device, problem.reason, problem.fix)
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    from .triton.varlen import make_varlen_kernel
+    return make_triton_form(name, device=device, mutant=mutant)
 
-    return make_varlen_kernel(device=device, mutant=mutant)
+
+def _make_triton_fp8(device: str, mutant: str | None = None) -> Kernel:
+    if device == "cpu":  # measured: its fp32 -> fp8 casts lose the carry into the exponent (tests/interpreter)
+        raise BackendUnavailable(TRITON_FP8, "cpu", "the Triton interpreter rounds fp32 to fp8 wrongly (values that "
+                                 "round up to a power of two come out at the power of two below)",
+                                 "Run it on a GPU with fp8 tensor cores (compute capability 8.9 or newer).")
+    problem = _triton_unavailable(device)
+    if problem is not None:
+        raise BackendUnavailable(TRITON_FP8, device, problem.reason, problem.fix)
+    from .triton.fp8 import make_fp8_triton_kernel
+
+    return make_fp8_triton_kernel(device=device, mutant=mutant)
 
 
 def dtype_left_out(kernel: Kernel, device: str, dtype: str) -> str | None:
@@ -218,18 +232,20 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .flex_varlen import make_flex_varlen_kernel
 
         return make_flex_varlen_kernel(device=device, **options)
-    if name == TRITON_VARLEN:
-        return _make_triton_varlen(device)
+    if name in TRITON_FORMS:
+        return _make_triton_form(name, device)
     if name == FP8:
         from .fp8 import make_fp8_kernel
 
         return make_fp8_kernel(device=device)
+    if name == TRITON_FP8:
+        return _make_triton_fp8(device)
     return _make_triton(device, options)
 
 
 def _why_unavailable(name: str, device: str) -> BackendUnavailable | None:
     """Side-effect-free availability check of a built-in (never sets TRITON_INTERPRET)."""
-    if name in (TRITON, TRITON_VARLEN):
+    if name == TRITON or name in TRITON_FORMS:
         problem = _triton_unavailable(device)
         return problem and BackendUnavailable(name, device, problem.reason, problem.fix)
     if name in (FLA, FLA_VARLEN):  # importing fla jits its kernels: only look for it
@@ -260,7 +276,7 @@ def available_kernels(device: str = "cuda") -> tuple:
 
 
 # The built-ins with planted bugs (NAME~BUG).
-PLANTED = (TRITON, TRITON_VARLEN, "torch:varlen", "torch:paged", "torch:split-kv", FP8)
+PLANTED = (TRITON, *TRITON_FORMS, "torch:varlen", "torch:paged", "torch:split-kv", FP8, TRITON_FP8)
 
 
 def _planted(target: str, base: str, mutant: str, device: str, options: dict) -> Kernel:
@@ -270,12 +286,14 @@ def _planted(target: str, base: str, mutant: str, device: str, options: dict) ->
                               "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
                               "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
     _check_options(base, options)
-    if base == TRITON_VARLEN:
-        return _make_triton_varlen(device, mutant)
+    if base in TRITON_FORMS:
+        return _make_triton_form(base, device, mutant)
     if base == FP8:
         from .fp8 import make_fp8_kernel
 
         return make_fp8_kernel(device=device, mutant=mutant)
+    if base == TRITON_FP8:
+        return _make_triton_fp8(device, mutant)
     if base in SERVING_KERNELS:
         from .serving import make_serving_kernel
 

@@ -13,15 +13,13 @@ import math
 import torch
 
 from ...contract.spec import Kernel, KernelSpec
-from ...errors import InvalidArgument
+from .online import BLOCK_M, BLOCK_N, LN2, check_mutant, finish, form_dtypes, online_step, pow2, start_state
 from .runtime import import_triton
 
 __all__ = ["NAME", "VARLEN_MUTANTS", "make_varlen_kernel"]
 
 NAME = "flashcheck:triton-varlen"
 VARLEN_MUTANTS = {"reads_past_end": "every sequence also attends the key just past its end"}
-# Tile sizes: 16 is tl.dot's least; the interpreter on the CPU runs the same code.
-BLOCK_M, BLOCK_N = 32, 32
 
 triton, tl = import_triton()
 
@@ -41,43 +39,25 @@ def _varlen_forward(Q, K, V, O, LSE, cu_q, cu_k, scale_log2, total_q, sqm, sqh, 
         kv_head = head // GROUP
         q = tl.load(Q + (q_start + rows)[:, None] * sqm + head * sqh + dims[None, :],
                     mask=(rows[:, None] < n_q) & (dims[None, :] < D), other=0.0)
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BDV], tl.float32)
+        m_i, l_i, acc = start_state(BLOCK_M, BDV)
         for start in range(0, n_k, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             k = tl.load(K + (k_start + cols)[None, :] * skm + kv_head * skh + dims[:, None],
                         mask=(cols[None, :] < n_k) & (dims[:, None] < D), other=0.0)
-            s = tl.dot(q, k) * scale_log2
+            v = tl.load(V + (k_start + cols)[:, None] * svm + kv_head * svh + dims_v[None, :],
+                        mask=(cols[:, None] < n_k) & (dims_v[None, :] < DV), other=0.0)
             visible = (cols[None, :] < n_k) & (rows[:, None] < n_q)
             if CAUSAL:
                 visible = visible & (cols[None, :] <= rows[:, None] + (n_k - n_q))
-            s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp2(s - m_safe[:, None])
-            alpha = tl.exp2(m_i - m_safe)
-            v = tl.load(V + (k_start + cols)[:, None] * svm + kv_head * svh + dims_v[None, :],
-                        mask=(cols[:, None] < n_k) & (dims_v[None, :] < DV), other=0.0)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
-        seen = l_i > 0
-        out = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
+            m_i, l_i, acc = online_step(q, k, v, visible, m_i, l_i, acc, scale_log2)
+        out, lse2 = finish(m_i, l_i, acc)
         tl.store(O + (q_start + rows)[:, None] * som + head * soh + dims_v[None, :], out.to(O.dtype.element_ty),
                  mask=(rows[:, None] < n_q) & (dims_v[None, :] < DV))
-        lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
-        tl.store(LSE + head * total_q + q_start + rows, lse, mask=rows < n_q)
-
-
-def _pow2(n: int) -> int:
-    return max(16, 1 << (n - 1).bit_length())
+        tl.store(LSE + head * total_q + q_start + rows, lse2 * LN2, mask=rows < n_q)
 
 
 def make_varlen_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    if mutant is not None and mutant not in VARLEN_MUTANTS:
-        raise InvalidArgument("kernel", f"{NAME}~{mutant}", f"no planted bug {mutant!r} for {NAME}",
-                              f"Planted bugs of {NAME}: {sorted(VARLEN_MUTANTS)}.")
+    check_mutant(NAME, mutant, VARLEN_MUTANTS)
 
     def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none"):
         total_q, heads, d = q.shape
@@ -91,13 +71,11 @@ def make_varlen_kernel(*, device: str, mutant: str | None = None) -> Kernel:
                                   q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                                   out.stride(0), out.stride(1), GROUP=heads // k.shape[1],
                                   CAUSAL=causal == "bottom_right", PAST_END=int(mutant == "reads_past_end"), D=d,
-                                  DV=dv, BD=_pow2(d), BDV=_pow2(dv), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+                                  DV=dv, BD=pow2(d), BDV=pow2(dv), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
         return out, lse
 
-    # The interpreter's bf16 tl.dot multiplies raw bit patterns (flashcheck.kernels.triton.forward): not on the CPU.
-    dtypes = ("fp16", "fp32") if device == "cpu" else ("fp16", "bf16", "fp32")
-    spec = KernelSpec(form="varlen", dtypes=dtypes, causal=("none", "bottom_right"), gqa=True, max_head_dim=256,
-                      dv_equals_d=False, fully_masked_rows="zero", precision="flash", devices=(device,),
-                      batch_invariant=True)
+    spec = KernelSpec(form="varlen", dtypes=form_dtypes(device), causal=("none", "bottom_right"), gqa=True,
+                      max_head_dim=256, dv_equals_d=False, fully_masked_rows="zero", precision="flash",
+                      devices=(device,), batch_invariant=True)
     attention.__name__ = attention.__qualname__ = "triton_varlen"
     return Kernel(attention, spec, name=NAME + (f"~{mutant}" if mutant else ""))
