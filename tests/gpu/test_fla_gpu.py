@@ -40,3 +40,20 @@ def test_the_controls_run_and_pass(dtype, head_dim):
     case = _case(dtype, head_dim)
     assert flashcheck.check("fla:parallel_attn", case, device="cuda", properties=()).status == "PASS"
     assert flashcheck.check_backward("fla:parallel_attn", case, device="cuda").status == "PASS"
+
+
+def test_the_decoding_step_passes_ragged_packed_batches():
+    """fla-core's attn_decoding_one_step: every query of a ragged packed batch as a decoding step at the end of its
+    key prefix, in fp16 and fp32, with and without a window."""
+    from flashcheck.inputs.packing import serving_case
+
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float16, torch.float32):
+        q = torch.randn(4, 4, 3, 64, generator=gen).to(dtype)
+        k, v = (torch.randn(4, 2, 300, 64, generator=gen).to(dtype) for _ in range(2))
+        for window in (None, (31, 0)):
+            base = AttentionCase.create(q, k, v, scale=0.125, causal="bottom_right",
+                                        variant=flashcheck.Variant(window=window))
+            case = serving_case(base, form="varlen", packing="ragged", pages="none", poison="huge", seed=3)
+            verdict = flashcheck.check("fla:attn_decoding", case, device="cuda")
+            assert verdict.ok, str(verdict)

@@ -25,7 +25,7 @@ CUDA_ONLY_ON_CPU = ("torch:efficient", "torch:cudnn")
 
 def test_builtin_names_and_descriptions():
     assert list(BUILTIN_KERNELS) == ["torch:math", "torch:flash", "torch:efficient", "torch:cudnn", "torch:flex",
-                                     "flashcheck:triton", "fla:parallel_attn", "fla:parallel_attn-varlen",
+                                     "flashcheck:triton", "fla:parallel_attn", "fla:parallel_attn-varlen", "fla:attn_decoding",
                                      "torch:varlen", "torch:paged", "torch:jagged", "torch:split-kv",
                                      "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
                                      "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8"]
@@ -296,3 +296,9 @@ def test_public_api():
 
     assert set(kernels.__all__) == {"BUILTIN_KERNELS", "DEVICES", "available_kernels", "resolve_kernel"}
     assert flashcheck.Kernel is Kernel
+
+
+def test_fla_decoding_is_refused_on_the_cpu_and_says_why():
+    with pytest.raises(BackendUnavailable, match="no driver"):
+        resolve_kernel("fla:attn_decoding", device="cpu")
+

@@ -22,6 +22,7 @@ is left out.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 
 import torch
@@ -31,10 +32,11 @@ from ..errors import BackendUnavailable
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["NAME", "VARLEN_NAME", "DESCRIPTION", "make_fla_kernel"]
+__all__ = ["NAME", "VARLEN_NAME", "DECODING_NAME", "DESCRIPTION", "make_fla_kernel", "make_fla_decoding_kernel"]
 
 NAME = "fla:parallel_attn"
 VARLEN_NAME = "fla:parallel_attn-varlen"
+DECODING_NAME = "fla:attn_decoding"
 DESCRIPTION = "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks)"
 
 
@@ -68,6 +70,49 @@ def _varlen(parallel_attn):
         return out[0]
 
     return attention
+
+
+def _decoding(one_step):
+    """fla's decoding step on a packed batch: query i of a sequence with q_len queries and k_len keys is the one
+    query at the end of its first k_len - q_len + i + 1 keys (bottom-right causal), one call per query offset
+    over the sequences that have it (their key prefixes packed with fla's ``cu_seqlens``)."""
+
+    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window=None,
+                  sinks=None):
+        out = q.new_zeros(q.shape[0], q.shape[1], v.shape[2])
+        q_at, k_at = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        q_lens, k_lens = ([b - a for a, b in zip(at, at[1:])] for at in (q_at, k_at))
+        left = -1 if window is None else window[0]
+        for i in range(max(q_lens, default=0)):
+            ends = {s: k_lens[s] - q_lens[s] + i + 1 for s in range(len(q_lens)) if q_lens[s] > i}
+            ends = {s: n for s, n in ends.items() if n > 0}  # a query that sees no key stays 0
+            if not ends:
+                continue
+            keys, values = (torch.cat([t[k_at[s]:k_at[s] + n] for s, n in ends.items()]) for t in (k, v))
+            cu = torch.tensor([0, *itertools.accumulate(ends.values())], device=q.device)
+            rows = torch.tensor([q_at[s] + i for s in ends], device=q.device)
+            o = one_step(q[rows][None], keys[None], values[None], scale=scale, cu_seqlens=cu,
+                         window_size=None if left < 0 else left + 1, sink_bias=sinks)
+            out[rows] = o[0]
+        return out
+
+    return attention
+
+
+def make_fla_decoding_kernel(*, device: str = "cuda") -> Kernel:
+    """fla-core's ``attn_decoding_one_step`` on the varlen form (bottom-right causal, windows and sinks); CUDA only."""
+    if device == "cpu":  # measured with fla-core 0.6.0 under Triton 3.9's interpreter
+        raise BackendUnavailable(DECODING_NAME, "cpu", "attn_decoding_one_step asks Triton's driver for the GPU's "
+                                 "shared memory, and the interpreter has no driver (RuntimeError: 0 active drivers)",
+                                 "Run it on a CUDA GPU.")
+    problem = unavailable(device, DECODING_NAME)
+    if problem is not None:
+        raise problem
+    one_step = import_backend(DECODING_NAME, "fla.ops.attn.decoding", problem="fla-core is not installed",
+                              fix="pip install fla-core==0.6.0 einops").attn_decoding_one_step
+    spec = make_fla_kernel(device=device, form="varlen").spec.replace(
+        causal=("bottom_right",), equal_lengths=False, excludes=("bottom_right_more_queries",))
+    return Kernel(_decoding(one_step), spec, name=DECODING_NAME)
 
 
 def make_fla_kernel(*, device: str = "cuda", form: str = "dense") -> Kernel:

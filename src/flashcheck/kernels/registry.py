@@ -44,6 +44,7 @@ FLEX = "torch:flex"
 FLEX_VARLEN = "torch:flex-varlen"
 FLA = "fla:parallel_attn"
 FLA_VARLEN = "fla:parallel_attn-varlen"
+FLA_DECODING = "fla:attn_decoding"
 TRITON_FP8 = "flashcheck:triton-fp8"
 
 BUILTIN_KERNELS: dict[str, str] = {
@@ -56,6 +57,8 @@ BUILTIN_KERNELS: dict[str, str] = {
          "pip install fla-core einops)",
     FLA_VARLEN: "fla-core's parallel_attn on a packed varlen batch (its cu_seqlens: each sequence's queries are its "
                 "keys)",
+    FLA_DECODING: "fla-core's attn_decoding_one_step on a packed varlen batch: each query as a decoding step at the "
+                  "end of its key prefix (bottom-right causal)",
     **SERVING_KERNELS,
     FLEX_VARLEN: "FlexAttention on a packed varlen batch with a document mask (causal per document; option "
                  "compile=False: unfused eager path)",
@@ -220,6 +223,10 @@ def _make_builtin(name: str, device: str, options: dict) -> Kernel:
         from .flex import make_flex_kernel
 
         return make_flex_kernel(device=device, **options)
+    if name == FLA_DECODING:
+        from .fla import make_fla_decoding_kernel
+
+        return make_fla_decoding_kernel(device=device)
     if name in (FLA, FLA_VARLEN):
         from .fla import make_fla_kernel
 
@@ -248,7 +255,7 @@ def _why_unavailable(name: str, device: str) -> BackendUnavailable | None:
     if name == TRITON or name in TRITON_FORMS:
         problem = _triton_unavailable(device)
         return problem and BackendUnavailable(name, device, problem.reason, problem.fix)
-    if name in (FLA, FLA_VARLEN):  # importing fla jits its kernels: only look for it
+    if name in (FLA, FLA_VARLEN, FLA_DECODING):  # importing fla jits its kernels: only look for it
         from .fla import unavailable
 
         return unavailable(device, name)
