@@ -49,7 +49,8 @@ def test_each_planted_bug_is_a_bug_on_the_gpu(mutant):
     form = SERVING_MUTANTS[mutant][0]
     name = {"split-kv": "torch:split-kv"}.get(form) or KERNELS[form].replace("[", f"~{mutant}[")
     case = serving_case(_base(torch.float16), form="varlen" if form == "varlen" else "paged", packing="ragged",
-                        pages="nondividing", poison="huge", seed=1)
+                        pages="nondividing", poison="huge", seed=1,
+                        seqused="slack" if mutant == "ignores_seqused_k" else "none")
     verdict = flashcheck.check(name if "~" in name else f"{name}~{mutant}", case, device="cuda")
     assert verdict.status == "BUG", str(verdict)
 

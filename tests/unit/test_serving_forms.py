@@ -54,7 +54,8 @@ def test_each_planted_bug_of_the_forms_is_a_bug(mutant):
     kernel = SERVING_MUTANTS[mutant][0]  # varlen, paged or split-kv (a paged kernel)
     form = "varlen" if kernel == "varlen" else "paged"
     # Pages of 4 over ragged lengths: every sequence crosses page boundaries, few fill their last page.
-    case = serving_case(_base(), form=form, packing="ragged", pages="nondividing", poison="huge", seed=1)
+    case = serving_case(_base(), form=form, packing="ragged", pages="nondividing", poison="huge", seed=1,
+                        seqused="slack" if mutant == "ignores_seqused_k" else "none")
     verdict = flashcheck.check(f"torch:{kernel}~{mutant}", case, device="cpu")
     assert verdict.status == "BUG", str(verdict)
     assert any(f.kind in ("over_budget", "nonfinite", "masked_row_promise") for f in verdict.findings)

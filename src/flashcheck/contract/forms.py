@@ -6,7 +6,9 @@ forms follow flash-attention's conventions:
 - ``form="varlen"``: ``kernel(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
   causal, ...)`` with q (total_q, Hq, D), k and v (total_k, Hkv, D) packed sequence after sequence,
   ``cu_seqlens_*`` int32 (B + 1,) offsets starting at 0, ``max_seqlen_*`` ints at least the longest
-  sequence; returns out (total_q, Hq, Dv), or ``(out, lse)`` with lse (Hq, total_q).
+  sequence; returns out (total_q, Hq, Dv), or ``(out, lse)`` with lse (Hq, total_q). A kernel whose spec
+  declares ``seqused_k`` may also receive ``seqused_k``, int32 (B,): sequence b uses only the first
+  ``seqused_k[b]`` of the keys from ``cu_seqlens_k[b]`` to ``cu_seqlens_k[b + 1]`` (the rest hold poison).
 - ``form="paged"``: ``kernel(q, k_cache, v_cache, *, block_table, cache_seqlens, scale, causal, ...)`` with
   q (B, Nq, Hq, D), caches (num_blocks, page_size, Hkv, D), ``block_table`` int32 (B, max_blocks) (the
   pages of sequence b in order), ``cache_seqlens`` int32 (B,) keys per sequence; returns out (B, Nq, Hq, Dv),

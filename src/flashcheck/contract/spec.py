@@ -108,6 +108,7 @@ class KernelSpec:
     ``form``: how the kernel receives its inputs, ``"dense"`` (the default), ``"varlen"`` (packed sequences
     with offsets) or ``"paged"`` (a paged KV cache with a block table); the conventions are those of
     :mod:`flashcheck.contract.forms`. ``page_sizes``: the page sizes a paged kernel takes (None: any).
+    ``seqused_k``: a varlen kernel takes and honours ``seqused_k`` (the keys it uses of each sequence's span).
     ``num_splits``: the split counts of a split-KV kernel (its keyword ``num_splits``); every case is judged at
     each of them, and with ``split_invariant`` they must give the same bits.
 
@@ -150,6 +151,7 @@ class KernelSpec:
     bias_shift_invariant: bool = False
     form: str = "dense"
     page_sizes: tuple | None = None
+    seqused_k: bool = False
     num_splits: tuple | None = None
     split_invariant: bool = False
     lse_base: str = "e"
@@ -185,6 +187,9 @@ class KernelSpec:
         if self.form != "dense" and (self.attn_mask or self.attn_bias):
             raise InvalidArgument("form", self.form, "a serving form takes no attn_mask or attn_bias here",
                                   "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")
+        if self.seqused_k and self.form != "varlen":
+            raise InvalidArgument("seqused_k", self.seqused_k, f"only the varlen form takes it (form={self.form!r})",
+                                  "Declare seqused_k=True with form='varlen' only.")
         put("page_sizes", _sizes("page_sizes", self.page_sizes))
         put("num_splits", _sizes("num_splits", self.num_splits))
         if self.alibi not in (None,) + ALIBI_MODES:

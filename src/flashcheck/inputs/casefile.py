@@ -33,7 +33,8 @@ __all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
 FORMAT_VERSION = 4
 # Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
 # slopes and attn_bias in the npz). A case without one is written as version 1, which every flashcheck reads.
-# Version 3 adds the serving form (lengths, page size, poison in the JSON; the block table in the npz).
+# Version 3 adds the serving form (lengths, page size, poison and a varlen case's seqused_k slack in the JSON;
+# the block table in the npz).
 # Version 4 adds fp8 inputs (their bits as uint8) and their descales (in the npz).
 _PLAIN_VERSION, _VARIANT_VERSION, _FP8_VERSION = 1, 2, 4
 _FORMAT_NAME = "flashcheck-case"
@@ -47,8 +48,10 @@ _RAW = {torch.bfloat16: (torch.int16, np.uint16), torch.float8_e4m3fn: (torch.ui
 # JSON gives with the shape; q, k and v are in the case's dtype).
 _EXTRA_ARRAYS = {"attn_mask": "bool", "sinks": "fp32", "alibi_slopes": "fp32", "attn_bias": None,
                  "descales": "fp32", "block_table": "int32"}
-# The JSON's "form" of a serving case: ServingCase's fields besides its base and block table.
+# The JSON's "form" of a serving case: ServingCase's fields besides its base and block table; k_slack (a varlen
+# case that passes seqused_k) only where it has one, so that other cases are written as before it.
 _FORM_KEYS = ("form", "q_lens", "k_lens", "max_seqlen_pad", "page_size", "num_blocks", "poison")
+_OPTIONAL_FORM_KEYS = ("k_slack",)
 
 
 def case_paths(path) -> tuple[Path, Path]:
@@ -91,7 +94,7 @@ def _metadata(case) -> dict:
     if isinstance(case, ServingCase):
         table = {} if case.block_table is None else {"block_table": {"shape": list(case.block_table.shape)}}
         return {**_metadata(case.base), "format_version": FORMAT_VERSION, "describe": case.describe(),
-                "form": {key: getattr(case, key) for key in _FORM_KEYS}, **table}
+                "form": _form_metadata(case), **table}
     s = case.shapes
     return {
         "format": _FORMAT_NAME,
@@ -111,6 +114,12 @@ def _metadata(case) -> dict:
         "provenance": case.provenance,
         **_variant_metadata(case.variant),
     }
+
+
+def _form_metadata(case: ServingCase) -> dict:
+    form = {key: getattr(case, key) for key in _FORM_KEYS}
+    form.update({key: getattr(case, key) for key in _OPTIONAL_FORM_KEYS if getattr(case, key) is not None})
+    return form
 
 
 def _version(variant) -> int:
@@ -225,8 +234,10 @@ def _check_meta(path: Path, meta) -> dict:
     if version < 1:
         raise CaseFormatError(path, f"format_version {version} is not a known version", fix)
     form = meta.get("form")
-    if form is not None and (not isinstance(form, dict) or sorted(form) != sorted(_FORM_KEYS)):
-        raise CaseFormatError(path, f"'form' must be null or a dict of {list(_FORM_KEYS)}", fix)
+    if form is not None and (not isinstance(form, dict) or not set(_FORM_KEYS) <= set(form)
+                             or not set(form) <= set(_FORM_KEYS + _OPTIONAL_FORM_KEYS)):
+        raise CaseFormatError(path, f"'form' must be null or a dict of {list(_FORM_KEYS)} (and optionally "
+                              f"{list(_OPTIONAL_FORM_KEYS)})", fix)
     for key in ("dtype", "shapes", "causal", "layout", "scale_hex"):
         if key not in meta:
             raise CaseFormatError(path, f"missing key {key!r}", fix)

@@ -1,7 +1,8 @@
 """Adversarial physical forms for a logical batch: sequence lengths, offsets, pages and block tables.
 
 A recipe names a length regime (:data:`LENGTH_REGIMES`), for a paged kernel a page regime
-(:data:`PAGE_REGIMES`), and a poison; :func:`serving_case` turns them, with the recipe's seed, into a
+(:data:`PAGE_REGIMES`), for a varlen kernel that takes ``seqused_k`` a key-use regime (:data:`SEQUSED_REGIMES`),
+and a poison; :func:`serving_case` turns them, with the recipe's seed, into a
 :class:`~flashcheck.inputs.serving.ServingCase` over the dense case the recipe built.
 """
 
@@ -14,12 +15,16 @@ from ..errors import InvalidArgument
 from .case import AttentionCase
 from .serving import ServingCase
 
-__all__ = ["LENGTH_REGIMES", "PAGE_REGIMES", "serving_case"]
+__all__ = ["LENGTH_REGIMES", "PAGE_REGIMES", "SEQUSED_REGIMES", "serving_case"]
 
 # Simplest first (hypothesis shrinks towards the start).
 LENGTH_REGIMES = ("full", "ragged", "empty_sequences", "single_tokens", "fewer_tokens_than_batch", "padded_max")
 # Page sizes: 1, 16, 64, 256, and the smallest from 3 up that divides no sequence's key count.
 PAGE_REGIMES = ("16", "1", "64", "256", "nondividing")
+# seqused_k: not passed, or passed with 0 to MAX_SLACK poisoned key slots after each sequence's used keys (one
+# sequence at least has some).
+SEQUSED_REGIMES = ("none", "slack")
+MAX_SLACK = 40
 
 
 def _lengths(regime: str, batch: int, limit: int, rng: np.random.Generator) -> list[int]:
@@ -70,10 +75,21 @@ def _block_table(k_lens: list[int], page_size: int, rng: np.random.Generator) ->
     return torch.from_numpy(table), num_blocks
 
 
+def _slack(regime: str, batch: int, rng: np.random.Generator) -> tuple | None:
+    if regime == "none":
+        return None
+    if regime != "slack":
+        raise InvalidArgument("seqused", regime, "unknown key-use regime", f"Use one of {list(SEQUSED_REGIMES)}.")
+    out = rng.integers(0, MAX_SLACK + 1, batch)
+    out[int(rng.integers(batch))] = int(rng.integers(1, MAX_SLACK + 1))
+    return tuple(out.tolist())
+
+
 def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, poison: str, seed: int,
-                 same_lengths: bool = False) -> ServingCase:
+                 same_lengths: bool = False, seqused: str = "none") -> ServingCase:
     """The serving-form case over ``base`` that the regimes and ``seed`` name (``same_lengths``: each sequence's
-    query count is its key count, for kernels whose spec says ``equal_lengths``)."""
+    query count is its key count, for kernels whose spec says ``equal_lengths``; ``seqused``: a varlen case's
+    regime of :data:`SEQUSED_REGIMES`)."""
     rng = np.random.default_rng([seed, 0x5E_4F])
     s = base.shapes
     k_lens = _lengths(packing, s.batch, s.n_k, rng)
@@ -84,4 +100,5 @@ def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, po
                            num_blocks=num_blocks, poison=poison)
     q_lens = list(k_lens) if same_lengths else _lengths(packing, s.batch, s.n_q, rng)
     pad = int(rng.integers(1, 64)) if packing == "padded_max" else 0
-    return ServingCase(base, "varlen", q_lens, k_lens, max_seqlen_pad=pad, poison=poison)
+    return ServingCase(base, "varlen", q_lens, k_lens, max_seqlen_pad=pad, poison=poison,
+                       k_slack=_slack(seqused, s.batch, rng))

@@ -14,7 +14,7 @@ from ..contract.features import FEATURES
 from ..contract.formats import ALL_DTYPES
 from ..errors import InvalidArgument
 
-__all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR"]
+__all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR", "token_cap_problem"]
 
 # An installed package carries the presets as flashcheck/_presets; a source checkout has them in the
 # repository's strategies/ (see pyproject.toml).
@@ -39,20 +39,31 @@ class Preset:
     max_batch: int = 2
     max_heads: int = 4
     head_dims: tuple | None = None
+    max_queries: int | None = None  # queries a sequence at most (None: lengths from min_n to max_n, as the keys)
+    max_total_tokens: int | None = None  # batch x (Nq + Nk) of a case at most: larger batches are cut to fit
     jobs: int = 1  # worker processes (fuzz --jobs, which wins over it)
     source: str = field(default="", compare=False)
 
     def strategy_options(self) -> dict:
         """The keyword options of :func:`flashcheck.inputs.strategies.recipes` this preset sets."""
         keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "variants", "min_n", "max_n",
-                "max_batch", "max_heads", "head_dims")
+                "max_batch", "max_heads", "head_dims", "max_queries", "max_total_tokens")
         return {k: getattr(self, k) for k in keys}
 
 
 _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), "min_n": int, "max_n": int,
-          "max_batch": int, "max_heads": int, "jobs": int}
+          "max_batch": int, "max_heads": int, "jobs": int, "max_queries": int, "max_total_tokens": int}
 _LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
           "variants": str, "head_dims": int}
+
+
+def token_cap_problem(max_total_tokens: int | None, max_n: int, max_queries: int | None) -> str | None:
+    """What is wrong with a cap of ``max_total_tokens`` on a case's batch x (Nq + Nk), or None: it must hold one
+    sequence of the longest lengths."""
+    longest = max_n + (max_queries or max_n)
+    if max_total_tokens is not None and max_total_tokens < longest:
+        return f"below one sequence of {longest} tokens (max_n + max_queries, or 2 max_n without max_queries)"
+    return None
 
 
 def builtin_presets() -> dict[str, Path]:
@@ -92,7 +103,12 @@ def load_preset(name_or_path: str | Path) -> Preset:
     if unknown:
         raise InvalidArgument(f"{path.name}: variants", list(data["variants"]), f"unknown features {unknown}",
                               f"Name features of {list(FEATURES)} (alibi_slopes for ALiBi).")
-    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs"):
+    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs", "max_queries", "max_total_tokens"):
         if key in data and data[key] < 1:
             raise InvalidArgument(f"{path.name}: {key}", data[key], "must be at least 1", f"Set {key} >= 1.")
-    return Preset(name=path.stem, source=str(path), **data)
+    preset = Preset(name=path.stem, source=str(path), **data)
+    problem = token_cap_problem(preset.max_total_tokens, preset.max_n, preset.max_queries)
+    if problem:
+        raise InvalidArgument(f"{path.name}: max_total_tokens", preset.max_total_tokens, problem,
+                              "Raise max_total_tokens or lower max_n and max_queries.")
+    return preset

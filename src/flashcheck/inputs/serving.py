@@ -74,7 +74,8 @@ class ServingCase:
     ``max_seqlen_pad``: how far the ``max_seqlen_*`` a varlen kernel receives exceed the longest sequence.
     ``page_size``, ``block_table`` ((B, max_blocks) int32) and ``num_blocks``: the page pool of a paged case;
     table entries past a sequence's pages point at poisoned pages. ``poison`` (:data:`POISONS`): what fills
-    memory no sequence owns.
+    memory no sequence owns. ``k_slack`` (varlen only; None: no ``seqused_k``): per sequence, the poisoned key
+    slots after its ``k_lens[b]`` used keys inside its ``cu_seqlens_k`` span; the kernel receives ``seqused_k``.
     """
 
     base: AttentionCase
@@ -86,6 +87,7 @@ class ServingCase:
     block_table: torch.Tensor | None = None
     num_blocks: int = 0
     poison: str = "huge"
+    k_slack: tuple | None = None
 
     def __post_init__(self):
         base = self.base
@@ -101,6 +103,8 @@ class ServingCase:
         object.__setattr__(self, "k_lens", _lengths("k_lens", self.k_lens, s.batch, s.n_k))
         if self.form == "paged":
             self._check_pages()
+        if self.k_slack is not None:
+            self._check_slack()
 
     def _check_pages(self) -> None:
         if set(self.q_lens) != {self.base.shapes.n_q}:
@@ -119,6 +123,18 @@ class ServingCase:
             raise InvalidArgument("block_table", table, "two sequences (or two positions) share a page",
                                   "Give every page that holds keys to one position of one sequence.")
         object.__setattr__(self, "block_table", table.to("cpu", torch.int32).contiguous())
+
+    def _check_slack(self) -> None:
+        slack = tuple(int(n) for n in self.k_slack)
+        if self.form != "varlen" or len(slack) != len(self.k_lens) or min(slack + (0,)) < 0:
+            raise InvalidArgument("k_slack", self.k_slack, f"expected {len(self.k_lens)} counts >= 0 of a varlen case",
+                                  "Pass k_slack=None, or one spare key count per sequence with form='varlen'.")
+        object.__setattr__(self, "k_slack", slack)
+
+    @property
+    def k_spans(self) -> tuple:
+        """Each sequence's keys in the packed k and v of the varlen form: its used keys and its slack."""
+        return self.k_lens if self.k_slack is None else tuple(n + m for n, m in zip(self.k_lens, self.k_slack))
 
     # ---- what the case is -------------------------------------------------------------------------
 
@@ -142,6 +158,8 @@ class ServingCase:
             form += f" page_size={self.page_size} num_blocks={self.num_blocks}"
         elif self.max_seqlen_pad:
             form += f" max_seqlen_pad={self.max_seqlen_pad}"
+        if self.k_slack is not None:
+            form += f" k_slack={list(self.k_slack)}"
         return f"{self.base.describe()} {form} poison={self.poison}"
 
     def __repr__(self) -> str:
@@ -154,7 +172,7 @@ class ServingCase:
     def _form_fields(self) -> tuple:
         table = None if self.block_table is None else self.block_table.tolist()
         return (self.form, self.q_lens, self.k_lens, self.max_seqlen_pad, self.page_size, table, self.num_blocks,
-                self.poison)
+                self.poison, self.k_slack)
 
     # ---- the logical problem, by sequence ------------------------------------------------------------
 
@@ -190,29 +208,27 @@ class ServingCase:
         return poison_values(self.poison, self.base.k)
 
     def _varlen(self, device) -> FormInputs:
-        base, (huge_k, huge_v) = self.base, self._poison()
-        packed = []
-        for t, lens, value in ((base.q, self.q_lens, huge_k), (base.k, self.k_lens, huge_k),
-                               (base.v, self.k_lens, huge_v)):
-            rows = [t[b, :, :n].transpose(0, 1) for b, n in enumerate(lens)]
-            total = sum(lens)
-            buffer = torch.full((total + TAIL, t.shape[1], t.shape[3]), value, dtype=t.dtype)
-            buffer[:total] = torch.cat(rows) if rows else buffer[:0]
-            packed.append(buffer.to(device)[:total])
-        cu = [_offsets(self.q_lens, device), _offsets(self.k_lens, device)]
-        return FormInputs(tuple(packed), {"cu_seqlens_q": cu[0], "cu_seqlens_k": cu[1],
-                                          "max_seqlen_q": max(self.q_lens) + self.max_seqlen_pad,
-                                          "max_seqlen_k": max(self.k_lens) + self.max_seqlen_pad})
+        base, (huge_k, huge_v), spans = self.base, self._poison(), self.k_spans
+        packed = (_packed(base.q, self.q_lens, self.q_lens, huge_k, device),
+                  _packed(base.k, self.k_lens, spans, huge_k, device, alternate=True),
+                  _packed(base.v, self.k_lens, spans, huge_v, device))
+        pad = self.max_seqlen_pad
+        kwargs = {"cu_seqlens_q": _offsets(self.q_lens, device), "cu_seqlens_k": _offsets(spans, device),
+                  "max_seqlen_q": max(self.q_lens) + pad, "max_seqlen_k": max(spans) + pad}
+        if self.k_slack is not None:
+            kwargs["seqused_k"] = torch.tensor(self.k_lens, dtype=torch.int32, device=device)
+        return FormInputs(packed, kwargs)
 
     def _paged(self, device) -> FormInputs:
         base, (huge_k, huge_v) = self.base, self._poison()
+        lens = torch.tensor(self.k_lens)
+        seq = torch.repeat_interleave(torch.arange(len(self.k_lens)), lens)  # each owned key's sequence and index
+        key = torch.arange(seq.numel()) - (torch.cumsum(lens, 0) - lens)[seq]
+        page, slot = self.block_table[seq, key // self.page_size].long(), key % self.page_size
         caches = []
         for t, value in ((base.k, huge_k), (base.v, huge_v)):
             pool = torch.full((self.num_blocks, self.page_size, t.shape[1], t.shape[3]), value, dtype=t.dtype)
-            for b, n in enumerate(self.k_lens):
-                for page in range(self.pages_of(b)):
-                    start, stop = page * self.page_size, min(n, (page + 1) * self.page_size)
-                    pool[int(self.block_table[b, page]), :stop - start] = t[b, :, start:stop].transpose(0, 1)
+            pool[page, slot] = t[seq, :, key]
             caches.append(pool.to(device))
         q = base.q.transpose(1, 2).contiguous().to(device)
         return FormInputs((q, *caches), {"block_table": self.block_table.to(device),
@@ -255,8 +271,9 @@ class ServingCase:
         alone = AttentionCase.create(base.q[keep], base.k[keep], base.v[keep], scale=base.scale, causal=base.causal,
                                      provenance=base.provenance, variant=_variant_of(base.variant, torch.tensor([b])))
         table = None if self.block_table is None else self.block_table[keep]
+        slack = None if self.k_slack is None else self.k_slack[keep]
         return dataclasses.replace(self, base=alone, q_lens=self.q_lens[keep], k_lens=self.k_lens[keep],
-                                   block_table=table)
+                                   block_table=table, k_slack=slack)
 
     def with_pages_permuted(self, seed: int) -> "ServingCase":
         """The same case with the page pool in another order (its block table renumbered)."""
@@ -275,6 +292,21 @@ def _variant_of(variant, rows: torch.Tensor):
     if slopes is None or slopes.dim() == 1:
         return variant
     return variant.replace(alibi_slopes=slopes.index_select(0, rows))
+
+
+def _packed(t: torch.Tensor, lens, spans, value: float, device, *, alternate: bool = False) -> torch.Tensor:
+    """``t`` (B, H, N, D) packed as (total, H, D): sequence b's first ``lens[b]`` rows at the start of a span of
+    ``spans[b]`` rows, the rest of each span and a tail of :data:`TAIL` rows past the end poisoned with ``value``
+    (``alternate``: -value in every other row of a span's rest, so that whatever a query's sign, one of them gives
+    it a huge logit)."""
+    total, start = sum(spans), 0
+    buffer = torch.full((total + TAIL, t.shape[1], t.shape[3]), value, dtype=t.dtype)
+    for b, (n, span) in enumerate(zip(lens, spans)):
+        buffer[start:start + n] = t[b, :, :n].transpose(0, 1)
+        if alternate:
+            buffer[start + n + 1:start + span:2] = -value
+        start += span
+    return buffer.to(device)[:total]
 
 
 def _offsets(lengths, device) -> torch.Tensor:

@@ -22,7 +22,8 @@ from ..contract.variants import FEATURES, declared
 from ..errors import InvalidArgument
 from .case import AttentionCase
 from .layout import layouts as layout_names
-from .packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
+from .packing import LENGTH_REGIMES, PAGE_REGIMES, SEQUSED_REGIMES, serving_case
+from .presets import token_cap_problem
 from .quantization import VALUE_FORMAT, descale_regime, quantize
 from .regimes import (
     MASK_REGIMES,
@@ -81,6 +82,7 @@ class Recipe:
     poison: str = "none"
     form: str = "dense"
     same_lengths: bool = False  # each sequence's queries are its keys (a spec with equal_lengths)
+    seqused: str = "none"  # a varlen kernel's seqused_k (flashcheck.inputs.packing.SEQUSED_REGIMES)
 
     @property
     def variants(self) -> dict[str, str]:
@@ -91,7 +93,8 @@ class Recipe:
     def regime(self) -> str:
         used = "".join(f"/{f}={name}" for f, name in self.variants.items())
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
-            f",pages={self.pages}" if self.form == "paged" else "")
+            f",pages={self.pages}" if self.form == "paged" else "") + (
+            f",seqused_k={self.seqused}" if self.seqused != "none" else "")
         fp8 = f"/descales={descale_regime(self.seed)}" if self.dtype in FP8_DTYPES else ""
         return f"{self.values}/{self.mask}{used}{form}{fp8}"
 
@@ -100,7 +103,7 @@ class Recipe:
         if self.form == "dense":
             return case
         return serving_case(case, form=self.form, packing=self.packing, pages=self.pages, poison=self.poison,
-                            seed=self.seed, same_lengths=self.same_lengths)
+                            seed=self.seed, same_lengths=self.same_lengths, seqused=self.seqused)
 
     def _dense(self, kernel: str | None) -> AttentionCase:
         s = self.shapes
@@ -153,9 +156,13 @@ def _lengths(spec: KernelSpec, min_n: int, max_n: int):
 
 @st.composite
 def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
-           max_batch: int = 2, max_heads: int = 4, head_dims=None) -> Shapes:
-    """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec."""
+           max_batch: int = 2, max_heads: int = 4, head_dims=None, max_queries: int | None = None) -> Shapes:
+    """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec
+    (``max_queries``: Nq from 1 to it, Nk from ``min_n`` to ``max_n``; None: both from ``min_n`` to ``max_n``)."""
     _check_sizes("n", min_n, max_n)
+    if max_queries is not None and max_queries < spec.seq_multiple:
+        raise InvalidArgument("max_queries", max_queries, f"below the spec's seq_multiple={spec.seq_multiple}",
+                              "Raise max_queries to at least the kernel's seq_multiple.")
     if min_n > (spec.max_seqlen or max_n) or not [n for n in range(min_n, max_n + 1)
                                                    if n % spec.seq_multiple == 0][:1]:
         raise InvalidArgument("max_n", max_n, f"no length in [{min_n}, {max_n}] fits the spec",
@@ -165,7 +172,8 @@ def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int 
     if not dims:
         raise InvalidArgument("head_dims", head_dims, f"none allowed by the spec ({allowed[:8]}...)",
                               "Pick head dims the kernel spec declares.")
-    n_q = draw(_lengths(spec, min_n, max_n))
+    decode = max_queries is not None and not spec.equal_lengths
+    n_q = draw(_lengths(spec, 1, max_queries) if decode else _lengths(spec, min_n, max_n))
     n_k = n_q if spec.equal_lengths else draw(_lengths(spec, min_n, max_n))
     heads_kv = draw(st.integers(1, max_heads))
     group = draw(st.integers(1, max(1, max_heads // heads_kv))) if spec.gqa else 1
@@ -206,9 +214,10 @@ def _bias_fields(draw, spec: KernelSpec, fields: dict) -> dict:
 # The fields of a recipe drawn from a pool, in the order they are drawn: first, so that a covering plan
 # (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
-POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison")
-FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths")
-# A decode step of a paged kernel: 1 to 16 queries a sequence; serving batches: up to 8 sequences.
+POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison",
+                                                                                     "seqused")
+FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused")
+# A decode step of a paged kernel: 1 to 16 queries a sequence; serving batches: up to max(max_batch, 8) sequences.
 MAX_DECODE_QUERIES, MIN_SERVING_BATCH = 16, 8
 
 
@@ -222,8 +231,9 @@ def _form_pools(spec: KernelSpec) -> dict[str, list]:
             pages = [p for p in pages if p != "nondividing"] or [str(spec.page_sizes[0])]
     packing = _allowed("packing", list(LENGTH_REGIMES), "empty_sequences", "empty_sequences", spec)
     packing = _allowed("packing", packing, "fewer_tokens_than_batch", "empty_sequences", spec)
-    return {"packing": packing, "pages": pages,
-            "poison": list(POISONS) if spec.nan_safe_masking else ["huge"]}
+    pools = {"packing": packing, "pages": pages, "poison": list(POISONS) if spec.nan_safe_masking else ["huge"]}
+    # only a kernel that takes seqused_k has the pool: the others' draws stay those of before it
+    return {**pools, "seqused": list(SEQUSED_REGIMES)} if spec.seqused_k else pools
 
 
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
@@ -261,20 +271,30 @@ def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=
 @st.composite
 def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
             scale_regimes=None, layouts=None, variants=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
-            max_heads: int = 4, head_dims=None) -> Recipe:
+            max_heads: int = 4, head_dims=None, max_queries: int | None = None,
+            max_total_tokens: int | None = None) -> Recipe:
     """Recipes of cases the spec supports, over the chosen regimes: the pooled fields first
-    (:data:`POOL_FIELDS`), then the shapes, then the seed of the values."""
+    (:data:`POOL_FIELDS`), then the shapes, then the seed of the values. ``max_queries``: see :func:`shapes`
+    (a paged kernel's at most 16); ``max_total_tokens``: the batch cut so that batch x (Nq + Nk) stays within it."""
+    problem = token_cap_problem(max_total_tokens, max_n, max_queries)
+    if problem:
+        raise InvalidArgument("max_total_tokens", max_total_tokens, problem,
+                              "Raise max_total_tokens or lower max_n and max_queries.")
     pools = recipe_pools(spec=spec, dtypes=dtypes, value_regimes=value_regimes, mask_regimes=mask_regimes,
                          scale_regimes=scale_regimes, layouts=layouts, variants=variants)
     fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS if name in pools}
+    if max_queries is not None and spec.form == "paged":
+        max_queries = min(max_queries, MAX_DECODE_QUERIES)
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
-                    head_dims=head_dims))
+                    head_dims=head_dims, max_queries=max_queries))
     if spec.form != "dense":
         s = dataclasses.replace(s, batch=draw(st.integers(1, max(max_batch, MIN_SERVING_BATCH))),
                                 n_q=min(s.n_q, MAX_DECODE_QUERIES) if spec.form == "paged" else s.n_q)
         fields["form"], fields["same_lengths"] = spec.form, spec.equal_lengths
-        # empty_sequences over a batch of one is the batch without tokens
-        assume(not ("empty_batch" in spec.excludes and fields["packing"] == "empty_sequences" and s.batch == 1))
+    if max_total_tokens is not None:
+        s = dataclasses.replace(s, batch=max(1, min(s.batch, max_total_tokens // (s.n_q + s.n_k))))
+    # empty_sequences over a batch of one is the batch without tokens
+    assume(not ("empty_batch" in spec.excludes and fields.get("packing") == "empty_sequences" and s.batch == 1))
     if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
     fields.update(_bias_fields(draw, spec, fields))

@@ -16,6 +16,7 @@ import traceback
 
 import torch
 
+from ..errors import InvalidArgument
 from ..inputs.serving import SequenceGroup, ServingCase
 from ..numerics.budget import error_budget
 from .comparison import compare, promises
@@ -110,6 +111,9 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
                   regime: str | None = None, meta: dict) -> Verdict:
     """Run ``kernel`` on ``case`` and judge every sequence's output (at each split count of a split-KV kernel),
     then the properties asked for."""
+    if case.k_slack is not None and not kernel.spec.seqused_k:
+        raise InvalidArgument("case", case.describe(), f"passes seqused_k, which {kernel.name} does not declare",
+                              "Declare seqused_k=True in the kernel's spec, or use a case without k_slack.")
     splits = kernel.spec.num_splits or (None,)
     run = run_form(kernel, case, device, num_splits=splits[0])
     if run.error is not None:

@@ -21,8 +21,8 @@ from .split_kv import SPLIT_MUTANTS, make_split_kv_kernel
 __all__ = ["SERVING_KERNELS", "SERVING_MUTANTS", "make_serving_kernel"]
 
 SERVING_KERNELS = {
-    "torch:varlen": "packed variable-length batches (flash-attention's varlen convention), one PyTorch SDPA call per "
-                    "sequence (option backend=math|flash|efficient|cudnn)",
+    "torch:varlen": "packed variable-length batches (flash-attention's varlen convention, seqused_k included), one "
+                    "PyTorch SDPA call per sequence (option backend=math|flash|efficient|cudnn)",
     "torch:paged": "a paged KV cache with a block table (flash-attention's kvcache convention), one PyTorch SDPA "
                    "call per sequence (option backend=math|flash|efficient|cudnn)",
     "torch:jagged": "PyTorch's jagged nested tensors through scaled_dot_product_attention, one call for the packed "
@@ -34,6 +34,7 @@ SERVING_KERNELS = {
 SERVING_MUTANTS = {
     "reads_past_end": ("varlen", "each sequence also attends the key just past its end"),
     "shared_offsets": ("varlen", "the keys' offsets taken from cu_seqlens_q"),
+    "ignores_seqused_k": ("varlen", "every key of a sequence's cu_seqlens_k span is attended, past its seqused_k too"),
     "page_off_by_one": ("paged", "the first key of every page after the first is read from the page before"),
     "ignores_cache_len": ("paged", "every slot of a sequence's pages is attended, past its cache length too"),
     **{name: ("split-kv", what) for name, what in SPLIT_MUTANTS.items()},
@@ -58,14 +59,15 @@ def _one(dense: Kernel, q, k, v, b: int, *, scale, causal, variant) -> torch.Ten
 
 def _varlen(dense: Kernel, mutant: str | None):
     def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none",
-                  **variant):
+                  seqused_k=None, **variant):
         cu_q = cu_seqlens_q.tolist()
         cu_k = (cu_seqlens_q if mutant == "shared_offsets" else cu_seqlens_k).tolist()
+        used = None if seqused_k is None or mutant == "ignores_seqused_k" else seqused_k.tolist()
         out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])
         for b in range(len(cu_q) - 1):
             if cu_q[b + 1] == cu_q[b]:
                 continue
-            stop = cu_k[b + 1] + (mutant == "reads_past_end")
+            stop = (cu_k[b + 1] if used is None else cu_k[b] + used[b]) + (mutant == "reads_past_end")
             keys = slice(cu_k[b], stop)
             # a read past the packed tensor's end goes on into its storage, as a kernel's pointer would
             k_b, v_b = (_rows(t, keys) for t in (k, v))
@@ -145,7 +147,8 @@ def make_serving_kernel(name: str, *, device: str, backend: str = "math", mutant
                               f"Use one of {[n.split(':')[1] for n in SDPA_KERNELS]}.")
     dense = make_sdpa_kernel(dense_name, device=device)
     spec = dataclasses.replace(dense.spec, form=form, attn_mask=False, attn_bias=False, fp32_bias=False,
-                               batch_invariant=True, fully_masked_rows="zero", backward=False)
+                               batch_invariant=True, fully_masked_rows="zero", backward=False,
+                               seqused_k=form == "varlen")
     fn = (_varlen if form == "varlen" else _paged)(dense, mutant)
     options = f"[backend={backend}]" if backend != "math" else ""
     label = f"{name}~{mutant}{options}" if mutant else f"{name}{options}"
