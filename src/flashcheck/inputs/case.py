@@ -225,7 +225,7 @@ class AttentionCase:
         mask = "none" if self.attn_mask is None else "(" + ",".join(str(n) for n in self.attn_mask.shape) + ")"
         return (f"{self.dtype} B={s.batch} Hq={s.heads_q} Hkv={s.heads_kv} Nq={s.n_q} Nk={s.n_k} "
                 f"D={s.head_dim} Dv={s.head_dim_v} scale={self.scale:.6g} causal={self.causal} "
-                f"mask={mask} layout={self.layout}" + (f" {self.variant.describe()}" if self.variant.describe() else ""))
+                f"mask={mask} layout={self.layout}" + (f" {variant}" if (variant := self.variant.describe()) else ""))
 
     def __repr__(self) -> str:
         return f"AttentionCase({self.describe()})"
