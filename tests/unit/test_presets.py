@@ -35,6 +35,10 @@ def test_user_preset_by_path(tmp_path):
     ("jobs = 0\n", "must be at least 1"),
     ("jobs = 1.5\n", "wrong kind of value"),
     ("max_n = [\n", "cannot be read as TOML"),
+    ("max_queries = 0\n", "max_queries=0: must be at least 1"),
+    ('max_total_tokens = "big"\n', "max_total_tokens='big': wrong kind of value"),
+    ("max_n = 1000\nmax_total_tokens = 1500\n", "max_total_tokens=1500: below one sequence of 2000 tokens"),
+    ("max_n = 1000\nmax_queries = 16\nmax_total_tokens = 1015\n", "max_total_tokens=1015: below one sequence of 1016"),
 ])
 def test_bad_user_presets_are_refused_by_key(tmp_path, text, words):
     path = tmp_path / "bad.toml"
