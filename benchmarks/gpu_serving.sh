@@ -11,10 +11,13 @@
 #   E: tests/gpu/test_serving_gpu.py and test_fp8_gpu.py, then flashcheck:triton-fp8, flashcheck:triton-paged,
 #      flashcheck:triton-split-kv and torch:split-kv for SECONDS beside the Triton kernels' planted bugs;
 #   F: tests/gpu/test_fp8_gpu.py, then flashcheck:triton-fp8, flashcheck:triton-split-kv and
-#      flashcheck:triton-paged alone for SECONDS (their first run compiles one kernel per head dim).
+#      flashcheck:triton-paged alone for SECONDS (their first run compiles one kernel per head dim);
+#   G: tests/gpu/test_serving_gpu.py and test_fla_gpu.py beside campaigns of fla:attn_decoding (fla-core's
+#      decoding step), torch:split-kv and flashcheck:triton-split-kv on the adversarial preset, and of the
+#      references over flash on the serving preset, for SECONDS each.
 # Findings go to OUTDIR/corpus-* the moment they are found; everything is packed into OUTDIR/serving-PART.tgz;
 # a short table is printed last.
-# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C|D|E|F [SECONDS]
+# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C|D|E|F|G [SECONDS]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-serving}}
 part=${2:-A}
@@ -67,6 +70,16 @@ elif [ "$part" = F ]; then
   fuzz triton-split-kv flashcheck:triton-split-kv 5 "$seconds" &
   fuzz triton-paged flashcheck:triton-paged 4 "$seconds" &
   wait
+elif [ "$part" = G ]; then
+  timeout 480 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_serving_gpu.py tests/gpu/test_fla_gpu.py \
+      > "$work/gpu_tests.txt" 2>&1 &
+  fuzz fla-decoding fla:attn_decoding 3 "$seconds" &
+  fuzz split-kv torch:split-kv 4 "$seconds" &
+  fuzz triton-split-kv flashcheck:triton-split-kv 3 "$seconds" &
+  fuzz serving-paged 'torch:paged[backend=flash]' 2 "$seconds" --preset serving &
+  fuzz serving-varlen 'torch:varlen[backend=flash]' 2 "$seconds" --preset serving &
+  fuzz serving-decoding fla:attn_decoding 1 "$seconds" --preset serving &
+  wait
 else
   for bug in reads_past_end shared_offsets; do fuzz "varlen-$bug" "torch:varlen~$bug[backend=flash]" 2 60 & done
   for bug in page_off_by_one ignores_cache_len; do fuzz "paged-$bug" "torch:paged~$bug[backend=flash]" 2 60 & done
@@ -85,11 +98,13 @@ print((work / "machine.txt").read_text().strip())
 tests = work / "gpu_tests.txt"
 if tests.exists():
     print("gpu tests:", tests.read_text().strip().splitlines()[-1])
-print(f"{'campaign':<26} {'verdict':<9} {'cases':>7} {'cases/s':>8} {'bugs':>5}  max err/budget by dtype")
+print(f"{'campaign':<26} {'verdict':<9} {'cases':>7} {'cases/s':>8} {'bugs':>5} {'susp':>5} {'compiled':>8}"
+      "  max err/budget by dtype")
 for path in sorted(work.glob("*.json")):
     s = json.loads(path.read_text())
     ratios = ", ".join(f"{d} {v:.3g}" if isinstance(v, float) else f"{d} {v}"
                        for d, v in sorted((s.get("max_ratio_by_dtype") or {}).items()))
+    status = (s.get("counts") or {}).get("by_status") or {}
     print(f"{path.stem:<26} {s.get('verdict', '?'):<9} {s.get('cases', 0):>7} {s.get('cases_per_s') or 0:>8.1f} "
-          f"{len(s.get('bugs') or []):>5}  {ratios}")
+          f"{status.get('BUG', 0):>5} {status.get('SUSPICIOUS', 0):>5} {s.get('compilations') or 0:>8}  {ratios}")
 PY

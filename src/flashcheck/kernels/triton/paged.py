@@ -40,12 +40,15 @@ PAGED_MUTANTS = {name: what for name, (form, what) in SERVING_MUTANTS.items() if
 MAX_HEAD_DIM = 256  # a (BLOCK_M, 256) fp32 accumulator is the most a tile holds in registers
 
 triton, tl = import_triton()
+# Sizes and strides stay runtime values (no specialisation on 1 or on multiples of 16): a campaign draws a new
+# shape every case, and one compiled kernel per dtype and power-of-two tile serves them all.
+RUNTIME_SIZES = ("scale_log2", "n_q", "heads", "batch", "splits", "page_size", "GROUP", "D", "DV", "sqb", "sqm",
+                 "sqh", "skb", "sks", "skh", "svb", "svs", "svh", "sob", "som", "soh", "stb")
 
 
 @triton.jit
 def attend_pages(q, K, V, table_row, rows, lo, hi, n_q, n_k, page_size, skb, sks, k_off, svb, svs, v_off,
-                 scale_log2, CAUSAL: tl.constexpr, OFF_BY_ONE: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-                 BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 scale_log2, CAUSAL: tl.constexpr, OFF_BY_ONE: tl.constexpr, D, DV, BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The online softmax (m, l, acc) of the query tile ``q`` over keys ``lo`` to ``hi`` of a sequence of
     ``n_k`` keys (its causal alignment)."""
     dims, dims_v = tl.arange(0, BD), tl.arange(0, BDV)
@@ -61,11 +64,10 @@ def attend_pages(q, K, V, table_row, rows, lo, hi, n_q, n_k, page_size, skb, sks
     return m_i, l_i, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUNTIME_SIZES)
 def _paged_forward(Q, K, V, O, LSE, table, seqlens, scale_log2, n_q, heads, page_size, sqb, sqm, sqh, skb, sks,
-                   skh, svb, svs, svh, sob, som, soh, stb, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
-                   OFF_BY_ONE: tl.constexpr, WHOLE_PAGES: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-                   BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   skh, svb, svs, svh, sob, som, soh, stb, GROUP, CAUSAL: tl.constexpr, OFF_BY_ONE: tl.constexpr,
+                   WHOLE_PAGES: tl.constexpr, D, DV, BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tile, head, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_k = tl.load(seqlens + seq)
     if WHOLE_PAGES:

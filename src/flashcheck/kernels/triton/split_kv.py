@@ -16,7 +16,7 @@ from ...contract.spec import Kernel
 from ...errors import InvalidArgument
 from ..split_kv import SPLIT_COUNTS, SPLIT_MUTANTS
 from .online import BLOCK_M, LN2, check_mutant, finish
-from .paged import PagedArgs, attend_pages, paged_spec
+from .paged import RUNTIME_SIZES, PagedArgs, attend_pages, paged_spec
 from .runtime import import_triton
 
 __all__ = ["NAME", "make_split_kv_kernel"]
@@ -26,10 +26,10 @@ NAME = "flashcheck:triton-split-kv"
 triton, tl = import_triton()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUNTIME_SIZES)
 def _partials(Q, K, V, O_S, LSE_S, table, seqlens, scale_log2, n_q, heads, batch, splits, page_size, sqb, sqm,
-              sqh, skb, sks, skh, svb, svs, svh, stb, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
-              EMPTY_NAN: tl.constexpr, BASE2: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BD: tl.constexpr,
+              sqh, skb, sks, skh, svb, svs, svh, stb, GROUP, CAUSAL: tl.constexpr, EMPTY_NAN: tl.constexpr,
+              BASE2: tl.constexpr, D, DV, BD: tl.constexpr,
               BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tile, head, which = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq, split = which // splits, which % splits
@@ -50,8 +50,8 @@ def _partials(Q, K, V, O_S, LSE_S, table, seqlens, scale_log2, n_q, heads, batch
     tl.store(LSE_S + state, lse2 if BASE2 else lse2 * LN2, mask=rows < n_q)
 
 
-@triton.jit
-def _merge(O_S, LSE_S, O, LSE, n_q, heads, batch, splits, sob, som, soh, DV: tl.constexpr, BDV: tl.constexpr,
+@triton.jit(do_not_specialize=RUNTIME_SIZES)
+def _merge(O_S, LSE_S, O, LSE, n_q, heads, batch, splits, sob, som, soh, DV, BDV: tl.constexpr,
            BLOCK_M: tl.constexpr):
     tile, head, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
