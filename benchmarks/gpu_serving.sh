@@ -14,10 +14,12 @@
 #      flashcheck:triton-paged alone for SECONDS (their first run compiles one kernel per head dim);
 #   G: tests/gpu/test_serving_gpu.py and test_fla_gpu.py beside campaigns of fla:attn_decoding (fla-core's
 #      decoding step), torch:split-kv and flashcheck:triton-split-kv on the adversarial preset, and of the
-#      references over flash on the serving preset, for SECONDS each.
+#      references over flash on the serving preset, for SECONDS each;
+#   H: tests/gpu/test_fla_gpu.py and reports/serving-2026-12-03/fla_decoding_probe.py, then fla:attn_decoding
+#      (fp32, its spec's one dtype), torch:split-kv and flashcheck:triton-split-kv for SECONDS each.
 # Findings go to OUTDIR/corpus-* the moment they are found; everything is packed into OUTDIR/serving-PART.tgz;
 # a short table is printed last.
-# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C|D|E|F|G [SECONDS]
+# Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C|D|E|F|G|H [SECONDS]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/flashcheck-serving}}
 part=${2:-A}
@@ -80,6 +82,14 @@ elif [ "$part" = G ]; then
   fuzz serving-varlen 'torch:varlen[backend=flash]' 2 "$seconds" --preset serving &
   fuzz serving-decoding fla:attn_decoding 1 "$seconds" --preset serving &
   wait
+elif [ "$part" = H ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fla_gpu.py > "$work/gpu_tests.txt" 2>&1
+  python3 reports/serving-2026-12-03/fla_decoding_probe.py > "$work/fla_decoding_probe.txt" 2>&1
+  fuzz fla-decoding fla:attn_decoding 3 "$seconds" &
+  fuzz split-kv torch:split-kv 10 "$seconds" &
+  fuzz triton-split-kv flashcheck:triton-split-kv 2 "$seconds" &
+  wait
+  cat "$work/fla_decoding_probe.txt"
 else
   for bug in reads_past_end shared_offsets; do fuzz "varlen-$bug" "torch:varlen~$bug[backend=flash]" 2 60 & done
   for bug in page_off_by_one ignores_cache_len; do fuzz "paged-$bug" "torch:paged~$bug[backend=flash]" 2 60 & done

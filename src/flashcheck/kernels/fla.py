@@ -32,7 +32,8 @@ from ..errors import BackendUnavailable
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["NAME", "VARLEN_NAME", "DECODING_NAME", "DESCRIPTION", "make_fla_kernel", "make_fla_decoding_kernel"]
+__all__ = ["NAME", "VARLEN_NAME", "DECODING_NAME", "DESCRIPTION", "make_fla_kernel", "make_fla_decoding_kernel",
+           "decoding_spec"]
 
 NAME = "fla:parallel_attn"
 VARLEN_NAME = "fla:parallel_attn-varlen"
@@ -99,6 +100,14 @@ def _decoding(one_step):
     return attention
 
 
+def decoding_spec(device: str) -> KernelSpec:
+    """The spec of ``fla:attn_decoding``: bottom-right causal, ragged lengths, fp32 only. Its kernel sums each
+    score in the input's dtype (``tl.sum`` keeps fp16 and bf16), which puts half precision over the flash
+    contract's budget (reports/serving-2026-12-03); tests keep that visible, campaigns draw fp32."""
+    return _spec(device).replace(form="varlen", backward=False, backward_excludes=(), dtypes=("fp32",),
+                                 causal=("bottom_right",), equal_lengths=False, excludes=("bottom_right_more_queries",))
+
+
 def make_fla_decoding_kernel(*, device: str = "cuda") -> Kernel:
     """fla-core's ``attn_decoding_one_step`` on the varlen form (bottom-right causal, windows and sinks); CUDA only."""
     if device == "cpu":  # measured with fla-core 0.6.0 under Triton 3.9's interpreter
@@ -110,9 +119,15 @@ def make_fla_decoding_kernel(*, device: str = "cuda") -> Kernel:
         raise problem
     one_step = import_backend(DECODING_NAME, "fla.ops.attn.decoding", problem="fla-core is not installed",
                               fix="pip install fla-core==0.6.0 einops").attn_decoding_one_step
-    spec = make_fla_kernel(device=device, form="varlen").spec.replace(
-        causal=("bottom_right",), equal_lengths=False, excludes=("bottom_right_more_queries",))
-    return Kernel(_decoding(one_step), spec, name=DECODING_NAME)
+    return Kernel(_decoding(one_step), decoding_spec(device), name=DECODING_NAME)
+
+
+def _spec(device: str) -> KernelSpec:
+    dtypes = ("fp16", "fp32") if device == "cpu" else ("fp16", "bf16", "fp32")
+    return KernelSpec(dtypes=dtypes, causal=("top_left", "bottom_right"), attn_mask=False, gqa=True,
+                      head_dims=(16, 32, 64, 128), equal_lengths=True, fully_masked_rows="any",
+                      precision="flash", devices=(device,), window=True, sinks=True, backward=True,
+                      deterministic_backward=False, backward_excludes=("ds_past_range",))
 
 
 def make_fla_kernel(*, device: str = "cuda", form: str = "dense") -> Kernel:
@@ -131,11 +146,7 @@ def make_fla_kernel(*, device: str = "cuda", form: str = "dense") -> Kernel:
                             window_size=None if left < 0 else left + 1, sink_bias=sinks)
         return out.transpose(1, 2)
 
-    dtypes = ("fp16", "fp32") if device == "cpu" else ("fp16", "bf16", "fp32")
-    spec = KernelSpec(dtypes=dtypes, causal=("top_left", "bottom_right"), attn_mask=False, gqa=True,
-                      head_dims=(16, 32, 64, 128), equal_lengths=True, fully_masked_rows="any",
-                      precision="flash", devices=(device,), window=True, sinks=True, backward=True,
-                      deterministic_backward=False, backward_excludes=("ds_past_range",))
+    spec = _spec(device)
     if form == "varlen":
         spec = spec.replace(form="varlen", backward=False, backward_excludes=())
         return Kernel(_varlen(parallel_attn), spec, name=VARLEN_NAME)

@@ -48,7 +48,8 @@ RUNTIME_SIZES = ("scale_log2", "n_q", "heads", "batch", "splits", "page_size", "
 
 @triton.jit
 def attend_pages(q, K, V, table_row, rows, lo, hi, n_q, n_k, page_size, skb, sks, k_off, svb, svs, v_off,
-                 scale_log2, CAUSAL: tl.constexpr, OFF_BY_ONE: tl.constexpr, D, DV, BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 scale_log2, CAUSAL: tl.constexpr, OFF_BY_ONE: tl.constexpr, D, DV, BD: tl.constexpr,
+                 BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The online softmax (m, l, acc) of the query tile ``q`` over keys ``lo`` to ``hi`` of a sequence of
     ``n_k`` keys (its causal alignment)."""
     dims, dims_v = tl.arange(0, BD), tl.arange(0, BDV)
@@ -67,7 +68,8 @@ def attend_pages(q, K, V, table_row, rows, lo, hi, n_q, n_k, page_size, skb, sks
 @triton.jit(do_not_specialize=RUNTIME_SIZES)
 def _paged_forward(Q, K, V, O, LSE, table, seqlens, scale_log2, n_q, heads, page_size, sqb, sqm, sqh, skb, sks,
                    skh, svb, svs, svh, sob, som, soh, stb, GROUP, CAUSAL: tl.constexpr, OFF_BY_ONE: tl.constexpr,
-                   WHOLE_PAGES: tl.constexpr, D, DV, BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   WHOLE_PAGES: tl.constexpr, D, DV, BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
     tile, head, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_k = tl.load(seqlens + seq)
     if WHOLE_PAGES:
