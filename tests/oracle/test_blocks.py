@@ -7,9 +7,12 @@ subset of rows), so the same case is computed with blocks of one row of one head
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+from flashcheck.contract.validation import Shapes
 from flashcheck.numerics import blockwise
 from flashcheck.numerics.budget import error_budget
 from flashcheck.numerics.oracle import reference_attention
@@ -66,3 +69,25 @@ def test_gpu_blocks_are_sized_from_free_memory(monkeypatch):
     large = blockwise.block_elements("cuda")
     assert small == int((8 << 30) * blockwise.GPU_FREE_SHARE) // (8 * blockwise.LIVE_ARRAYS)
     assert large == min(blockwise.GPU_BLOCK_ELEMENTS, 8 * small)
+
+
+def test_blocks_of_one_head_keep_each_heads_sink(monkeypatch):
+    from flashcheck.contract.variants import Variant
+
+    q, k, v, mask = _case(gqa=True)
+    variant = Variant(sinks=torch.tensor([0.5, -1.0, 3.0, -math.inf]))
+    kw = dict(scale=0.4, causal="bottom_right", attn_mask=mask, variant=variant)
+    whole = error_budget(q, k, v, **kw)
+    monkeypatch.setattr(blockwise, "CPU_BLOCK_ELEMENTS", 1)
+    cut = error_budget(q, k, v, **kw)
+    assert torch.allclose(whole.reference.lse, cut.reference.lse, rtol=1e-12, atol=0, equal_nan=True)
+    assert torch.allclose(whole.total, cut.total, rtol=1e-9, atol=0, equal_nan=True)
+
+
+def test_a_long_row_turns_one_kv_head_at_a_time_into_float64():
+    # A decode step against 1M keys: 16 rows of 8 heads fit one work array, but K and V in float64 are 2 GiB a head.
+    shapes = Shapes(1, 8, 8, 16, 1 << 20, 128, 128)
+    assert blockwise._steps(shapes, 16, blockwise.CPU_BLOCK_ELEMENTS) == (1, 4)
+    short = Shapes(1, 8, 8, 16, 1024, 128, 128)  # short rows: every head in one block, as before
+    heads, rows = blockwise._steps(short, 16, blockwise.CPU_BLOCK_ELEMENTS)
+    assert heads >= 8 and rows == 16

@@ -39,6 +39,9 @@ def test_user_preset_by_path(tmp_path):
     ('max_total_tokens = "big"\n', "max_total_tokens='big': wrong kind of value"),
     ("max_n = 1000\nmax_total_tokens = 1500\n", "max_total_tokens=1500: below one sequence of 2000 tokens"),
     ("max_n = 1000\nmax_queries = 16\nmax_total_tokens = 1015\n", "max_total_tokens=1015: below one sequence of 1016"),
+    ("large_tensors = 1\n", "large_tensors=1: wrong kind of value.*true or false"),
+    ("max_decode_n = true\n", "max_decode_n=True: wrong kind of value.*an integer"),
+    ("min_n = 4096\nmax_decode_n = 1024\n", "max_decode_n=1024: below min_n"),
 ])
 def test_bad_user_presets_are_refused_by_key(tmp_path, text, words):
     path = tmp_path / "bad.toml"

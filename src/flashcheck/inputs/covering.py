@@ -20,14 +20,15 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from .strategies import POOL_FIELDS, SPECIAL_LENGTHS
+from .strategies import INT32_ELEMENTS, POOL_FIELDS, SPECIAL_LENGTHS
 
 __all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "PlanShare", "covering_plan", "covering_size", "empty_coverage", "pairs_of",
            "planned_choices", "shape_classes"]
 
 # What a summary counts its judged cases by: the pooled fields, and the classes of their shapes.
 COVERAGE_FIELDS = POOL_FIELDS + ("shape",)
-SHAPE_CLASSES = ("one_query", "one_key", "tile_edge", "unequal_lengths", "long", "gqa", "batched", "odd_head_dim")
+SHAPE_CLASSES = ("one_query", "one_key", "tile_edge", "unequal_lengths", "long", "gqa", "batched", "odd_head_dim",
+                 "past_int32")
 _LONG = 1024  # keys from which a row's accumulation is long
 
 _CANDIDATES = 24  # rows tried for each added row of the pair phase: the best one is kept
@@ -115,12 +116,17 @@ def _candidate(pools: dict, fields: list, uncovered: set, rng: random.Random) ->
 def shape_classes(s) -> tuple[str, ...]:
     """The classes of :data:`SHAPE_CLASSES` that shapes ``s`` (:class:`~flashcheck.contract.validation.Shapes`)
     belong to: a single query or key, a length on a tile edge (1 and tile +- 1, primes, 64 mod 128),
-    Nq != Nk, a long row, grouped heads, a batch, a head dim not a multiple of 16."""
+    Nq != Nk, a long row, grouped heads, a batch, a head dim not a multiple of 16, a tensor past 2^31 elements."""
     edges = set(SPECIAL_LENGTHS) - {1}
     found = {"one_query": s.n_q == 1, "one_key": s.n_k == 1, "tile_edge": s.n_q in edges or s.n_k in edges,
              "unequal_lengths": s.n_q != s.n_k, "long": s.n_k >= _LONG, "gqa": s.heads_q != s.heads_kv,
-             "batched": s.batch > 1, "odd_head_dim": s.head_dim % 16 != 0}
+             "batched": s.batch > 1, "odd_head_dim": s.head_dim % 16 != 0, "past_int32": _largest(s) > INT32_ELEMENTS}
     return tuple(c for c in SHAPE_CLASSES if found[c])
+
+
+def _largest(s) -> int:
+    """Elements of the largest of q, k, v and out."""
+    return s.batch * max(s.heads_q * s.n_q, s.heads_kv * s.n_k) * max(s.head_dim, s.head_dim_v)
 
 
 def empty_coverage(pools: dict[str, list]) -> dict[str, dict]:

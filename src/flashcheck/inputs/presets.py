@@ -6,6 +6,7 @@ by path. Every key is validated: an unknown key or a value of the wrong kind is 
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,18 +42,23 @@ class Preset:
     head_dims: tuple | None = None
     max_queries: int | None = None  # queries a sequence at most (None: lengths from min_n to max_n, as the keys)
     max_total_tokens: int | None = None  # batch x (Nq + Nk) of a case at most: larger batches are cut to fit
+    max_decode_n: int | None = None  # half the cases decode steps (1 to 16 queries) against min_n to it keys
+    large_tensors: bool = False  # one case in eight (fp16, bf16) with its largest tensor past 2^31 elements
     jobs: int = 1  # worker processes (fuzz --jobs, which wins over it)
     source: str = field(default="", compare=False)
 
     def strategy_options(self) -> dict:
         """The keyword options of :func:`flashcheck.inputs.strategies.recipes` this preset sets."""
         keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "variants", "min_n", "max_n",
-                "max_batch", "max_heads", "head_dims", "max_queries", "max_total_tokens")
+                "max_batch", "max_heads", "head_dims", "max_queries", "max_total_tokens", "max_decode_n",
+                "large_tensors")
         return {k: getattr(self, k) for k in keys}
 
 
 _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), "min_n": int, "max_n": int,
-          "max_batch": int, "max_heads": int, "jobs": int, "max_queries": int, "max_total_tokens": int}
+          "max_batch": int, "max_heads": int, "jobs": int, "max_queries": int, "max_total_tokens": int,
+          "max_decode_n": int, "large_tensors": bool}
+_KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
 _LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
           "variants": str, "head_dims": int}
 
@@ -91,9 +97,9 @@ def load_preset(name_or_path: str | Path) -> Preset:
         if key not in known:
             raise InvalidArgument(f"{path.name}: {key}", value, "unknown preset key",
                                   f"Valid keys: {sorted(known)}.")
-        if key in _KINDS and (isinstance(value, bool) or not isinstance(value, _KINDS[key])):
+        if key in _KINDS and (isinstance(value, bool) != (_KINDS[key] is bool) or not isinstance(value, _KINDS[key])):
             raise InvalidArgument(f"{path.name}: {key}", value, "wrong kind of value",
-                                  f"Give {key} as {getattr(_KINDS[key], '__name__', 'a number')}.")
+                                  f"Give {key} as {_KIND_NAMES.get(_KINDS[key], 'a number')}.")
         if key in _LISTS:
             if not isinstance(value, list) or not all(isinstance(x, _LISTS[key]) for x in value):
                 raise InvalidArgument(f"{path.name}: {key}", value, "expected a list",
@@ -103,9 +109,13 @@ def load_preset(name_or_path: str | Path) -> Preset:
     if unknown:
         raise InvalidArgument(f"{path.name}: variants", list(data["variants"]), f"unknown features {unknown}",
                               f"Name features of {list(FEATURES)} (alibi_slopes for ALiBi).")
-    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs", "max_queries", "max_total_tokens"):
+    for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs", "max_queries", "max_total_tokens",
+                "max_decode_n"):
         if key in data and data[key] < 1:
             raise InvalidArgument(f"{path.name}: {key}", data[key], "must be at least 1", f"Set {key} >= 1.")
+    if data.get("max_decode_n", math.inf) < data.get("min_n", 1):
+        raise InvalidArgument(f"{path.name}: max_decode_n", data["max_decode_n"], "below min_n",
+                              "Set max_decode_n >= min_n (decode steps draw their keys from min_n to it).")
     preset = Preset(name=path.stem, source=str(path), **data)
     problem = token_cap_problem(preset.max_total_tokens, preset.max_n, preset.max_queries)
     if problem:

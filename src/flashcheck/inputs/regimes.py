@@ -161,8 +161,11 @@ def make_values(regime: str, *, shapes: Shapes, dtype, seed: int) -> Values:
                               f"Use one of {sorted(VALUE_REGIMES)}.")
     fmt = format_of(dtype)
     gen = torch.Generator().manual_seed(int(seed))
-    q, k, v = VALUE_REGIMES[regime](gen, shapes, fmt.max_value)
-    return tuple(t.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous() for t in (q, k, v))
+    values = list(VALUE_REGIMES[regime](gen, shapes, fmt.max_value))
+    for i, t in enumerate(values):  # one at a time, each float32 tensor let go once rounded: K and V may be 8 GiB
+        t = t.clamp_(-fmt.max_value, fmt.max_value) if t.is_contiguous() else t.clamp(-fmt.max_value, fmt.max_value)
+        values[i] = t = t.to(fmt.dtype).contiguous()
+    return tuple(values)
 
 
 # --- masks ------------------------------------------------------------------------------------------

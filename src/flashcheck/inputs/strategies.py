@@ -36,12 +36,20 @@ from .regimes import (
 from .serving import POISONS, ServingCase
 from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES, make_variant
 
-__all__ = ["POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "recipe_pools", "recipes", "shapes",
-           "without_local_constants"]
+__all__ = ["INT32_ELEMENTS", "POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "past_int32",
+           "recipe_pools", "recipes", "shapes", "without_local_constants"]
 
 # Lengths that sit on tile edges: 1, tile +- 1, primes, 64 mod 128, 1 mod 32.
 SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
-                   320, 449, 509, 1021, 1024, 1025, 2039, 4096, 8191, 16384)
+                   320, 449, 509, 1021, 1024, 1025, 2039, 4096, 8191, 16384, 32767, 65536, 65537, 131072, 262143,
+                   1048576)
+# A tensor past this many elements has offsets an int32 cannot hold.
+INT32_ELEMENTS = 2**31
+# How a recipe sizes its tensors: as drawn, or with the batch grown until the largest passes INT32_ELEMENTS
+# (one recipe in eight of a preset with large_tensors; 16-bit inputs only, which keep such a case within an
+# H200's memory: K and V take 4 GiB each).
+ELEMENT_REGIMES = ("none",) * 7 + ("past_int32",)
+LARGE_DTYPES = ("fp16", "bf16")
 # Simplest first: hypothesis shrinks towards the start of each list.
 VALUE_ORDER = ("random", "flat", "peaked", "growing_max", "positive_v", "cancelling_v", "ties",
                "near_ties", "huge_logits", "subnormal_p", "tiny_values", "flat_large_v", "coherent_p_rounding")
@@ -83,6 +91,7 @@ class Recipe:
     form: str = "dense"
     same_lengths: bool = False  # each sequence's queries are its keys (a spec with equal_lengths)
     seqused: str = "none"  # a varlen kernel's seqused_k (flashcheck.inputs.packing.SEQUSED_REGIMES)
+    elements: str = "none"  # "past_int32": the batch grown past INT32_ELEMENTS (ELEMENT_REGIMES)
 
     @property
     def variants(self) -> dict[str, str]:
@@ -96,7 +105,8 @@ class Recipe:
             f",pages={self.pages}" if self.form == "paged" else "") + (
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
         fp8 = f"/descales={descale_regime(self.seed)}" if self.dtype in FP8_DTYPES else ""
-        return f"{self.values}/{self.mask}{used}{form}{fp8}"
+        large = "" if self.elements == "none" else f"/elements={self.elements}"
+        return f"{self.values}/{self.mask}{used}{form}{fp8}{large}"
 
     def build(self, *, kernel: str | None = None) -> AttentionCase | ServingCase:
         case = self._dense(kernel)
@@ -128,7 +138,7 @@ class Recipe:
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["shapes"] = dataclasses.asdict(self.shapes)
-        for name in FEATURES + BIAS_FIELDS + FORM_FIELDS:  # a plain recipe is saved as before variants existed
+        for name in FEATURES + BIAS_FIELDS + FORM_FIELDS + ("elements",):  # a plain recipe is saved as before
             if out[name] in ("none", None, "dense", False):
                 del out[name]
         return out
@@ -156,10 +166,14 @@ def _lengths(spec: KernelSpec, min_n: int, max_n: int):
 
 @st.composite
 def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
-           max_batch: int = 2, max_heads: int = 4, head_dims=None, max_queries: int | None = None) -> Shapes:
+           max_batch: int = 2, max_heads: int = 4, head_dims=None, max_queries: int | None = None,
+           max_decode_n: int | None = None) -> Shapes:
     """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec
-    (``max_queries``: Nq from 1 to it, Nk from ``min_n`` to ``max_n``; None: both from ``min_n`` to ``max_n``)."""
+    (``max_queries``: Nq from 1 to it, Nk from ``min_n`` to ``max_n``; None: both from ``min_n`` to ``max_n``;
+    ``max_decode_n``: half the shapes are decode steps instead, 1 to 16 queries against ``min_n`` to it keys)."""
     _check_sizes("n", min_n, max_n)
+    if max_decode_n is not None:
+        _check_sizes("decode_n", min_n, max_decode_n)
     if max_queries is not None and max_queries < spec.seq_multiple:
         raise InvalidArgument("max_queries", max_queries, f"below the spec's seq_multiple={spec.seq_multiple}",
                               "Raise max_queries to at least the kernel's seq_multiple.")
@@ -172,9 +186,14 @@ def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int 
     if not dims:
         raise InvalidArgument("head_dims", head_dims, f"none allowed by the spec ({allowed[:8]}...)",
                               "Pick head dims the kernel spec declares.")
+    step = max_decode_n is not None and not spec.equal_lengths and draw(st.booleans())
     decode = max_queries is not None and not spec.equal_lengths
-    n_q = draw(_lengths(spec, 1, max_queries) if decode else _lengths(spec, min_n, max_n))
-    n_k = n_q if spec.equal_lengths else draw(_lengths(spec, min_n, max_n))
+    if step:
+        n_q = draw(_lengths(spec, 1, max(MAX_DECODE_QUERIES, spec.seq_multiple)))
+        n_k = draw(_lengths(spec, min_n, max_decode_n))
+    else:
+        n_q = draw(_lengths(spec, 1, max_queries) if decode else _lengths(spec, min_n, max_n))
+        n_k = n_q if spec.equal_lengths else draw(_lengths(spec, min_n, max_n))
     heads_kv = draw(st.integers(1, max_heads))
     group = draw(st.integers(1, max(1, max_heads // heads_kv))) if spec.gqa else 1
     d = draw(st.sampled_from(sorted(dims, key=lambda x: (x % 16 != 0, x))))
@@ -272,10 +291,13 @@ def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=
 def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
             scale_regimes=None, layouts=None, variants=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
             max_heads: int = 4, head_dims=None, max_queries: int | None = None,
-            max_total_tokens: int | None = None) -> Recipe:
+            max_total_tokens: int | None = None, max_decode_n: int | None = None,
+            large_tensors: bool = False) -> Recipe:
     """Recipes of cases the spec supports, over the chosen regimes: the pooled fields first
-    (:data:`POOL_FIELDS`), then the shapes, then the seed of the values. ``max_queries``: see :func:`shapes`
-    (a paged kernel's at most 16); ``max_total_tokens``: the batch cut so that batch x (Nq + Nk) stays within it."""
+    (:data:`POOL_FIELDS`), then the shapes, then the seed of the values. ``max_queries`` and ``max_decode_n``:
+    see :func:`shapes` (a paged kernel's at most 16); ``max_total_tokens``: the batch cut so that batch x (Nq + Nk)
+    stays within it; ``large_tensors``: one recipe in eight of 16-bit inputs grows its batch until its largest
+    tensor passes 2^31 elements (the cap does not apply to it)."""
     problem = token_cap_problem(max_total_tokens, max_n, max_queries)
     if problem:
         raise InvalidArgument("max_total_tokens", max_total_tokens, problem,
@@ -286,12 +308,16 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
     if max_queries is not None and spec.form == "paged":
         max_queries = min(max_queries, MAX_DECODE_QUERIES)
     s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
-                    head_dims=head_dims, max_queries=max_queries))
+                    head_dims=head_dims, max_queries=max_queries, max_decode_n=max_decode_n))
     if spec.form != "dense":
         s = dataclasses.replace(s, batch=draw(st.integers(1, max(max_batch, MIN_SERVING_BATCH))),
                                 n_q=min(s.n_q, MAX_DECODE_QUERIES) if spec.form == "paged" else s.n_q)
         fields["form"], fields["same_lengths"] = spec.form, spec.equal_lengths
-    if max_total_tokens is not None:
+    if large_tensors and spec.form == "dense" and fields["dtype"] in LARGE_DTYPES:
+        fields["elements"] = draw(st.sampled_from(ELEMENT_REGIMES))
+    if fields.get("elements") == "past_int32":
+        s = past_int32(s)
+    elif max_total_tokens is not None:
         s = dataclasses.replace(s, batch=max(1, min(s.batch, max_total_tokens // (s.n_q + s.n_k))))
     # empty_sequences over a batch of one is the batch without tokens
     assume(not ("empty_batch" in spec.excludes and fields.get("packing") == "empty_sequences" and s.batch == 1))
@@ -299,6 +325,13 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
     fields.update(_bias_fields(draw, spec, fields))
     return Recipe(shapes=s, seed=draw(st.integers(0, 2**32 - 1)), **fields)
+
+
+def past_int32(s: Shapes) -> Shapes:
+    """``s`` with the smallest batch whose largest tensor (q, k, v or out) holds more than 2^31 elements."""
+    per_entry = max(s.heads_q * s.n_q * max(s.head_dim, s.head_dim_v), s.heads_kv * s.n_k * max(s.head_dim,
+                                                                                                  s.head_dim_v))
+    return dataclasses.replace(s, batch=max(s.batch, INT32_ELEMENTS // per_entry + 1))
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:

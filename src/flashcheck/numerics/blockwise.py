@@ -213,32 +213,34 @@ def dequantized(q, k, v, variant):
                  for t, d in zip((q, k, v), descales))
 
 
-def _grouped(ops, shapes: Shapes, q, k, v):
-    """Q as (P, G, Nq, D), K and V as (P, 1, Nk, .): the query heads of one K/V head side by side."""
+def _grouped(shapes: Shapes, q, k, v):
+    """Q as (P, G, Nq, D), K and V as (P, 1, Nk, .): the query heads of one K/V head side by side, still in
+    the inputs' dtype (views where the inputs are contiguous): each block turns its own heads to float64."""
     P, G = shapes.batch * shapes.heads_kv, shapes.group
-    Q = ops.asarray(q).reshape(P, G, shapes.n_q, shapes.head_dim)
-    K = ops.asarray(k).reshape(P, 1, shapes.n_k, shapes.head_dim)
-    V = ops.asarray(v).reshape(P, 1, shapes.n_k, shapes.head_dim_v)
-    return Q, K, V
+    return (q.reshape(P, G, shapes.n_q, shapes.head_dim), k.reshape(P, 1, shapes.n_k, shapes.head_dim),
+            v.reshape(P, 1, shapes.n_k, shapes.head_dim_v))
 
 
 def _steps(shapes: Shapes, rows: int, cap: int) -> tuple[int, int]:
-    """(heads, rows) per block so that heads * G * rows * Nk stays within ``cap`` elements."""
+    """(heads, rows) per block so that heads * G * rows * Nk stays within ``cap`` elements, and the block's K and
+    V in float64 within ``LIVE_ARRAYS / 2`` of them (one K/V head at least: a long decode row is mostly keys)."""
     per_row = shapes.group * max(shapes.n_k, 1)
     row_step = max(1, min(rows, cap // per_row))
     head_step = max(1, cap // (per_row * row_step)) if row_step == rows else 1
-    return head_step, row_step
+    per_head_kv = max(shapes.n_k, 1) * (shapes.head_dim + shapes.head_dim_v)
+    return max(1, min(head_step, cap * LIVE_ARRAYS // 2 // per_head_kv)), row_step
 
 
-def _sink_key(ops, shapes: Shapes, K, V, variant, device):
-    """K and V with the sink's zero key appended, and the sinks as (P, G, 1, 1); unchanged without sinks."""
+def _sink_key(ops, shapes: Shapes, K, V, variant, device, heads: slice):
+    """A block's K and V (its ``heads``) with the sink's zero key appended, and its sinks as (p, G, 1, 1);
+    unchanged without sinks."""
     if variant is None or variant.sinks is None:
         return K, V, None
     P, G = shapes.batch * shapes.heads_kv, shapes.group
     sinks = variant.sinks.to(device).reshape(1, shapes.heads_kv, G).expand(shapes.batch, -1, -1)
     # Inputs are finite (the oracle checks), so 0 * a row is a zero row of the array's own kind.
     return (ops.concat((K, 0 * K[:, :, :1]), -2), ops.concat((V, 0 * V[:, :, :1]), -2),
-            ops.asarray(sinks.reshape(P, G, 1, 1)))
+            ops.asarray(sinks.reshape(P, G, 1, 1)[heads]))
 
 
 def _with_sink_column(vis, sinks, rows: int, n_k: int):
@@ -284,24 +286,26 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
     :class:`~flashcheck.contract.variants.Variant` (its keys restrict ``vis``; see :class:`Block`).
     """
     device = q.device
-    Q, K, V = _grouped(ops, shapes, q, k, v)
-    K, V, sinks = _sink_key(ops, shapes, K, V, variant, device)
+    Q_all, K_all, V_all = _grouped(shapes, q, k, v)
     softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
     R, P = rows_all.numel(), shapes.batch * shapes.heads_kv
     head_step, row_step = _steps(shapes, R, cap or block_elements(device))
     in_order = R == shapes.n_q and torch.equal(rows_all, torch.arange(R))
     for p0 in range(0, P, head_step):
         heads = slice(p0, p0 + head_step)
+        Q = ops.asarray(Q_all[heads])  # only these heads in float64: memory bounded on long rows
+        K, V, sinks = _sink_key(ops, shapes, ops.asarray(K_all[heads]), ops.asarray(V_all[heads]), variant, device,
+                                heads)
         for r0 in range(0, R, row_step):
             rows = rows_all[r0:r0 + row_step]
             vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
                                 variant=variant)
             bias, size, vis = _bias_block(variant, shapes, rows, heads, vis, device)
             if sinks is not None:
-                vis = _with_sink_column(vis, sinks[heads], rows.numel(), shapes.n_k)
-            Qb = Q[heads, :, r0:r0 + row_step] if in_order else Q[heads][:, :, ops.mask(rows.to(device))]
-            yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K[heads], V[heads],
-                        None if vis is None else ops.mask(vis), softcap, None if sinks is None else sinks[heads],
+                vis = _with_sink_column(vis, sinks, rows.numel(), shapes.n_k)
+            Qb = Q[:, :, r0:r0 + row_step] if in_order else Q[:, :, ops.mask(rows.to(device))]
+            yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K, V,
+                        None if vis is None else ops.mask(vis), softcap, sinks,
                         None if bias is None else ops.asarray(bias), None if size is None else ops.asarray(size),
                         variant is not None and variant.bias_order == "bias_first")
 

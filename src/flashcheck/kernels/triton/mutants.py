@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ...contract.spec import Kernel
 from ...errors import FlashcheckError, InvalidArgument
-from .planted import BACKWARD_MUTANTS, MUTANTS, SOURCES, Mutant
+from .planted import BACKWARD_MUTANTS, LONG_MUTANTS, MUTANTS, SOURCES, Mutant
 from .planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 from .runtime import BACKEND_NAME
 
@@ -40,7 +40,7 @@ class MutantSourceError(FlashcheckError, RuntimeError):
     """A mutant's edit no longer matches the kernel source exactly once (the kernel was changed)."""
 
 
-_BY_NAME = {m.name: m for m in MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS}
+_BY_NAME = {m.name: m for m in MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS}
 
 _LOCK = threading.Lock()
 _CACHE_DIR: Path | None = None

@@ -1,0 +1,65 @@
+"""The long-context preset: chunked prefill against 16k to 128k keys, decode steps against up to 1M keys, and one
+case in eight of fp16 and bf16 whose batch grows until a tensor passes 2^31 elements; the other presets draw as
+before these sizes existed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from flashcheck.contract.validation import Shapes
+from flashcheck.inputs.covering import shape_classes
+from flashcheck.inputs.presets import load_preset
+from flashcheck.inputs.strategies import INT32_ELEMENTS, Recipe, draw_recipes, past_int32
+from flashcheck.kernels.registry import resolve_kernel
+
+LONG = load_preset("long-context")
+
+
+def _largest(s: Shapes) -> int:
+    return s.batch * max(s.heads_q * s.n_q, s.heads_kv * s.n_k) * max(s.head_dim, s.head_dim_v)
+
+
+def test_the_preset_states_its_ranges():
+    assert (LONG.min_n, LONG.max_n, LONG.max_queries, LONG.max_decode_n) == (16384, 131072, 1024, 2**20)
+    assert LONG.large_tensors and "sliding_window" not in LONG.mask_regimes
+
+
+def test_its_recipes_are_chunks_decode_steps_and_tensors_past_int32():
+    spec = resolve_kernel("torch:math", device="cpu").spec
+    drawn = draw_recipes(80, seed=1, spec=spec, dtypes=["fp16", "bf16"], **LONG.strategy_options())
+    steps = [r for r in drawn if r.shapes.n_k > 131072]
+    assert steps and all(r.shapes.n_q <= 16 and r.shapes.n_k <= 2**20 for r in steps)
+    assert all(16384 <= r.shapes.n_k and r.shapes.n_q <= 1024 for r in drawn)
+    large = [r for r in drawn if r.elements == "past_int32"]
+    assert 2 <= len(large) <= 30, len(large)  # one in eight
+    for r in large:
+        assert INT32_ELEMENTS < _largest(r.shapes) <= 2 * INT32_ELEMENTS, r.shapes
+        assert "past_int32" in shape_classes(r.shapes) and r.regime.endswith("/elements=past_int32")
+    assert not any("past_int32" in shape_classes(r.shapes) for r in drawn if r.elements == "none")
+
+
+def test_past_int32_grows_the_batch_just_past_two_to_the_31():
+    s = past_int32(Shapes(1, 8, 2, 16, 65536, 128, 128))
+    assert s.batch == 129 and _largest(s) > INT32_ELEMENTS >= _largest(dataclasses.replace(s, batch=128))
+    chunk = past_int32(Shapes(1, 8, 1, 1024, 4096, 64, 64))  # here q is the larger tensor
+    assert _largest(chunk) > INT32_ELEMENTS and chunk.batch == INT32_ELEMENTS // (8 * 1024 * 64) + 1
+
+
+def test_fp32_and_fp8_cases_keep_their_drawn_size():
+    spec = resolve_kernel("torch:math", device="cpu").spec
+    drawn = draw_recipes(40, seed=2, spec=spec, dtypes=["fp32"], **LONG.strategy_options())
+    assert all(r.elements == "none" and _largest(r.shapes) < INT32_ELEMENTS for r in drawn)
+
+
+def test_a_recipe_past_int32_saves_and_loads_its_regime():
+    recipe = Recipe(shapes=past_int32(Shapes(1, 1, 1, 1, 16384, 64, 64)), dtype="bf16", elements="past_int32")
+    assert Recipe.from_dict(recipe.as_dict()) == recipe
+    plain = Recipe(shapes=Shapes(1, 1, 1, 1, 16, 64, 64), dtype="bf16")
+    assert "elements" not in plain.as_dict()  # recipes of before the regime are saved as they were
+
+
+def test_presets_without_the_long_sizes_draw_as_before():
+    adversarial = load_preset("adversarial").strategy_options()
+    assert adversarial["max_decode_n"] is None and adversarial["large_tensors"] is False
+    plain = {k: v for k, v in adversarial.items() if k not in ("max_decode_n", "large_tensors")}
+    assert draw_recipes(16, seed=4, **adversarial) == draw_recipes(16, seed=4, **plain)
