@@ -20,9 +20,9 @@ source "$(dirname "$0")/gpu_setup.sh"
 source "$(dirname "$0")/gpu_fuzz.sh"
 export FUZZ_PRESET=long-context
 if [ "$part" = A ]; then
-  python3 benchmarks/bench_long_oracle.py --device cuda --max-n 131072 --max-decode 1048576 --max-prefill 32768 \
+  timeout 150 python3 benchmarks/bench_long_oracle.py --device cuda --max-n 131072 --max-decode 1048576 --max-prefill 32768 \
       --json "$work/oracle-against-n.json" --plot "$work/oracle-against-n.png" > "$work/oracle-against-n.txt" 2>&1
-  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_long_context_gpu.py > "$work/gpu_tests.txt" 2>&1 &
+  timeout 330 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_long_context_gpu.py > "$work/gpu_tests.txt" 2>&1 &
   fuzz long-flash torch:flash 1 "$seconds" &
   fuzz long-triton flashcheck:triton 1 "$seconds" &
   fuzz long-triton-key_position_in_fp16 'flashcheck:triton~key_position_in_fp16' 1 "$seconds" &
