@@ -105,12 +105,16 @@ def main(argv=None):
             rows.append(row)
             print(f"{series:>8} {row['n_q']:>7} {n:>8} {row['seconds']:>9.3f} {row['peak_mib']:>9.0f} "
                   f"{row['inputs_mib']:>10.0f}", flush=True)
+            save(rows, args)  # after every row: a run stopped at its time limit keeps what it measured
+    return rows
+
+
+def save(rows: list[dict], args) -> None:
     if args.json:
         write_json(args.json, {"rows": rows, "torch": torch.__version__,
                                "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None})
     if args.plot:
         plot(rows, args.plot)
-    return rows
 
 
 if __name__ == "__main__":
