@@ -64,7 +64,7 @@ def test_int32_offsets_are_caught_past_two_to_the_31_elements():
     assert shapes.batch * 2 * 65536 * 128 > INT32_ELEMENTS
     recipe = Recipe(shapes=shapes, dtype="bf16", seed=5, elements="past_int32")
     assert _judged_apart("flashcheck:triton[block_m=64,block_n=64]", recipe)["status"] == "PASS"
-    assert _judged_apart("flashcheck:triton[block_m=64,block_n=64]~int32_offsets", recipe)["status"] == "BUG"
+    assert _judged_apart("flashcheck:triton~int32_offsets[block_m=64,block_n=64]", recipe)["status"] == "BUG"
 
 
 @pytest.mark.parametrize("shapes", [Shapes(3, 4, 2, 129, 65, 64, 64), Shapes(2, 8, 1, 16, 65536, 128, 128)],
@@ -75,7 +75,7 @@ def test_int32_offsets_give_the_correct_bits_below_it(shapes):
 
 def test_the_key_position_in_fp16_is_caught_past_65536_keys():
     recipe = Recipe(shapes=Shapes(1, 2, 1, 4, 70001, 64, 64), dtype="fp16", seed=3)
-    verdict = _judged_apart("flashcheck:triton[block_m=64,block_n=64]~key_position_in_fp16", recipe)
+    verdict = _judged_apart("flashcheck:triton~key_position_in_fp16[block_m=64,block_n=64]", recipe)
     assert verdict["status"] == "BUG" and "over_budget" in verdict["kinds"], verdict
     assert _judged_apart("flashcheck:triton[block_m=64,block_n=64]", recipe)["status"] == "PASS"
 
