@@ -63,3 +63,10 @@ def test_presets_without_the_long_sizes_draw_as_before():
     assert adversarial["max_decode_n"] is None and adversarial["large_tensors"] is False
     plain = {k: v for k, v in adversarial.items() if k not in ("max_decode_n", "large_tensors")}
     assert draw_recipes(16, seed=4, **adversarial) == draw_recipes(16, seed=4, **plain)
+
+
+def test_no_case_holds_a_dense_rows_by_keys_array():
+    assert "attn_bias" not in LONG.variants and set(LONG.mask_regimes) == {"none", "key_padding_right"}
+    spec = resolve_kernel("torch:math", device="cpu").spec
+    drawn = draw_recipes(40, seed=3, spec=spec, dtypes=["bf16"], **LONG.strategy_options())
+    assert all(r.attn_bias == "none" for r in drawn) and any(r.variants for r in drawn)

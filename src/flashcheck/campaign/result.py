@@ -21,7 +21,7 @@ __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_C
            "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "write_summary"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
-TIMED_PARTS = ("kernel", "compile", "oracle", "properties", "envelope")
+TIMED_PARTS = ("transfer", "kernel", "compile", "oracle", "properties", "envelope")
 # Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
 TRIAGE = "triage"
 # One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
@@ -43,7 +43,9 @@ class CampaignResult:
     first_case: float | None = None  # seconds from the campaign's start (started_at) to its first judged case
     # Cases/s from the first judged case to the end: startup left out, the rate a long campaign approaches.
     steady_rate: float | None = None
-    # generation (hypothesis and the regimes), kernel (the first call), compile (Triton's compilations,
+    # generation (hypothesis and the regimes), transfer (the case to the worker process and onto the device, the
+    # verdict back, and what else a worker's call spent outside the other parts), kernel (the first call),
+    # compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
     # envelope (the twin's tilings, for SUSPICIOUS).
     time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + TIMED_PARTS + (TRIAGE,), 0.0))

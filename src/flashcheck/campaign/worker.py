@@ -249,6 +249,9 @@ class KernelWorker:
         if message[0] == "error":
             raise WorkerError(f"flashcheck failed in the worker on {case.describe()}: {message[1]}\n{message[2]}")
         verdict = Verdict.from_dict(message[1])
+        # The pipe both ways (a case past 2^31 elements is 8 GiB of it) and the worker's untimed steps.
+        timed = sum(s for part, s in verdict.elapsed.items() if part not in ("compile", "transfer"))
+        verdict.elapsed["transfer"] = max(0.0, waited - timed)
         if poisons_cuda(verdict):
             self._discard(wait=True)  # it exits by itself; the next case starts a fresh one
         return verdict

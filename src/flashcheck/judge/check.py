@@ -210,12 +210,13 @@ class _Judgement:
 
 
 def _check(job: _Judgement) -> Verdict:
-    case = job.case
-    q, k, v, mask = case.to_device(job.device)
+    case, elapsed = job.case, {}
+    with _timed(elapsed, "transfer"):
+        q, k, v, mask = case.to_device(job.device)
     run = job.run(q, k, v, mask, what="the kernel")
     if run.error is not None:
         return crash_verdict(run, job.regime, job.meta)
-    elapsed = {"kernel": run.seconds}
+    elapsed["kernel"] = run.seconds
     with _timed(elapsed, "oracle"):
         budget = job.budget if job.budget is not None else _oracle_budget(job, mask)
     wrong = _output_problems(run.out, run.lse, budget.reference.shapes, output_format(q).dtype, q.device)
