@@ -4,8 +4,8 @@
 #      tests/gpu/test_long_context_gpu.py beside long-context campaigns of torch:flash, flashcheck:triton and
 #      its planted flashcheck:triton~key_position_in_fp16 for SECONDS each; then both long planted bugs on the
 #      adversarial preset (short rows) for 60 s;
-#   B: long-context campaigns of torch:efficient, torch:cudnn, torch:flex and the planted
-#      flashcheck:triton~int32_offsets for SECONDS each.
+#   B: tests/gpu/test_long_context_gpu.py, then long-context campaigns of torch:efficient, torch:cudnn,
+#      torch:flex and the planted flashcheck:triton~int32_offsets for SECONDS each.
 # One worker a campaign: a case past 2^31 elements takes ~20 GiB of host memory while its values are drawn.
 # Findings go to OUTDIR/corpus-* the moment they are found; everything is packed into OUTDIR/long-PART.tgz;
 # a short table is printed last.
@@ -33,6 +33,7 @@ if [ "$part" = A ]; then
   wait
   cat "$work/oracle-against-n.txt"
 else
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_long_context_gpu.py > "$work/gpu_tests.txt" 2>&1
   fuzz long-efficient torch:efficient 1 "$seconds" &
   fuzz long-cudnn torch:cudnn 1 "$seconds" &
   fuzz long-flex torch:flex 1 "$seconds" &
