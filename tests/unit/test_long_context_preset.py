@@ -33,16 +33,22 @@ def test_its_recipes_are_chunks_decode_steps_and_tensors_past_int32():
     large = [r for r in drawn if r.elements == "past_int32"]
     assert 2 <= len(large) <= 30, len(large)  # one in eight
     for r in large:
-        assert INT32_ELEMENTS < _largest(r.shapes) <= 2 * INT32_ELEMENTS, r.shapes
+        assert _last_entry_start(r.shapes) >= INT32_ELEMENTS and _largest(r.shapes) <= 3 * INT32_ELEMENTS, r.shapes
         assert "past_int32" in shape_classes(r.shapes) and r.regime.endswith("/elements=past_int32")
     assert not any("past_int32" in shape_classes(r.shapes) for r in drawn if r.elements == "none")
 
 
-def test_past_int32_grows_the_batch_just_past_two_to_the_31():
+def _last_entry_start(s: Shapes) -> int:
+    return _largest(s) // s.batch * (s.batch - 1)
+
+
+def test_past_int32_grows_the_batch_until_its_last_entry_starts_past_two_to_the_31():
     s = past_int32(Shapes(1, 8, 2, 16, 65536, 128, 128))
-    assert s.batch == 129 and _largest(s) > INT32_ELEMENTS >= _largest(dataclasses.replace(s, batch=128))
+    assert s.batch == 129 and _last_entry_start(s) >= INT32_ELEMENTS > _last_entry_start(dataclasses.replace(s, batch=128))
     chunk = past_int32(Shapes(1, 8, 1, 1024, 4096, 64, 64))  # here q is the larger tensor
-    assert _largest(chunk) > INT32_ELEMENTS and chunk.batch == INT32_ELEMENTS // (8 * 1024 * 64) + 1
+    assert _last_entry_start(chunk) >= INT32_ELEMENTS and chunk.batch == INT32_ELEMENTS // (8 * 1024 * 64) + 1
+    odd = past_int32(Shapes(1, 8, 8, 16, 784602, 64, 64))  # 6 entries would hold 2^31 elements, the 6th not past it
+    assert odd.batch == 7 and _last_entry_start(odd) >= INT32_ELEMENTS
 
 
 def test_fp32_and_fp8_cases_keep_their_drawn_size():

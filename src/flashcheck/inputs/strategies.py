@@ -45,9 +45,9 @@ SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 
                    1048576)
 # A tensor past this many elements has offsets an int32 cannot hold.
 INT32_ELEMENTS = 2**31
-# How a recipe sizes its tensors: as drawn, or with the batch grown until the largest passes INT32_ELEMENTS
-# (one recipe in eight of a preset with large_tensors; 16-bit inputs only, which keep such a case within an
-# H200's memory: K and V take 4 GiB each).
+# How a recipe sizes its tensors: as drawn, or with the batch grown until its last entry starts INT32_ELEMENTS
+# into the largest tensor (one recipe in eight of a preset with large_tensors; 16-bit inputs only, which keep such
+# a case within an H200's memory: K and V take 4 GiB and more each).
 ELEMENT_REGIMES = ("none",) * 7 + ("past_int32",)
 LARGE_DTYPES = ("fp16", "bf16")
 # Simplest first: hypothesis shrinks towards the start of each list.
@@ -328,10 +328,12 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
 
 
 def past_int32(s: Shapes) -> Shapes:
-    """``s`` with the smallest batch whose largest tensor (q, k, v or out) holds more than 2^31 elements."""
+    """``s`` with the smallest batch whose last entry starts 2^31 elements or more into the largest tensor (q, k,
+    v or out): every offset into that entry needs a 32nd bit, where the offsets of a batch just past 2^31 in all
+    may still fit (the kernel then adds the rest to a 64-bit pointer)."""
     per_entry = max(s.heads_q * s.n_q * max(s.head_dim, s.head_dim_v), s.heads_kv * s.n_k * max(s.head_dim,
                                                                                                   s.head_dim_v))
-    return dataclasses.replace(s, batch=max(s.batch, INT32_ELEMENTS // per_entry + 1))
+    return dataclasses.replace(s, batch=max(s.batch, -(-INT32_ELEMENTS // per_entry) + 1))
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:
