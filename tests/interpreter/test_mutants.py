@@ -29,6 +29,7 @@ from flashcheck.kernels.triton import mutants
 from flashcheck.kernels.triton.forward import make_kernel
 from flashcheck.kernels.triton.mutants import MutantSourceError, load_mutant, mutant_names, mutant_source
 from flashcheck.kernels.triton.planted import AREAS, MUTANTS, SOURCES, Mutant
+from flashcheck.kernels.triton.planted_long import LONG_MUTANTS
 from flashcheck.kernels.triton.runtime import BACKEND_NAME
 from flashcheck.numerics.budget import error_budget
 
@@ -50,7 +51,7 @@ def test_at_least_22_mutants_with_unique_names_and_known_areas():
     assert all(m.name.isidentifier() and m.description and m.exposed_by and m.edits for m in MUTANTS)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + tuple(m.name for m in LONG_MUTANTS))
 def test_edits_apply_once_and_give_valid_python(name):
     source = SOURCES["forward"].read_text()
     mutant = mutants._BY_NAME[name]
@@ -60,6 +61,21 @@ def test_edits_apply_once_and_give_valid_python(name):
     mutated = mutant_source(name)
     assert mutated != source
     compile(mutated, f"<mutant {name}>", "exec")
+
+
+def test_the_long_planted_bugs_stay_out_of_the_selftest_and_change_no_bit_of_a_short_case():
+    from flashcheck.selftest.subjects import variants
+
+    long = {m.name for m in LONG_MUTANTS}
+    assert long == {"int32_offsets", "key_position_in_fp16"}
+    assert not long & {v.name for device in ("cpu", "cuda") for v in variants(device)}
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, 32, generator=gen).half() for n in (17, 200, 200))
+    want = make_kernel(block_m=16, block_n=16)
+    for name in long:
+        got = load_mutant(name, block_m=16, block_n=16)
+        a, b = (kern(q, k, v, scale=0.2, causal="bottom_right") for kern in (want, got))
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), name
 
 
 def test_stale_edit_names_the_mutant(monkeypatch):

@@ -44,7 +44,8 @@ def _last_entry_start(s: Shapes) -> int:
 
 def test_past_int32_grows_the_batch_until_its_last_entry_starts_past_two_to_the_31():
     s = past_int32(Shapes(1, 8, 2, 16, 65536, 128, 128))
-    assert s.batch == 129 and _last_entry_start(s) >= INT32_ELEMENTS > _last_entry_start(dataclasses.replace(s, batch=128))
+    smaller = dataclasses.replace(s, batch=128)
+    assert s.batch == 129 and _last_entry_start(s) >= INT32_ELEMENTS > _last_entry_start(smaller)
     chunk = past_int32(Shapes(1, 8, 1, 1024, 4096, 64, 64))  # here q is the larger tensor
     assert _last_entry_start(chunk) >= INT32_ELEMENTS and chunk.batch == INT32_ELEMENTS // (8 * 1024 * 64) + 1
     odd = past_int32(Shapes(1, 8, 8, 16, 784602, 64, 64))  # 6 entries would hold 2^31 elements, the 6th not past it

@@ -20,7 +20,8 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from .strategies import INT32_ELEMENTS, POOL_FIELDS, SPECIAL_LENGTHS
+from .sizes import INT32_ELEMENTS
+from .strategies import POOL_FIELDS, SPECIAL_LENGTHS
 
 __all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "PlanShare", "covering_plan", "covering_size", "empty_coverage", "pairs_of",
            "planned_choices", "shape_classes"]

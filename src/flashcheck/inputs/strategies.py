@@ -34,6 +34,7 @@ from .regimes import (
     make_values,
 )
 from .serving import POISONS, ServingCase
+from .sizes import ELEMENT_REGIMES, INT32_ELEMENTS, LARGE_DTYPES, past_int32
 from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES, make_variant
 
 __all__ = ["INT32_ELEMENTS", "POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "past_int32",
@@ -43,13 +44,6 @@ __all__ = ["INT32_ELEMENTS", "POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases"
 SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
                    320, 449, 509, 1021, 1024, 1025, 2039, 4096, 8191, 16384, 32767, 65536, 65537, 131072, 262143,
                    1048576)
-# A tensor past this many elements has offsets an int32 cannot hold.
-INT32_ELEMENTS = 2**31
-# How a recipe sizes its tensors: as drawn, or with the batch grown until its last entry starts INT32_ELEMENTS
-# into the largest tensor (one recipe in eight of a preset with large_tensors; 16-bit inputs only, which keep such
-# a case within an H200's memory: K and V take 4 GiB and more each).
-ELEMENT_REGIMES = ("none",) * 7 + ("past_int32",)
-LARGE_DTYPES = ("fp16", "bf16")
 # Simplest first: hypothesis shrinks towards the start of each list.
 VALUE_ORDER = ("random", "flat", "peaked", "growing_max", "positive_v", "cancelling_v", "ties",
                "near_ties", "huge_logits", "subnormal_p", "tiny_values", "flat_large_v", "coherent_p_rounding")
@@ -325,15 +319,6 @@ def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
     fields.update(_bias_fields(draw, spec, fields))
     return Recipe(shapes=s, seed=draw(st.integers(0, 2**32 - 1)), **fields)
-
-
-def past_int32(s: Shapes) -> Shapes:
-    """``s`` with the smallest batch whose last entry starts 2^31 elements or more into the largest tensor (q, k,
-    v or out): every offset into that entry needs a 32nd bit, where the offsets of a batch just past 2^31 in all
-    may still fit (the kernel then adds the rest to a 64-bit pointer)."""
-    per_entry = max(s.heads_q * s.n_q * max(s.head_dim, s.head_dim_v), s.heads_kv * s.n_k * max(s.head_dim,
-                                                                                                  s.head_dim_v))
-    return dataclasses.replace(s, batch=max(s.batch, -(-INT32_ELEMENTS // per_entry) + 1))
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:

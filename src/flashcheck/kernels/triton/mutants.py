@@ -25,7 +25,8 @@ from pathlib import Path
 
 from ...contract.spec import Kernel
 from ...errors import FlashcheckError, InvalidArgument
-from .planted import BACKWARD_MUTANTS, LONG_MUTANTS, MUTANTS, SOURCES, Mutant
+from .planted import BACKWARD_MUTANTS, MUTANTS, SOURCES, Mutant
+from .planted_long import LONG_MUTANTS
 from .planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 from .runtime import BACKEND_NAME
 
