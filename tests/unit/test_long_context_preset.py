@@ -77,3 +77,21 @@ def test_no_case_holds_a_dense_rows_by_keys_array():
     spec = resolve_kernel("torch:math", device="cpu").spec
     drawn = draw_recipes(40, seed=3, spec=spec, dtypes=["bf16"], **LONG.strategy_options())
     assert all(r.attn_bias == "none" for r in drawn) and any(r.variants for r in drawn)
+
+
+def test_a_case_larger_than_the_hosts_memory_is_skipped_not_drawn(tmp_path, monkeypatch):
+    import json
+
+    from flashcheck.cli import main
+    from flashcheck.inputs import sizes
+
+    assert sizes.drawing_bytes(Shapes(1, 1, 1, 1, 1024, 64, 64)) == 4 * (64 + 2 * 65536) + 2 * 65536
+    assert sizes.host_memory_problem(Shapes(1, 1, 1, 1, 16, 16, 16)) is None  # this host holds a small case
+    monkeypatch.setattr(sizes, "available_host_bytes", lambda: 2**20)  # 1 MiB: every long case is too large
+    out = tmp_path / "summary.json"
+    code = main(["fuzz", "torch:math", "--device", "cpu", "--preset", "long-context", "--max-examples", "3",
+                 "--seed", "1", "--no-isolation", "--corpus", str(tmp_path / "corpus"), "--json", str(out),
+                 "--no-progress"])
+    summary = json.loads(out.read_text())
+    assert code == 3 and summary["verdict"] == "NO_CASES" and summary["skipped"]["oom"] == 3
+    assert "GiB of host memory" in " ".join(summary["skipped_reasons"])

@@ -41,6 +41,7 @@ from ..inputs.case import AttentionCase
 from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.layout import Layout
 from ..inputs.presets import Preset
+from ..inputs.sizes import host_memory_problem
 from ..inputs.strategies import Recipe, recipe_pools, recipes
 from ..judge.backward import drawn_backward_case, judge_case
 from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict
@@ -201,6 +202,11 @@ class _Campaign:
     def _run_case(self, recipe: Recipe, shrinking: bool) -> tuple | None:
         """``(verdict, case)``, or None when no worker could start while shrinking (the shrink ends)."""
         t0 = time.monotonic()
+        problem = host_memory_problem(recipe.shapes)
+        if problem is not None:  # a skip, not a process killed with the campaign's results in it
+            described = f"{recipe.dtype} {recipe.shapes}"
+            return Verdict.from_findings([], max_ratio=math.nan, skipped=f"oom: {problem}", kernel=self.resolved.name,
+                                         case=described, regime=recipe.regime), None
         case = recipe.build(kernel=self.resolved.name)
         if self.backward:
             case = drawn_backward_case(case, recipe.seed)
@@ -251,7 +257,8 @@ class _Campaign:
         """Count the case in the result; whether it was judged (not skipped)."""
         r = self.result
         self.last_end = time.monotonic()
-        r.count_case(verdict, f"{case.describe()} regime={recipe.regime} seed={recipe.seed}", recipe,
+        described = verdict.case if case is None else case.describe()
+        r.count_case(verdict, f"{described} regime={recipe.regime} seed={recipe.seed}", recipe,
                      drawn=not shrinking)
         self.property_share.record(verdict, recipe)
         if self.worker is not None:

@@ -7,7 +7,8 @@ import dataclasses
 
 from ..contract.validation import Shapes
 
-__all__ = ["ELEMENT_REGIMES", "INT32_ELEMENTS", "LARGE_DTYPES", "past_int32"]
+__all__ = ["ELEMENT_REGIMES", "INT32_ELEMENTS", "LARGE_DTYPES", "available_host_bytes", "drawing_bytes",
+           "host_memory_problem", "past_int32"]
 
 # A tensor past this many elements has offsets an int32 cannot hold.
 INT32_ELEMENTS = 2**31
@@ -25,3 +26,33 @@ def past_int32(s: Shapes) -> Shapes:
     per_entry = max(s.heads_q * s.n_q * max(s.head_dim, s.head_dim_v), s.heads_kv * s.n_k * max(s.head_dim,
                                                                                                   s.head_dim_v))
     return dataclasses.replace(s, batch=max(s.batch, -(-INT32_ELEMENTS // per_entry) + 1))
+
+
+def drawing_bytes(s: Shapes) -> int:
+    """Host memory the value regimes take to draw a case of shapes ``s``: q, k and v in float32 at once, and the
+    rounded copy of the largest (an upper bound for 16-bit and fp8 inputs, which are what gets that large)."""
+    q = s.batch * s.heads_q * s.n_q * s.head_dim
+    k, v = (s.batch * s.heads_kv * s.n_k * d for d in (s.head_dim, s.head_dim_v))
+    return 4 * (q + k + v) + 2 * max(q, k, v)
+
+
+def available_host_bytes() -> int | None:
+    """The host memory available now (Linux's MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def host_memory_problem(s: Shapes) -> str | None:
+    """Why a case of shapes ``s`` cannot be drawn on this host (a reason for an ``oom`` skip), or None: drawing it
+    would take more memory than is available, and the process would be killed with every result in it."""
+    need, have = drawing_bytes(s), available_host_bytes()
+    if have is None or need <= have:
+        return None
+    return (f"drawing the case takes about {need / 2**30:.1f} GiB of host memory, {have / 2**30:.1f} GiB is "
+            "available (a smaller max_n, max_decode_n or no large_tensors in the preset fits this host)")
