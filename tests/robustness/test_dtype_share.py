@@ -75,8 +75,9 @@ def test_a_dtype_whose_time_share_is_spent_shrinking_leaves_the_others_theirs(tm
 
     kernel = flashcheck.kernel(_slow_and_wrong_in_fp16, dtypes=("fp16", "fp32"))
     result = run_campaign(kernel, device="cpu", preset=load_preset("smoke"), dtypes=["fp16", "fp32"],
-                          max_examples=10_000, time_budget=4.0, seed=1, corpus=tmp_path / "corpus",
+                          max_examples=10_000, time_budget=8.0, seed=1, corpus=tmp_path / "corpus",
                           keep_going=True)
     assert result.stopped == "time_budget" and result.verdict == "BUG"
     assert {f["dtype"] for f in result.findings} == {"fp16"}
-    assert result.by_dtype["fp32"] >= 3, dict(result.by_dtype)  # fp32 had its 2 s after fp16 shrank
+    # fp32 has its half, 4 s, after fp16 shrank: cases of 50 ms and more on a loaded 2-core machine
+    assert result.by_dtype["fp32"] >= 3, dict(result.by_dtype)
