@@ -1,5 +1,14 @@
-# Sourced by the GPU campaign scripts after they set $work: fuzz, one campaign into $work, and campaign_table,
-# the short table printed last. FUZZ_PRESET (default adversarial) is the preset of every campaign.
+# Sourced by the GPU campaign scripts: campaign_setup (their arguments, $work and the machine), fuzz, one
+# campaign into $work, and campaign_table, the short table printed last. FUZZ_PRESET (default adversarial) is the
+# preset of every campaign.
+campaign_setup() {  # NAME DEFAULT-SECONDS [OUTDIR [PART [SECONDS]]]: sets out, part, seconds and work
+  out=${3:-${OUT:-/tmp/flashcheck-$1}}
+  part=${4:-A}
+  seconds=${5:-$2}
+  work=$(mktemp -d)
+  mkdir -p "$out"
+  source "$(dirname "${BASH_SOURCE[0]}")/gpu_setup.sh"
+}
 fuzz() {  # NAME KERNEL JOBS SECONDS [FUZZ-ARGUMENTS...]: one campaign, its text, JSON and corpus
   local name=$1 kernel=$2 jobs=$3 budget=$4; shift 4
   python3 -m flashcheck.cli fuzz "$kernel" --device cuda --preset "${FUZZ_PRESET:-adversarial}" --seed 1 \

@@ -13,13 +13,8 @@
 # a short table is printed last.
 # Usage (repository root): bash benchmarks/gpu_long.sh OUTDIR A|B|C [SECONDS]
 set -uo pipefail
-out=${1:-${OUT:-/tmp/flashcheck-long}}
-part=${2:-A}
-seconds=${3:-240}
-work=$(mktemp -d)
-mkdir -p "$out"
-source "$(dirname "$0")/gpu_setup.sh"
 source "$(dirname "$0")/gpu_fuzz.sh"
+campaign_setup long 240 "$@"
 export FUZZ_PRESET=long-context
 if [ "$part" = A ]; then
   timeout 150 python3 benchmarks/bench_long_oracle.py --device cuda --max-n 131072 --max-decode 1048576 --max-prefill 32768 \

@@ -21,13 +21,8 @@
 # a short table is printed last.
 # Usage (repository root): bash benchmarks/gpu_serving.sh OUTDIR A|B|C|D|E|F|G|H [SECONDS]
 set -uo pipefail
-out=${1:-${OUT:-/tmp/flashcheck-serving}}
-part=${2:-A}
-seconds=${3:-200}
-work=$(mktemp -d)
-mkdir -p "$out"
-source "$(dirname "$0")/gpu_setup.sh"
 source "$(dirname "$0")/gpu_fuzz.sh"
+campaign_setup serving 200 "$@"
 if [ "$part" = A ]; then
   python3 -m pytest -q -p no:cacheprovider tests/gpu/test_serving_gpu.py > "$work/gpu_tests.txt" 2>&1
   python3 benchmarks/serving_probe.py cuda > "$work/probe.txt" 2>&1
