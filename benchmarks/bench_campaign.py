@@ -24,7 +24,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 TIMED_EXAMPLES = 100_000  # the cap of a timed row: its time budget ends it
-PARTS = ("generation", "kernel", "oracle", "properties", "envelope")
+# "draw": hypothesis's choice of a recipe and the campaign's bookkeeping; "generation": drawing its tensors.
+# A summary of older code has no "draw" part (its "generation" held both): that column reads 0 there.
+PARTS = ("draw", "generation", "transfer", "kernel", "oracle", "properties", "envelope")
+LONG = str(HERE / "benchmarks" / "long-64k.toml")
 
 # name -> (fuzz arguments, needs --jobs support, fresh Triton cache)
 ROWS = {
@@ -34,6 +37,13 @@ ROWS = {
     "flash-1": (["torch:flash", "--preset", "adversarial", "--keep-going", "--no-isolation"], False, False),
     "flash-1-worker": (["torch:flash", "--preset", "adversarial", "--keep-going"], False, False),
     "flash-8": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "8"], True, False),
+    # --jobs rows every checkout since --jobs came runs (False: older code is not left out of them)
+    "flash-16": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "16"], False, False),
+    "flash-1-backward": (["torch:flash", "--preset", "adversarial", "--keep-going", "--backward"], False, False),
+    "flash-16-backward": (["torch:flash", "--preset", "adversarial", "--keep-going", "--backward", "--jobs", "16"],
+                          False, False),
+    "long-1": (["torch:flash", "--preset", LONG, "--keep-going"], False, False),
+    "long-4": (["torch:flash", "--preset", LONG, "--keep-going", "--jobs", "4"], False, False),
     "efficient-1": (["torch:efficient", "--preset", "adversarial", "--keep-going", "--no-isolation"], False, False),
     "triton-1": (["flashcheck:triton", "--preset", "smoke", "--keep-going"], False, False),
     "triton-8-cold": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "8"], True, True),
@@ -132,8 +142,8 @@ def _table(results: list[dict]) -> str:
             lines.append(f"{'':8} {'':15} the same cases one worker seed after another in one process: "
                          f"{r['same_cases_one_process_per_s']:.2f} cases/s, speed-up {r['same_cases_speedup']:.2f}x")
     return "\n".join(lines) + ("\n(cases/s over the whole run; steady: once every process has judged its first case; "
-                               "first s: the first judged case after start; ms per case: generation, kernel, "
-                               "oracle+budget, properties, envelope)")
+                               "first s: the first judged case after start; ms per case: draw (hypothesis), generation, "
+                               "transfer (the worker's pipe), kernel, oracle+budget, properties, envelope)")
 
 
 def main(argv=None):

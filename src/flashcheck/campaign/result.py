@@ -21,7 +21,9 @@ __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_C
            "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "write_summary"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
-TIMED_PARTS = ("transfer", "kernel", "compile", "oracle", "properties", "envelope")
+# "generation" draws the tensors (in the worker process, or in-process); the summary's "draw" part is the
+# campaign's own time between cases: hypothesis choosing the recipe, counting, saving.
+TIMED_PARTS = ("generation", "transfer", "kernel", "compile", "oracle", "properties", "envelope")
 # Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
 TRIAGE = "triage"
 # One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
@@ -48,7 +50,7 @@ class CampaignResult:
     # compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
     # envelope (the twin's tilings, for SUSPICIOUS).
-    time_split: dict = field(default_factory=lambda: dict.fromkeys(("generation",) + TIMED_PARTS + (TRIAGE,), 0.0))
+    time_split: dict = field(default_factory=lambda: dict.fromkeys(("draw",) + TIMED_PARTS + (TRIAGE,), 0.0))
     by_status: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
     by_regime: Counter = field(default_factory=Counter)

@@ -43,7 +43,7 @@ from ..inputs.layout import Layout
 from ..inputs.presets import Preset
 from ..inputs.sizes import host_memory_problem
 from ..inputs.strategies import Recipe, recipe_pools, recipes
-from ..judge.backward import drawn_backward_case, judge_case
+from ..judge.backward import judge_case
 from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause
 from .corpus import save_finding
@@ -53,6 +53,7 @@ from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
 from .setup import prepare_campaign, warm_oracle
 from .share import PropertyShare
+from .serve import drawn_case
 from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
 __all__ = ["run_campaign"]
@@ -87,7 +88,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
     try:
         if worker_process is not None and isolate and isinstance(kernel, str):  # it loads the kernel meanwhile
             worker_process.assign(kernel, device=device, options=kernel_options)
-        warm_oracle(device)
+        if not (isolate and isinstance(kernel, str)):  # the oracle runs here; a worker process warms its own
+            warm_oracle(device)
         resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes,
                                                      isolate=isolate, case_timeout=case_timeout,
                                                      kernel_options=kernel_options, backward=backward)
@@ -200,20 +202,17 @@ class _Campaign:
         self.schedule.round.out_of_time(recipe)
 
     def _run_case(self, recipe: Recipe, shrinking: bool) -> tuple | None:
-        """``(verdict, case)``, or None when no worker could start while shrinking (the shrink ends)."""
-        t0 = time.monotonic()
+        """``(verdict, case)`` (``case`` None for a case that passed in the worker, which drew it), or None
+        when no worker could start while shrinking (the shrink ends)."""
+        self.result.time_split["draw"] += time.monotonic() - self.last_end  # hypothesis's draw, the bookkeeping
         problem = host_memory_problem(recipe.shapes)
         if problem is not None:  # a skip, not a process killed with the campaign's results in it
             described = f"{recipe.dtype} {recipe.shapes}"
             return Verdict.from_findings([], max_ratio=math.nan, skipped=f"oom: {problem}", kernel=self.resolved.name,
                                          case=described, regime=recipe.regime), None
-        case = recipe.build(kernel=self.resolved.name)
-        if self.backward:
-            case = drawn_backward_case(case, recipe.seed)
-        self.result.time_split["generation"] += time.monotonic() - t0 + (t0 - self.last_end)
         properties = () if self.backward else self.property_share.choose(recipe, shrinking=self._shrinking_kinds())
         try:
-            return self.judge(case, properties), case
+            return self.judge_recipe(recipe, properties)
         except WorkerStartError as exc:  # it loaded before: the machine, not the kernel, is failing now
             self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
             self.stop_reason = "worker_failed"
@@ -221,6 +220,18 @@ class _Campaign:
                 self.schedule.round.cut = True
                 return None
             raise Stop() from None
+
+    def judge_recipe(self, recipe: Recipe, properties: tuple) -> tuple:
+        """``(verdict, case)`` of the case drawn from ``recipe``: by the worker (``case`` None if it passed),
+        or here; either way on the campaign's GPU if it has one (:mod:`flashcheck.inputs.drawing`)."""
+        if self.worker is not None:
+            return self.worker.check_recipe(recipe, properties=properties, backward=self.backward)
+        start = time.perf_counter()
+        case = drawn_case(recipe, kernel=self.resolved.name, device=self.device, backward=self.backward)
+        drawn = time.perf_counter() - start
+        verdict = self.judge(case, properties)
+        verdict.elapsed["generation"] = drawn
+        return verdict, case
 
     def _shrinking_kinds(self) -> frozenset | None:
         """The finding kinds of the bug being shrunk; None while hypothesis draws."""

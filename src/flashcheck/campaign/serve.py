@@ -10,16 +10,18 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 import warnings
 from typing import TYPE_CHECKING
 
-from ..judge.verdict import BUG, Finding, Verdict
+from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
 
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
 
-__all__ = ["POISON_MARKERS", "die_with_parent", "poisons_cuda", "quiet_interpreter", "send_message", "serve"]
+__all__ = ["POISON_MARKERS", "die_with_parent", "drawn_case", "poisons_cuda", "quiet_interpreter", "send_message",
+           "serve"]
 
 # Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
 POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
@@ -69,6 +71,7 @@ def serve(conn) -> None:
     try:  # the slow part (torch): done while the parent still prepares, before the kernel is named
         from ..judge.backward import judge_case
         from ..kernels.registry import resolve_kernel
+        from .setup import warm_oracle
     except Exception as exc:
         failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
     else:
@@ -86,6 +89,7 @@ def serve(conn) -> None:
     for path in reversed(paths):
         if path not in sys.path:
             sys.path.insert(0, path)
+    warm_oracle(device)  # in the background, while the kernel loads
     try:
         kernel = resolve_kernel(target, device=device, **options)
     except Exception as exc:
@@ -99,21 +103,47 @@ def serve(conn) -> None:
             return  # the parent is gone
         if message is None:
             return
-        case, properties = message
-        try:
-            verdict = judge_case(kernel, case, device=device, properties=properties)
-        except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            if not any(marker in text for marker in POISON_MARKERS):
-                send_message(conn, ("error", text, traceback.format_exc()))
-                continue
-            # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
-            # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
-            verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
-        send_message(conn, ("verdict", verdict.as_dict()))
-        if poisons_cuda(verdict):
+        reply, poisoned = _answer(kernel, device, message, judge_case)
+        send_message(conn, reply)
+        if poisoned:
             conn.close()
             os._exit(0)
+
+
+def _answer(kernel, device: str, message: tuple, judge_case) -> tuple[tuple, bool]:
+    """The reply to one message, and whether the kernel broke the process's CUDA context (the worker then
+    goes). ``("case", case, properties)`` and ``("recipe", recipe, properties, backward)`` get
+    ``("verdict", verdict, case)``: the case drawn here when it failed, else None. ``("build", recipe,
+    backward)`` gets ``("case", case)``: a case drawn again, to be saved."""
+    kind, case = message[0], None
+    try:
+        if kind == "build":
+            return ("case", drawn_case(message[1], kernel=kernel.name, device=device, backward=message[2])), False
+        start = time.perf_counter()
+        case = message[1] if kind == "case" else drawn_case(message[1], kernel=kernel.name, device=device,
+                                                           backward=message[3])
+        drawn = time.perf_counter() - start if kind == "recipe" else 0.0
+        verdict = judge_case(kernel, case, device=device, properties=message[2])
+        verdict.elapsed["generation"] = drawn
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        if case is None or not any(marker in text for marker in POISON_MARKERS):
+            return ("error", text, traceback.format_exc()), False
+        # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
+        # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
+        verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
+    failed = kind == "recipe" and verdict.status in (BUG, SUSPICIOUS)
+    return ("verdict", verdict.as_dict(), case if failed else None), poisons_cuda(verdict)
+
+
+def drawn_case(recipe, *, kernel: str, device, backward: bool):
+    """The case a campaign draws from ``recipe``: on its GPU if it checks on one, its backward case with
+    ``backward`` (the worker's and an in-process campaign's draw, the same numbers on one device)."""
+    from ..inputs.drawing import draw_device
+    from ..judge.backward import drawn_backward_case
+
+    case = recipe.build(kernel=kernel, draw_on=draw_device(device))
+    return drawn_backward_case(case, recipe.seed) if backward else case
 
 
 def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:

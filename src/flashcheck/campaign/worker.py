@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from ..contract.counts import check_seconds
 from ..errors import FlashcheckError, InvalidArgument
-from ..judge.verdict import BUG, Finding, Verdict
+from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
 from .interrupts import sigint_ignored_by_children
 from .serve import poisons_cuda, send_message, serve
 
@@ -231,30 +231,62 @@ class KernelWorker:
 
     def check(self, case: AttentionCase, *, properties=()) -> Verdict:
         """The verdict on ``case``, or a crash / timeout verdict when the worker died or hung on it."""
+        regime = case.provenance.get("strategy") if case.provenance else None
+        return self._judge(("case", case, tuple(properties)), regime, case.describe())[0]
+
+    def check_recipe(self, recipe, *, properties=(), backward: bool = False) -> tuple:
+        """``(verdict, case)`` for the case the worker draws from ``recipe`` (on its GPU if it has one, so
+        that no tensor crosses the pipe): ``case`` is the case when it failed (BUG or SUSPICIOUS), else
+        None. A worker that died or hung on it leaves a fresh one to draw the case again, to be saved."""
+        verdict, case = self._judge(("recipe", recipe, tuple(properties), backward), recipe.regime,
+                                    f"{recipe.dtype} {recipe.shapes} regime={recipe.regime}")
+        if case is None and verdict.status in (BUG, SUSPICIOUS):
+            case = self.build(recipe, backward=backward)
+            verdict.case = case.describe()
+        return verdict, case
+
+    def build(self, recipe, *, backward: bool = False) -> AttentionCase:
+        """The case of ``recipe`` as the worker draws it; :class:`WorkerStartError` if it cannot."""
+        self.start()
+        self._busy = True
+        try:
+            send_message(self._conn, ("build", recipe, backward))
+            reply = self._receive(self.case_timeout)
+        except OSError:
+            reply = _DIED
+        self._busy = False
+        if isinstance(reply, tuple) and reply[:1] == ("case",):
+            return reply[1]
+        why = "it died" if reply is _DIED else "it timed out" if reply is _TIMEOUT else str(reply[1])
+        self._discard()
+        raise WorkerStartError(f"a fresh worker could not draw the case of seed {recipe.seed} ({recipe.regime}) "
+                               f"again to save it: {why}")
+
+    def _judge(self, message: tuple, regime: str | None, described: str) -> tuple:
         self.start()
         started = time.monotonic()
         self._busy = True  # until the answer is in: an interrupted wait leaves the worker mid-case
         try:
-            send_message(self._conn, (case, tuple(properties)))
+            send_message(self._conn, message)
         except OSError:  # a broken pipe: it died before reading the case
             self._busy = False
-            return self._died(case, time.monotonic() - started)
-        message = self._receive(self.case_timeout)
+            return self._died(regime, described, time.monotonic() - started), None
+        reply = self._receive(self.case_timeout)
         self._busy = False
         waited = time.monotonic() - started
-        if message is _TIMEOUT:
-            return self._timed_out(case, waited)
-        if message is _DIED:
-            return self._died(case, waited)
-        if message[0] == "error":
-            raise WorkerError(f"flashcheck failed in the worker on {case.describe()}: {message[1]}\n{message[2]}")
-        verdict = Verdict.from_dict(message[1])
+        if reply is _TIMEOUT:
+            return self._timed_out(regime, described, waited), None
+        if reply is _DIED:
+            return self._died(regime, described, waited), None
+        if reply[0] == "error":
+            raise WorkerError(f"flashcheck failed in the worker on {described}: {reply[1]}\n{reply[2]}")
+        verdict = Verdict.from_dict(reply[1])
         # The pipe both ways (a case past 2^31 elements is 8 GiB of it) and the worker's untimed steps.
         timed = sum(s for part, s in verdict.elapsed.items() if part not in ("compile", "transfer"))
         verdict.elapsed["transfer"] = max(0.0, waited - timed)
         if poisons_cuda(verdict):
             self._discard(wait=True)  # it exits by itself; the next case starts a fresh one
-        return verdict
+        return verdict, reply[2]
 
     def close(self) -> None:
         """Stop the worker: politely if it is idle, by force if it is busy or does not go."""
@@ -310,26 +342,25 @@ class KernelWorker:
         if conn is not None:
             conn.close()
 
-    def _verdict(self, case: AttentionCase, finding: Finding, waited: float) -> Verdict:
-        regime = case.provenance.get("strategy") if case.provenance else None
+    def _verdict(self, regime: str | None, described: str, finding: Finding, waited: float) -> Verdict:
         finding.regime = regime
         return Verdict.from_findings([finding], max_ratio=math.nan, kernel=self.kernel_name or self.target,
-                                     case=case.describe(), regime=regime, elapsed={"kernel": waited})
+                                     case=described, regime=regime, elapsed={"kernel": waited})
 
-    def _died(self, case: AttentionCase, waited: float) -> Verdict:
+    def _died(self, regime: str | None, described: str, waited: float) -> Verdict:
         process = self._process
         if process is not None:
             process.join(timeout=5.0)
         exitcode = process.exitcode if process is not None else None
         self._discard()
         how = exit_text(exitcode)
-        return self._verdict(case, Finding(
+        return self._verdict(regime, described, Finding(
             "crash", BUG, f"the worker process running the kernel died ({how}) after {waited:.3g} s: a segfault, "
             "an abort or an exit inside the kernel", details={"exitcode": exitcode, "died": how}), waited)
 
-    def _timed_out(self, case: AttentionCase, waited: float) -> Verdict:
+    def _timed_out(self, regime: str | None, described: str, waited: float) -> Verdict:
         self._discard()
-        return self._verdict(case, Finding(
+        return self._verdict(regime, described, Finding(
             "timeout", BUG, f"no result within the case timeout of {self.case_timeout:g} s (--case-timeout): the "
             "kernel hangs or is far too slow; its worker process was killed",
             details={"case_timeout": self.case_timeout}), waited)

@@ -108,7 +108,9 @@ def _from_bits(value):
 
 def _stored(t: torch.Tensor) -> torch.Tensor:
     # Always a fresh contiguous CPU copy: the case must not change when the caller's tensor does.
-    return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+    if t.device.type != "cpu":  # the copy to the CPU is the fresh one
+        return t.detach().to("cpu", memory_format=torch.contiguous_format)
+    return t.detach().clone(memory_format=torch.contiguous_format)
 
 
 @dataclass(frozen=True, eq=False)

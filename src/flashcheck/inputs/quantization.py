@@ -18,6 +18,7 @@ import torch
 
 from ..contract.formats import format_of
 from ..contract.validation import Shapes
+from .drawing import seeded
 
 __all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "quantize"]
 
@@ -47,7 +48,7 @@ def quantize(q, k, v, *, shapes: Shapes, dtype: str, regime: str, seed: int):
     """``(q8, k8, v8, descales)``: q, k, v in the fp8 format ``dtype`` and their descales stacked as a
     (3, B, Hkv) fp32 tensor (q's, k's, v's), so that ``x8 * descale`` are the case's values."""
     fmt = format_of(dtype)
-    gen = torch.Generator().manual_seed(int(seed) + 1)
+    gen = seeded(int(seed) + 1)
     descales, out = [], []
     for t in (q, k, v):
         d = _descales(t, shapes, fmt.max_value, regime, gen)

@@ -16,6 +16,7 @@ import torch
 from ..contract.formats import format_of
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
+from .drawing import seeded
 
 __all__ = ["VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "UPSTREAM_REGIMES", "make_values", "make_mask",
            "make_scale", "make_upstream"]
@@ -160,7 +161,7 @@ def make_values(regime: str, *, shapes: Shapes, dtype, seed: int) -> Values:
         raise InvalidArgument("regime", regime, "unknown value regime",
                               f"Use one of {sorted(VALUE_REGIMES)}.")
     fmt = format_of(dtype)
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = seeded(seed)
     values = list(VALUE_REGIMES[regime](gen, shapes, fmt.max_value))
     for i, t in enumerate(values):  # one at a time, each float32 tensor let go once rounded: K and V may be 8 GiB
         t = t.clamp_(-fmt.max_value, fmt.max_value) if t.is_contiguous() else t.clamp(-fmt.max_value, fmt.max_value)
@@ -216,7 +217,7 @@ def make_mask(regime: str, *, shapes: Shapes, seed: int) -> torch.Tensor | None:
     fn = MASK_REGIMES[regime]
     if fn is None:
         return None
-    return fn(torch.Generator().manual_seed(int(seed) + 1), shapes).contiguous()
+    return fn(seeded(int(seed) + 1), shapes).contiguous()
 
 
 SCALE_REGIMES = ("default", "negative", "tiny", "huge")

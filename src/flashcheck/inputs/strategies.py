@@ -21,6 +21,7 @@ from ..contract.validation import Shapes
 from ..contract.variants import FEATURES, declared
 from ..errors import InvalidArgument
 from .case import AttentionCase
+from .drawing import drawing_on
 from .layout import layouts as layout_names
 from .packing import LENGTH_REGIMES, PAGE_REGIMES, SEQUSED_REGIMES, serving_case
 from .presets import token_cap_problem
@@ -102,8 +103,11 @@ class Recipe:
         large = "" if self.elements == "none" else f"/elements={self.elements}"
         return f"{self.values}/{self.mask}{used}{form}{fp8}{large}"
 
-    def build(self, *, kernel: str | None = None) -> AttentionCase | ServingCase:
-        case = self._dense(kernel)
+    def build(self, *, kernel: str | None = None, draw_on=None) -> AttentionCase | ServingCase:
+        """The case, kept on the CPU; ``draw_on`` (a device, default the CPU) draws its dense tensors there
+        (:mod:`flashcheck.inputs.drawing`: the same recipe, other numbers than the CPU's)."""
+        with drawing_on(draw_on):
+            case = self._dense(kernel)
         if self.form == "dense":
             return case
         return serving_case(case, form=self.form, packing=self.packing, pages=self.pages, poison=self.poison,

@@ -20,6 +20,7 @@ from ..contract.formats import format_of
 from ..contract.validation import Shapes
 from ..contract.variants import FEATURES, Variant
 from ..errors import InvalidArgument
+from .drawing import seeded
 
 __all__ = ["BIAS_LIMIT", "VARIANT_REGIMES", "WIDE_BIASES", "make_variant"]
 
@@ -174,7 +175,7 @@ def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, bias_dty
                  bias_order: str = "cap_first") -> Variant:
     """The :class:`Variant` of the named regime of each feature (``regimes``: feature -> regime name), its
     ``attn_bias`` in ``bias_dtype``, with the kernel's ``alibi`` mode and ``bias_order``."""
-    gen = torch.Generator().manual_seed(int(seed) + 3)
+    gen = seeded(int(seed) + 3)
     parts = {}
     for feature in FEATURES:
         name = regimes.get(feature, "none")

@@ -1,0 +1,69 @@
+"""Cases drawn on a CUDA GPU (what campaigns there do): kept on the CPU, the same numbers on every draw of a
+recipe, the recipe's shapes, dtype and regime, every feature of the preset included; and a campaign's finding,
+drawn in its worker process, is saved with the very case the worker judged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import flashcheck
+from flashcheck.campaign.run import run_campaign
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.presets import load_preset
+from flashcheck.inputs.strategies import Recipe, draw_recipes
+from flashcheck.kernels.registry import resolve_kernel
+from tests.gpu._marks import COMPILED_TRITON
+
+pytestmark = COMPILED_TRITON
+
+PRESET_KERNELS = [("adversarial", "torch:math"), ("smoke", "torch:math"), ("long-context", "torch:math")]
+
+
+def _recipes(preset: str, kernel: str, count: int):
+    spec = resolve_kernel(kernel, device="cuda").spec
+    options = load_preset(preset).strategy_options()
+    return draw_recipes(count, seed=3, spec=spec, **options)
+
+
+def _tensors(case: AttentionCase) -> list[torch.Tensor]:
+    found = [case.q, case.k, case.v, case.attn_mask, *case.variant.kwargs().values()]
+    return [t for t in found if isinstance(t, torch.Tensor)]
+
+
+@pytest.mark.parametrize("preset,kernel", PRESET_KERNELS)
+def test_a_recipe_drawn_on_the_gpu_is_the_recipe_kept_on_the_cpu(preset, kernel):
+    recipes = [r for r in _recipes(preset, kernel, 120) if r.elements == "none"][:80]
+    regimes = set()
+    for recipe in recipes:
+        on_cpu, on_gpu, again = (recipe.build(draw_on=d) for d in ("cpu", "cuda", "cuda"))
+        assert on_gpu.describe() == on_cpu.describe(), recipe
+        assert all(t.device.type == "cpu" for t in _tensors(on_gpu)), recipe
+        assert on_gpu.equal_bits(again), f"two draws of {recipe} differ"
+        assert on_gpu.provenance["strategy"] == recipe.regime
+        regimes.add(recipe.values)
+    assert len(regimes) >= 8  # the covering order meets the value regimes first
+
+
+def test_cases_drawn_on_the_gpu_pass_a_correct_kernel():
+    kernel = resolve_kernel("torch:math", device="cuda")
+    verdicts = [flashcheck.check(kernel, r.build(draw_on="cuda"), device="cuda")
+                for r in _recipes("adversarial", "torch:math", 60)]
+    assert {v.status for v in verdicts} <= {"PASS"}, [(v.case, [f.diagnosis for f in v.findings]) for v in verdicts if v.status != "PASS"][:3]
+
+
+def test_a_finding_drawn_in_the_worker_is_saved_with_the_case_it_judged(tmp_path):
+    result = run_campaign("tests.cli._planted:tail_bug", device="cuda", preset=load_preset("smoke"),
+                          max_examples=200, seed=2, corpus=tmp_path)
+    assert result.verdict == "BUG" and result.time_split["generation"] > 0
+    found = [f for f in result.findings if not f["shrunk"]]
+    assert found, result.findings
+    for entry in result.findings:
+        case = AttentionCase.load(entry["path"])
+        recipe = Recipe.from_dict(json.loads(json.dumps(case.provenance["recipe"])))
+        assert case.equal_bits(recipe.build(draw_on="cuda")), entry["path"]
+        replayed = flashcheck.check(resolve_kernel("tests.cli._planted:tail_bug", device="cuda"), case,
+                                    device="cuda")
+        assert replayed.status == "BUG"
