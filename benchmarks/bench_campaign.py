@@ -142,8 +142,8 @@ def _table(results: list[dict]) -> str:
             lines.append(f"{'':8} {'':15} the same cases one worker seed after another in one process: "
                          f"{r['same_cases_one_process_per_s']:.2f} cases/s, speed-up {r['same_cases_speedup']:.2f}x")
     return "\n".join(lines) + ("\n(cases/s over the whole run; steady: once every process has judged its first case; "
-                               "first s: the first judged case after start; ms per case: draw (hypothesis), generation, "
-                               "transfer (the worker's pipe), kernel, oracle+budget, properties, envelope)")
+                               "first s: the first judged case after start; ms per case: draw (hypothesis), "
+                               "generation, transfer (the worker's pipe), kernel, oracle+budget, properties, envelope)")
 
 
 def main(argv=None):

@@ -120,7 +120,9 @@ class CampaignResult:
 
     def conclude(self) -> None:
         """The verdict, and the diagnosis of bugs whose error grows with the number of keys."""
-        from ..judge.diagnose import growth_with_length  # torch: only a campaign concludes
+        from ..judge.diagnose import (
+            growth_with_length,  # torch: only a campaign concludes
+        )
 
         for key, points in self.bugs.lengths.items():  # a defect that accumulates along the keys says so
             growth = growth_with_length(points)

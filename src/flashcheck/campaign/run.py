@@ -51,9 +51,9 @@ from .database import open_database
 from .interrupts import handle_signals, restore_handlers
 from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
+from .serve import drawn_case
 from .setup import prepare_campaign, warm_oracle
 from .share import PropertyShare
-from .serve import drawn_case
 from .worker import KernelWorker, WorkerProcess, WorkerStartError
 
 __all__ = ["run_campaign"]
