@@ -76,7 +76,24 @@ def hypothesis_test(body, *, given_args: dict, max_examples: int, seed: int | No
                    suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     if phases is not None:
         options["phases"] = phases
-    return settings(**options)(test)
+    test = settings(**options)(test)
+    # The key hypothesis would compute from the body's source at every run (tokenising it: ~10 ms, and a
+    # campaign starts an engine per planned case), computed once.
+    test._hypothesis_internal_database_key = _database_key(body, digest)
+    return test
+
+
+_KEYS: dict = {}
+
+
+def _database_key(body, digest: bytes | None) -> bytes:
+    """hypothesis's database key of ``body`` (its ``function_digest``), once per function and digest."""
+    from hypothesis.internal.reflection import function_digest
+
+    key = (getattr(body, "__func__", body), digest)
+    if key not in _KEYS:
+        _KEYS[key] = function_digest(body)
+    return _KEYS[key]
 
 
 @dataclass

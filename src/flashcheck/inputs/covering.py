@@ -68,7 +68,8 @@ def covering_plan(pools: dict[str, list], *, seed: int | None, limit: int) -> li
     plan = singles[:limit]
     uncovered = pairs_of(pools, fields) - set().union(*(_pairs(cell, fields) for cell in plan))
     while uncovered and len(plan) < limit:
-        cell = max((_candidate(pools, fields, uncovered, rng) for _ in range(_CANDIDATES)),
+        ordered = sorted(uncovered)  # once a row, not once a candidate: thousands of pairs
+        cell = max((_candidate(pools, fields, uncovered, ordered, rng) for _ in range(_CANDIDATES)),
                    key=lambda c: len(_pairs(c, fields) & uncovered))
         plan.append(cell)
         uncovered -= _pairs(cell, fields)
@@ -101,9 +102,10 @@ def _pairs(cell: dict, fields: list) -> set:
     return {(a, cell[a], b, cell[b]) for a, b in itertools.combinations(fields, 2)}
 
 
-def _candidate(pools: dict, fields: list, uncovered: set, rng: random.Random) -> dict:
-    """A cell that holds one uncovered pair, its other fields chosen one by one for the most new pairs."""
-    a, x, b, y = rng.choice(sorted(uncovered))
+def _candidate(pools: dict, fields: list, uncovered: set, ordered: list, rng: random.Random) -> dict:
+    """A cell that holds one uncovered pair (of ``ordered``, the pairs sorted), its other fields chosen one
+    by one for the most new pairs."""
+    a, x, b, y = rng.choice(ordered)
     cell = {a: x, b: y}
     for f in rng.sample(fields, len(fields)):
         if f in cell:

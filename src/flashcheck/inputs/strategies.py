@@ -35,16 +35,13 @@ from .regimes import (
     make_values,
 )
 from .serving import POISONS, ServingCase
+from .shape_draws import MAX_DECODE_QUERIES, SPECIAL_LENGTHS, shapes
 from .sizes import ELEMENT_REGIMES, INT32_ELEMENTS, LARGE_DTYPES, past_int32
 from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES, make_variant
 
 __all__ = ["INT32_ELEMENTS", "POOL_FIELDS", "Recipe", "SPECIAL_LENGTHS", "cases", "draw_recipes", "past_int32",
            "recipe_pools", "recipes", "shapes", "without_local_constants"]
 
-# Lengths that sit on tile edges: 1, tile +- 1, primes, 64 mod 128, 1 mod 32.
-SPECIAL_LENGTHS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 131, 192, 193, 251, 257,
-                   320, 449, 509, 1021, 1024, 1025, 2039, 4096, 8191, 16384, 32767, 65536, 65537, 131072, 262143,
-                   1048576)
 # Simplest first: hypothesis shrinks towards the start of each list.
 VALUE_ORDER = ("random", "flat", "peaked", "growing_max", "positive_v", "cancelling_v", "ties",
                "near_ties", "huge_logits", "subnormal_p", "tiny_values", "flat_large_v", "coherent_p_rounding")
@@ -148,57 +145,6 @@ class Recipe:
         return cls(**data)
 
 
-def _check_sizes(argument: str, low: int, high: int) -> None:
-    if not (isinstance(low, int) and isinstance(high, int)) or low < 1 or high < low:
-        raise InvalidArgument(argument, (low, high), "expected 1 <= min <= max",
-                              f"Pass integers with 1 <= min_{argument} <= max_{argument}.")
-
-
-def _lengths(spec: KernelSpec, min_n: int, max_n: int):
-    cap = min(max_n, spec.max_seqlen or max_n)
-    special = [n for n in SPECIAL_LENGTHS if min_n <= n <= cap and n % spec.seq_multiple == 0]
-    plain = st.integers(-(-min_n // spec.seq_multiple), cap // spec.seq_multiple).map(
-        lambda n: n * spec.seq_multiple)
-    return st.one_of(plain, st.sampled_from(special)) if special else plain
-
-
-@st.composite
-def shapes(draw, *, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
-           max_batch: int = 2, max_heads: int = 4, head_dims=None, max_queries: int | None = None,
-           max_decode_n: int | None = None) -> Shapes:
-    """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec
-    (``max_queries``: Nq from 1 to it, Nk from ``min_n`` to ``max_n``; None: both from ``min_n`` to ``max_n``;
-    ``max_decode_n``: half the shapes are decode steps instead, 1 to 16 queries against ``min_n`` to it keys)."""
-    _check_sizes("n", min_n, max_n)
-    if max_decode_n is not None:
-        _check_sizes("decode_n", min_n, max_decode_n)
-    if max_queries is not None and max_queries < spec.seq_multiple:
-        raise InvalidArgument("max_queries", max_queries, f"below the spec's seq_multiple={spec.seq_multiple}",
-                              "Raise max_queries to at least the kernel's seq_multiple.")
-    if min_n > (spec.max_seqlen or max_n) or not [n for n in range(min_n, max_n + 1)
-                                                   if n % spec.seq_multiple == 0][:1]:
-        raise InvalidArgument("max_n", max_n, f"no length in [{min_n}, {max_n}] fits the spec",
-                              "Raise max_n or check seq_multiple / max_seqlen in the kernel spec.")
-    allowed = spec.allowed_head_dims()
-    dims = [d for d in (head_dims or allowed) if d in allowed]
-    if not dims:
-        raise InvalidArgument("head_dims", head_dims, f"none allowed by the spec ({allowed[:8]}...)",
-                              "Pick head dims the kernel spec declares.")
-    step = max_decode_n is not None and not spec.equal_lengths and draw(st.booleans())
-    decode = max_queries is not None and not spec.equal_lengths
-    if step:
-        n_q = draw(_lengths(spec, 1, max(MAX_DECODE_QUERIES, spec.seq_multiple)))
-        n_k = draw(_lengths(spec, min_n, max_decode_n))
-    else:
-        n_q = draw(_lengths(spec, 1, max_queries) if decode else _lengths(spec, min_n, max_n))
-        n_k = n_q if spec.equal_lengths else draw(_lengths(spec, min_n, max_n))
-    heads_kv = draw(st.integers(1, max_heads))
-    group = draw(st.integers(1, max(1, max_heads // heads_kv))) if spec.gqa else 1
-    d = draw(st.sampled_from(sorted(dims, key=lambda x: (x % 16 != 0, x))))
-    dv = d if spec.dv_equals_d else draw(st.sampled_from(sorted(dims, key=lambda x: (x != d, x))))
-    return Shapes(draw(st.integers(1, max_batch)), heads_kv * group, heads_kv, n_q, n_k, d, dv)
-
-
 def _subset(argument: str, chosen, allowed_order, *, allow_empty: bool = False):
     if chosen is None:
         return list(allowed_order)
@@ -234,8 +180,8 @@ def _bias_fields(draw, spec: KernelSpec, fields: dict) -> dict:
 POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison",
                                                                                      "seqused")
 FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused")
-# A decode step of a paged kernel: 1 to 16 queries a sequence; serving batches: up to max(max_batch, 8) sequences.
-MAX_DECODE_QUERIES, MIN_SERVING_BATCH = 16, 8
+# Serving batches: up to max(max_batch, 8) sequences (a paged kernel's decode step: MAX_DECODE_QUERIES).
+MIN_SERVING_BATCH = 8
 
 
 def _form_pools(spec: KernelSpec) -> dict[str, list]:
@@ -285,44 +231,69 @@ def recipe_pools(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=
             **_variant_pools(spec, variants), **_form_pools(spec)}
 
 
-@st.composite
-def recipes(draw, *, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
+def recipes(*, spec: KernelSpec = DEFAULT_SPEC, dtypes=None, value_regimes=None, mask_regimes=None,
             scale_regimes=None, layouts=None, variants=None, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
             max_heads: int = 4, head_dims=None, max_queries: int | None = None,
             max_total_tokens: int | None = None, max_decode_n: int | None = None,
-            large_tensors: bool = False) -> Recipe:
+            large_tensors: bool = False) -> st.SearchStrategy[Recipe]:
     """Recipes of cases the spec supports, over the chosen regimes: the pooled fields first
     (:data:`POOL_FIELDS`), then the shapes, then the seed of the values. ``max_queries`` and ``max_decode_n``:
     see :func:`shapes` (a paged kernel's at most 16); ``max_total_tokens``: the batch cut so that batch x (Nq + Nk)
     stays within it; ``large_tensors``: one recipe in eight of 16-bit inputs grows its batch until its largest
-    tensor passes 2^31 elements (the cap does not apply to it)."""
+    tensor passes 2^31 elements (the cap does not apply to it). The options are checked here, once."""
     problem = token_cap_problem(max_total_tokens, max_n, max_queries)
     if problem:
         raise InvalidArgument("max_total_tokens", max_total_tokens, problem,
                               "Raise max_total_tokens or lower max_n and max_queries.")
     pools = recipe_pools(spec=spec, dtypes=dtypes, value_regimes=value_regimes, mask_regimes=mask_regimes,
                          scale_regimes=scale_regimes, layouts=layouts, variants=variants)
-    fields = {name: draw(st.sampled_from(pools[name])) for name in POOL_FIELDS if name in pools}
     if max_queries is not None and spec.form == "paged":
         max_queries = min(max_queries, MAX_DECODE_QUERIES)
-    s = draw(shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
-                    head_dims=head_dims, max_queries=max_queries, max_decode_n=max_decode_n))
-    if spec.form != "dense":
-        s = dataclasses.replace(s, batch=draw(st.integers(1, max(max_batch, MIN_SERVING_BATCH))),
+    return _recipes(_RecipeDraws(
+        spec=spec, fields={name: st.sampled_from(pools[name]) for name in POOL_FIELDS if name in pools},
+        shapes=shapes(spec=spec, min_n=min_n, max_n=max_n, max_batch=max_batch, max_heads=max_heads,
+                      head_dims=head_dims, max_queries=max_queries, max_decode_n=max_decode_n),
+        serving_batch=st.integers(1, max(max_batch, MIN_SERVING_BATCH)) if spec.form != "dense" else None,
+        elements=st.sampled_from(ELEMENT_REGIMES) if large_tensors and spec.form == "dense" else None,
+        max_total_tokens=max_total_tokens))
+
+
+@dataclass(frozen=True)
+class _RecipeDraws:
+    """The strategies of one :func:`recipes` call."""
+
+    spec: KernelSpec
+    fields: dict          # pooled field -> its strategy, in POOL_FIELDS order
+    shapes: object
+    serving_batch: object  # a serving form's batch (None: the dense form)
+    elements: object       # past_int32 or not, for 16-bit inputs (None: never)
+    max_total_tokens: int | None
+
+
+_SEEDS = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def _recipes(draw, d: _RecipeDraws) -> Recipe:
+    spec = d.spec
+    fields = {name: draw(strategy) for name, strategy in d.fields.items()}
+    s = draw(d.shapes)
+    if d.serving_batch is not None:
+        s = dataclasses.replace(s, batch=draw(d.serving_batch),
                                 n_q=min(s.n_q, MAX_DECODE_QUERIES) if spec.form == "paged" else s.n_q)
         fields["form"], fields["same_lengths"] = spec.form, spec.equal_lengths
-    if large_tensors and spec.form == "dense" and fields["dtype"] in LARGE_DTYPES:
-        fields["elements"] = draw(st.sampled_from(ELEMENT_REGIMES))
+    if d.elements is not None and fields["dtype"] in LARGE_DTYPES:
+        fields["elements"] = draw(d.elements)
     if fields.get("elements") == "past_int32":
         s = past_int32(s)
-    elif max_total_tokens is not None:
-        s = dataclasses.replace(s, batch=max(1, min(s.batch, max_total_tokens // (s.n_q + s.n_k))))
+    elif d.max_total_tokens is not None:
+        s = dataclasses.replace(s, batch=max(1, min(s.batch, d.max_total_tokens // (s.n_q + s.n_k))))
     # empty_sequences over a batch of one is the batch without tokens
     assume(not ("empty_batch" in spec.excludes and fields.get("packing") == "empty_sequences" and s.batch == 1))
     if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
     fields.update(_bias_fields(draw, spec, fields))
-    return Recipe(shapes=s, seed=draw(st.integers(0, 2**32 - 1)), **fields)
+    return Recipe(shapes=s, seed=draw(_SEEDS), **fields)
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:
