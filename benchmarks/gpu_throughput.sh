@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Campaign throughput on a CUDA machine in one call (under 10 minutes), part A, B or C, through
 # benchmarks/bench_campaign.py (a fresh `flashcheck fuzz` per row, ratios within one call):
-#   A: tests/gpu/test_drawing_gpu.py, then one process of torch:flash on the adversarial preset, with its kernel
+#   A: tests/gpu/test_drawing_gpu.py, then (cases drawn on the GPU: FLASHCHECK_DRAW=device) one process of torch:flash on the adversarial preset, with its kernel
 #      in a worker process and in-process, on this checkout and on BEFORE (an older checkout's src/, if set);
 #   B: torch:flash with --jobs 16, forward and backward, and the long-context preset between 64k and 128k keys
 #      (benchmarks/long-64k.toml) in one and in four processes;
@@ -20,7 +20,7 @@ if [ "$part" = A ]; then
   timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_drawing_gpu.py > "$out/gpu_tests.txt" 2>&1
   tail -3 "$out/gpu_tests.txt"
   before=(); [ -n "${BEFORE:-}" ] && before=(--src "before=$BEFORE")
-  bench flash-1-worker,flash-1 "${before[@]}"
+  FLASHCHECK_DRAW=device bench flash-1-worker,flash-1 "${before[@]}"
 elif [ "$part" = B ]; then
   bench flash-16,flash-16-backward,long-1,long-4
 else

@@ -55,7 +55,8 @@ def test_cases_drawn_on_the_gpu_pass_a_correct_kernel():
     assert not failed, failed[:3]
 
 
-def test_a_finding_drawn_in_the_worker_is_saved_with_the_case_it_judged(tmp_path):
+def test_a_finding_drawn_in_the_worker_is_saved_with_the_case_it_judged(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHCHECK_DRAW", "device")  # the worker process inherits it
     result = run_campaign("tests.cli._planted:tail_bug", device="cuda", preset=load_preset("smoke"),
                           max_examples=200, seed=2, corpus=tmp_path)
     assert result.verdict == "BUG" and result.time_split["generation"] > 0

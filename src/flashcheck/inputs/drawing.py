@@ -1,15 +1,17 @@
 """Where a case's numbers are drawn: seeded generators on the device that draws.
 
 A recipe's tensors come from torch generators seeded from the recipe (:func:`seeded`). On a CPU, drawing
-a case of a million elements takes milliseconds of ``randn``; a campaign on a GPU draws its cases there
-instead (:func:`drawing_on`: torch's factories and the generators then make every tensor on that device)
-and keeps the case on the CPU as always. The same recipe gives the same case on every draw on one kind of
+a case of a million elements takes milliseconds of ``randn``; with ``FLASHCHECK_DRAW=device`` a campaign on
+a GPU draws its cases there instead (:func:`drawing_on`: torch's factories and the generators then make
+every tensor on that device) and keeps the case on the CPU as always. (Opt-in until its GPU tests,
+tests/gpu/test_drawing_gpu.py, have passed on a GPU; by default every case is drawn on the CPU.) The same recipe gives the same case on every draw on one kind of
 device; CPU and CUDA generators give different numbers, so a case drawn on a GPU is known by its saved
 tensors (a finding's case file), not by its seed alone.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 
 import torch
@@ -30,6 +32,7 @@ def drawing_on(device):
 
 
 def draw_device(device) -> str:
-    """Where a campaign on ``device`` draws its cases: on its GPU, else on the CPU."""
+    """Where a campaign on ``device`` draws its cases: on its GPU with ``FLASHCHECK_DRAW=device``, else on
+    the CPU."""
     device = torch.device(device)
-    return str(device) if device.type == "cuda" else "cpu"
+    return str(device) if device.type == "cuda" and os.environ.get("FLASHCHECK_DRAW") == "device" else "cpu"
