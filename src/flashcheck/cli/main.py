@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from . import fuzz, listing, merge, replay, selftest, signoff
+from . import fuzz, listing, merge, replay, repro, selftest, signoff
 from .options import EXIT_USAGE, check_options, prepare_device
 
 __all__ = ["main"]
@@ -22,7 +22,7 @@ __all__ = ["main"]
 _DESCRIPTION = ("Numerical property testing for tiled (flash) attention kernels: fuzz a kernel, replay a saved "
                 "case, self-test, sign off kernels with a report.")
 # In the order `flashcheck --help` lists their commands.
-_COMMAND_MODULES = (fuzz, replay, selftest, signoff, merge, listing)
+_COMMAND_MODULES = (fuzz, replay, repro, selftest, signoff, merge, listing)
 # Their campaigns take a Ctrl-C that came while they started up, and stop with a summary.
 _CAMPAIGN_COMMANDS = ("fuzz", "signoff")
 

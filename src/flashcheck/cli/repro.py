@@ -1,0 +1,61 @@
+"""``flashcheck repro``: turn one saved case into an upstream bug report that needs no flashcheck: ``repro.py`` (the
+inputs bit for bit, the kernel's call, a float64 reference and each element's budget from flashcheck's error model)
+and ``ISSUE.md``. The case is replayed first, as ``flashcheck replay`` does, for the kernel's output and the
+diagnosis; a replay that is not a BUG here is said so, and the files are written anyway."""
+
+from __future__ import annotations
+
+from . import replay
+from .options import add_device
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers) -> None:
+    repro = subparsers.add_parser("repro", help="write a self-contained reproducer (repro.py) and an issue body "
+                                  "(ISSUE.md) for a saved case")
+    repro.set_defaults(run=run)
+    repro.add_argument("case", help="a saved case (.json, .npz or their common stem)")
+    repro.add_argument("--out", required=True, metavar="DIR", help="the folder to write repro.py and ISSUE.md in")
+    repro.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
+    add_device(repro)
+
+
+def run(args) -> int:
+    """Write the reproducer and the issue; exit 0 once written (the replay's verdict is printed, not the status)."""
+    from ..files import check_writable_folder, write_text
+    from ..inputs.case import AttentionCase
+    from ..judge.verdict import BUG
+    from ..repro import make_repro
+    from .options import choose_device
+
+    _check_case("CASE", args.case)
+    out = check_writable_folder("--out", args.out)
+    case = AttentionCase.load(args.case)
+    device = choose_device(args.device)
+    # The kernel as replay reaches it (import path or built-in with options; --kernel overrides).
+    kernel = replay._replay_kernel(case.provenance or {}, args.kernel, device)
+    made = make_repro(kernel, case, device=device, case_path=args.case)
+    write_text(out / "repro.py", made.script)
+    write_text(out / "ISSUE.md", made.issue)
+    print(made.verdict)
+    if made.verdict.status != BUG:
+        print(f"note: flashcheck's replay here ({device}) is {made.verdict.status}, not BUG: the defect may need the "
+              "GPU it was found on; the reproducer is written anyway, and ISSUE.md says so.")
+    if made.evidence.unchecked:
+        print(f"note: the reproducer checks the output against its budget, not {', '.join(made.evidence.unchecked)}")
+    print(f"wrote {out / 'repro.py'} and {out / 'ISSUE.md'}; run: python {out / 'repro.py'}")
+    return 0
+
+
+def _check_case(option: str, value: str) -> None:
+    """A missing case is a usage error that names the argument, before any output folder is made."""
+    from ..errors import InvalidArgument
+    from ..inputs.casefile import case_paths
+
+    npz, json_path = case_paths(value)
+    missing = [str(p) for p in (json_path, npz) if not p.is_file()]
+    if missing:
+        raise InvalidArgument(option, value, f"no saved case there ({' and '.join(missing)} not found)",
+                              "Pass the .json, the .npz or the common stem of a case that flashcheck fuzz saved "
+                              "(--corpus DIR), or that a failing test printed.")

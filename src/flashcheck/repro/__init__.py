@@ -1,0 +1,41 @@
+"""Upstream bug reports from saved cases: a self-contained reproducer script (torch and the kernel's package, no
+flashcheck) and a Markdown issue body, as ``flashcheck repro CASE --out DIR`` writes them.
+
+:func:`make_repro` replays the case (:mod:`.evidence`), decides how the script calls the kernel (:mod:`.calls`),
+fills the script template (:mod:`.script`, with the arrays of :mod:`.arrays`) and writes the issue (:mod:`.issue`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Repro", "make_repro"]
+
+
+@dataclass
+class Repro:
+    script: str  # repro.py
+    issue: str  # ISSUE.md
+    evidence: object  # flashcheck's replay (:class:`flashcheck.repro.evidence.Evidence`)
+
+    @property
+    def verdict(self):
+        return self.evidence.verdict
+
+
+def make_repro(kernel, case, *, device: str, case_path) -> Repro:
+    """The reproducer and the issue for ``case`` on ``kernel`` (a resolved :class:`~flashcheck.contract.spec.Kernel`)
+    replayed on ``device``; InvalidArgument naming the case for a kernel or case it cannot write."""
+    from .calls import kernel_call
+    from .evidence import gather
+    from .issue import issue_text, summary_sentence
+    from .script import generated_versions, script_data, script_text
+
+    call = kernel_call(kernel, case, device=device, case_path=case_path)  # refuses before anything runs
+    evidence = gather(kernel, case, device=device)
+    versions = generated_versions(call, device)
+    name = kernel.name
+    title = f"Reproducer: {summary_sentence(name, evidence)}".replace("`", "")
+    script = script_text(script_data(case, call, evidence, device=device, title=title, versions=versions))
+    issue = issue_text(case, evidence, kernel=name, versions=versions, script=script, device=device)
+    return Repro(script, issue, evidence)

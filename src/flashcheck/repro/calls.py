@@ -1,0 +1,72 @@
+"""How a reproducer calls the kernel: which call of the script (:mod:`flashcheck.repro._script`) a kernel gets, and
+the data it needs, or a refusal for a kernel that plain public code cannot call.
+
+- A plain callable (``module:function``, also under ``@flashcheck.kernel``): the script imports the function
+  underneath the decorator and calls it with the calling convention's arguments, as flashcheck's check does.
+- ``torch:math``, ``torch:flash``, ``torch:efficient``, ``torch:cudnn``: ``scaled_dot_product_attention`` under
+  ``sdpa_kernel(SDPBackend.X)``, with the mask, GQA and layout handling of :mod:`flashcheck.kernels.sdpa`.
+- ``torch:flex`` (its options ``compile``, ``alibi``): ``flex_attention`` with the block mask, score_mod and sink
+  key of :mod:`flashcheck.kernels.flex`, written out in the script.
+
+Refused: flashcheck's own kernels (``flashcheck:triton`` and its forms, the planted-bug variants ``NAME~BUG``),
+fla-core's, the serving forms (varlen, paged, split-KV) and every case of a serving form."""
+
+from __future__ import annotations
+
+from ..contract.spec import Kernel
+from ..errors import InvalidArgument
+from ..inputs.serving import ServingCase
+from ..kernels.names import parse_kernel_name
+from ..kernels.origin import import_root
+from ..kernels.sdpa import SDPA_KERNELS
+
+__all__ = ["SUPPORTED", "kernel_call"]
+
+FLEX = "torch:flex"
+SUPPORTED = ("a plain callable module:function", *SDPA_KERNELS, f"{FLEX} (options compile, alibi)")
+_FIX = (f"flashcheck repro writes dense cases (masks; soft-cap, ALiBi, attn_bias, window, chunk and sinks where "
+        f"the kernel takes them) of {', '.join(SUPPORTED)}. Replay the case with flashcheck replay instead.")
+
+
+def _refuse(case_path, why: str):
+    raise InvalidArgument("case", str(case_path), why, _FIX)
+
+
+def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
+    """The script's ``CASE["kernel"]`` for ``kernel`` on ``case``: ``kind`` (``plain``, ``sdpa`` or ``flex``),
+    ``target`` and what that call needs; InvalidArgument naming the case for a kernel or case it cannot call."""
+    if isinstance(case, ServingCase):
+        _refuse(case_path, f"a {case.form} case (a serving form): its packed or paged call is not written yet")
+    source = kernel.source or kernel.name
+    base, mutant, options = parse_kernel_name(source)
+    if mutant is not None:
+        _refuse(case_path, f"its kernel {source} is one of flashcheck's planted-bug variants, not an upstream kernel")
+    if base in SDPA_KERNELS:
+        return {"kind": "sdpa", "target": base, "backend": SDPA_KERNELS[base][0],
+                "repeat_kv": base == "torch:efficient",  # measured: efficient refuses enable_gqa
+                "fused": base != "torch:math",
+                # Only CUDA's flash and efficient kernels have a bottom-right causal mode of their own.
+                "native_lower_right": device == "cuda" and base in ("torch:flash", "torch:efficient")}
+    if base == FLEX:
+        compiled = options.get("compile", True)
+        return {"kind": "flex", "target": source, "compile": compiled, "alibi": options.get("alibi", "symmetric"),
+                "returns_lse": not (compiled and device == "cpu")}  # the compiled CPU kernel returns no lse
+    if base.split(":")[0] in ("torch", "flashcheck", "fla"):
+        _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
+    return _plain(kernel, source, case_path)
+
+
+def _plain(kernel: Kernel, source: str, case_path) -> dict:
+    """The function underneath a decorated kernel (its module may then import without flashcheck)."""
+    fn = kernel.fn
+    while isinstance(fn, Kernel):
+        fn = fn.fn
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if module and qualname and "<locals>" not in qualname and module != "__main__":
+        target = f"{module}:{qualname}"
+    elif ":" in source:
+        target = source
+    else:
+        _refuse(case_path, f"its kernel {source} has no import path (defined inside a function or in __main__)")
+    root = import_root(target.split(":")[0])
+    return {"kind": "plain", "target": target, "import_root": None if root is None else str(root)}
