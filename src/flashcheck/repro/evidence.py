@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..contract.precision import precision_named
 from ..contract.spec import Kernel
 from ..judge.backward import check_backward, is_backward_case, upstream_gradient
 from ..judge.check import check
@@ -44,6 +45,7 @@ class Evidence:
     do: torch.Tensor | None = None
     promises: dict = field(default_factory=dict)  # rows with no visible key: {"out": ..., "lse": ...}
     lse_base: str = "e"
+    precision: str = "flash"  # the name of the precision contract the budgets hold the kernel to
 
     @property
     def finding(self):
@@ -79,15 +81,16 @@ def gather(kernel: Kernel, case, *, device: str) -> Evidence:
         verdict = check_backward(kernel, case, device=device, do=do)
         grads = verdict.output if isinstance(verdict.output, tuple) else (None, None, None)
         tensors = {n: Compared(g, budget.gradients[n], budget.total[n]) for n, g in zip(("dq", "dk", "dv"), grads)}
-        return Evidence(verdict, True, tensors, do=do)
+        return Evidence(verdict, True, tensors, do=do, precision=precision_named(spec.precision).name)
     budget = error_budget(*exact, **kw)
     verdict = check(kernel, case, device=device, budget=budget)  # the same budget judges the replay
     out, lse = verdict.output if isinstance(verdict.output, tuple) else (None, None)
     ref = budget.reference
     tensors = {"out": Compared(out, ref.out, budget.total, ref.empty_rows)}
-    if lse is not None:
-        base = math.log(2) if spec.lse_base == "2" else 1.0
-        tensors["lse"] = Compared(lse.detach().double() * base, ref.lse, budget.lse_total, ref.empty_rows)
+    # The lse's budget is carried even without an lse here (a crash): the script judges one where it gets one.
+    base = math.log(2) if spec.lse_base == "2" else 1.0
+    tensors["lse"] = Compared(None if lse is None else lse.detach().double() * base, ref.lse, budget.lse_total,
+                              ref.empty_rows)
     empty_lse = spec.empty_lse or ("-inf" if spec.fully_masked_rows == "zero" else "any")
     return Evidence(verdict, False, tensors, promises={"out": spec.fully_masked_rows, "lse": empty_lse},
-                    lse_base=spec.lse_base)
+                    lse_base=spec.lse_base, precision=precision_named(spec.precision).name)

@@ -107,8 +107,8 @@ def issue_text(case, evidence: Evidence, *, kernel: str, versions: dict, script:
               "## What is wrong", "", f"flashcheck's diagnosis: `{evidence.diagnosis}`", "",
               "An element is wrong when it is non-finite where exact attention is finite, or farther from the exact "
               "(float64) value than its error budget: the largest error any legal order of the kernel's "
-              "floating-point operations can make there, under its precision contract "
-              f"(`{case.dtype}` inputs, fp32 accumulation).", "", *_worst_table(evidence), ""]
+              f"floating-point operations can make there ({case.dtype} inputs, flashcheck's precision contract "
+              f"`{evidence.precision}`).", "", *_worst_table(evidence), ""]
     if evidence.unchecked:
         parts += [f"flashcheck also found {', '.join(evidence.unchecked)}: properties of reruns (poisoned memory, "
                   "other layouts, repeated calls) that the reproducer does not check.", ""]

@@ -22,7 +22,7 @@ __all__ = ["script_data", "script_text", "generated_versions"]
 _HERE = Path(__file__).resolve().parent
 _CASE_LINE = "CASE: dict = {}  # @CASE@"
 _CALL_LINE = "CALL = plain_call  # @CALL@"
-_CALLS_START = "# ---- calls ----"
+_CALLS_START = "\n# ---- calls ----\n"  # on a line of its own (the docstring names it too)
 
 
 def _version(dist: str) -> str:
