@@ -3,6 +3,8 @@ wrong element named), and the fixed twin, run by the same script, does not (exit
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -57,6 +59,10 @@ def test_a_script_that_needs_cuda_exits_2_without_it(forward, kernel_folder):
 
 def test_the_issue_names_versions_case_and_worst_elements(forward):
     issue = (forward[0] / "ISSUE.md").read_text()
+    # The sections of the sample issue (this case's, as generated once): regenerate the sample when they change.
+    sample = (Path(__file__).parent / "sample" / "ISSUE.md").read_text()
+    assert [line for line in issue.splitlines() if line.startswith("## ")] == \
+        [line for line in sample.splitlines() if line.startswith("## ")]
     for part in ("## Versions", "| torch |", "## The case", "layout: transposed", "scale: 0.35", "## What is wrong",
                  "| out | [0, 1, 4, 0] |", "## Reproducer", "```python"):
         assert part in issue, part

@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
     repro = subparsers.add_parser("repro", help="write a self-contained reproducer (repro.py) and an issue body "
                                   "(ISSUE.md) for a saved case")
     repro.set_defaults(run=run)
-    repro.add_argument("case", help="a saved case (.json, .npz or their common stem)")
+    repro.add_argument("case", metavar="CASE", help="a saved case (.json, .npz or their common stem)")
     repro.add_argument("--out", required=True, metavar="DIR", help="the folder to write repro.py and ISSUE.md in")
     repro.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
     add_device(repro)
