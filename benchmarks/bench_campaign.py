@@ -38,6 +38,8 @@ ROWS = {
     "flash-1-worker": (["torch:flash", "--preset", "adversarial", "--keep-going"], False, False),
     "flash-8": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "8"], True, False),
     # --jobs rows every checkout since --jobs came runs (False: older code is not left out of them)
+    "flash-2": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "2"], False, False),
+    "flash-4": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "4"], False, False),
     "flash-16": (["torch:flash", "--preset", "adversarial", "--keep-going", "--jobs", "16"], False, False),
     "flash-1-backward": (["torch:flash", "--preset", "adversarial", "--keep-going", "--backward"], False, False),
     "flash-16-backward": (["torch:flash", "--preset", "adversarial", "--keep-going", "--backward", "--jobs", "16"],

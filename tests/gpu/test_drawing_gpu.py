@@ -5,6 +5,7 @@ drawn in its worker process, is saved with the very case the worker judged."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -28,6 +29,13 @@ def _recipes(preset: str, kernel: str, count: int):
     return draw_recipes(count, seed=3, spec=spec, **options)
 
 
+def _structure(case: AttentionCase) -> tuple:
+    """What a recipe fixes whatever device draws it: the description less the drawn values it lists
+    (ALiBi slopes, sinks), and every tensor's shape, dtype and strides."""
+    shown = re.sub(r"\[[^\]]*\]", "[..]", case.describe())
+    return shown, [(t.shape, t.dtype, t.stride()) for t in _tensors(case)]
+
+
 def _tensors(case: AttentionCase) -> list[torch.Tensor]:
     found = [case.q, case.k, case.v, case.attn_mask, *case.variant.kwargs().values()]
     return [t for t in found if isinstance(t, torch.Tensor)]
@@ -39,12 +47,13 @@ def test_a_recipe_drawn_on_the_gpu_is_the_recipe_kept_on_the_cpu(preset, kernel)
     regimes = set()
     for recipe in recipes:
         on_cpu, on_gpu, again = (recipe.build(draw_on=d) for d in ("cpu", "cuda", "cuda"))
-        assert on_gpu.describe() == on_cpu.describe(), recipe
+        assert _structure(on_gpu) == _structure(on_cpu), recipe
         assert all(t.device.type == "cpu" for t in _tensors(on_gpu)), recipe
         assert on_gpu.equal_bits(again), f"two draws of {recipe} differ"
         assert on_gpu.provenance["strategy"] == recipe.regime
         regimes.add(recipe.values)
-    assert len(regimes) >= 8  # the covering order meets the value regimes first
+    # the covering order meets the value regimes first: the preset's own, else at least eight
+    assert len(regimes) >= len(load_preset(preset).strategy_options().get("value_regimes") or range(8))
 
 
 def test_cases_drawn_on_the_gpu_pass_a_correct_kernel():

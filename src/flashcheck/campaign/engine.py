@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass, field
 from unittest import SkipTest
 
-from hypothesis import HealthCheck, Verbosity, given, settings
+from hypothesis import HealthCheck, Verbosity, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
-__all__ = ["Failure", "Outcome", "Shrink", "hypothesis_test", "run_test"]
+__all__ = ["Climb", "Failure", "Outcome", "Shrink", "hypothesis_test", "run_test"]
 
 
 class Failure(Exception):
@@ -94,6 +94,26 @@ def _database_key(body, digest: bytes | None) -> bytes:
     if key not in _KEYS:
         _KEYS[key] = function_digest(body)
     return _KEYS[key]
+
+
+@dataclass
+class Climb:
+    """hypothesis's target phase, told of a case's score (its error/budget) only when it is at least the
+    best so far in its hypothesis run (one Climb a run).
+
+    Hill climbing keeps a move whose score is at least the best, so it climbs as if told every score. What
+    it saves is hypothesis's pareto front: every case that reports a score joins it, with a dominance test
+    against the front (a front as large as the distinct regime and dtype events), which cost more of a fast
+    kernel's case than the campaign's own drawing; the front only seeds later runs, which flashcheck's
+    replay never reads."""
+
+    label: str
+    best: float = -math.inf
+
+    def observe(self, score: float) -> None:
+        if math.isfinite(score) and score >= self.best:
+            self.best = score
+            target(score, label=self.label)
 
 
 @dataclass

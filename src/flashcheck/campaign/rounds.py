@@ -19,7 +19,7 @@ from hypothesis import Phase
 
 from ..inputs.covering import PlanShare, planned_choices
 from .database import KeyedDatabase, PlannedDatabase
-from .engine import Shrink, hypothesis_test, run_test
+from .engine import Climb, Shrink, hypothesis_test, run_test
 
 __all__ = ["Schedule", "Stop"]
 
@@ -35,6 +35,8 @@ class _Round(Shrink):
 
     signature: str | None = None  # the cause of the bug being shrunk; None while hypothesis generates
     generated: int = 0            # cases generated (not shrink candidates): they count to max_examples
+    # hypothesis's target phase climbs towards larger errors, from this run's best
+    climb: Climb = dataclasses.field(default_factory=lambda: Climb("error/budget"))
 
 
 def _round_seed(seed: int | None, round_no: int) -> int | None:

@@ -34,7 +34,7 @@ import math
 import time
 from pathlib import Path
 
-from hypothesis import event, target
+from hypothesis import event
 
 from ..contract.spec import Kernel
 from ..inputs.case import AttentionCase
@@ -280,8 +280,7 @@ class _Campaign:
             if r.first_case is None:
                 r.first_case = self.last_end - self.started_at
                 self.first_case_at = self.last_end
-            if math.isfinite(verdict.max_ratio):  # hypothesis's target phase climbs towards larger errors
-                target(min(verdict.max_ratio, 1e6), label="error/budget")
+            self.schedule.round.climb.observe(min(verdict.max_ratio, 1e6))
             event(f"regime {recipe.regime}")
             event(f"dtype {recipe.dtype}")
         if self.progress is not None:
