@@ -3,10 +3,10 @@
 A recipe's tensors come from torch generators seeded from the recipe (:func:`seeded`). On a CPU, drawing
 a case of a million elements takes milliseconds of ``randn``; with ``FLASHCHECK_DRAW=device`` a campaign on
 a GPU draws its cases there instead (:func:`drawing_on`: torch's factories and the generators then make
-every tensor on that device) and keeps the case on the CPU as always. (Opt-in until its GPU tests,
-tests/gpu/test_drawing_gpu.py, have passed on a GPU; by default every case is drawn on the CPU.) The same recipe gives the same case on every draw on one kind of
-device; CPU and CUDA generators give different numbers, so a case drawn on a GPU is known by its saved
-tensors (a finding's case file), not by its seed alone.
+every tensor on that device) and keeps the case on the CPU as always. Opt-in, since CPU and CUDA generators
+give different numbers: by default a seed names the same cases on every machine. The same recipe gives the
+same case on every draw on one kind of device, and a case drawn on a GPU is known by its saved tensors (a
+finding's case file), not by its seed alone (tests/gpu/test_drawing_gpu.py).
 """
 
 from __future__ import annotations
