@@ -7,7 +7,7 @@ import os
 
 from .options import add_device, add_json, choose_device, exit_status, write_json_or_usage
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "replay_kernel", "run"]
 
 
 def add_parser(subparsers) -> None:
@@ -29,7 +29,7 @@ def run(args) -> int:
     check_writable_file("--json", args.json)
     case = AttentionCase.load(args.case)
     device = choose_device(args.device)
-    kernel = _replay_kernel(case.provenance or {}, args.kernel, device)
+    kernel = replay_kernel(case.provenance or {}, args.kernel, device)
     if is_backward_case(case):  # its provenance names the dO regime and seed it failed with
         verdict = check_backward(kernel, case, device=device)
     else:
@@ -38,7 +38,7 @@ def run(args) -> int:
     return write_json_or_usage(args.json, verdict.as_dict()) or exit_status(verdict.status)
 
 
-def _replay_kernel(provenance: dict, override: str | None, device: str):
+def replay_kernel(provenance: dict, override: str | None, device: str):
     """The kernel a saved case replays on: ``--kernel``, else the one it was found with, reached as the
     user named it (import path or built-in name with options), whatever its display name is."""
     from ..errors import InvalidArgument
