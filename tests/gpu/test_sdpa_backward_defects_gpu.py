@@ -13,6 +13,7 @@ import torch
 
 from flashcheck import AttentionCase, check_backward
 from flashcheck.judge.backward import upstream_gradient
+from tests._cases import cancelling_group_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -67,3 +68,16 @@ def test_cudnn_gives_nan_gradients_for_a_negative_scale():
     positive = dataclasses.replace(case, scale=-case.scale)
     assert _judge("torch:cudnn", positive, upstream_gradient(positive, "cuda")).status == "PASS"
     assert _judge("torch:math", case, do).status == "PASS"
+
+
+def test_flash_gqa_rounds_each_query_heads_dk_share_to_fp16():
+    # GQA: FA2 writes each query head's dK share in fp16 and sums the group afterwards. Shares of +-120,000
+    # that cancel (exact dK 0) are +-inf, summed NaN; shares of 19,200 pass. torch:math sums in fp32.
+    case, do = cancelling_group_case()
+    bad = _judge("torch:flash", case, do.cuda())
+    assert {(f.kind, f.details.get("gradient")) for f in bad.findings} == {("nonfinite", "dk")}
+    excluded = check_backward("torch:flash", case, do=do.cuda(), device="cuda", exclusions=True)
+    assert excluded.skipped.startswith("excluded: group_share_past_range"), excluded.skipped
+    control, small = cancelling_group_case(1.0)
+    assert _judge("torch:flash", control, small.cuda()).status == "PASS"
+    assert _judge("torch:math", case, do.cuda()).status == "PASS"

@@ -114,6 +114,24 @@ def test_cpu_flash_negative_scale_defect_is_still_there():
     assert check(kernel, without_causal.build(), device="cpu", properties=()).status == "PASS"
 
 
+def test_cpu_flash_gqa_share_defect_is_still_there():
+    """With GQA, PyTorch's CPU flash backward rounds the running sum of the query heads' dK shares to fp16
+    after each head: shares of +-120,000 that cancel give +-inf where the exact dK is 0 (a model of that order,
+    benchmarks/gqa_share_probe.py, gives its bits). The spec excludes the class; when this fails, PyTorch
+    fixed it: drop the exclusion."""
+    from flashcheck import check_backward
+    from tests._cases import cancelling_group_case
+
+    case, do = cancelling_group_case()
+    bad = check_backward("torch:flash", case, do=do, device="cpu")
+    assert bad.status == "BUG" and {(f.kind, f.details.get("gradient")) for f in bad.findings} == {("nonfinite", "dk")}
+    skipped = check_backward("torch:flash", case, do=do, device="cpu", exclusions=True).skipped
+    assert skipped.startswith("excluded: group_share_past_range"), skipped
+    assert check_backward("torch:math", case, do=do, device="cpu").status == "PASS"
+    control, small = cancelling_group_case(1.0)  # every share at 19,200
+    assert check_backward("torch:flash", control, do=small, device="cpu", exclusions=True).status == "PASS"
+
+
 def test_flex_spec_is_honest():
     for compile in (False, True):
         spec = resolve_kernel("torch:flex", device="cpu", compile=compile).spec

@@ -62,9 +62,12 @@ EXCLUSIONS = {
     "ds_past_range": "an exact dS = P (dP - D) past the dtype's largest value (kernels that round dS to it)",
     "scaled_ds_past_range": "an exact scale x dS past the dtype's largest value (kernels that scale dS before "
                             "rounding it)",
+    "group_share_past_range": "an exact dK or dV share of one query head of a GQA group, or the group's shares "
+                              "summed in head order, past the dtype's largest value (kernels that round each "
+                              "head's share, or the running sum, before summing the group)",
 }
 # The classes above that only the exact gradients tell apart: campaigns skip such a case once judged.
-GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range")
+GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range", "group_share_past_range")
 
 
 @dataclass(frozen=True)

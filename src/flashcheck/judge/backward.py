@@ -25,7 +25,7 @@ from ..errors import InvalidArgument, Unsupported
 from ..inputs.case import AttentionCase
 from ..inputs.regimes import make_upstream
 from ..numerics.gradient_budget import GradientBudget, gradient_budget
-from ..numerics.gradients import GRADIENTS
+from ..numerics.gradients import GRADIENTS, group_share_max
 from ..numerics.oracle import reference_attention
 from .check import check, crash_verdict
 from .diagnose import describe_ranges, diagnose_elements, first_index
@@ -219,7 +219,8 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
         return crash_verdict(run, regime, meta)
     t0 = time.perf_counter()
     budget = gradient_budget(*exact, do, **kw, precision=contract, variant=case.variant)
-    excluded = _gradient_exclusion(kern.spec, case, budget.gradients) if exclusions else None
+    shares = lambda: group_share_max(*exact, do, **kw, variant=case.variant)  # noqa: E731
+    excluded = _gradient_exclusion(kern.spec, case, budget.gradients, shares) if exclusions else None
     if excluded:
         return Verdict.from_findings([], max_ratio=math.nan, skipped=f"excluded: {excluded}", **meta)
     findings, worst = compare_gradients(_judged(run, budget), budget, regime=regime)
@@ -265,14 +266,18 @@ def _second_call(kern: Kernel, first: BackwardRun, args: tuple, kw: dict, regime
     return [], [f"information: {f.diagnosis.split(' (the spec')[0]} (not promised)" for f in differ]
 
 
-def _gradient_exclusion(spec, case: AttentionCase, grads) -> str | None:
-    """The class of the spec's gradient exclusions ``case`` falls in, described, or None."""
+def _gradient_exclusion(spec, case: AttentionCase, grads, shares) -> str | None:
+    """The class of the spec's gradient exclusions ``case`` falls in, described, or None. ``shares()`` gives
+    the largest GQA group share (:func:`~flashcheck.numerics.gradients.group_share_max`), computed only when
+    the spec excludes that class: it costs a second oracle walk."""
     fmax = format_of(case.torch_dtype).max_value
-    found = {"ds_past_range": grads.ds_max, "scaled_ds_past_range": abs(case.scale) * grads.ds_max}
+    found = {"ds_past_range": lambda: grads.ds_max, "scaled_ds_past_range": lambda: abs(case.scale) * grads.ds_max,
+             "group_share_past_range": shares}
+    what = {"ds_past_range": "|dS|", "scaled_ds_past_range": "|scale x dS|",
+            "group_share_past_range": "|dK| or |dV| share of one query head (or their running sum over the group)"}
     for name, value in found.items():
-        if name in spec.backward_excludes and value > fmax:
-            what = "|dS|" if name == "ds_past_range" else "|scale x dS|"
-            return f"{name} (an exact {what} past {case.dtype}'s {fmax:.6g})"  # one reason per class: counted
+        if name in spec.backward_excludes and value() > fmax:
+            return f"{name} (an exact {what[name]} past {case.dtype}'s {fmax:.6g})"  # one reason per class: counted
     return None
 
 

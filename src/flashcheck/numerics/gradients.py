@@ -40,7 +40,7 @@ from .blockwise import ops_for
 from .oracle import SAFETY, UNDERFLOW, Reference, float64_reference_walk
 from .variant_gradients import Reductions, bias_source
 
-__all__ = ["Gradients", "GradientAudit", "reference_gradients", "audit_gradients", "GRADIENTS"]
+__all__ = ["Gradients", "GradientAudit", "reference_gradients", "audit_gradients", "group_share_max", "GRADIENTS"]
 
 U64 = FP64.unit_roundoff
 GRADIENTS = ("dq", "dk", "dv")
@@ -110,6 +110,27 @@ def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn
 
         return mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes, dps, variant)
     return float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, variant=variant)
+
+
+def group_share_max(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
+                    variant: Variant | None = None) -> float:
+    """The largest exact |dK| or |dV| that one query head of a GQA group contributes, or that the group's
+    contributions reach summed in head order (0 without GQA: each head's share is then the gradient).
+
+    Kernels that round each head's share (or the running sum over the group) to the inputs' dtype before
+    summing the group overflow there even when the summed gradient is small. Each share is the gradient of
+    the same attention with K and V repeated over the query heads.
+    """
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return 0.0
+    grads = reference_gradients(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), do, scale=scale,
+                                causal=causal, attn_mask=attn_mask, variant=variant)
+    largest = 0.0
+    for share in (grads.dk, grads.dv):  # (B, Hq, Nk, .) as (B, Hkv, G, Nk, .), summed along G in order
+        running = share.reshape(share.shape[0], -1, group, *share.shape[2:]).cumsum(2)
+        largest = max(largest, float(_largest_magnitude(share)), float(_largest_magnitude(running)))
+    return largest
 
 
 def check_upstream(do, q, shapes: Shapes):
