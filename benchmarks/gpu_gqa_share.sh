@@ -9,7 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_fuzz.sh"
 campaign_setup gqa-share 60 "$@"
 PYTHONPATH=$OLD_SRC timeout 150 python3 -m flashcheck.cli fuzz torch:flash --device cuda --backward --jobs 8 \
-    --seed 13 --keep-going --time-budget "$seconds" --corpus "$work/corpus" --json "$out/campaign.json" \
+    --seed 13 --keep-going --max-examples 100000 --time-budget "$seconds" --corpus "$work/corpus" --json "$out/campaign.json" \
     --no-progress > "$out/campaign.txt" 2>&1
 echo "campaign exit $?" >> "$out/campaign.txt"
 tail -12 "$out/campaign.txt"
