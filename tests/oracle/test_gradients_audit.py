@@ -19,7 +19,7 @@ from flashcheck.numerics import blockwise
 
 from flashcheck.numerics import gradients
 from flashcheck.errors import InvalidArgument
-from flashcheck.numerics.gradients import GRADIENTS, audit_gradients, reference_gradients
+from flashcheck.numerics.gradients import GRADIENTS, audit_gradients, group_share_max, reference_gradients
 from flashcheck.numerics.oracle import reference_attention
 from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
 
@@ -72,6 +72,18 @@ def test_gradients_match_float64_autograd_with_gqa_summed_over_the_group():
         err = (g[name] - w).abs()
         # autograd's float64 rounding is of the oracle's size: a few times its bound at most.
         assert bool((err <= 4 * g.bound[name] + 1e-300).all()), f"{name}: {float(err.max())}"
+
+
+def test_group_shares_are_each_query_heads_gradients_and_their_running_sums():
+    q, k, v, do = _small(hq=4, hkv=2, seed=3)
+    kw = dict(scale=0.3, causal="none")
+    assert group_share_max(q[:, :2], k, v, do[:, :2], **kw) == 0.0  # no GQA: a share is the gradient itself
+    # Each query head alone (its own K/V head, no group) gives its share; the group's running sum ends at dK.
+    per_head = [reference_gradients(q[:, h:h + 1], k[:, h // 2:h // 2 + 1], v[:, h // 2:h // 2 + 1],
+                                    do[:, h:h + 1], **kw) for h in range(4)]
+    shares = [float(g[n].abs().max()) for g in per_head for n in ("dk", "dv")]
+    sums = [float((per_head[2 * j][n] + per_head[2 * j + 1][n]).abs().max()) for j in range(2) for n in ("dk", "dv")]
+    assert group_share_max(q, k, v, do, **kw) == pytest.approx(max(shares + sums), rel=1e-12)
 
 
 def test_rows_with_no_visible_key_get_zero_gradients_and_give_nothing_to_dk_dv():
