@@ -32,9 +32,10 @@ import torch
 
 from ..contract.variants import Variant
 from ..inputs.case import AttentionCase
+from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
 
-__all__ = ["ANCHORS", "ANCHOR_FAIL", "ANCHOR_PASS", "BACKWARD_ANCHORS", "GradientReferences", "NOT_APPLICABLE",
-           "anchor_outcomes", "flash_attention_rule", "triton_tutorial_rule"]
+__all__ = ["ANCHORS", "BACKWARD_ANCHORS", "GradientReferences", "anchor_outcomes", "flash_attention_rule",
+           "triton_tutorial_rule"]
 
 FA_FACTOR = 2.0  # flash-attention's tests
 TUTORIAL_ATOL = 1e-2  # the Triton fused-attention tutorial
@@ -167,7 +168,6 @@ BACKWARD_ANCHORS = {"flash-attention": flash_attention_backward_rule, "pytorch-s
                     "triton-tutorial": triton_tutorial_backward_rule}
 
 
-ANCHOR_PASS, ANCHOR_FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"  # what a rule says of one case
 _WORDS = {True: ANCHOR_PASS, False: ANCHOR_FAIL, None: NOT_APPLICABLE}  # a rule's answer: accepted, or undefined
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "FINDING_KINDS", "Finding", "Verdict", "from_json_number",
-           "json_number", "run_verdict", "worst_status"]
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "FINDING_KINDS",
+           "Finding", "Verdict", "from_json_number", "json_number", "run_verdict", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 # A run (campaign, merge, sign-off cell) that judged no case: never a pass.
 NO_CASES = "NO_CASES"
+# What one of the field's rules (judge.anchors) says of a case, in a verdict's and a record's "anchors".
+ANCHOR_PASS, ANCHOR_FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
 _RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
 
 FINDING_KINDS = (
