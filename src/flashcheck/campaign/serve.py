@@ -114,8 +114,8 @@ def _answer(kernel, device: str, message: tuple, judge_case) -> tuple[tuple, boo
     """The reply to one message, and whether the kernel broke the process's CUDA context (the worker then
     goes). ``("case", case, properties)`` and ``("recipe", recipe, properties, backward, anchors)`` get
     ``("verdict", verdict, case)``: the case drawn here when it failed, else None (``anchors``: the field's
-    rules judge the recipe's case too). ``("build", recipe,
-    backward)`` gets ``("case", case)``: a case drawn again, to be saved."""
+    rules judge the recipe's case too). ``("build", recipe, backward)`` gets ``("case", case)``: a case
+    drawn again, to be saved."""
     kind, case = message[0], None
     try:
         if kind == "build":
