@@ -87,7 +87,7 @@ __all__ = [
 SUBMODULES = {
     "strategies": "inputs.strategies", "regimes": "inputs.regimes", "presets": "inputs.presets",
     "masks": "contract.masks", "twin": "numerics.twin", "budget": "numerics.budget", "oracle": "numerics.oracle",
-    "anchors": "selftest.anchors", "mutants": "kernels.triton.mutants",
+    "anchors": "judge.anchors", "mutants": "kernels.triton.mutants",
 }
 
 

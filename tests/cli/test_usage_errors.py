@@ -19,6 +19,7 @@ COUNT_OPTIONS = [
     (["selftest"], "--chunk"), (["selftest"], "--time-budget"),
     (["signoff", "torch:math", "--out", "out"], "--max-examples"), (["signoff", "torch:math", "--out", "out"], "--jobs"),
     (["signoff", "torch:math", "--out", "out"], "--min-cases"),
+    (["signoff", "torch:math", "--out", "out"], "--min-regime-cases"),
     (["signoff", "torch:math", "--out", "out"], "--time-budget"),
 ]
 
@@ -31,6 +32,18 @@ def test_counts_below_one_are_usage_errors(command, option, value, tmp_path, mon
     err = capsys.readouterr().err
     assert re.search(rf"{option}=-?[01](\.0)?: expected ", err) and "Pass e.g." in err, err
     assert list(tmp_path.iterdir()) == [], "nothing may run (nor a corpus or report appear) before the check"
+
+
+@pytest.mark.parametrize("option", ["--min-cases", "--min-regime-cases"])
+@pytest.mark.parametrize("value", ["1.5", "ten"])
+def test_a_count_that_is_not_a_whole_number_says_how_to_write_one(option, value, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["signoff", "torch:math", "--device", "cpu", "--out", "out", option, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{option}: '{value}' is not a whole number: pass e.g. 10" in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def _unwritable(tmp_path):

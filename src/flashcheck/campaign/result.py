@@ -23,11 +23,14 @@ __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_C
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 # "generation" draws the tensors (in the worker process, or in-process); the summary's "draw" part is the
 # campaign's own time between cases: hypothesis choosing the recipe, counting, saving.
-TIMED_PARTS = ("generation", "transfer", "kernel", "compile", "oracle", "properties", "envelope")
+TIMED_PARTS = ("generation", "transfer", "kernel", "compile", "oracle", "properties", "envelope", "anchors")
 # Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
 TRIAGE = "triage"
 # One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
-RECORD_COLUMNS = ("dtype", "values", "mask", "causal", "layout", "n_q", "n_k", "head_dim", "status", "ratio", "cause")
+# "anchors": each of the field's rules (judge.anchors) on the same output, "pass", "fail" or "n/a"; None
+# where none judged it (the worker died on the case).
+RECORD_COLUMNS = ("dtype", "values", "mask", "causal", "layout", "n_q", "n_k", "head_dim", "status", "ratio", "cause",
+                  "anchors")
 MAX_SKIP_REASONS = 20  # distinct skip reasons a summary keeps; the others count together
 OTHER_SKIP_REASONS = "(other reasons)"
 
@@ -49,7 +52,7 @@ class CampaignResult:
     # verdict back, and what else a worker's call spent outside the other parts), kernel (the first call),
     # compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
-    # envelope (the twin's tilings, for SUSPICIOUS).
+    # envelope (the twin's tilings, for SUSPICIOUS), anchors (the field's rules on the same output: sign-offs).
     time_split: dict = field(default_factory=lambda: dict.fromkeys(("draw",) + TIMED_PARTS + (TRIAGE,), 0.0))
     by_status: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
@@ -174,7 +177,7 @@ def record_row(recipe, verdict: Verdict, cause: Cause | None) -> list:
     ratio = verdict.max_ratio
     return [recipe.dtype, recipe.values, recipe.mask, recipe.causal, recipe.layout, s.n_q, s.n_k, s.head_dim,
             verdict.status, json_number(round(ratio, 6) if math.isfinite(ratio) else ratio),
-            None if cause is None else cause.key]
+            None if cause is None else cause.key, dict(verdict.anchors) or None]
 
 
 def finding_entry(verdict: Verdict, case, path: Path, cause: Cause, *, shrunk: bool,

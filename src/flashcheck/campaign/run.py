@@ -212,7 +212,8 @@ class _Campaign:
                                          case=described, regime=recipe.regime), None
         properties = () if self.backward else self.property_share.choose(recipe, shrinking=self._shrinking_kinds())
         try:
-            return self.judge_recipe(recipe, properties)
+            # a kept record holds the field's rules on the same output too; shrink candidates keep none
+            return self.judge_recipe(recipe, properties, anchors=self.result.records is not None and not shrinking)
         except WorkerStartError as exc:  # it loaded before: the machine, not the kernel, is failing now
             self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
             self.stop_reason = "worker_failed"
@@ -221,15 +222,15 @@ class _Campaign:
                 return None
             raise Stop() from None
 
-    def judge_recipe(self, recipe: Recipe, properties: tuple) -> tuple:
+    def judge_recipe(self, recipe: Recipe, properties: tuple, *, anchors: bool = False) -> tuple:
         """``(verdict, case)`` of the case drawn from ``recipe``: by the worker (``case`` None if it passed),
         or here; either way on the campaign's GPU if it has one (:mod:`flashcheck.inputs.drawing`)."""
         if self.worker is not None:
-            return self.worker.check_recipe(recipe, properties=properties, backward=self.backward)
+            return self.worker.check_recipe(recipe, properties=properties, backward=self.backward, anchors=anchors)
         start = time.perf_counter()
         case = drawn_case(recipe, kernel=self.resolved.name, device=self.device, backward=self.backward)
         drawn = time.perf_counter() - start
-        verdict = self.judge(case, properties)
+        verdict = self.judge(case, properties, anchors=anchors)
         verdict.elapsed["generation"] = drawn
         return verdict, case
 
@@ -238,12 +239,12 @@ class _Campaign:
         first = self.schedule.round.first
         return None if first is None else frozenset(f.kind for f in first[0].findings)
 
-    def judge(self, case: AttentionCase, properties: tuple) -> Verdict:
+    def judge(self, case: AttentionCase, properties: tuple, *, anchors: bool = False) -> Verdict:
         if self.worker is not None:
             return self.worker.check(case, properties=properties)
         self.in_kernel = True
         try:
-            return judge_case(self.resolved, case, device=self.device, properties=properties)
+            return judge_case(self.resolved, case, device=self.device, properties=properties, anchors=anchors)
         finally:
             self.in_kernel = False
 

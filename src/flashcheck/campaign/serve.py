@@ -112,9 +112,10 @@ def serve(conn) -> None:
 
 def _answer(kernel, device: str, message: tuple, judge_case) -> tuple[tuple, bool]:
     """The reply to one message, and whether the kernel broke the process's CUDA context (the worker then
-    goes). ``("case", case, properties)`` and ``("recipe", recipe, properties, backward)`` get
-    ``("verdict", verdict, case)``: the case drawn here when it failed, else None. ``("build", recipe,
-    backward)`` gets ``("case", case)``: a case drawn again, to be saved."""
+    goes). ``("case", case, properties)`` and ``("recipe", recipe, properties, backward, anchors)`` get
+    ``("verdict", verdict, case)``: the case drawn here when it failed, else None (``anchors``: the field's
+    rules judge the recipe's case too). ``("build", recipe, backward)`` gets ``("case", case)``: a case
+    drawn again, to be saved."""
     kind, case = message[0], None
     try:
         if kind == "build":
@@ -123,7 +124,8 @@ def _answer(kernel, device: str, message: tuple, judge_case) -> tuple[tuple, boo
         case = message[1] if kind == "case" else drawn_case(message[1], kernel=kernel.name, device=device,
                                                            backward=message[3])
         drawn = time.perf_counter() - start if kind == "recipe" else 0.0
-        verdict = judge_case(kernel, case, device=device, properties=message[2])
+        anchors = kind == "recipe" and message[4]
+        verdict = judge_case(kernel, case, device=device, properties=message[2], anchors=anchors)
         verdict.elapsed["generation"] = drawn
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"

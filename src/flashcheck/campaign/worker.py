@@ -234,11 +234,12 @@ class KernelWorker:
         regime = case.provenance.get("strategy") if case.provenance else None
         return self._judge(("case", case, tuple(properties)), regime, case.describe())[0]
 
-    def check_recipe(self, recipe, *, properties=(), backward: bool = False) -> tuple:
+    def check_recipe(self, recipe, *, properties=(), backward: bool = False, anchors: bool = False) -> tuple:
         """``(verdict, case)`` for the case the worker draws from ``recipe`` (on its GPU if it has one, so
         that no tensor crosses the pipe): ``case`` is the case when it failed (BUG or SUSPICIOUS), else
-        None. A worker that died or hung on it leaves a fresh one to draw the case again, to be saved."""
-        verdict, case = self._judge(("recipe", recipe, tuple(properties), backward), recipe.regime,
+        None. A worker that died or hung on it leaves a fresh one to draw the case again, to be saved.
+        ``anchors``: the field's rules judge the same output too (``verdict.anchors``)."""
+        verdict, case = self._judge(("recipe", recipe, tuple(properties), backward, anchors), recipe.regime,
                                     f"{recipe.dtype} {recipe.shapes} regime={recipe.regime}")
         if case is None and verdict.status in (BUG, SUSPICIOUS):
             case = self.build(recipe, backward=backward)

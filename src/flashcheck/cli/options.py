@@ -7,6 +7,7 @@ Nothing here imports torch: the device choice imports it only when no ``--device
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -14,7 +15,8 @@ from ..contract.formats import ALL_DTYPES, DEVICES
 
 __all__ = ["EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
-           "choose_device", "exit_status", "importable_from_cwd", "prepare_device", "write_json_or_usage"]
+           "choose_device", "exit_status", "importable_from_cwd", "prepare_device", "whole_number",
+           "write_json_or_usage"]
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NO_CASES = 0, 1, 2, 3
 
@@ -24,8 +26,17 @@ PRESET_DTYPES_HELP = "repeat for several (default: the preset's)"
 # Count and duration options: 0 or less would check nothing (or mean "the default" by accident). The order
 # is the order they are checked in: the first bad one is the one reported.
 COUNTS = {"--max-examples": "cases", "--jobs": "worker processes", "--cases": "cases", "--bug-cases": "cases",
-          "--max-n": "keys", "--chunk": "cases", "--min-cases": "judged cases"}
+          "--max-n": "keys", "--chunk": "cases", "--min-cases": "judged cases", "--min-regime-cases": "judged cases"}
 DURATIONS = ("--time-budget", "--case-timeout")
+
+
+def whole_number(text: str) -> int:
+    """A count option's argparse type: what a non-integer gets is how to write one (the range is
+    :func:`check_options`'s)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: pass e.g. 10") from None
 
 
 def exit_status(verdict: str) -> int:

@@ -23,6 +23,7 @@ from .options import (
     add_time_budget,
     choose_device,
     importable_from_cwd,
+    whole_number,
 )
 
 __all__ = ["add_parser", "run", "run_report"]
@@ -45,8 +46,11 @@ def add_parser(subparsers) -> None:
     add_max_examples(signoff, help="cases per campaign")
     add_time_budget(signoff, help="seconds for the whole sign-off, shared by its campaigns (default: the preset's)")
     add_seed(signoff, help="fixes every campaign's cases")
-    signoff.add_argument("--min-cases", type=int, default=100, metavar="N",
+    signoff.add_argument("--min-cases", type=whole_number, default=100, metavar="N",
                          help="judged cases a kernel, pass and dtype needs to be signed off (default 100)")
+    signoff.add_argument("--min-regime-cases", type=whole_number, default=None, metavar="N",
+                         help="judged cases each value regime a campaign drew needs in each dtype, so that a rare "
+                              "regime is not signed off on a handful of cases (default: no such minimum)")
 
     report = subparsers.add_parser("report", help="re-render a sign-off report, or compare several side by side")
     report.set_defaults(run=run_report)
@@ -73,7 +77,8 @@ def run(args) -> int:
 
     report = run_signoff(args.kernels, out=args.out, device=device, preset=preset, backward=args.backward,
                          jobs=jobs, dtypes=args.dtype, max_examples=args.max_examples, time_budget=args.time_budget,
-                         seed=args.seed, min_cases=args.min_cases, on_campaign=ended,
+                         seed=args.seed, min_cases=args.min_cases, min_regime_cases=args.min_regime_cases,
+                         on_campaign=ended,
                          argv=["flashcheck", "signoff", *args.argv])
     _print_signoff(report, Path(args.out))
     if not report["totals"]["judged"]:

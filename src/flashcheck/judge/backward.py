@@ -27,6 +27,7 @@ from ..inputs.regimes import make_upstream
 from ..numerics.gradient_budget import GradientBudget, gradient_budget
 from ..numerics.gradients import GRADIENTS, group_share_max
 from ..numerics.oracle import reference_attention
+from .anchors import anchor_outcomes
 from .check import check, crash_verdict
 from .diagnose import describe_ranges, diagnose_elements, first_index
 from .verdict import BUG, Finding, Verdict
@@ -281,13 +282,22 @@ def _gradient_exclusion(spec, case: AttentionCase, grads, shares) -> str | None:
     return None
 
 
-def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties) -> Verdict:
+def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties, anchors: bool = False) -> Verdict:
     """The verdict on ``case``: its backward pass for a backward case (:func:`backward_case`), else its
     forward pass with ``properties`` (how campaigns and their worker processes judge a case, the spec's
-    gradient exclusions applied)."""
-    if is_backward_case(case):
-        return check_backward(kernel, case, device=device, exclusions=True)
-    return check(kernel, case, device=device, properties=properties)
+    gradient exclusions applied). ``anchors``: the field's rules judge the same output too
+    (``verdict.anchors``, timed as ``elapsed["anchors"]``)."""
+    backward = is_backward_case(case)
+    do = upstream_gradient(case, device) if backward and anchors else None  # one dO for both judges
+    if backward:
+        verdict = check_backward(kernel, case, do=do, device=device, exclusions=True)
+    else:
+        verdict = check(kernel, case, device=device, properties=properties)
+    if anchors and not verdict.skipped:
+        start = time.perf_counter()
+        verdict.anchors = anchor_outcomes(case, verdict.output, device=device, do=do)
+        verdict.elapsed["anchors"] = time.perf_counter() - start
+    return verdict
 
 
 def _resolve(name: str, device) -> Kernel:

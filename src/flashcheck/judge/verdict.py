@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "FINDING_KINDS", "Finding", "Verdict", "from_json_number",
-           "json_number", "run_verdict", "worst_status"]
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "FINDING_KINDS",
+           "Finding", "Verdict", "from_json_number", "json_number", "run_verdict", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 # A run (campaign, merge, sign-off cell) that judged no case: never a pass.
 NO_CASES = "NO_CASES"
+# What one of the field's rules (judge.anchors) says of a case, in a verdict's and a record's "anchors".
+ANCHOR_PASS, ANCHOR_FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
 _RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
 
 FINDING_KINDS = (
@@ -128,6 +130,8 @@ class Verdict:
     compilations: int = 0
     # The largest error / budget of each part judged apart (the backward pass: dq, dk, dv).
     ratios: dict = field(default_factory=dict)
+    # The field's rules on the same output (judge.anchors), where a sign-off asks: rule -> pass, fail or n/a.
+    anchors: dict = field(default_factory=dict)
 
     @classmethod
     def from_findings(cls, findings, **kw) -> "Verdict":
@@ -157,7 +161,8 @@ class Verdict:
                 "max_ratio": json_number(self.max_ratio), "elapsed": self.elapsed,
                 "findings": [f.as_dict() for f in self.findings], "skipped": self.skipped,
                 "notes": list(self.notes), "properties": list(self.properties), "compilations": self.compilations,
-                "ratios": {k: json_number(v) for k, v in self.ratios.items()}}
+                "ratios": {k: json_number(v) for k, v in self.ratios.items()},
+                **({"anchors": dict(self.anchors)} if self.anchors else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
@@ -167,4 +172,5 @@ class Verdict:
                    case=data.get("case", ""), regime=data.get("regime"), elapsed=dict(data.get("elapsed") or {}),
                    skipped=data.get("skipped"), notes=list(data.get("notes") or []),
                    properties=list(data.get("properties") or []), compilations=int(data.get("compilations") or 0),
-                   ratios={k: from_json_number(v) for k, v in (data.get("ratios") or {}).items()})
+                   ratios={k: from_json_number(v) for k, v in (data.get("ratios") or {}).items()},
+                   anchors=dict(data.get("anchors") or {}))

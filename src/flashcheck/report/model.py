@@ -20,6 +20,7 @@ from ..campaign.result import RECORD_COLUMNS, never_judged
 from ..errors import InvalidArgument
 from ..files import replay_command
 from ..judge.verdict import BUG, from_json_number
+from .confidence import anchor_table, confidence, drew, thin_regimes
 
 __all__ = ["BLOCKED", "SCHEMA_VERSION", "SIGNED_OFF", "build_report", "load_report", "schema"]
 
@@ -28,7 +29,7 @@ SIGNED_OFF, BLOCKED = "SIGNED-OFF", "BLOCKED"
 CASE_COLUMNS = ("kernel", "pass") + RECORD_COLUMNS
 AXES = ("values", "mask", "causal", "layout", "dtype")  # the coverage matrix's axes
 _STOPPED_EARLY = ("worker_failed", "worker_died", "interrupted")
-_DTYPE, _RATIO = RECORD_COLUMNS.index("dtype"), RECORD_COLUMNS.index("ratio")
+_DTYPE, _RATIO, _VALUES = (RECORD_COLUMNS.index(c) for c in ("dtype", "ratio", "values"))
 
 
 def schema() -> dict:
@@ -74,14 +75,15 @@ def _max_ratio(values) -> float | None:
     return math.nan if any(math.isnan(r) for r in ratios) else max(ratios)
 
 
-def _cell(campaign: dict, dtype: str, rows: list, bugs: list, min_cases: int, coverage: dict) -> dict:
+def _cell(campaign: dict, dtype: str, rows: list, bugs: list, minimum: dict, coverage: dict) -> dict:
     judged = [r for r in rows if r[_DTYPE] == dtype]
     hit = [b for b in bugs if b["dtypes"].get(dtype)]
     reasons = [f"{b['status']} #{b['id']} [{b['cause']}] {b['title']} ({b['dtypes'][dtype]} {dtype} cases)"
                for b in hit]
-    if len(judged) < min_cases:
-        reasons.append(f"only {len(judged)} {dtype} cases judged, fewer than the {min_cases} a sign-off needs "
-                       "(raise --max-examples or --time-budget)")
+    if len(judged) < minimum["cases"]:
+        reasons.append(f"only {len(judged)} {dtype} cases judged, fewer than the {minimum['cases']} a sign-off "
+                       "needs (raise --max-examples or --time-budget)")
+    reasons += _thin_regimes(judged, rows, dtype, minimum["regime_cases"], coverage)
     stopped = campaign["stopped"] if isinstance(campaign["stopped"], list) else [campaign["stopped"]]
     early = [s for s in stopped if s in _STOPPED_EARLY]  # a merged campaign lists its workers' reasons
     if early:
@@ -91,10 +93,22 @@ def _cell(campaign: dict, dtype: str, rows: list, bugs: list, min_cases: int, co
             "judged": len(judged), "bugs": [b["id"] for b in hit],
             "max_ratio": None if ratio is None else (ratio if math.isfinite(ratio) else str(ratio)),
             # the classes the cell never judged: what its sign-off rules nothing out about
-            "never_judged": never_judged(coverage)}
+            "never_judged": never_judged(coverage),
+            "confidence": confidence(judged), "drew": drew(coverage), "anchors": anchor_table(judged)}
 
 
-def _campaign_entry(run: dict, root: Path, bugs: list, min_cases: int) -> dict:
+def _thin_regimes(judged: list, rows: list, dtype: str, minimum: int | None, coverage: dict) -> list[str]:
+    """A reason for each value regime the campaign drew (that this dtype can draw) with fewer than
+    ``minimum`` judged cases in this dtype: a rare regime is not signed off on a handful of cases."""
+    if not minimum:
+        return []
+    drawn = {r[_VALUES] for r in rows} & set(coverage.get("values") or {r[_VALUES] for r in rows})
+    return [f"value regime {regime}: only {n} {dtype} cases judged, fewer than the {minimum} "
+            "--min-regime-cases asks (raise --max-examples or --time-budget)"
+            for regime, n in thin_regimes(judged, drawn, minimum)]
+
+
+def _campaign_entry(run: dict, root: Path, bugs: list, minimum: dict) -> dict:
     s = run["summary"]
     rows = s.get("records") or []
     skipped = s.get("skipped_reasons") or {}
@@ -108,7 +122,7 @@ def _campaign_entry(run: dict, root: Path, bugs: list, min_cases: int) -> dict:
         "summary": _relative(run["summary_path"], root), "corpus": _relative(run["corpus"], root),
         "notes": list(s.get("notes") or []),
     }
-    entry["dtypes"] = [_cell(entry, d, rows, bugs, min_cases, (s.get("coverage") or {}).get(d, {}))
+    entry["dtypes"] = [_cell(entry, d, rows, bugs, minimum, (s.get("coverage") or {}).get(d, {}))
                        for d in run["dtypes"]]
     return entry
 
@@ -137,21 +151,24 @@ def coverage(rows: list) -> dict:
     return {"axes": axes, "values_by_mask": by_mask, "combinations": combinations}
 
 
-def build_report(runs: list[dict], *, out: Path, meta: dict, min_cases: int) -> dict:
+def build_report(runs: list[dict], *, out: Path, meta: dict, min_cases: int,
+                 min_regime_cases: int | None = None) -> dict:
     """The report of sign-off campaigns. Each run: ``{"pass", "dtypes", "summary", "summary_path",
-    "corpus"}``; ``meta``: command, preset, seed, device, machine, flashcheck, not_checked."""
+    "corpus"}``; ``meta``: command, preset, seed, device, machine, flashcheck, not_checked.
+    ``min_regime_cases``: judged cases each value regime a campaign drew needs per dtype (None: no minimum)."""
     bugs, campaigns, rows = [], [], []
+    minimum = {"cases": min_cases, "regime_cases": min_regime_cases}
     for run in runs:
         mine = _bugs_of(run, len(bugs) + 1, out)
         bugs += mine
-        campaigns.append(_campaign_entry(run, out, mine, min_cases))
+        campaigns.append(_campaign_entry(run, out, mine, minimum))
         rows += [[run["summary"]["kernel"], run["pass"], *r] for r in run["summary"].get("records") or []]
     cells = [c for entry in campaigns for c in entry["dtypes"]]
     status = SIGNED_OFF if cells and all(c["status"] == SIGNED_OFF for c in cells) else BLOCKED
     return {
         "schema": "flashcheck-report", "schema_version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "status": status, "min_cases": min_cases, **meta,
+        "status": status, "min_cases": min_cases, "min_regime_cases": min_regime_cases, **meta,
         "totals": {"campaigns": len(campaigns), "cases": sum(c["cases"] for c in campaigns), "judged": len(rows),
                    "bugs": len([b for b in bugs if b["status"] == BUG]),
                    "suspicious": len([b for b in bugs if b["status"] != BUG]),

@@ -9,12 +9,13 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from pathlib import Path
 
 from ..files import write_bytes, write_text
 from .plots import plots
 
-__all__ = ["NO_GPU", "ratio_text", "report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
+__all__ = ["NO_GPU", "confidence_text", "ratio_text", "report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
 
 # A block: ("h1" | "h2" | "h3" | "p", text), ("table", header, rows), ("ul", items), ("pre", text),
 # ("img", name, title): a plot by name.
@@ -55,6 +56,83 @@ def _verdicts(report: dict) -> list:
     return [("h2", "Verdict per kernel, pass and dtype"),
             ("table", ["kernel", "pass", "dtype", "status", "judged", "max err/budget", "reasons", "never judged"],
              rows)]
+
+
+def _percent(rate: float) -> str:
+    return f"{100 * rate:.3g}%"
+
+
+def _more_than(bound: float) -> str:
+    """A rate bound in words: "1 in 911 cases (0.11%)"; a bound of one half or more as a share."""
+    return f"{_percent(bound)} of cases" if bound >= 0.5 else f"1 in {math.floor(1 / bound):,} cases ({_percent(bound)})"
+
+
+def confidence_text(conf: dict) -> str:
+    """What a cell's judged cases rule out (:func:`flashcheck.report.confidence.rate_bound`), in words."""
+    n, failed = conf["judged"], conf["failed"]
+    if not n:
+        return "no case judged: nothing is ruled out"
+    if failed:
+        return (f"n = {n:,} judged cases, {failed:,} failed: an observed failure rate of {_percent(failed / n)} "
+                "on the cases this preset draws")
+    return (f"n = {n:,} judged cases, none failed: on the cases this preset draws, a defect that hits more than "
+            f"{_more_than(conf['upper_95'])} would have shown with 95% probability")
+
+
+def _regime_rates(conf: dict) -> str:
+    return ", ".join(f"{v} {c['judged']}" + (f" (rules out > {_percent(c['upper_95'])})" if not c["failed"]
+                                             else f", {c['failed']} failed ({_percent(c['observed'])})")
+                     for v, c in sorted(conf["by_values"].items(), key=lambda kv: kv[1]["judged"]))
+
+
+def _cells(report: dict, field: str) -> list:
+    """``(campaign, cell)`` for each cell that has ``field`` (reports before it lack it)."""
+    return [(c, cell) for c in report["campaigns"] for cell in c["dtypes"] if field in cell]
+
+
+def _confidence(report: dict) -> list:
+    cells = _cells(report, "confidence")
+    if not cells:
+        return []
+    rows = [[c["kernel"], c["pass"], cell["dtype"], confidence_text(cell["confidence"]),
+             _regime_rates(cell["confidence"])] for c, cell in cells]
+    return [("h2", "What the cases rule out"),
+            ("p", "With n judged cases and none failed, the per-case failure rate is below 1 - 0.05^(1/n) (about "
+                  "3/n) with 95% confidence, on the distribution this preset draws: not on inputs it does not draw "
+                  "(never judged, and the conditions below). Per value regime, rarest first, the same bound:"),
+            ("table", ["kernel", "pass", "dtype", "all judged cases", "per value regime"], rows)]
+
+
+_DREW = ("values", "mask", "causal", "layout", "shape")  # the fields shown by name; variants follow
+
+
+def _drew(report: dict) -> list:
+    cells = _cells(report, "drew")
+    if not cells:
+        return []
+    rows = [[c["kernel"], c["pass"], cell["dtype"]] + [_counts(cell["drew"].get(f, {})) for f in _DREW]
+            + ["; ".join(f"{f}: {_counts(n)}" for f, n in cell["drew"].items() if f not in _DREW
+                         and set(n) != {"none"}) or "-", _counts(c["excluded"])] for c, cell in cells]
+    return [("h2", "What each cell drew"),
+            ("p", "Judged cases per value of each field; the spec's exclusions are the campaign's (all its dtypes)."),
+            ("table", ["kernel", "pass", "dtype", *_DREW, "variants", "excluded by the spec"], rows)]
+
+
+def _anchors(report: dict) -> list:
+    rows = [[c["kernel"], c["pass"], cell["dtype"], rule, t["both_pass"],
+             f"{t['flashcheck_only']} (max err/budget {ratio_text(t['max_ratio']['flashcheck_only'])})",
+             f"{t['anchor_only']} (max err/budget {ratio_text(t['max_ratio']['anchor_only'])})", t["both"],
+             t["not_applicable"]] for c, cell in _cells(report, "anchors") for rule, t in cell["anchors"].items()]
+    if not rows:
+        return []
+    return [("h2", "The field's rules on the same cases"),
+            ("p", "Each judged case's output also went through the field's usual rules (flash-attention's 2x rule, "
+                  "PyTorch's SDPA fudge factors, the Triton tutorial's atol=1e-2). flashcheck only: flashcheck found "
+                  "a BUG or SUSPICIOUS case the rule passed (the rule missed it). Rule only: flashcheck judged the "
+                  "output legal rounding and the rule failed it (the rule's false alarm). n/a: the rule is "
+                  "undefined there (flash-attention's on fp32, fp8 inputs)."),
+            ("table", ["kernel", "pass", "dtype", "rule", "both pass", "flashcheck only", "rule only", "both fail",
+                       "n/a"], rows)]
 
 
 def _bug(bug: dict) -> list:
@@ -128,8 +206,8 @@ def _machine(report: dict) -> list:
 
 def report_blocks(report: dict, plot_list: list) -> list:
     plots_ = [("h2", "Plots")] + [("img", name, title) for name, title, _ in plot_list]
-    return (_head(report) + _verdicts(report) + _bugs(report) + _conditions(report) + _coverage(report) + plots_
-            + _campaigns(report) + _machine(report))
+    return (_head(report) + _verdicts(report) + _confidence(report) + _anchors(report) + _bugs(report)
+            + _conditions(report) + _drew(report) + _coverage(report) + plots_ + _campaigns(report) + _machine(report))
 
 
 # ---- Markdown -----------------------------------------------------------------------------------------

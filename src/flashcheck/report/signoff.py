@@ -52,9 +52,11 @@ def plan_signoff(kernels: list[str], *, device: str, preset, backward: bool, dty
 
 def run_signoff(kernels: list[str], *, out, device: str, preset, backward: bool = False, jobs: int = 1,
                 dtypes=None, max_examples: int | None = None, time_budget: float | None = None,
-                seed: int | None = None, min_cases: int = 100, on_campaign=None, argv=None) -> dict:
+                seed: int | None = None, min_cases: int = 100, min_regime_cases: int | None = None,
+                on_campaign=None, argv=None) -> dict:
     """Run the sign-off's campaigns and write the report into ``out``; returns the report.
-    ``on_campaign(kernel, pass, summary)`` is called as each campaign ends."""
+    ``on_campaign(kernel, pass, summary)`` is called as each campaign ends. ``min_regime_cases``: judged
+    cases each value regime a campaign drew needs per dtype (None: no such minimum)."""
     out = Path(out)
     check_plotting()
     plan, not_checked = plan_signoff(kernels, device=device, preset=preset, backward=backward, dtypes=dtypes)
@@ -74,7 +76,7 @@ def run_signoff(kernels: list[str], *, out, device: str, preset, backward: bool 
     meta = {"command": shlex.join(argv if argv is not None else ["flashcheck", *sys.argv[1:]]),
             "preset": preset.name, "seed": seed, "device": str(device), "machine": machine_info(device),
             "flashcheck": flashcheck_version(), "not_checked": not_checked}
-    report = build_report(runs, out=out, meta=meta, min_cases=min_cases)
+    report = build_report(runs, out=out, meta=meta, min_cases=min_cases, min_regime_cases=min_regime_cases)
     write_report(report, out)
     return report
 

@@ -2,7 +2,7 @@
 
 Planted-bug variants of ``flashcheck:triton`` (see :mod:`flashcheck.kernels.triton.mutants`) must each get BUG; the
 correct kernel at several tile shapes and PyTorch's backends must get none. In the same run the anchor
-rules of the field (:mod:`flashcheck.selftest.anchors`) judge the same variants, on the same adversarial cases and
+rules of the field (:mod:`flashcheck.judge.anchors`) judge the same variants, on the same adversarial cases and
 on plain randn inputs of the same shapes, so the gain is measured, not claimed.
 
 ``backward=True`` (``selftest --backward``) does the same for the backward pass: the planted backward
@@ -23,6 +23,7 @@ from pathlib import Path
 from ..contract.features import FEATURES
 from ..contract.spec import Kernel
 from ..inputs.strategies import Recipe, draw_recipes
+from ..judge.anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
 from ..judge.backward import (
     check_backward,
     drawn_backward_case,
@@ -32,7 +33,6 @@ from ..judge.backward import (
 from ..judge.check import check
 from ..judge.properties import properties_for
 from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number
-from .anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
 from .subjects import CORRECT_TILES, Variant, variants
 
 __all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",

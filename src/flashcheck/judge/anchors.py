@@ -18,8 +18,10 @@ against references differentiated by autograd through the same attention:
   the softmax in fp32.
 
 All fill rows with no visible key with 0 (zero gradients), as flash-attention's own reference does, so
-that they are not charged for a convention. The constants here belong to those rules, not to flashcheck's
-error model.
+that they are not charged for a convention. Their references take the case's mask, causal alignment and variant
+(window, chunks, soft-cap, ALiBi, float bias, sinks) in their own dtypes, as flash-attention's reference
+does; fp8 inputs, descaled, are not theirs to judge (:func:`anchor_outcomes` says "n/a"). The
+constants here belong to those rules, not to flashcheck's error model.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ import math
 
 import torch
 
+from ..contract.variants import Variant
 from ..inputs.case import AttentionCase
+from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
 
-__all__ = ["ANCHORS", "BACKWARD_ANCHORS", "GradientReferences", "flash_attention_rule", "triton_tutorial_rule"]
+__all__ = ["ANCHORS", "BACKWARD_ANCHORS", "GradientReferences", "anchor_outcomes", "flash_attention_rule",
+           "triton_tutorial_rule"]
 
 FA_FACTOR = 2.0  # flash-attention's tests
 TUTORIAL_ATOL = 1e-2  # the Triton fused-attention tutorial
@@ -39,15 +44,30 @@ PYTORCH_ATOL = {torch.float16: 1e-3, torch.bfloat16: 1e-3, torch.float32: 1e-5} 
 PYTORCH_RTOL = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float32: 1.3e-6}
 
 
-def _attention(q, k, v, scale, visible, *, compute_dtype, softmax_dtype):
+def _attention(q, k, v, scale, visible, *, compute_dtype, softmax_dtype, variant: Variant | None = None):
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1).to(compute_dtype)
     v = v.repeat_interleave(group, dim=1).to(compute_dtype)
-    s = (q.to(compute_dtype) @ k.transpose(-1, -2)) * scale
+    s = _scores(q.to(compute_dtype) @ k.transpose(-1, -2) * scale, variant or Variant())
     empty = ~visible.any(-1, keepdim=True)  # rows with no visible key: zero output, zero gradients (not NaN)
     s = s.masked_fill(~visible, -math.inf).masked_fill(empty, 0.0).to(softmax_dtype)
-    p = torch.softmax(s, dim=-1).masked_fill(empty, 0.0).to(compute_dtype)
+    sinks = None if variant is None or variant.sinks is None else variant.sinks.to(s.device, softmax_dtype)
+    if sinks is not None:  # each head's sink: one more logit in the softmax, with no value
+        s = torch.cat((s, sinks.view(1, -1, 1, 1).expand(*s.shape[:-1], 1)), dim=-1)
+    p = torch.softmax(s, dim=-1)[..., :visible.shape[-1]].masked_fill(empty, 0.0).to(compute_dtype)
     return p @ v
+
+
+def _scores(s: torch.Tensor, variant: Variant) -> torch.Tensor:
+    """The scaled logits as the variant has them, in their dtype: ALiBi and the float bias added before or
+    after the soft-cap (``bias_order``), as the field's references add them."""
+    n_q, n_k = s.shape[-2:]
+    bias = variant.bias(n_q, n_k, torch.arange(n_q), s.device)
+    bias = None if bias is None else bias.to(s.dtype)
+    first = bias is not None and (not variant.capped or variant.bias_order == "bias_first")
+    s = s + bias if first else s
+    s = variant.softcap * torch.tanh(s / variant.softcap) if variant.capped else s
+    return s + bias if bias is not None and not first else s
 
 
 def _on(device, case: AttentionCase):
@@ -61,9 +81,10 @@ def flash_attention_rule(out: torch.Tensor, case: AttentionCase) -> bool | None:
     if case.torch_dtype == torch.float32:
         return None
     q, k, v, vis = _on(out.device, case)
-    ref32 = _attention(q, k, v, case.scale, vis, compute_dtype=torch.float32, softmax_dtype=torch.float32)
-    out_pt = _attention(q, k, v, case.scale, vis, compute_dtype=case.torch_dtype,
-                        softmax_dtype=case.torch_dtype).float()
+    ref32 = _attention(q, k, v, case.scale, vis, compute_dtype=torch.float32, softmax_dtype=torch.float32,
+                       variant=case.variant)
+    out_pt = _attention(q, k, v, case.scale, vis, compute_dtype=case.torch_dtype, softmax_dtype=case.torch_dtype,
+                        variant=case.variant).float()
     err = (out.detach().float() - ref32).abs().max()
     allowed = FA_FACTOR * (out_pt - ref32).abs().max()
     return bool(err <= allowed)  # NaN in out fails, as it does in their tests
@@ -72,7 +93,8 @@ def flash_attention_rule(out: torch.Tensor, case: AttentionCase) -> bool | None:
 def triton_tutorial_rule(out: torch.Tensor, case: AttentionCase) -> bool:
     """True when the Triton tutorial's ``atol=1e-2`` check accepts ``out``."""
     q, k, v, vis = _on(out.device, case)
-    ref = _attention(q, k, v, case.scale, vis, compute_dtype=case.torch_dtype, softmax_dtype=torch.float32)
+    ref = _attention(q, k, v, case.scale, vis, compute_dtype=case.torch_dtype, softmax_dtype=torch.float32,
+                     variant=case.variant)
     return bool(torch.allclose(out.detach().float(), ref.float(), atol=TUTORIAL_ATOL, rtol=0.0))
 
 
@@ -95,7 +117,7 @@ class GradientReferences:
             leaves = [t.to(compute_dtype).requires_grad_() for t in (q, k, v)]
             with torch.enable_grad():
                 out = _attention(*leaves, self.case.scale, vis, compute_dtype=compute_dtype,
-                                 softmax_dtype=softmax_dtype)
+                                 softmax_dtype=softmax_dtype, variant=self.case.variant)
                 grads = torch.autograd.grad(out, leaves, self.do.to(self.device, compute_dtype))
             self._cache[key] = tuple(g.detach().float() if compute_dtype != torch.float64 else g.detach()
                                      for g in grads)
@@ -144,3 +166,34 @@ def triton_tutorial_backward_rule(grads, refs: GradientReferences) -> bool:
 
 BACKWARD_ANCHORS = {"flash-attention": flash_attention_backward_rule, "pytorch-sdpa": pytorch_sdpa_backward_rule,
                     "triton-tutorial": triton_tutorial_backward_rule}
+
+
+_WORDS = {True: ANCHOR_PASS, False: ANCHOR_FAIL, None: NOT_APPLICABLE}  # a rule's answer: accepted, or undefined
+
+
+def anchor_outcomes(case, output, *, device, do=None) -> dict[str, str]:
+    """What each of the field's rules says of a kernel's ``output`` on ``case``: its forward ``(out, lse)``,
+    or, given the upstream gradient ``do``, its ``(dq, dk, dv)``. "fail" where the kernel gave no output of
+    the right shape (their tests fail then too), "n/a" where a rule is undefined (fp32 for flash-attention's),
+    on a case with no element, and on fp8 inputs (descaled: their references compute another function)."""
+    rules = ANCHORS if do is None else BACKWARD_ANCHORS
+    fp8 = isinstance(case, AttentionCase) and case.variant.descales is not None
+    if not isinstance(case, AttentionCase) or fp8 or not (case.q.numel() and case.k.numel()):
+        return dict.fromkeys(rules, NOT_APPLICABLE)
+    got = _judged_output(case, output, backward=do is not None)
+    if got is None:
+        return dict.fromkeys(rules, ANCHOR_FAIL)
+    if do is None:
+        return {name: _WORDS[rule(got, case)] for name, rule in ANCHORS.items()}
+    refs = GradientReferences(case, do, device)
+    return {name: _WORDS[rule(got, refs)] for name, rule in BACKWARD_ANCHORS.items()}
+
+
+def _judged_output(case: AttentionCase, output, *, backward: bool):
+    """``out``, or ``(dq, dk, dv)``, from a kernel's output; None when it gave none of the right shape."""
+    wanted = [case.q.shape, case.k.shape, case.v.shape] if backward else [(*case.q.shape[:3], case.v.shape[3])]
+    got = list(output or ())[:len(wanted)]
+    if len(got) < len(wanted) or any(not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(w)
+                                     for g, w in zip(got, wanted)):
+        return None
+    return tuple(got) if backward else got[0]
