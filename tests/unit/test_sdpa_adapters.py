@@ -132,6 +132,22 @@ def test_cpu_flash_gqa_share_defect_is_still_there():
     assert check_backward("torch:flash", control, do=small, device="cpu", exclusions=True).status == "PASS"
 
 
+@pytest.mark.parametrize("name", ["fp16_key_bias_nan", "bf16_head_broadcast_bias"])
+def test_the_bias_gradient_is_summed_before_its_one_rounding(name):
+    """A half bias goes into SDPA's float mask in fp32 (math and CPU flash take it), so dbias is summed over
+    what the mask broadcasts along (rows, heads) before it is rounded to the bias's dtype once. A mask in the
+    bias's dtype rounded every element of dS first: an H200 sign-off's torch:math backward got NaN dbias where
+    the exact one is finite (fp16, per-element dS past 65,504) and 1.17x the budget (bf16, two heads)."""
+    from pathlib import Path
+
+    from flashcheck import AttentionCase, check_backward
+
+    case = AttentionCase.load(Path(__file__).parent / "sdpa_bias_cases" / f"{name}.json")
+    for kernel in ("torch:math", "torch:flash"):
+        verdict = check_backward(kernel, case, device="cpu")
+        assert verdict.status == "PASS", verdict
+
+
 def test_flex_spec_is_honest():
     for compile in (False, True):
         spec = resolve_kernel("torch:flex", device="cpu", compile=compile).spec

@@ -263,14 +263,16 @@ def _as_4d(mask: torch.Tensor) -> torch.Tensor:
     return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)) if mask.dim() < 4 else mask
 
 
-def _float_mask(bias, slopes, attn_mask, causal: str, shapes, dtype, device) -> torch.Tensor:
+def _float_mask(bias, slopes, attn_mask, causal: str, shapes, dtype, device, *, fp32: bool) -> torch.Tensor:
     """SDPA's float attn_mask, added to the scaled logits: ``attn_bias`` plus symmetric ALiBi, -inf where the
     boolean mask or the causal alignment hides a key (SDPA takes one mask, and is_causal not with it).
-    In fp32 (SDPA's other accepted float dtype) where the bias is fp32 or ALiBi is used, so that ALiBi
-    is rounded once, in fp32; else in the inputs' dtype, where adding 0 and -inf to the bias is exact."""
+    In fp32 where the backend takes an fp32 mask with half inputs (``fp32``), so that ALiBi is rounded once
+    and the bias's gradient is summed over what the mask broadcasts along before its one rounding to the
+    bias's dtype (a mask in the inputs' dtype rounds each element of dS first: measured, torch:math's fp16
+    dbias NaN where the exact one is finite); else in the inputs' dtype, where adding 0 and -inf is exact."""
     Nq, Nk = shapes.n_q, shapes.n_k
     full = (shapes.batch, shapes.heads_q, Nq, Nk)
-    wide = slopes is not None or (bias is not None and bias.dtype == torch.float32)
+    wide = fp32 or slopes is not None or (bias is not None and bias.dtype == torch.float32)
     out = torch.zeros((), dtype=torch.float32 if wide else dtype, device=device)
     if slopes is not None:  # -slope |i + Nk - Nq - j|, flash-attention's
         i = torch.arange(Nq, device=device).view(-1, 1)
@@ -278,7 +280,7 @@ def _float_mask(bias, slopes, attn_mask, causal: str, shapes, dtype, device) -> 
         slopes = slopes.to(device, torch.float32)
         out = -slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * distance
     if bias is not None:
-        out = out + _as_4d(bias.to(device))
+        out = out + _as_4d(bias.to(device, out.dtype))  # out may be 0-d: it would not promote the sum
     visible = materialize(causal_mask_fn(causal, Nq, Nk), (1, 1, Nq, Nk), device=device)
     if attn_mask is not None:
         visible = visible & _as_4d(attn_mask)
@@ -333,7 +335,8 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
             if shapes.heads_q != shapes.heads_kv and native_gqa:
                 kwargs["enable_gqa"] = True
             if attn_bias is not None or alibi_slopes is not None:
-                kwargs["attn_mask"] = _float_mask(attn_bias, alibi_slopes, attn_mask, causal, shapes, q.dtype, q.device)
+                kwargs["attn_mask"] = _float_mask(attn_bias, alibi_slopes, attn_mask, causal, shapes, q.dtype, q.device,
+                                                  fp32=spec.fp32_bias)
             elif attn_mask is not None:
                 mask = _as_4d(attn_mask)
                 if causal != "none":
