@@ -99,13 +99,13 @@ def _imports_flashcheck(env: dict, cwd: Path) -> dict:
     return _run([sys.executable, "-c", "import flashcheck"], cwd=cwd, env=env, timeout=60)
 
 
-def run_script(folder: Path, env: dict, timeout: float) -> dict:
-    """repro.py in ``folder`` with ``env``, after the proof that flashcheck does not import there."""
+def run_script(folder: Path, env: dict, timeout: float, args=()) -> dict:
+    """repro.py ``args`` in ``folder`` with ``env``, after the proof that flashcheck does not import there."""
     proof = _imports_flashcheck(env, folder)
     if proof["rc"] == 0:
         raise SystemExit(f"flashcheck imports in {folder} with PYTHONPATH={env.get('PYTHONPATH')!r}: "
                          "the reproducer would not prove it runs without flashcheck; uninstall flashcheck")
-    ran = _run([sys.executable, "repro.py"], cwd=folder, env=env, timeout=timeout)
+    ran = _run([sys.executable, "repro.py", *args], cwd=folder, env=env, timeout=timeout)
     (folder / "output.txt").write_text(ran["output"])
     last = proof["output"].strip().splitlines()[-1:]
     return {**ran, "import_flashcheck": f"exit {proof['rc']}: {' '.join(last)}"}
@@ -114,12 +114,12 @@ def run_script(folder: Path, env: dict, timeout: float) -> dict:
 def one(entry: dict, out: Path, device: str, env: dict, timeout: float) -> dict:
     """The entry's row: generated, then run (not run when generation failed)."""
     folder = out / entry["slug"]
-    row = {k: entry.get(k) for k in ("slug", "backend", "device", "case", "script", "kernel", "expect")}
+    row = {k: entry.get(k) for k in ("slug", "backend", "device", "case", "script", "kernel", "args", "expect")}
     made = generate(entry, folder, device, timeout)
     row["generate"] = {"rc": made["rc"], "seconds": made["seconds"], "tail": _tail(made["output"])}
     if made["rc"] != 0 or not (folder / "repro.py").is_file():
         return {**row, "exit": None, "reproduced": False}
-    ran = run_script(folder, env, timeout)
+    ran = run_script(folder, env, timeout, entry.get("args", ()))
     return {**row, "exit": ran["rc"], "seconds": ran["seconds"], "import_flashcheck": ran["import_flashcheck"],
             "tail": _tail(ran["output"]), "reproduced": ran["rc"] == entry["expect"]}
 
