@@ -55,10 +55,10 @@ def _run(command: list, *, cwd: Path, env: dict, timeout: float) -> dict:
     try:
         done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         rc, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, output = 124, f"{exc.stdout or ''}{exc.stderr or ''}\n(timed out after {timeout:.0f} s)"
-    return {"rc": rc, "seconds": round(time.perf_counter() - start, 2),
-            "output": output if isinstance(output, str) else output.decode(errors="replace")}
+    except subprocess.TimeoutExpired as exc:  # its output so far comes as bytes, even with text=True
+        so_far = b"".join(x if isinstance(x, bytes) else (x or "").encode() for x in (exc.stdout, exc.stderr))
+        rc, output = 124, so_far.decode(errors="replace") + f"\n(timed out after {timeout:.0f} s)"
+    return {"rc": rc, "seconds": round(time.perf_counter() - start, 2), "output": output}
 
 
 def _flashcheck_env() -> dict:
