@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The upstream reproducers of the defects found on the H200, in one call: benchmarks/upstream_repros.py --device cuda
 # writes OUTDIR/<slug>/repro.py and ISSUE.md for each catalogue entry (flashcheck repro, or the hand-written
-# script), runs each repro.py where flashcheck cannot be imported, and writes OUTDIR/table-cuda.md and .json.
+# script), runs each repro.py where flashcheck cannot be imported, and writes table-cuda.md and .json in OUTDIR.
 # Everything stays under OUTDIR (one folder per entry); the driver's log is OUTDIR/driver.txt, the machine
 # OUTDIR/machine.txt, the scripts and issues also packed into OUTDIR/upstream-cuda.tgz. The table is printed last.
 # Usage (repository root): bash benchmarks/gpu_upstream.sh OUTDIR [SECONDS (default 220)]
@@ -21,4 +21,4 @@ echo "driver exit status $? (124: stopped at $seconds s; the table keeps the fin
 tar czf "$out/upstream-cuda.tgz" -C "$out" --exclude=upstream-cuda.tgz --exclude='*.txt' . 2>/dev/null
 tail -n 3 "$out/driver.txt"
 cat "$out/machine.txt"
-cat "$out/table-cuda.md" 2>/dev/null || echo "no table: see $out/driver.txt"
+cat "$out"/table-cuda.md 2>/dev/null || echo "no table: see $out/driver.txt"
