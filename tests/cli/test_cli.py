@@ -27,8 +27,9 @@ def test_correct_kernel_passes_with_exit_0(tmp_path):
     assert sum(summary["counts"]["by_dtype"].values()) == 30
     split = summary["time_split_s"]
     assert set(split) == {"draw", "generation", "transfer", "kernel", "compile", "oracle", "properties", "envelope",
-                          "triage"}
+                          "triage", "anchors"}
     assert split["draw"] > 0 and split["generation"] > 0  # the worker draws the tensors, hypothesis the recipe
+    assert split["anchors"] == 0  # the field's rules are a sign-off's cost, not a campaign's
     assert summary["info"]["batch_checked"] > 0 and summary["info"]["batch_dependent"] == 0
 
 

@@ -57,13 +57,15 @@ def test_more_queries_than_keys_bottom_right(kernel):
 
 
 def test_float_mask_dtype():
-    """The mask is fp32 where ALiBi or an fp32 bias needs it, else the inputs' dtype (exact for 0 and -inf)."""
+    """The mask is fp32 where the backend takes it (so that dbias is summed before its one rounding), or where
+    ALiBi or an fp32 bias needs it; else the inputs' dtype (exact for 0 and -inf)."""
     q, k, v = inputs(torch.float16)
     shapes = check_attention_inputs(q, k, v, scale=0.3, causal="none")[-1]
     half = torch.randn(NQ, NK).half()
-    assert _float_mask(half, None, None, "top_left", shapes, q.dtype, "cpu").dtype == torch.float16
-    assert _float_mask(half.float(), None, None, "none", shapes, q.dtype, "cpu").dtype == torch.float32
-    mask = _float_mask(None, torch.rand(HQ), None, "bottom_right", shapes, q.dtype, "cpu")
+    assert _float_mask(half, None, None, "top_left", shapes, q.dtype, "cpu", fp32=True).dtype == torch.float32
+    assert _float_mask(half, None, None, "top_left", shapes, q.dtype, "cpu", fp32=False).dtype == torch.float16
+    assert _float_mask(half.float(), None, None, "none", shapes, q.dtype, "cpu", fp32=False).dtype == torch.float32
+    mask = _float_mask(None, torch.rand(HQ), None, "bottom_right", shapes, q.dtype, "cpu", fp32=False)
     assert mask.dtype == torch.float32 and mask.shape == (B, HQ, NQ, NK)
     assert bool((mask[..., 0, NK - NQ + 1:] == -math.inf).all()) and bool(torch.isfinite(mask[..., -1, :]).all())
 
