@@ -2,8 +2,9 @@
 
 For each entry of the catalogue (reports/upstream-2026-12-04/catalogue.toml) found on ``--device``:
 1. OUTDIR/<slug>/ gets repro.py and ISSUE.md: ``flashcheck repro`` on the entry's saved case (in a subprocess,
-   flashcheck from this checkout's src), or a copy of the entry's hand-written folder;
-2. repro.py runs in a subprocess where flashcheck cannot be imported: no src on PYTHONPATH, run from OUTDIR/<slug>/,
+   flashcheck from this checkout's src); or OUTDIR/<script>/ a copy of the entry's hand-written folder, one for
+   every entry of that script (their outputs apart: output-<slug>.txt where the slug is not the folder's name);
+2. repro.py runs in a subprocess where flashcheck cannot be imported: no src on PYTHONPATH, run from that folder,
    and ``python -c "import flashcheck"`` is shown to fail there first (where flashcheck is installed, a folder
    whose ``flashcheck`` package refuses to import goes on PYTHONPATH);
 3. its exit status (1 reproduced, 0 not, 2 cannot run here), wall time and last lines are recorded.
@@ -99,27 +100,30 @@ def _imports_flashcheck(env: dict, cwd: Path) -> dict:
     return _run([sys.executable, "-c", "import flashcheck"], cwd=cwd, env=env, timeout=60)
 
 
-def run_script(folder: Path, env: dict, timeout: float, args=()) -> dict:
-    """repro.py ``args`` in ``folder`` with ``env``, after the proof that flashcheck does not import there."""
+def run_script(folder: Path, env: dict, timeout: float, args=(), output: str = "output.txt") -> dict:
+    """repro.py ``args`` in ``folder`` with ``env``, after the proof that flashcheck does not import there; what it
+    prints goes to ``folder / output``."""
     proof = _imports_flashcheck(env, folder)
     if proof["rc"] == 0:
         raise SystemExit(f"flashcheck imports in {folder} with PYTHONPATH={env.get('PYTHONPATH')!r}: "
                          "the reproducer would not prove it runs without flashcheck; uninstall flashcheck")
     ran = _run([sys.executable, "repro.py", *args], cwd=folder, env=env, timeout=timeout)
-    (folder / "output.txt").write_text(ran["output"])
+    (folder / output).write_text(ran["output"])
     last = proof["output"].strip().splitlines()[-1:]
     return {**ran, "import_flashcheck": f"exit {proof['rc']}: {' '.join(last)}"}
 
 
 def one(entry: dict, out: Path, device: str, env: dict, timeout: float) -> dict:
-    """The entry's row: generated, then run (not run when generation failed)."""
-    folder = out / entry["slug"]
+    """The entry's row: generated, then run (not run when generation failed). A hand-written script has one folder
+    for all its entries (each device's, say): an entry named otherwise than its folder prints to output-<slug>.txt."""
+    folder = out / entry.get("script", entry["slug"])
+    output = "output.txt" if folder.name == entry["slug"] else f"output-{entry['slug']}.txt"
     row = {k: entry.get(k) for k in ("slug", "backend", "device", "case", "script", "kernel", "args", "expect")}
     made = generate(entry, folder, device, timeout)
     row["generate"] = {"rc": made["rc"], "seconds": made["seconds"], "tail": _tail(made["output"])}
     if made["rc"] != 0 or not (folder / "repro.py").is_file():
         return {**row, "exit": None, "reproduced": False}
-    ran = run_script(folder, env, timeout, entry.get("args", ()))
+    ran = run_script(folder, env, timeout, entry.get("args", ()), output)
     return {**row, "exit": ran["rc"], "seconds": ran["seconds"], "import_flashcheck": ran["import_flashcheck"],
             "tail": _tail(ran["output"]), "reproduced": ran["rc"] == entry["expect"]}
 
