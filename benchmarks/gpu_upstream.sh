@@ -4,7 +4,7 @@
 # script), runs each repro.py where flashcheck cannot be imported, and writes table-cuda.md and .json in OUTDIR.
 # Everything stays under OUTDIR (one folder per entry); the driver's log is OUTDIR/driver.txt, the machine
 # OUTDIR/machine.txt, the scripts and issues also packed into OUTDIR/upstream-cuda.tgz. The table is printed last.
-# Usage (repository root): bash benchmarks/gpu_upstream.sh OUTDIR [SECONDS (default 220)]
+# Usage (repository root): [ENTRY_SECONDS=S] bash benchmarks/gpu_upstream.sh OUTDIR [SECONDS (default 220)]
 set -uo pipefail
 out=${1:?"usage: bash benchmarks/gpu_upstream.sh OUTDIR [SECONDS]: OUTDIR is missing"}
 seconds=${2:-220}
@@ -14,8 +14,9 @@ source benchmarks/gpu_setup.sh
 # Whether flashcheck is installed on this machine (the driver blocks it for the scripts either way).
 (cd "$out" && env -u PYTHONPATH python3 -c "import flashcheck; print('flashcheck installed:', flashcheck.__file__)" \
   || echo "flashcheck not installed") >> "$out/machine.txt" 2>&1
-# Each repro and each script at most 100 s, eight entries at once; the whole run within $seconds.
-timeout -k 10 "$seconds" python3 benchmarks/upstream_repros.py --device cuda --out "$out" --jobs 8 --timeout 100 \
+# Each repro and each script at most $ENTRY_SECONDS (default 100) s, eight entries at once; the whole run within
+# $seconds.
+timeout -k 10 "$seconds" python3 benchmarks/upstream_repros.py --device cuda --out "$out" --jobs 8 --timeout "${ENTRY_SECONDS:-100}" \
   > "$out/driver.txt" 2>&1
 echo "driver exit status $? (124: stopped at $seconds s; the table keeps the finished rows)" >> "$out/driver.txt"
 tar czf "$out/upstream-cuda.tgz" -C "$out" --exclude=upstream-cuda.tgz --exclude='*.txt' . 2>/dev/null
