@@ -100,3 +100,18 @@ def test_checking_without_triton_records_no_compile_time():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["0", "False"]
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_a_verdict_counts_the_compilations_made_while_it_ran(monkeypatch, backward):
+    import flashcheck.judge.backward as judge_backward
+    import flashcheck.judge.check as judge_check
+
+    counts = iter([(4, 10.0), (6, 11.5)])  # Triton's totals when the case began and when it ended
+    for module in (judge_check, judge_backward):
+        monkeypatch.setattr(module, "compilations_so_far", lambda: next(counts))
+    q = torch.randn(1, 1, 4, 16)
+    case = AttentionCase.create(q, q, q, scale=0.25)
+    judge = judge_backward.check_backward if backward else judge_check.check
+    verdict = judge("torch:math", case, device="cpu")
+    assert verdict.status == "PASS" and verdict.compilations == 2 and verdict.elapsed["compile"] == 1.5

@@ -28,7 +28,7 @@ from ..numerics.gradient_budget import GradientBudget, gradient_budget
 from ..numerics.gradients import GRADIENTS, group_share_max
 from ..numerics.oracle import reference_attention
 from .anchors import anchor_outcomes
-from .check import check, crash_verdict
+from .check import check, compilations_so_far, crash_verdict, record_compilations
 from .diagnose import describe_ranges, diagnose_elements, first_index
 from .verdict import BUG, Finding, Verdict
 
@@ -191,6 +191,12 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
     ``exclusions``: a case in a class of the spec's gradient exclusions (``backward_excludes``, see
     :data:`flashcheck.contract.spec.GRADIENT_EXCLUSIONS`) is skipped, not judged, as campaigns do; by default
     the verdict is the real one."""
+    before = compilations_so_far()  # a Triton backward's compilations are its first call's time, not the kernel's
+    return record_compilations(_judge_backward(kernel, case, do=do, upstream=upstream, seed=seed, device=device,
+                                               precision=precision, exclusions=exclusions), before)
+
+
+def _judge_backward(kernel, case: AttentionCase, *, do, upstream, seed, device, precision, exclusions) -> Verdict:
     upstream = upstream or (case.provenance or {}).get("upstream") or "random"
     kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
     if not kern.spec.backward:

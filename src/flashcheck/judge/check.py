@@ -106,10 +106,10 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
-    compiled_before = _compilation_stats()
+    compiled_before = compilations_so_far()
     if isinstance(case, ServingCase):
         serving = set(properties) and SERVING_PROPERTIES  # the dense properties' names ask for the forms' own
-        return _count_compilations(check_serving(kern, case, contract=contract, device=device, properties=serving,
+        return record_compilations(check_serving(kern, case, contract=contract, device=device, properties=serving,
                                                  regime=regime, meta=meta), compiled_before)
     try:
         verdict = _check(_Judgement(kernel=kern, case=case, contract=contract, device=device, reference=reference,
@@ -119,7 +119,7 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
         verdict = _skipped(skip, device, meta)
     except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
         verdict = _skipped(_Skip("oom", _one_line(exc, "flashcheck's inputs or oracle")), device, meta)
-    return _count_compilations(verdict, compiled_before)
+    return record_compilations(verdict, compiled_before)
 
 
 def _check_form(kern: Kernel, case) -> None:
@@ -130,7 +130,7 @@ def _check_form(kern: Kernel, case) -> None:
                               "from its spec), or declare the form the kernel takes.")
 
 
-def _compilation_stats() -> tuple[int, float] | None:
+def compilations_so_far() -> tuple[int, float] | None:
     # Only a process that imported triton can have compiled a Triton kernel: never import it here.
     if "triton" not in sys.modules:
         return None
@@ -139,9 +139,10 @@ def _compilation_stats() -> tuple[int, float] | None:
     return compilation_stats()
 
 
-def _count_compilations(verdict: Verdict, before: tuple[int, float] | None) -> Verdict:
-    """Record the Triton compilations of the case's kernel calls (first run and property reruns)."""
-    after = _compilation_stats()
+def record_compilations(verdict: Verdict, before: tuple[int, float] | None) -> Verdict:
+    """Record the Triton compilations of the case's kernel calls (first run and reruns) since ``before``, the
+    :func:`compilations_so_far` when the case began."""
+    after = compilations_so_far()
     if after is not None:
         count, seconds = before or (0, 0.0)
         verdict.compilations = after[0] - count
