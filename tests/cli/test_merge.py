@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from flashcheck import InvalidArgument
 from flashcheck.campaign.result import CampaignResult
 from flashcheck.cli import main
 from flashcheck.campaign.merge import merge_summaries
@@ -105,3 +106,16 @@ def test_bad_files_exit_2_naming_the_file_and_the_problem(summaries, tmp_path, c
     assert main(["merge", str(summaries["pass"]), str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and words in err and "flashcheck fuzz --json" in err, err
+
+
+def test_records_keep_one_header_and_sources_with_other_columns_do_not_merge():
+    def summary(seed, columns, records):
+        return {**CampaignResult(verdict="PASS", kernel="k", device="cpu", preset="smoke", seed=seed).as_dict(),
+                "record_columns": columns, "records": records}
+
+    merged = merge_summaries([summary(1, ["dtype", "status"], [["fp16", "PASS"]]),
+                              summary(2, ["dtype", "status"], [["bf16", "PASS"]])])
+    assert merged["record_columns"] == ["dtype", "status"]
+    assert merged["records"] == [["fp16", "PASS"], ["bf16", "PASS"]]
+    with pytest.raises(InvalidArgument, match=r"summary\[1\].*records have the columns \['status'\]"):
+        merge_summaries([summary(1, ["dtype", "status"], []), summary(2, ["status"], [])])

@@ -87,6 +87,16 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _record_columns(summaries: list[dict], sources: list[str]) -> list:
+    """The columns every source's records share; sources whose records have other columns cannot merge."""
+    named = [(name, s["record_columns"]) for s, name in zip(summaries, sources) if "record_columns" in s]
+    for name, columns in named[1:]:
+        if columns != named[0][1]:
+            raise InvalidArgument("summary", name, f"its records have the columns {columns}, {named[0][0]}'s "
+                                  f"{named[0][1]}", "Merge summaries written by one version of flashcheck.")
+    return named[0][1]
+
+
 def _merge_values(key: str, values: list):
     """The sources' values of a key the merge has no rule for, merged by their type; unknown keys too, so
     that a key added to the campaign's summary is merged without a change here."""
@@ -167,6 +177,8 @@ def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None) 
     merged = {key: _merge_values(key, [s.get(key) for s in summaries]) for key in keys}
     notes = [f"these campaigns ran different {key}s: {', '.join(map(str, merged[key]))}"
              for key in _SHARED if isinstance(merged.get(key), list)]
+    if "record_columns" in merged:  # one header for the concatenated records, not one per source
+        merged["record_columns"] = _record_columns(summaries, sources)
     merged["time_split_s"] = {k: round(v, 3) for k, v in (merged.get("time_split_s") or {}).items()}
     count_keys = dict.fromkeys(["by_status", "by_dtype", "by_regime"] + [k for s in summaries for k in s["counts"]])
     merged["counts"] = {key: _sum_dicts(s["counts"].get(key) for s in summaries) for key in count_keys}
