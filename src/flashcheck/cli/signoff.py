@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..words import counted
 from .options import (
     EXIT_BUG,
     EXIT_NO_CASES,
@@ -72,8 +73,8 @@ def run(args) -> int:
 
     def ended(kernel, pass_, summary):
         bugs = len(summary.get("bugs") or [])
-        print(f"signoff: {kernel} {pass_}: {summary['verdict']}, {summary['cases']} cases in "
-              f"{summary['elapsed_s']:.0f} s, {bugs} distinct bugs", file=sys.stderr, flush=True)
+        print(f"signoff: {kernel} {pass_}: {summary['verdict']}, {counted(summary['cases'], 'case')} in "
+              f"{summary['elapsed_s']:.0f} s, {counted(bugs, 'distinct bug')}", file=sys.stderr, flush=True)
 
     report = run_signoff(args.kernels, out=args.out, device=device, preset=preset, backward=args.backward,
                          jobs=jobs, dtypes=args.dtype, max_examples=args.max_examples, time_budget=args.time_budget,
@@ -89,14 +90,15 @@ def run(args) -> int:
 def _print_signoff(report: dict, out: Path) -> None:
     """The verdict, one line per kernel, pass and dtype, and where the report is."""
     t = report["totals"]
-    print(f"flashcheck signoff: {report['status']} ({t['judged']} cases judged, {t['bugs']} distinct bugs, "
+    print(f"flashcheck signoff: {report['status']} ({counted(t['judged'], 'case')} judged, "
+          f"{counted(t['bugs'], 'distinct bug')}, "
           f"{t['suspicious']} suspicious, {t['elapsed_s']:.0f} s)")
     for c in report["campaigns"]:
         for cell in c["dtypes"]:
             reasons = cell["reasons"]
             why = f": {reasons[0]}" if reasons else ""
             why += f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-            print(f"  {cell['status']:10} {c['kernel']} {c['pass']} {cell['dtype']}, {cell['judged']} cases{why}")
+            print(f"  {cell['status']:10} {c['kernel']} {c['pass']} {cell['dtype']}, {counted(cell['judged'], 'case')}{why}")
     print(f"  report: {out / 'index.html'} ({out / 'report.md'}, {out / 'report.json'})")
 
 

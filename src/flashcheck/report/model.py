@@ -21,6 +21,7 @@ from ..errors import InvalidArgument
 from ..files import replay_command
 from ..judge.verdict import BUG, from_json_number
 from .confidence import anchor_table, confidence, drew, thin_regimes
+from ..words import counted
 
 __all__ = ["BLOCKED", "SCHEMA_VERSION", "SIGNED_OFF", "build_report", "load_report", "schema"]
 
@@ -81,8 +82,8 @@ def _cell(campaign: dict, dtype: str, rows: list, bugs: list, minimum: dict, cov
     reasons = [f"{b['status']} #{b['id']} [{b['cause']}] {b['title']} ({b['dtypes'][dtype]} {dtype} cases)"
                for b in hit]
     if len(judged) < minimum["cases"]:
-        reasons.append(f"only {len(judged)} {dtype} cases judged, fewer than the {minimum['cases']} a sign-off "
-                       "needs (raise --max-examples or --time-budget)")
+        reasons.append(f"only {counted(len(judged), dtype + ' case')} judged, fewer than the {minimum['cases']} a "
+                       "sign-off needs (raise --max-examples or --time-budget)")
     reasons += _thin_regimes(judged, rows, dtype, minimum["regime_cases"], coverage)
     stopped = campaign["stopped"] if isinstance(campaign["stopped"], list) else [campaign["stopped"]]
     early = [s for s in stopped if s in _STOPPED_EARLY]  # a merged campaign lists its workers' reasons
@@ -98,14 +99,17 @@ def _cell(campaign: dict, dtype: str, rows: list, bugs: list, minimum: dict, cov
 
 
 def _thin_regimes(judged: list, rows: list, dtype: str, minimum: int | None, coverage: dict) -> list[str]:
-    """A reason for each value regime the campaign drew (that this dtype can draw) with fewer than
-    ``minimum`` judged cases in this dtype: a rare regime is not signed off on a handful of cases."""
+    """One reason naming each value regime the campaign drew (that this dtype can draw) with fewer than
+    ``minimum`` judged cases in this dtype, and its count: a rare regime is not signed off on a handful of cases."""
     if not minimum:
         return []
     drawn = {r[_VALUES] for r in rows} & set(coverage.get("values") or {r[_VALUES] for r in rows})
-    return [f"value regime {regime}: only {n} {dtype} cases judged, fewer than the {minimum} "
-            "--min-regime-cases asks (raise --max-examples or --time-budget)"
-            for regime, n in thin_regimes(judged, drawn, minimum)]
+    thin = thin_regimes(judged, drawn, minimum)
+    if not thin:
+        return []
+    return [f"{counted(len(thin), 'value regime')} with fewer {dtype} cases judged than the {minimum} "
+            f"--min-regime-cases asks: {', '.join(f'{regime} {n}' for regime, n in thin)} "
+            "(raise --max-examples or --time-budget)"]
 
 
 def _campaign_entry(run: dict, root: Path, bugs: list, minimum: dict) -> dict:

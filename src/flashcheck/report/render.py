@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..files import write_bytes, write_text
 from .plots import plots
+from ..words import counted
 
 __all__ = ["NO_GPU", "confidence_text", "ratio_text", "report_blocks", "to_html", "to_markdown", "write_pages", "write_report"]
 
@@ -42,8 +43,8 @@ def _head(report: dict) -> list:
     commit += " (with local changes)" if fc.get("dirty") else ""
     seed = "no seed" if report["seed"] is None else f"seed {report['seed']}"
     return [("h1", f"flashcheck sign-off: {report['status']}"),
-            ("p", f"{t['judged']} cases judged ({t['cases']} run) in {t['campaigns']} campaigns, "
-                  f"{t['elapsed_s']:.0f} s; {t['bugs']} distinct bugs, {t['suspicious']} suspicious. Preset "
+            ("p", f"{counted(t['judged'], 'case')} judged ({t['cases']:,} run) in {counted(t['campaigns'], 'campaign')}, "
+                  f"{t['elapsed_s']:.0f} s; {counted(t['bugs'], 'distinct bug')}, {t['suspicious']} suspicious. Preset "
                   f"{report['preset']}, {seed}, device {report['device']}, created "
                   f"{report['created']}, flashcheck {fc['version'] or '(version unknown)'} at {commit}."),
             ("pre", report["command"])]
@@ -73,9 +74,9 @@ def confidence_text(conf: dict) -> str:
     if not n:
         return "no case judged: nothing is ruled out"
     if failed:
-        return (f"n = {n:,} judged cases, {failed:,} failed: an observed failure rate of {_percent(failed / n)} "
+        return (f"n = {counted(n, 'judged case')}, {failed:,} failed: an observed failure rate of {_percent(failed / n)} "
                 "on the cases this preset draws")
-    return (f"n = {n:,} judged cases, none failed: on the cases this preset draws, a defect that hits more than "
+    return (f"n = {counted(n, 'judged case')}, none failed: on the cases this preset draws, a defect that hits more than "
             f"{_more_than(conf['upper_95'])} would have shown with 95% probability")
 
 

@@ -30,6 +30,7 @@ from ..campaign.engine import Outcome, Shrink, hypothesis_test, run_test
 from ..contract.counts import check_count
 from ..contract.formats import DEVICES
 from ..errors import InvalidArgument
+from ..words import counted
 from .asserts import display_path, save_failure
 from .session import DEFAULT_PRESET, Session, active_session, default_device, register_profiles
 
@@ -316,7 +317,7 @@ def _failure_message(session: Session, kern, dtype: str, device: str, run: _Run,
             if rec.get("case") == failure.verdict.case and rec.get("status") == failure.verdict.status:
                 rec.update(saved=str(path), replay=replay)
                 break
-    tried = f"{run.shrink_cases} more case{'s' if run.shrink_cases != 1 else ''}"
+    tried = counted(run.shrink_cases, "more case")
     if run.cut:
         how = f"case {run.generated} drawn, " + (f"shrunk over {tried}" if not same else f"{tried} tried") + \
               f" (shrinking stopped after {SHRINK_SECONDS:g} s)"
