@@ -1,5 +1,5 @@
-"""FlexAttention on an H200: fp32 with head dim 178 compiles and runs with static shapes, but the recompile for
-dynamic sizes finds no Triton config of the flex template that fits shared memory ("No valid triton configs ...
+"""FlexAttention on an H200: fp32 with head dim 178 compiles and runs with static shapes, but compiled with dynamic
+shapes it finds no Triton config of the flex template that fits shared memory ("No valid triton configs ...
 out of resource: Required: 245760 Hardware limit: 232448") and raises, where a smaller tile would fit.
 
 The case: fp32, B = 2, H = 6, Nq = 17, Nk = 97, D = 178, Dv = 55, scale 4.797, a block mask of causal (top left)
