@@ -7,6 +7,8 @@ cases with more than ``BIG`` query rows, so that a campaign meets good and bad c
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import torch
@@ -222,3 +224,20 @@ def assumes_contiguous(q, k, v, *, scale, causal, attn_mask=None):
     q, k, v = (_as_if_contiguous(t) for t in (q, k, v))
     out, lse = _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     return wrong_scale_past(out, 8, 1.25, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask), lse
+
+
+# A compiler the kernel runs (Triton's ptxas, Inductor's g++) that handles SIGINT itself, as ptxas does: it dies
+# of a Ctrl-C that reaches it even where its parent ignores SIGINT. It says "started" in the calls file first.
+_COMPILER = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+             "open(sys.argv[1], 'a').write('started\\n'); time.sleep(0.4)")
+
+
+@flashcheck.kernel(**SPEC)
+def compiles(q, k, v, *, scale, causal, attn_mask=None):
+    """Correct, but each call first waits for a child process that a Ctrl-C would kill; the child's exit
+    status goes to the calls file (-2: killed by SIGINT)."""
+    calls = os.environ.get(CALLS_FILE) or os.devnull
+    status = subprocess.run([sys.executable, "-c", _COMPILER, calls]).returncode
+    with open(calls, "a") as fh:
+        fh.write(f"{status}\n")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)

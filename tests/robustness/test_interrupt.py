@@ -89,3 +89,27 @@ def test_ctrl_c_while_the_command_starts_up_gives_a_summary_not_a_traceback(tmp_
     assert result["stopped"] == "interrupted" and result["cases"] < 50, out
     assert proc.returncode == {"NO_CASES": 3, "PASS": 0}[result["verdict"]]
     assert f": {result['verdict']}" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("extra", [[], ["--jobs", "2"]])
+def test_ctrl_c_does_not_reach_the_compilers_a_kernel_runs(tmp_path, extra):
+    # A compiler killed mid-compile (Triton's ptxas) prints its whole input and fails the launch: Ctrl-C at the
+    # terminal goes to the campaign, which stops its kernel worker itself.
+    calls, summary = tmp_path / "calls", tmp_path / "s.json"
+    proc = subprocess.Popen(_command() + ["fuzz", f"{K}:compiles", "--device", "cpu", "--preset", "smoke",
+                                          "--max-examples", "1000", "--json", str(summary), "--no-progress",
+                                          "--corpus", str(tmp_path / "corpus"), *extra],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": "", CALLS_FILE: str(calls)})
+    def compiling() -> bool:  # two calls done, and a compiler running now
+        lines = calls.read_text().split() if calls.is_file() else []
+        done = len([x for x in lines if x != "started"])
+        return done >= 2 and lines.count("started") > done
+
+    _wait_for(compiling, "a compiler at work", proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert json.loads(summary.read_text())["stopped"] == "interrupted", out
+    statuses = calls.read_text().split()
+    assert "-2" not in statuses, f"a compiler died of the Ctrl-C: {statuses}"

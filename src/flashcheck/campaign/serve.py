@@ -58,11 +58,22 @@ def send_message(conn, message) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+def leave_terminal_group() -> None:
+    """A process group of its own, so that Ctrl-C at the terminal (and ``timeout``'s signal to its group) does not
+    reach the compilers the kernel runs: ptxas handles SIGINT itself, dies mid-compile and Triton prints its whole
+    input. The parent stops this process; it dies with the parent (:func:`die_with_parent`)."""
+    try:
+        os.setpgid(0, 0)
+    except (AttributeError, OSError):  # not POSIX, or already a group leader
+        pass
+
+
 def serve(conn) -> None:
     """The worker's main loop: import, receive the kernel to load and load it, then check each case
     received until told to stop."""
     # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    leave_terminal_group()
     die_with_parent()
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid != os.getppid():
