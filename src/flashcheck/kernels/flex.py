@@ -53,8 +53,8 @@ from ..errors import BackendUnavailable, InvalidArgument, Unsupported
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["make_flex_kernel", "DESCRIPTION", "check_available", "compiled_flex", "flex_module", "flex_options",
-           "run_flex"]
+__all__ = ["make_flex_kernel", "flex_sink_key", "DESCRIPTION", "check_available", "compiled_flex", "flex_module",
+           "flex_options", "run_flex"]
 
 NAME = "torch:flex"
 DESCRIPTION = "PyTorch FlexAttention (torch.compile'd fused kernel; compile=False: unfused eager path)"
@@ -210,11 +210,11 @@ def _score_mod(shapes, device, *, softcap=None, alibi_slopes=None, attn_bias=Non
     return score_mod
 
 
-def _sink_key(k, v, mask_mod, score_mod, sinks):
+def flex_sink_key(k, v, mask_mod, score_mod, sinks):
     """K and V with one more key, of zero K and V, and the mods that give it each head's sink as its score
     and show it to every query: flex then adds e^sink to each row's sum and nothing to its numerator, so
     the output is rounded once and the lse includes the sink. The given mods index tensors of Nk keys:
-    they see the sink key as key Nk - 1, and are overruled there."""
+    they see the sink key as key Nk - 1, and are overruled there. Torch only: a reproducer script copies it."""
     last = torch.tensor(k.shape[2], device=k.device)
     sink = sinks.to(k.device, torch.float32)
     clamp = lambda kv_idx: torch.minimum(kv_idx, last - 1)  # noqa: E731
@@ -317,7 +317,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
             score_mod = _score_mod(shapes, q.device, alibi=alibi, **scores)
             k_, v_ = k, v
             if sinks is not None:
-                k_, v_, mask_mod, score_mod = _sink_key(k, v, mask_mod, score_mod, sinks)
+                k_, v_, mask_mod, score_mod = flex_sink_key(k, v, mask_mod, score_mod, sinks)
             block_mask = None if mask_mod is None else fa.create_block_mask(mask_mod, B, H, shapes.n_q, k_.shape[2],
                                                                              device=q.device)
             return dict(key=k_, value=v_, block_mask=block_mask, score_mod=score_mod)

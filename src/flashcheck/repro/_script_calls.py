@@ -1,11 +1,13 @@
 """The kernel calls of the built-in PyTorch kernels in a reproducer (see :mod:`flashcheck.repro.script`): PyTorch's
 public API as flashcheck's adapters call it (:mod:`flashcheck.kernels.sdpa`, :mod:`flashcheck.kernels.flex`).
-The functions a case needs are copied into its script; what comes before the line ``# ---- calls ----`` is not."""
+The functions a case needs are copied into its script; what comes before the line ``# ---- calls ----`` is not.
+A flex script also gets :func:`flashcheck.kernels.flex.flex_sink_key`, the adapter's own, copied from its source."""
 
 import math
 
 import torch
 
+from ..kernels.flex import flex_sink_key  # noqa: F401  (script.py copies its source in, after these calls)
 from ._script import CASE, as_4d, causal_visible, scale
 
 # ---- calls ----
@@ -122,23 +124,6 @@ def flex_score_mod(device, full, kw, alibi):
         return score
 
     return score_mod
-
-
-def flex_sink_key(k, v, mask_mod, score_mod, sinks):
-    """Sinks as one more key of zero K and V whose score is the head's sink and which every query sees."""
-    last = torch.tensor(k.shape[2], device=k.device)
-    sink = sinks.to(k.device, torch.float32)
-    clamp = lambda kv_idx: torch.minimum(kv_idx, last - 1)  # noqa: E731
-
-    def sink_mask(b, h, q_idx, kv_idx):
-        return (kv_idx == last) | mask_mod(b, h, q_idx, clamp(kv_idx))
-
-    def sink_score(score, b, h, q_idx, kv_idx):
-        score = score if score_mod is None else score_mod(score, b, h, q_idx, clamp(kv_idx))
-        return torch.where(kv_idx == last, sink[h], score)
-
-    zero = lambda t: torch.cat([t, t.new_zeros(t.shape[:2] + (1, t.shape[3]))], dim=2)  # noqa: E731
-    return zero(k), zero(v), (None if mask_mod is None else sink_mask), sink_score
 
 
 def flex_call(target):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import inspect
 import platform
 import pprint
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..kernels.flex import flex_sink_key
 from ._script import package_version
 from .arrays import encode_tensor
 from .evidence import Evidence
@@ -103,7 +105,8 @@ def script_text(data: dict) -> str:
     if kind != "plain":
         calls = (_HERE / "_script_calls.py").read_text(encoding="utf-8").split(_CALLS_START, 1)[1]
         text = _without(text, ("plain_",))
-        call = f"{_functions(calls, (kind + '_',))}\n\nCALL = {kind}_call"
+        shared = f"{inspect.getsource(flex_sink_key)}\n\n" if kind == "flex" else ""  # the adapter's own
+        call = f"{shared}{_functions(calls, (kind + '_',))}\n\nCALL = {kind}_call"
     title = data["title"].replace("\\", "/").replace('"""', "'''")
     text = text.replace("@TITLE@", title, 1).replace(_CALL_LINE, call, 1)
     text = text.replace(_CASE_LINE, "CASE = " + pprint.pformat(data, width=116, sort_dicts=False), 1)
