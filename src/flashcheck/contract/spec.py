@@ -20,7 +20,7 @@ from .forms import FORMS
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
 
-__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
+__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES", "BACKWARD_FIX"]
 
 FULLY_MASKED_PROMISES = ("zero", "nan", "any")
 LSE_BASES = ("e", "2")
@@ -202,6 +202,14 @@ class KernelSpec:
             raise InvalidArgument("bias_order", self.bias_order, "unknown order",
                                   f"Use one of {list(BIAS_ORDERS)}.")
 
+    def backward_problem(self) -> str | None:
+        """Why flashcheck cannot check the backward pass of a kernel of this spec (None: it can)."""
+        if not self.backward:
+            return "declares no backward pass"
+        if self.form != "dense":
+            return f"declares form={self.form!r}, and flashcheck checks the backward pass of the dense form only"
+        return None
+
     def for_backward(self) -> "KernelSpec":
         """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""
         merged = self.excludes + tuple(x for x in self.backward_excludes if x not in self.excludes)
@@ -245,6 +253,10 @@ class KernelSpec:
         out["precision"] = self.precision.as_dict()
         return out
 
+
+# How a kernel with a backward_problem() gets its backward pass checked (each caller adds its own way out).
+BACKWARD_FIX = ("Declare backward=True in the spec of a dense kernel (@flashcheck.kernel(backward=True, ...)) that "
+                "autograd can differentiate")
 
 # A plain callable declares nothing, so it is tested only on what every kernel must accept.
 DEFAULT_SPEC = KernelSpec()
