@@ -43,14 +43,17 @@ from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "differs", "rescaled_case",
+__all__ = ["PROPERTIES", "PROPERTY_FINDINGS", "differs", "rescaled_case",
            "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
            "neutral_cases"]
 
-PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift", "descale")
+# Each property, in the order they run, and the finding kind it gives when it fails (a rerun that crashes: crash).
+PROPERTY_FINDINGS = {"determinism": "nondeterminism", "poison": "poison_leak", "guard_bands": "poison_leak",
+                     "layout": "layout_dependence", "batch": "batch_dependence", "neutral": "neutral_variant",
+                     "bias_shift": "bias_shift_dependence", "descale": "descale_dependence"}
+PROPERTIES = tuple(PROPERTY_FINDINGS)
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
-PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence",
-                            "neutral_variant", "bias_shift_dependence", "descale_dependence"})
+PROPERTY_KINDS = frozenset(PROPERTY_FINDINGS.values())
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4

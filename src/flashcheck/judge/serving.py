@@ -26,9 +26,12 @@ from .properties import differs
 from .skips import one_line, raise_skip
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["SERVING_PROPERTIES", "check_serving", "run_form"]
+__all__ = ["SERVING_PROPERTIES", "SERVING_PROPERTY_FINDINGS", "check_serving", "run_form"]
 
-SERVING_PROPERTIES = ("determinism", "isolation", "page_order", "batch")
+# Each property of the forms, in the order they run, and the finding kind it gives when it fails.
+SERVING_PROPERTY_FINDINGS = {"determinism": "nondeterminism", "isolation": "poison_leak",
+                             "page_order": "layout_dependence", "batch": "batch_dependence"}
+SERVING_PROPERTIES = tuple(SERVING_PROPERTY_FINDINGS)
 
 
 @dataclasses.dataclass
