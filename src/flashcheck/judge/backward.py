@@ -19,7 +19,7 @@ import torch
 
 from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
-from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
+from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel, promise_note
 from ..contract.variants import check_variant
 from ..errors import InvalidArgument
 from ..inputs.case import AttentionCase
@@ -177,8 +177,8 @@ def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Fin
         differ &= ~(torch.isnan(a) & torch.isnan(b))
         if bool(differ.any()):
             out.append(Finding("nondeterminism", BUG, f"{name}: {int(differ.sum())} of {differ.numel()} elements "
-                               "differ between two identical backward calls (the spec promises "
-                               "deterministic_backward)", regime=regime, details={"gradient": name}))
+                               f"differ between two identical backward calls ({promise_note('deterministic_backward')})",
+                               regime=regime, details={"gradient": name}))
     return out
 
 

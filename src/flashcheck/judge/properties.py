@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..contract.formats import format_of, raw_bits
-from ..contract.spec import KernelSpec
+from ..contract.spec import KernelSpec, promise_note
 from ..inputs.case import AttentionCase
 from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
@@ -157,8 +157,18 @@ class _Reruns:
     def finding(self, kind: str, diagnosis: str, **kw) -> None:
         self.findings.append(Finding(kind, BUG, diagnosis, regime=self.regime, **kw))
 
-    def compare(self, kind: str, what: str, rerun, *, lse: bool = True, **details) -> None:
-        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or (``lse``) lse."""
+    def compare(self, kind: str, what: str, rerun, *, lse: bool = True, promise: str | None = None,
+                **details) -> None:
+        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or (``lse``) lse; ``promise``:
+        the spec field whose promise that breaks, which the finding names."""
+        found = len(self.findings)
+        self._compare(kind, what, rerun, lse=lse, **details)
+        if promise is not None:
+            for f in self.findings[found:]:
+                if f.kind == kind:
+                    f.diagnosis += f" ({promise_note(promise)})"
+
+    def _compare(self, kind: str, what: str, rerun, *, lse: bool, **details) -> None:
         if rerun.error is not None:
             self.finding("crash", f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
                          details={"traceback": rerun.traceback, **details})
@@ -185,7 +195,7 @@ class _Reruns:
 
 def _determinism(reruns: _Reruns) -> None:
     if reruns.spec.deterministic:
-        reruns.compare("nondeterminism", "a second identical call", reruns.rerun(reruns.case))
+        reruns.compare("nondeterminism", "a second identical call", reruns.rerun(reruns.case), promise="deterministic")
 
 
 def _poisonable(case: AttentionCase, hidden: torch.Tensor) -> torch.Tensor:
@@ -207,7 +217,7 @@ def _poison(reruns: _Reruns) -> None:
     masked = _poisonable(case, hidden & hidden_keys(case, by_bias=False))
     if reruns.spec.nan_safe_masking and bool(masked.any()):
         reruns.compare("poison_leak", f"NaN in {int(masked.sum())} masked-out keys of K and V",
-                       reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))))
+                       reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))), promise="nan_safe_masking")
     if not reruns.crashed:
         reruns.compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
                        reruns.rerun(_poisoned(case, hidden, huge_k, fmax)))

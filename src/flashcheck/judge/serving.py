@@ -18,6 +18,7 @@ import traceback
 
 import torch
 
+from ..contract.spec import promise_note
 from ..errors import InvalidArgument
 from ..inputs.serving import SequenceGroup, ServingCase
 from ..numerics.budget import error_budget
@@ -106,9 +107,19 @@ class _Judge:
             out = self.case.unpack(run.out, group)
             lse = None if run.lse is None else self.case.unpack(run.lse, group, lse=True)
             found, ratio = compare(out, lse, budget, regime=self.regime, **promises(self.kernel.spec))
-            findings += [_in_batch(f, self.case, group) for f in found]
+            findings += [_poison_noted(_in_batch(f, self.case, group), self.case) for f in found]
             worst = max(worst, ratio) if not math.isnan(ratio) else worst
         return findings, worst
+
+
+def _poison_noted(finding: Finding, case: ServingCase) -> Finding:
+    """A non-finite output where NaN fills the memory no sequence owns may be that NaN read: the finding says which
+    promise it breaks then."""
+    promise = _nan_promise(case)
+    if finding.kind != "nonfinite" or promise is None:
+        return finding
+    note = f" (NaN fills the memory no sequence owns, and {promise_note(promise)})"
+    return dataclasses.replace(finding, diagnosis=finding.diagnosis + note)
 
 
 def _crash(run: FormRun, regime, what: str | None = None) -> Finding:
@@ -194,9 +205,16 @@ def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str
 _RERUN = "a property's rerun of the kernel"
 
 
-def _property(kind: str, what: str, findings: list, regime, changed: str | None) -> bool:
+def _nan_promise(case: ServingCase) -> str | None:
+    """The promise a case poisoned with NaN holds the kernel to (strategies draw it only for kernels that make it)."""
+    return "nan_safe_masking" if case.poison == "nan" else None
+
+
+def _property(kind: str, what: str, findings: list, regime, changed: str | None, promise: str | None = None) -> bool:
+    """Record a ``kind`` finding where ``changed`` says what changed; ``promise``: the spec field it breaks."""
     if changed is not None:
-        findings.append(Finding(kind, BUG, f"{what}: {changed}", regime=regime))
+        note = f" ({promise_note(promise)})" if promise else ""
+        findings.append(Finding(kind, BUG, f"{what}: {changed}{note}", regime=regime))
     return True
 
 
@@ -205,7 +223,7 @@ def _determinism(kernel, case, run, device, findings, regime, splits) -> bool:
         return False
     again = run_form(kernel, case, device, num_splits=splits, what=_RERUN)
     return _property("nondeterminism", "a second identical call", findings, regime,
-                     _bits_changed(case, run, again, lambda b: True))
+                     _bits_changed(case, run, again, lambda b: True), promise="deterministic")
 
 
 def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
@@ -218,7 +236,8 @@ def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
         changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
         if changed is not None:
             return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
-                             f"{'odd' if parity == 0 else 'even'} sequences", findings, regime, changed)
+                             f"{'odd' if parity == 0 else 'even'} sequences", findings, regime, changed,
+                             promise=_nan_promise(case))
     return True
 
 
