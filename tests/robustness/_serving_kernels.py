@@ -15,7 +15,8 @@ FEWER_KEYS = "fewer keys than queries"
 ONE_SEQUENCE = "a batch of one sequence"
 MANY_SPLITS = "4 splits need 4 keys in every sequence"
 
-_VARLEN, _PAGED, _SPLIT_KV = (resolve_kernel(n, device="cpu") for n in ("torch:varlen", "torch:paged", "torch:split-kv"))
+_VARLEN, _PAGED, _SPLIT_KV = (resolve_kernel(name, device="cpu")
+                               for name in ("torch:varlen", "torch:paged", "torch:split-kv"))
 # fp32 alone keeps the campaigns short; upcast is the precision of the PyTorch math backend the references run
 SERVING = dict(dtypes=("fp32",), causal=("none", "bottom_right"), gqa=True, dv_equals_d=False,
                fully_masked_rows="zero", precision="upcast")

@@ -120,9 +120,14 @@ _PROMISES = {
 }
 
 
+def _named_in(table: dict, kinds: set) -> Cause | None:
+    """The cause ``table`` gives the first (by name) of ``kinds`` it names, or None."""
+    named = sorted(kinds & table.keys())
+    return Cause(*table[named[0]]) if named else None
+
+
 def _promise(verdict: Verdict, kinds: set) -> Cause | None:
-    broken = sorted(kinds & _PROMISES.keys())
-    return Cause(*_PROMISES[broken[0]]) if broken else None
+    return _named_in(_PROMISES, kinds)
 
 
 def _poison(verdict: Verdict, kinds: set) -> Cause | None:
@@ -177,8 +182,7 @@ _PROPERTY_CAUSES = {
 
 
 def _property(verdict: Verdict, kinds: set) -> Cause | None:
-    broken = sorted(kinds & _PROPERTY_CAUSES.keys())
-    return Cause(*_PROPERTY_CAUSES[broken[0]]) if broken else None
+    return _named_in(_PROPERTY_CAUSES, kinds)
 
 
 def _suspicious(verdict: Verdict, kinds: set) -> Cause | None:

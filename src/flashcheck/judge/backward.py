@@ -177,8 +177,8 @@ def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Fin
         differ &= ~(torch.isnan(a) & torch.isnan(b))
         if bool(differ.any()):
             out.append(Finding("nondeterminism", BUG, f"{name}: {int(differ.sum())} of {differ.numel()} elements "
-                               f"differ between two identical backward calls ({promise_note('deterministic_backward')})",
-                               regime=regime, details={"gradient": name}))
+                               "differ between two identical backward calls "
+                               f"({promise_note('deterministic_backward')})", regime=regime, details={"gradient": name}))
     return out
 
 
