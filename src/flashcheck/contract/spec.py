@@ -263,8 +263,8 @@ def promise_note(field: str) -> str:
 
 
 # How a kernel with a backward_problem() gets its backward pass checked (each caller adds its own way out).
-BACKWARD_FIX = ("Declare backward=True in the spec of a dense kernel (@flashcheck.kernel(backward=True, ...)) that "
-                "autograd can differentiate")
+BACKWARD_FIX = ("Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if autograd can "
+                "differentiate it and its form is dense")
 
 # A plain callable declares nothing, so it is tested only on what every kernel must accept.
 DEFAULT_SPEC = KernelSpec()
