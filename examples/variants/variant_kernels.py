@@ -32,7 +32,8 @@ import flashcheck
 
 SPEC = dict(dtypes=("fp16", "bf16", "fp32"), causal=("none", "top_left", "bottom_right"), attn_mask=True,
             gqa=True, dv_equals_d=False, fully_masked_rows="zero", precision="upcast", softcap=True,
-            window=True, chunk=True, sinks=True, neutral_variants=True, backward=True)
+            window=True, chunk=True, sinks=True, neutral_variants=True, backward=True,
+            nan_safe_masking=True)  # it reads no key that no query sees (see _attention)
 # The kernels with a bias: campaigns of the others draw the cases they drew before ALiBi and attn_bias.
 BIAS_SPEC = dict(SPEC, alibi="symmetric", attn_bias=True, fp32_bias=True, bias_order="cap_first")
 

@@ -7,7 +7,7 @@ import pickle
 import torch
 
 import flashcheck
-from flashcheck import AttentionCase, check
+from flashcheck import AttentionCase, check, check_backward
 from flashcheck.campaign.worker import KernelWorker
 from flashcheck.judge.verdict import BUG, PASS, Verdict
 from flashcheck.kernels.registry import resolve_kernel
@@ -84,3 +84,14 @@ def test_a_forced_sdpa_backend_that_refuses_an_input_skips_the_case():
     verdict = check("torch:flash", AttentionCase.create(q, k, v, scale=0.25), device="cpu")
     assert verdict.findings == [] and verdict.skipped.startswith("unsupported: Flash attention requires")
     assert "Value.size(-1): 8" in verdict.skipped and "Triggered internally" not in verdict.skipped
+
+
+def test_a_backward_out_of_device_memory_skips_the_case():
+    kernel = resolve_kernel(f"{K}:backward_out_of_memory", device="cpu")
+    small = AttentionCase.create(*(t[:, :, :8] for t in (EVEN.q, EVEN.k, EVEN.v)), scale=0.25)
+    assert check_backward(kernel, small, device="cpu").skipped is None
+    big = make_case(24, seed=2)
+    big = AttentionCase.create(big.q.repeat(1, 1, 3, 1), big.k, big.v, scale=0.25)  # 24 query rows: past BIG
+    verdict = check_backward(kernel, big, device="cpu")
+    assert verdict.findings == [] and verdict.skipped.startswith("oom: the kernel's forward and backward: "
+                                                                 "OutOfMemoryError"), str(verdict)

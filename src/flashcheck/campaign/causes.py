@@ -11,8 +11,12 @@ order; the first that applies wins:
     crash (by exception type), hang, a wrong result contract (shape, dtype, device), a broken promise
     (fully masked rows, determinism, batch invariance), a read of masked-out or out-of-bounds memory,
     masked-out keys let in (the output matches attention over them), non-finite output alone, a
-    numerical error over the budget (per pass, and per gradient for the backward), and last a
-    SUSPICIOUS output outside the reorderings' envelope.
+    numerical error over the budget (per pass, and per gradient for the backward), a property of the
+    variants or of the page pool (a neutral variant, a bias shift, fp8 descales, the page order), and last
+    a SUSPICIOUS output outside the reorderings' envelope.
+
+Every finding kind (:data:`~flashcheck.judge.verdict.FINDING_KINDS`) has its rule; one without would still be
+named by its kind (``finding:<kind>``), never left nameless.
 
 A cause is deliberately coarse: the regimes, dtypes and layouts that hit it are what a campaign counts
 per cause, not what splits it, so that one defect seen in fp16 and bf16, or as NaN on one case and as a
@@ -64,7 +68,8 @@ def _by_findings(verdict: Verdict) -> Cause:
         cause = rule(verdict, kinds)
         if cause is not None:
             return cause
-    return Cause(verdict.status.lower(), f"{verdict.status} with no finding")
+    kind = sorted(kinds)[0] if kinds else "none"  # a kind no rule knows yet: named by it all the same
+    return Cause(f"finding:{kind}", f"{kind} findings")
 
 
 def _layout_cause() -> Cause:
@@ -115,9 +120,14 @@ _PROMISES = {
 }
 
 
+def _named_in(table: dict, kinds: set) -> Cause | None:
+    """The cause ``table`` gives the first (by name) of ``kinds`` it names, or None."""
+    named = sorted(kinds & table.keys())
+    return Cause(*table[named[0]]) if named else None
+
+
 def _promise(verdict: Verdict, kinds: set) -> Cause | None:
-    broken = sorted(kinds & _PROMISES.keys())
-    return Cause(*_PROMISES[broken[0]]) if broken else None
+    return _named_in(_PROMISES, kinds)
 
 
 def _poison(verdict: Verdict, kinds: set) -> Cause | None:
@@ -155,6 +165,26 @@ def _numerical(verdict: Verdict, kinds: set) -> Cause | None:
                                        "operations in the precision contract gives")
 
 
+# The properties whose failure no earlier rule names. The dense layout property's findings never get here (their
+# cause is the layout, above); a layout_dependence finding without a layout is the page order's of the forms.
+_PROPERTY_CAUSES = {
+    "neutral_variant": ("variant:neutral", "a declared variant at its neutral value (a cap of inf, sinks of -inf, a "
+                                           "full window for bottom-right causal) moves the output past its budget, "
+                                           "or changes its bits under neutral_variants"),
+    "bias_shift_dependence": ("variant:bias_shift", "a constant added to each row's attn_bias (the same exact output) "
+                                                    "moves the output past its budget, or changes its bits under "
+                                                    "bias_shift_invariant"),
+    "descale_dependence": ("variant:descale", "fp8 inputs rescaled against their descales (the same exact "
+                                              "problem) break the budget: a descale ignored or applied twice"),
+    "layout_dependence": ("layout:page_order", "the page pool in another order (the block table renumbered) "
+                                               "changes the output"),
+}
+
+
+def _property(verdict: Verdict, kinds: set) -> Cause | None:
+    return _named_in(_PROPERTY_CAUSES, kinds)
+
+
 def _suspicious(verdict: Verdict, kinds: set) -> Cause | None:
     if verdict.status != SUSPICIOUS:
         return None
@@ -170,5 +200,5 @@ def _where(verdict: Verdict, *kinds: str) -> str:
     return "gradients" if backward else "out"
 
 
-_RULES = (_crash, _hang, _contract, _promise, _poison, _masked_keys_let_in, _nonfinite_alone, _numerical,
+_RULES = (_crash, _hang, _contract, _promise, _poison, _masked_keys_let_in, _nonfinite_alone, _numerical, _property,
           _suspicious)

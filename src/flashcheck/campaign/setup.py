@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from ..contract.spec import Kernel, as_kernel
+from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
 from ..errors import InvalidArgument
 from ..inputs.presets import Preset
 from ..kernels.registry import dtype_left_out, resolve_kernel
@@ -32,10 +32,10 @@ def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtype
                               "hangs, and this kernel runs in-process",
                               "Pass the kernel by name with isolate=True (CLI: drop --no-isolation), or drop "
                               "the timeout.")
-    if backward and not resolved.spec.backward:
-        raise InvalidArgument("backward", backward, f"kernel {resolved.name} declares no backward pass",
-                              "Declare backward=True in its spec if autograd can differentiate it, or drop "
-                              "--backward (the forward pass is checked).")
+    problem = resolved.spec.backward_problem() if backward else None
+    if problem:
+        raise InvalidArgument("backward", backward, f"kernel {resolved.name} {problem}",
+                              f"{BACKWARD_FIX}, or drop --backward (the forward pass is checked).")
     wanted = list(preset.dtypes if dtypes is None else dtypes)
     dtypes = [d for d in wanted if d in resolved.spec.dtypes]
     if not dtypes:

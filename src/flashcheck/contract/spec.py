@@ -20,7 +20,7 @@ from .forms import FORMS
 from .precision import Precision, precision_named
 from .validation import CAUSAL_MODES, Shapes
 
-__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES"]
+__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES", "BACKWARD_FIX", "promise_note"]
 
 FULLY_MASKED_PROMISES = ("zero", "nan", "any")
 LSE_BASES = ("e", "2")
@@ -74,9 +74,10 @@ GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range", "group_share_pas
 class KernelSpec:
     """What a kernel supports (inputs it accepts) and promises (outputs it guarantees).
 
-    Promises beyond the output: ``deterministic`` (two identical calls give identical bits) and
+    Promises beyond the output: ``deterministic`` (two identical calls give identical bits; on by default) and
     ``nan_safe_masking`` (a NaN stored in a key no query may see never reaches the output: the kernel
-    does not read such keys, or masks before it multiplies). Huge finite values in such keys must
+    does not read such keys, or masks before it multiplies; off by default, since a correct kernel that
+    computes 0 x V for a masked key's row gives NaN there). Huge finite values in such keys must
     never leak, whatever the spec says. ``batch_invariant``: a sequence gives the same bits alone and
     inside a batch (off by default: many correct kernels tile differently by batch size).
     ``excludes`` names input classes of :data:`EXCLUSIONS` that strategies do not draw: a kernel's known
@@ -135,7 +136,7 @@ class KernelSpec:
     precision: Precision | str = "flash"
     devices: tuple = DEVICES
     deterministic: bool = True
-    nan_safe_masking: bool = True
+    nan_safe_masking: bool = False
     batch_invariant: bool = False
     layout_invariant: bool = False
     excludes: tuple = ()
@@ -202,6 +203,14 @@ class KernelSpec:
             raise InvalidArgument("bias_order", self.bias_order, "unknown order",
                                   f"Use one of {list(BIAS_ORDERS)}.")
 
+    def backward_problem(self) -> str | None:
+        """Why flashcheck cannot check the backward pass of a kernel of this spec (None: it can)."""
+        if not self.backward:
+            return "declares no backward pass"
+        if self.form != "dense":
+            return f"declares form={self.form!r}, and flashcheck checks the backward pass of the dense form only"
+        return None
+
     def for_backward(self) -> "KernelSpec":
         """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""
         merged = self.excludes + tuple(x for x in self.backward_excludes if x not in self.excludes)
@@ -245,6 +254,17 @@ class KernelSpec:
         out["precision"] = self.precision.as_dict()
         return out
 
+
+def promise_note(field: str) -> str:
+    """What a finding of a broken promise says of it: the spec field that makes the promise, and how to unmake it
+    (the promises on by default, ``deterministic``, are ones a kernel may never have meant to make)."""
+    return (f"the spec promises {field}. If the kernel makes no such promise, declare {field}=False in its "
+            "@flashcheck.kernel spec")
+
+
+# How a kernel with a backward_problem() gets its backward pass checked (each caller adds its own way out).
+BACKWARD_FIX = ("Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if autograd can "
+                "differentiate it and its form is dense")
 
 # A plain callable declares nothing, so it is tested only on what every kernel must accept.
 DEFAULT_SPEC = KernelSpec()

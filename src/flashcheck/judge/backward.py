@@ -19,9 +19,9 @@ import torch
 
 from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
-from ..contract.spec import Kernel, as_kernel
+from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel, promise_note
 from ..contract.variants import check_variant
-from ..errors import InvalidArgument, Unsupported
+from ..errors import InvalidArgument
 from ..inputs.case import AttentionCase
 from ..inputs.regimes import make_upstream
 from ..numerics.gradient_budget import GradientBudget, gradient_budget
@@ -30,6 +30,7 @@ from ..numerics.oracle import reference_attention
 from .anchors import anchor_outcomes
 from .check import check, compilations_so_far, crash_verdict, record_compilations
 from .diagnose import describe_ranges, diagnose_elements, first_index
+from .skips import Skip, raise_skip, skipped_verdict
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward", "backward_case", "is_backward_case",
@@ -94,7 +95,8 @@ _VARIANT_INPUTS = {"attn_bias": "dbias", "sinks": "dsinks"}
 
 def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **variant) -> BackwardRun:
     """Run the kernel forward with autograd and take dQ, dK, dV for ``do``, and the gradients of the
-    variant's ``attn_bias`` and ``sinks`` where the kernel gives them; never lets it raise."""
+    variant's ``attn_bias`` and ``sinks`` where the kernel gives them. What it raises is the run's error (a
+    crash), except what makes the case one that cannot be judged: :class:`~flashcheck.judge.skips.Skip` then."""
     start = time.perf_counter()
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
     extra = {n: variant[n].detach().requires_grad_() for n in _VARIANT_INPUTS if n in variant}
@@ -105,9 +107,8 @@ def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **varian
             grads = torch.autograd.grad(out, inputs + list(extra.values()), do, allow_unused=True)
         if q.is_cuda:
             torch.cuda.synchronize(q.device)
-    except Unsupported:
-        raise
     except Exception as exc:  # a crash is a finding, not flashcheck's failure
+        raise_skip(exc, "the kernel's forward and backward")
         return BackwardRun(None, exc, traceback.format_exc(), time.perf_counter() - start)
     main = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs))
     given = {_VARIANT_INPUTS[n]: g for n, g in zip(extra, grads[3:]) if g is not None}
@@ -176,8 +177,8 @@ def _nondeterminism(first: BackwardRun, second: BackwardRun, regime) -> list[Fin
         differ &= ~(torch.isnan(a) & torch.isnan(b))
         if bool(differ.any()):
             out.append(Finding("nondeterminism", BUG, f"{name}: {int(differ.sum())} of {differ.numel()} elements "
-                               "differ between two identical backward calls (the spec promises "
-                               "deterministic_backward)", regime=regime, details={"gradient": name}))
+                               "differ between two identical backward calls "
+                               f"({promise_note('deterministic_backward')})", regime=regime, details={"gradient": name}))
     return out
 
 
@@ -199,10 +200,12 @@ def check_backward(kernel, case: AttentionCase, *, do: torch.Tensor | None = Non
 def _judge_backward(kernel, case: AttentionCase, *, do, upstream, seed, device, precision, exclusions) -> Verdict:
     upstream = upstream or (case.provenance or {}).get("upstream") or "random"
     kern: Kernel = as_kernel(kernel) if not isinstance(kernel, str) else _resolve(kernel, device)
-    if not kern.spec.backward:
-        raise InvalidArgument("kernel", kern.name, "declares no backward pass",
-                              "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
-                              "autograd can differentiate it.")
+    problem = kern.spec.backward_problem()
+    if problem:
+        raise InvalidArgument("kernel", kern.name, problem, f"{BACKWARD_FIX}.")
+    if not isinstance(case, AttentionCase):
+        raise InvalidArgument("case", case, "flashcheck checks the backward pass on dense cases only",
+                              "Pass an AttentionCase (a serving-form case is checked forward, with flashcheck.check).")
     check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     contract = precision_named(precision) if precision is not None else kern.spec.precision
@@ -220,8 +223,9 @@ def _judge_backward(kernel, case: AttentionCase, *, do, upstream, seed, device, 
     call = dict(kw, **case.variant.kwargs(device))
     try:
         run = run_backward(kern, q, k, v, do, **call)
-    except Unsupported as refusal:
-        return Verdict.from_findings([], max_ratio=math.nan, skipped=f"unsupported: {refusal.reason}", **meta)
+        again = None if run.error is not None else run_backward(kern, q, k, v, do, **call)  # a second identical call
+    except Skip as skip:
+        return skipped_verdict(skip, device, meta)
     if run.error is not None:
         return crash_verdict(run, regime, meta)
     t0 = time.perf_counter()
@@ -233,7 +237,7 @@ def _judge_backward(kernel, case: AttentionCase, *, do, upstream, seed, device, 
     findings, worst = compare_gradients(_judged(run, budget), budget, regime=regime)
     elapsed = {"kernel": run.seconds, "oracle": time.perf_counter() - t0}  # kernel: forward and backward
     notes = _ratio_notes(worst, budget) + _unreturned(run, budget)
-    more_findings, more_notes = _second_call(kern, run, (q, k, v, do), call, regime)
+    more_findings, more_notes = _second_call(kern, run, again, regime)
     findings, notes = findings + more_findings, notes + more_notes
     return Verdict.from_findings(findings, max_ratio=max(worst.values()), elapsed=elapsed, notes=notes,
                                  output=run.grads, ratios=worst, **meta)
@@ -259,10 +263,9 @@ def _ratio_notes(worst: dict, budget: GradientBudget) -> list[str]:
     return notes
 
 
-def _second_call(kern: Kernel, first: BackwardRun, args: tuple, kw: dict, regime) -> tuple[list[Finding], list[str]]:
-    """Findings and notes of a second identical call: a broken promise is a BUG; without the promise,
+def _second_call(kern: Kernel, first: BackwardRun, again: BackwardRun, regime) -> tuple[list[Finding], list[str]]:
+    """Findings and notes of ``again``, a second identical call: a broken promise is a BUG; without the promise,
     what differs is reported."""
-    again = run_backward(kern, *args, **kw)
     if again.error is not None:
         return [Finding("crash", BUG, f"a second identical backward call raised {type(again.error).__name__}: "
                         f"{again.error}".splitlines()[0][:300], regime=regime,

@@ -24,7 +24,7 @@ from ..contract.formats import output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
 from ..contract.variants import check_variant
-from ..errors import InvalidArgument, Unsupported
+from ..errors import InvalidArgument
 from ..inputs.case import AttentionCase
 from ..inputs.serving import ServingCase
 from ..kernels.registry import resolve_kernel
@@ -34,6 +34,7 @@ from .comparison import compare, promises
 from .envelope import ENVELOPE_FLOOR, envelope_findings
 from .properties import PROPERTIES, check_properties, neutral_cases, rescaled_case
 from .serving import SERVING_PROPERTIES, check_serving
+from .skips import Skip, one_line, raise_skip, skipped_verdict
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["KernelRun", "run_kernel", "check", "assert_attention_close"]
@@ -107,18 +108,19 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
     compiled_before = compilations_so_far()
-    if isinstance(case, ServingCase):
-        serving = set(properties) and SERVING_PROPERTIES  # the dense properties' names ask for the forms' own
-        return record_compilations(check_serving(kern, case, contract=contract, device=device, properties=serving,
-                                                 regime=regime, meta=meta), compiled_before)
     try:
-        verdict = _check(_Judgement(kernel=kern, case=case, contract=contract, device=device, reference=reference,
-                                    budget=budget, properties=properties, envelope=envelope, regime=regime,
-                                    meta=meta))
-    except _Skip as skip:
-        verdict = _skipped(skip, device, meta)
+        if isinstance(case, ServingCase):
+            serving = set(properties) and SERVING_PROPERTIES  # the dense properties' names ask for the forms' own
+            verdict = check_serving(kern, case, contract=contract, device=device, properties=serving, regime=regime,
+                                    meta=meta)
+        else:
+            verdict = _check(_Judgement(kernel=kern, case=case, contract=contract, device=device,
+                                        reference=reference, budget=budget, properties=properties,
+                                        envelope=envelope, regime=regime, meta=meta))
+    except Skip as skip:
+        verdict = skipped_verdict(skip, device, meta)
     except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
-        verdict = _skipped(_Skip("oom", _one_line(exc, "flashcheck's inputs or oracle")), device, meta)
+        verdict = skipped_verdict(Skip("oom", one_line(exc, "flashcheck's inputs or oracle")), device, meta)
     return record_compilations(verdict, compiled_before)
 
 
@@ -150,35 +152,9 @@ def record_compilations(verdict: Verdict, before: tuple[int, float] | None) -> V
     return verdict
 
 
-def _one_line(error: BaseException, where: str | None = None) -> str:
-    """``error`` (after ``where``, when given) on one line of at most 300 characters."""
-    text = f"{type(error).__name__}: {error}"
-    return (text if where is None else f"{where}: {text}").splitlines()[0][:300]
-
-
-class _Skip(Exception):
-    """A run of the kernel (the first or a property's rerun) cannot be judged: ``kind`` is ``"oom"``
-    (out of device memory) or ``"unsupported"`` (the kernel raised :class:`Unsupported`)."""
-
-    def __init__(self, kind: str, reason: str):
-        super().__init__(f"{kind}: {reason}")
-        self.kind = kind
-
-
-def _skipped(skip: _Skip, device, meta: dict) -> Verdict:
-    # Neither too big for this device nor outside what the kernel does is a defect: skip the case and
-    # say why ("<kind>: <reason>", which campaigns count per kind).
-    if skip.kind == "oom" and device.type == "cuda":
-        torch.cuda.empty_cache()  # so that the next case starts clean
-    return Verdict.from_findings([], max_ratio=math.nan, skipped=str(skip), **meta)
-
-
 def _run_or_skip(kern, q, k, v, *, scale, causal, attn_mask, what: str, variant: dict) -> KernelRun:
     run = run_kernel(kern, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
-    if isinstance(run.error, torch.cuda.OutOfMemoryError):
-        raise _Skip("oom", _one_line(run.error, what))
-    if isinstance(run.error, Unsupported):
-        raise _Skip("unsupported", run.error.reason)
+    raise_skip(run.error, what)
     return run
 
 
@@ -251,7 +227,7 @@ def _applies(prop: str, case: AttentionCase, spec) -> bool:
 
 def crash_verdict(run, regime: str | None, meta: dict) -> Verdict:
     """The verdict on a kernel call (a :class:`KernelRun`, or a backward run) that raised."""
-    crash = Finding("crash", BUG, _one_line(run.error), regime=regime, details={"traceback": run.traceback})
+    crash = Finding("crash", BUG, one_line(run.error), regime=regime, details={"traceback": run.traceback})
     return Verdict.from_findings([crash], max_ratio=math.nan, elapsed={"kernel": run.seconds}, **meta)
 
 

@@ -37,20 +37,23 @@ from dataclasses import dataclass, field
 import torch
 
 from ..contract.formats import format_of, raw_bits
-from ..contract.spec import KernelSpec
+from ..contract.spec import KernelSpec, promise_note
 from ..inputs.case import AttentionCase
 from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
 
-__all__ = ["PROPERTIES", "differs", "rescaled_case",
+__all__ = ["PROPERTIES", "PROPERTY_FINDINGS", "differs", "rescaled_case",
            "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
            "neutral_cases"]
 
-PROPERTIES = ("determinism", "poison", "guard_bands", "layout", "batch", "neutral", "bias_shift", "descale")
+# Each property, in the order they run, and the finding kind it gives when it fails (a rerun that crashes: crash).
+PROPERTY_FINDINGS = {"determinism": "nondeterminism", "poison": "poison_leak", "guard_bands": "poison_leak",
+                     "layout": "layout_dependence", "batch": "batch_dependence", "neutral": "neutral_variant",
+                     "bias_shift": "bias_shift_dependence", "descale": "descale_dependence"}
+PROPERTIES = tuple(PROPERTY_FINDINGS)
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
-PROPERTY_KINDS = frozenset({"nondeterminism", "poison_leak", "layout_dependence", "batch_dependence",
-                            "neutral_variant", "bias_shift_dependence", "descale_dependence"})
+PROPERTY_KINDS = frozenset(PROPERTY_FINDINGS.values())
 # Campaigns and the self-test check the properties on every PROPERTY_EVERY-th case: each costs up to
 # five more kernel calls, and a property defect is seldom specific to one case's numbers.
 PROPERTY_EVERY = 4
@@ -154,8 +157,18 @@ class _Reruns:
     def finding(self, kind: str, diagnosis: str, **kw) -> None:
         self.findings.append(Finding(kind, BUG, diagnosis, regime=self.regime, **kw))
 
-    def compare(self, kind: str, what: str, rerun, *, lse: bool = True, **details) -> None:
-        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or (``lse``) lse."""
+    def compare(self, kind: str, what: str, rerun, *, lse: bool = True, promise: str | None = None,
+                **details) -> None:
+        """A ``kind`` finding when ``rerun`` (of ``what``) changed a bit of the output or (``lse``) lse; ``promise``:
+        the spec field whose promise that breaks, which the finding names."""
+        found = len(self.findings)
+        self._compare(kind, what, rerun, lse=lse, **details)
+        if promise is not None:
+            for f in self.findings[found:]:
+                if f.kind == kind:
+                    f.diagnosis += f" ({promise_note(promise)})"
+
+    def _compare(self, kind: str, what: str, rerun, *, lse: bool, **details) -> None:
         if rerun.error is not None:
             self.finding("crash", f"{what}: {type(rerun.error).__name__}: {rerun.error}"[:300],
                          details={"traceback": rerun.traceback, **details})
@@ -182,7 +195,7 @@ class _Reruns:
 
 def _determinism(reruns: _Reruns) -> None:
     if reruns.spec.deterministic:
-        reruns.compare("nondeterminism", "a second identical call", reruns.rerun(reruns.case))
+        reruns.compare("nondeterminism", "a second identical call", reruns.rerun(reruns.case), promise="deterministic")
 
 
 def _poisonable(case: AttentionCase, hidden: torch.Tensor) -> torch.Tensor:
@@ -204,7 +217,7 @@ def _poison(reruns: _Reruns) -> None:
     masked = _poisonable(case, hidden & hidden_keys(case, by_bias=False))
     if reruns.spec.nan_safe_masking and bool(masked.any()):
         reruns.compare("poison_leak", f"NaN in {int(masked.sum())} masked-out keys of K and V",
-                       reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))))
+                       reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))), promise="nan_safe_masking")
     if not reruns.crashed:
         reruns.compare("poison_leak", f"{huge_k:g} in K and {fmax:g} in V of {n} masked-out keys",
                        reruns.rerun(_poisoned(case, hidden, huge_k, fmax)))

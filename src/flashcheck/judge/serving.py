@@ -5,6 +5,8 @@ unpacked per sequence and each group of equal-length sequences is judged against
 its logical problem, as a dense case would be. The exact properties of the forms rerun it: the same call
 again (determinism), the other sequences' keys poisoned (isolation: no sequence reads another's), the page
 pool in another order (page order), and the last sequence alone (batch, where the spec promises it).
+A kernel that declines the case (:class:`~flashcheck.errors.Unsupported`) or runs out of device memory on any of
+these calls, or at any split count, skips the case as a dense kernel does (:mod:`flashcheck.judge.skips`).
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ import traceback
 
 import torch
 
+from ..contract.spec import promise_note
 from ..errors import InvalidArgument
 from ..inputs.serving import SequenceGroup, ServingCase
 from ..numerics.budget import error_budget
 from .comparison import compare, promises
 from .properties import differs
+from .skips import one_line, raise_skip
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["SERVING_PROPERTIES", "check_serving", "run_form"]
+__all__ = ["SERVING_PROPERTIES", "SERVING_PROPERTY_FINDINGS", "check_serving", "run_form"]
 
-SERVING_PROPERTIES = ("determinism", "isolation", "page_order", "batch")
+# Each property of the forms, in the order they run, and the finding kind it gives when it fails.
+SERVING_PROPERTY_FINDINGS = {"determinism": "nondeterminism", "isolation": "poison_leak",
+                             "page_order": "layout_dependence", "batch": "batch_dependence"}
+SERVING_PROPERTIES = tuple(SERVING_PROPERTY_FINDINGS)
 
 
 @dataclasses.dataclass
@@ -38,9 +45,11 @@ class FormRun:
     device: torch.device | None = None  # where the inputs were (cuda:0 for "cuda")
 
 
-def run_form(kernel, case: ServingCase, device, *, num_splits: int | None = None) -> FormRun:
+def run_form(kernel, case: ServingCase, device, *, num_splits: int | None = None,
+             what: str = "the kernel") -> FormRun:
     """Call ``kernel`` (its plain function) on ``case``'s physical form (at ``num_splits``, for a split-KV
-    kernel); never lets its exception escape."""
+    kernel). What it raises is the run's error (a crash), except what makes the case one that cannot be
+    judged: :class:`~flashcheck.judge.skips.Skip` then, with ``what`` (which call) in its reason."""
     inputs = case.physical(device)
     splits = {} if num_splits is None else {"num_splits": num_splits}
     start = time.perf_counter()
@@ -50,6 +59,7 @@ def run_form(kernel, case: ServingCase, device, *, num_splits: int | None = None
         if inputs.tensors[0].is_cuda:
             torch.cuda.synchronize(device)
     except Exception as exc:  # a crash is a finding
+        raise_skip(exc, what)
         return FormRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
     out, lse = result if isinstance(result, (tuple, list)) and len(result) == 2 else (result, None)
     return FormRun(out, lse, None, None, time.perf_counter() - start, inputs.tensors[0].device)
@@ -97,14 +107,23 @@ class _Judge:
             out = self.case.unpack(run.out, group)
             lse = None if run.lse is None else self.case.unpack(run.lse, group, lse=True)
             found, ratio = compare(out, lse, budget, regime=self.regime, **promises(self.kernel.spec))
-            findings += [_in_batch(f, self.case, group) for f in found]
+            findings += [_poison_noted(_in_batch(f, self.case, group), self.case) for f in found]
             worst = max(worst, ratio) if not math.isnan(ratio) else worst
         return findings, worst
 
 
-def _crash(run: FormRun, regime, what: str = "") -> Finding:
-    return Finding("crash", BUG, f"{what}{type(run.error).__name__}: {run.error}".splitlines()[0][:300],
-                   regime=regime, details={"traceback": run.traceback})
+def _poison_noted(finding: Finding, case: ServingCase) -> Finding:
+    """A non-finite output where NaN fills the memory no sequence owns may be that NaN read: the finding says which
+    promise it breaks then."""
+    promise = _nan_promise(case)
+    if finding.kind != "nonfinite" or promise is None:
+        return finding
+    note = f" (NaN fills the memory no sequence owns, and {promise_note(promise)})"
+    return dataclasses.replace(finding, diagnosis=finding.diagnosis + note)
+
+
+def _crash(run: FormRun, regime, what: str | None = None) -> Finding:
+    return Finding("crash", BUG, one_line(run.error, what), regime=regime, details={"traceback": run.traceback})
 
 
 def check_serving(kernel, case: ServingCase, *, contract, device, properties=SERVING_PROPERTIES,
@@ -145,19 +164,19 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
 def _other_splits(judge: _Judge, first: FormRun, n: int) -> tuple[list[Finding], float]:
     """The findings of the kernel at ``n`` splits: its own against the budget, and (where the spec promises split
     invariance) bits other than the first split count's."""
-    spec, what = judge.kernel.spec, f"num_splits={n}: "
-    run = run_form(judge.kernel, judge.case, judge.device, num_splits=n)
+    spec, what = judge.kernel.spec, f"num_splits={n}"
+    run = run_form(judge.kernel, judge.case, judge.device, num_splits=n, what=f"the kernel at {what}")
     if run.error is not None:
         return [_crash(run, judge.regime, what)], 0.0
     wrong = _shape_problems(run, judge.case)
     if wrong:
         return wrong, 0.0
     found, ratio = judge.judge(run)
-    found = [dataclasses.replace(f, diagnosis=what + f.diagnosis) for f in found]
+    found = [dataclasses.replace(f, diagnosis=f"{what}: {f.diagnosis}") for f in found]
     if spec.split_invariant:
         changed = _bits_changed(judge.case, first, run, lambda b: True)
         if changed is not None:
-            found.append(Finding("split_dependence", BUG, f"{what}against num_splits={spec.num_splits[0]}: "
+            found.append(Finding("split_dependence", BUG, f"{what}: against num_splits={spec.num_splits[0]}: "
                                  f"{changed} (the spec promises split invariance)", regime=judge.regime))
     return found, ratio
 
@@ -183,18 +202,28 @@ def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str
     return None
 
 
-def _property(kind: str, what: str, findings: list, regime, changed: str | None) -> bool:
+_RERUN = "a property's rerun of the kernel"
+
+
+def _nan_promise(case: ServingCase) -> str | None:
+    """The promise a case poisoned with NaN holds the kernel to (strategies draw it only for kernels that make it)."""
+    return "nan_safe_masking" if case.poison == "nan" else None
+
+
+def _property(kind: str, what: str, findings: list, regime, changed: str | None, promise: str | None = None) -> bool:
+    """Record a ``kind`` finding where ``changed`` says what changed; ``promise``: the spec field it breaks."""
     if changed is not None:
-        findings.append(Finding(kind, BUG, f"{what}: {changed}", regime=regime))
+        note = f" ({promise_note(promise)})" if promise else ""
+        findings.append(Finding(kind, BUG, f"{what}: {changed}{note}", regime=regime))
     return True
 
 
 def _determinism(kernel, case, run, device, findings, regime, splits) -> bool:
     if not kernel.spec.deterministic:
         return False
-    again = run_form(kernel, case, device, num_splits=splits)
+    again = run_form(kernel, case, device, num_splits=splits, what=_RERUN)
     return _property("nondeterminism", "a second identical call", findings, regime,
-                     _bits_changed(case, run, again, lambda b: True))
+                     _bits_changed(case, run, again, lambda b: True), promise="deterministic")
 
 
 def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
@@ -203,18 +232,19 @@ def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
         return False
     for parity in (0, 1):
         which = torch.tensor([b % 2 != parity for b in range(len(case.q_lens))])
-        rerun = run_form(kernel, case.with_sequences_poisoned(which), device, num_splits=splits)
+        rerun = run_form(kernel, case.with_sequences_poisoned(which), device, num_splits=splits, what=_RERUN)
         changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
         if changed is not None:
             return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
-                             f"{'odd' if parity == 0 else 'even'} sequences", findings, regime, changed)
+                             f"{'odd' if parity == 0 else 'even'} sequences", findings, regime, changed,
+                             promise=_nan_promise(case))
     return True
 
 
 def _page_order(kernel, case, run, device, findings, regime, splits) -> bool:
     if case.form != "paged":
         return False
-    rerun = run_form(kernel, case.with_pages_permuted(case.num_blocks), device, num_splits=splits)
+    rerun = run_form(kernel, case.with_pages_permuted(case.num_blocks), device, num_splits=splits, what=_RERUN)
     return _property("layout_dependence", "the page pool in another order (the block table renumbered)", findings,
                      regime, _bits_changed(case, run, rerun, lambda b: True))
 
@@ -224,7 +254,7 @@ def _batch(kernel, case, run, device, findings, regime, splits) -> bool:
         return False
     last = len(case.q_lens) - 1
     alone = case.only(last)
-    rerun = run_form(kernel, alone, device, num_splits=splits)
+    rerun = run_form(kernel, alone, device, num_splits=splits, what=_RERUN)
     if rerun.error is not None or not case.q_lens[last]:
         return True
     group = SequenceGroup((last,), None)

@@ -30,6 +30,8 @@ FINDING_KINDS = (
     "timeout",              # the kernel did not return within the campaign's per-case timeout
     "bias_shift_dependence",  # a constant added to a row's bias changed the output (or broke its budget)
     "split_dependence",     # another split count, other bits (only if the spec promises split invariance)
+    "neutral_variant",      # a declared variant at its neutral value changed the output (or broke its budget)
+    "descale_dependence",   # fp8 inputs rescaled against their descales broke the budget
 )
 
 
@@ -77,6 +79,11 @@ class Finding:
     ratio: float | None = None
     regime: str | None = None
     details: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # A kind must be known, so that campaigns name its cause (campaign.causes): flashcheck's own defect if not.
+        if self.kind not in FINDING_KINDS:
+            raise ValueError(f"finding kind {self.kind!r} is not in FINDING_KINDS: add it there, with its cause")
 
     def summary(self) -> str:
         head = f"{self.status} {self.kind}: {self.diagnosis}"

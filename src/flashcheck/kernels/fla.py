@@ -127,7 +127,7 @@ def _spec(device: str) -> KernelSpec:
     return KernelSpec(dtypes=dtypes, causal=("top_left", "bottom_right"), attn_mask=False, gqa=True,
                       head_dims=(16, 32, 64, 128), equal_lengths=True, fully_masked_rows="any",
                       precision="flash", devices=(device,), window=True, sinks=True, backward=True,
-                      deterministic_backward=False, backward_excludes=("ds_past_range",))
+                      deterministic_backward=False, backward_excludes=("ds_past_range",), nan_safe_masking=True)
 
 
 def make_fla_kernel(*, device: str = "cuda", form: str = "dense") -> Kernel:

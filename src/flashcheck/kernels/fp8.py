@@ -69,7 +69,7 @@ def make_fp8_kernel(*, device: str, mutant: str | None = None) -> Kernel:
                               v_descale=v_descale, mutant=mutant)
 
     spec = KernelSpec(dtypes=FP8_DTYPES, causal=("none", "top_left", "bottom_right"), gqa=True, dv_equals_d=False,
-                      fully_masked_rows="zero", precision="flash", devices=(device,),
+                      fully_masked_rows="zero", precision="flash", devices=(device,), nan_safe_masking=True,
                       # measured on the H200: cuBLAS picks other algorithms for other batch sizes
                       batch_invariant=device == "cpu")
     attention.__name__ = attention.__qualname__ = "fp8_attention"

@@ -122,7 +122,7 @@ def _jagged_kernel(device: str) -> Kernel:
     dtypes, dims = (("fp32",), None) if device == "cpu" else (DTYPES, tuple(range(8, 257, 8)))
     spec = KernelSpec(form="varlen", dtypes=dtypes, causal=("none",), gqa=False, dv_equals_d=True, head_dims=dims,
                       fully_masked_rows="zero", precision="flash", devices=(device,), batch_invariant=False,
-                      excludes=("empty_sequences", "negative_scale"))
+                      nan_safe_masking=True, excludes=("empty_sequences", "negative_scale"))
     return Kernel(_jagged, spec, name="torch:jagged")
 
 

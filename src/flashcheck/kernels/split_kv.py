@@ -80,7 +80,7 @@ def make_split_kv_kernel(*, device: str, mutant: str | None = None) -> Kernel:
 
     spec = KernelSpec(form="paged", causal=("none", "bottom_right"), gqa=True, dv_equals_d=False,
                       fully_masked_rows="zero", precision="flash", devices=(device,), batch_invariant=True,
-                      num_splits=SPLIT_COUNTS)
+                      nan_safe_masking=True, num_splits=SPLIT_COUNTS)
     name = "torch:split-kv" + (f"~{mutant}" if mutant else "")
     attention.__name__ = attention.__qualname__ = "split_kv"
     return Kernel(attention, spec, name=name)

@@ -43,10 +43,11 @@ def plan_signoff(kernels: list[str], *, device: str, preset, backward: bool, dty
         not_checked += [f"{resolved.name}: {d} (the kernel's spec does not support it)" for d in wanted
                         if d not in chosen]
         plan.append((name, "forward", chosen))
-        if backward and resolved.spec.backward:
+        problem = resolved.spec.backward_problem() if backward else None
+        if backward and not problem:
             plan.append((name, "backward", chosen))
         elif backward:
-            not_checked.append(f"{resolved.name}: backward (the kernel's spec declares no backward pass)")
+            not_checked.append(f"{resolved.name}: backward (the kernel's spec {problem})")
     return plan, not_checked
 
 

@@ -73,7 +73,7 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
     dO regime, and :func:`flashcheck.check_backward` judges dQ, dK and dV (the spec must declare
     ``backward=True``).
     """
-    from ..contract.spec import Kernel, as_kernel
+    from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
 
     if isinstance(kernel, str) or not (isinstance(kernel, Kernel) or callable(kernel)):
         raise InvalidArgument("kernel", kernel, "expected a kernel function (ideally decorated with "
@@ -84,10 +84,9 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
     if not isinstance(backward, bool):
         raise InvalidArgument("backward", backward, "expected True or False",
                               "Pass backward=True to test the backward pass too.")
-    if backward and not kern.spec.backward:
-        raise InvalidArgument("backward", backward, f"{kern.name} declares no backward pass",
-                              "Declare backward=True in its spec (@flashcheck.kernel(backward=True, ...)) if "
-                              "autograd can differentiate it, or leave backward out.")
+    problem = kern.spec.backward_problem() if backward else None
+    if problem:
+        raise InvalidArgument("backward", backward, f"{kern.name} {problem}", f"{BACKWARD_FIX}, or leave backward out.")
     if preset is not None:
         if not isinstance(preset, (str, os.PathLike)) or not str(preset):
             raise InvalidArgument("preset", preset, "expected a preset name or the path of a TOML file",

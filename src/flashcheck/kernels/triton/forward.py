@@ -637,6 +637,7 @@ def make_kernel(
         fully_masked_rows="zero",
         precision="flash" if input_precision == "tf32" else "strict",
         deterministic=True,
+        nan_safe_masking=True,
         backward=True,  # kernels/triton/backward.py: no atomics, a fixed order of sums
         deterministic_backward=True,
         softcap=True,

@@ -88,6 +88,7 @@ def make_fp8_triton_kernel(*, device: str, mutant: str | None = None) -> Kernel:
                         v_descale=v_descale, mutant=mutant)
 
     spec = KernelSpec(dtypes=FP8_DTYPES, causal=tuple(_CAUSAL), gqa=True, dv_equals_d=False, max_head_dim=256,
-                      fully_masked_rows="zero", precision="flash", devices=(device,), batch_invariant=True)
+                      fully_masked_rows="zero", precision="flash", devices=(device,), batch_invariant=True,
+                      nan_safe_masking=True)
     attention.__name__ = attention.__qualname__ = "triton_fp8"
     return Kernel(attention, spec, name=NAME + (f"~{mutant}" if mutant else ""))

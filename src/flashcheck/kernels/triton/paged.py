@@ -130,7 +130,7 @@ def paged_spec(device: str, **promises) -> KernelSpec:
     """The spec of flashcheck's Triton kernels of the paged form (any page size, GQA, Dv != D)."""
     return KernelSpec(form="paged", dtypes=form_dtypes(device), causal=("none", "bottom_right"), gqa=True,
                       max_head_dim=MAX_HEAD_DIM, dv_equals_d=False, fully_masked_rows="zero", precision="flash",
-                      devices=(device,), batch_invariant=True, **promises)
+                      devices=(device,), batch_invariant=True, nan_safe_masking=True, **promises)
 
 
 def make_paged_kernel(*, device: str, mutant: str | None = None) -> Kernel:

@@ -76,6 +76,6 @@ def make_varlen_kernel(*, device: str, mutant: str | None = None) -> Kernel:
 
     spec = KernelSpec(form="varlen", dtypes=form_dtypes(device), causal=("none", "bottom_right"), gqa=True,
                       max_head_dim=256, dv_equals_d=False, fully_masked_rows="zero", precision="flash",
-                      devices=(device,), batch_invariant=True)
+                      devices=(device,), batch_invariant=True, nan_safe_masking=True)
     attention.__name__ = attention.__qualname__ = "triton_varlen"
     return Kernel(attention, spec, name=NAME + (f"~{mutant}" if mutant else ""))
