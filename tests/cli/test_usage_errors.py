@@ -4,6 +4,7 @@ and says how to fix it; never a traceback, never a campaign that then cannot wri
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,19 @@ def test_unwritable_outputs_are_refused_before_any_case(argv, option, tmp_path, 
     assert main([*argv, "--device", "cpu"] if argv[0] != "merge" else argv) == 2
     err = capsys.readouterr().err
     assert f"{option}='{bad}" in err and "cannot write" in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, a folder that takes no new file")
+def test_a_folder_that_exists_but_takes_no_new_file_is_not_called_missing(tmp_path, capsys):
+    assert main(["fuzz", K, "--device", "cpu", "--json", "/proc/x.json", "--corpus", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--json='/proc/x.json': cannot write in '/proc': the folder does not accept new files. " in err, err
+    assert "No such file" not in err, err
+
+
+def test_a_path_below_a_file_names_the_file(tmp_path, capsys):
+    assert main(["fuzz", K, "--device", "cpu", "--json", _unwritable(tmp_path) + "/s.json"]) == 2
+    assert f"cannot write below '{tmp_path / 'a-file'}': it is a file, not a folder." in capsys.readouterr().err
 
 
 def test_a_json_path_that_is_a_folder_is_refused(tmp_path, capsys):
