@@ -130,3 +130,13 @@ def test_a_stored_failure_replayed_as_it_was_is_not_called_shrunk(tmp_path, caps
     assert [f["shrunk"] for f in again["findings"]] == [False], "nothing smaller was saved a second time"
     out = capsys.readouterr().out
     assert "(shrunk)" not in out and "not shrunk: an earlier campaign of this kernel stored it" in out, out
+
+
+def test_a_database_that_is_an_existing_file_is_a_usage_error(tmp_path, capsys):
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    assert main(["fuzz", f"{K}:correct", "--device", "cpu", "--corpus", str(tmp_path / "c"), "--no-isolation",
+                 "--database", str(existing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--database='{existing}': is an existing file, not a folder. Pass" in err, err
+    assert existing.read_text() == "mine" and not list((tmp_path / "c").iterdir()), "nothing ran"

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from ..errors import InvalidArgument
+from ..files import check_writable_folder
 from ..kernels.origin import source_of
 
 __all__ = ["KeyedDatabase", "PlannedDatabase", "campaign_scope", "open_database", "parse_redis_url"]
@@ -32,12 +33,13 @@ _FORM = "Pass --database redis://HOST:PORT or redis://HOST:PORT/DB (DB a number,
 
 def open_database(spec: str | Path | None, *, default_dir: str | Path) -> ExampleDatabase:
     """The example database ``spec`` names: None -> a directory database in ``default_dir``, a path -> a
-    directory database there, ``redis://HOST:PORT[/DB]`` -> a Redis database (the server must answer)."""
+    directory database there (a folder that can be written, created if need be), ``redis://HOST:PORT[/DB]`` ->
+    a Redis database (the server must answer)."""
     if spec is None:
         return DirectoryBasedExampleDatabase(str(default_dir))
     text = str(spec)
-    if "://" not in text:
-        return DirectoryBasedExampleDatabase(text)
+    if "://" not in text:  # a folder that takes files, never an existing file (hypothesis would store nothing)
+        return DirectoryBasedExampleDatabase(str(check_writable_folder("--database", text)))
     return _redis_database(text, **parse_redis_url(text))
 
 
