@@ -13,6 +13,7 @@ __all__ = [
     "Unsupported",
     "CaseFormatError",
     "describe",
+    "sentences",
 ]
 
 
@@ -42,6 +43,19 @@ def describe(value: object) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _sentence(text: str) -> str:
+    """``text`` ending with one full stop: none is added after one (or after "!" or "?"), as when the text
+    ends with another error's own message ("RuntimeError: needs a GPU.")."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def sentences(problem: str, fix: str = "") -> str:
+    """An error message: the problem as one sentence, then the fix, when there is one. Every message that
+    joins a problem and a fix joins them here."""
+    return f"{_sentence(problem)} {fix}" if fix else _sentence(problem)
+
+
 class InvalidArgument(FlashcheckError, ValueError):
     """An argument to a public function is not acceptable.
 
@@ -53,7 +67,7 @@ class InvalidArgument(FlashcheckError, ValueError):
         self.value = value
         self.problem = problem
         self.fix = fix
-        super().__init__(f"{name}={describe(value)}: {problem}. {fix}")
+        super().__init__(sentences(f"{name}={describe(value)}: {problem}", fix))
 
 
 class BackendUnavailable(FlashcheckError, RuntimeError):
@@ -64,10 +78,7 @@ class BackendUnavailable(FlashcheckError, RuntimeError):
         self.device = device
         self.reason = reason
         self.fix = fix
-        message = f"kernel {backend!r} cannot run on device {device!r}: {reason}."
-        if fix:
-            message += f" {fix}"
-        super().__init__(message)
+        super().__init__(sentences(f"kernel {backend!r} cannot run on device {device!r}: {reason}", fix))
 
 
 class Unsupported(FlashcheckError):
@@ -91,7 +102,4 @@ class CaseFormatError(FlashcheckError, ValueError):
 
     def __init__(self, path: object, problem: str, fix: str = ""):
         self.path = path
-        message = f"saved case {str(path)!r}: {problem}."
-        if fix:
-            message += f" {fix}"
-        super().__init__(message)
+        super().__init__(sentences(f"saved case {str(path)!r}: {problem}", fix))

@@ -11,6 +11,7 @@ command every summary, report and failing test prints for a saved case."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -69,20 +70,40 @@ def write_json(path, data) -> None:
 
 
 def _probe(option: str, value, folder: Path) -> None:
+    """Create ``folder`` if need be and a file in it (removed again): only that says whether this user may
+    write there (``os.access`` answers for root as if every folder were writable)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".flashcheck-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise InvalidArgument(option, str(value), f"cannot write in {str(folder)!r} ({exc.strerror or exc})",
+        raise InvalidArgument(option, str(value), _why(folder, exc),
                               f"Pass a {option} path in a folder you can write to.") from None
 
+
+def _why(folder: Path, exc: OSError) -> str:
+    """What is wrong, in words, named by the folder that refused: the nearest one that exists. A folder that
+    exists and refuses a new file is not missing, whatever the error's words say (``/proc`` answers "No such
+    file or directory")."""
+    reason = f" ({exc.strerror})" if exc.strerror and exc.errno != errno.ENOENT else ""
+    existing = next((f for f in (folder, *folder.parents) if os.path.exists(f)), None)
+    if existing == folder:
+        return f"cannot write in {str(folder)!r}: the folder does not accept new files{reason}"
+    if existing is None:
+        return f"cannot create the folder {str(folder)!r}{reason}"
+    if not os.path.isdir(existing):
+        return f"cannot write below {str(existing)!r}: it is a file, not a folder"
+    return f"cannot write in {str(existing)!r}: the folder {str(folder)!r} cannot be created there{reason}"
+
+
+# os.path's tests, not pathlib's: in a folder this user cannot enter, Path.exists() and Path.is_dir() raise
+# PermissionError (Python 3.11) before the probe could say what is wrong; os.path's answer False, then the probe.
 
 def check_writable_folder(option: str, path) -> Path:
     """``path`` as a folder that exists (created if need be) and can be written, else a usage error."""
     folder = Path(path)
-    if folder.exists() and not folder.is_dir():
+    if os.path.exists(folder) and not os.path.isdir(folder):
         raise InvalidArgument(option, str(path), "is an existing file, not a folder",
                               f"Pass a new or existing folder to {option}.")
     _probe(option, path, folder)
@@ -95,11 +116,11 @@ def check_writable_file(option: str, path) -> Path | None:
     if path is None:
         return None
     file = Path(path)
-    if file.is_dir():
+    if os.path.isdir(file):
         raise InvalidArgument(option, str(path), "is a folder, not a file",
                               f"Pass a file name to {option}, e.g. {file / 'summary.json'}.")
     _probe(option, path, file.parent)
-    if file.exists() and not os.access(file, os.W_OK):
+    if os.path.exists(file) and not os.access(file, os.W_OK):
         raise InvalidArgument(option, str(path), "exists and cannot be written",
                               f"Pass another {option} path, or make that file writable.")
     return file

@@ -61,7 +61,7 @@ import pytest
 
 from .contract.counts import check_count
 from .contract.formats import DEVICES
-from .errors import InvalidArgument
+from .errors import InvalidArgument, sentences
 from .testing import session as testing
 
 _KEY = "flashcheck_verdicts"
@@ -100,7 +100,7 @@ def pytest_addoption(parser):
 
 
 def _usage(where: str, value, problem: str, fix: str):
-    return pytest.UsageError(f"flashcheck: {where}={value!r}: {problem}. {fix}")
+    return pytest.UsageError(f"flashcheck: {sentences(f'{where}={value!r}: {problem}', fix)}")
 
 
 def _parse(name: str, value, where: str, base: Path):

@@ -23,6 +23,13 @@ def tail_bug(q, k, v, *, scale, causal, attn_mask=None):
 
 
 @flashcheck.kernel(**SPEC)
+def scale_bug(q, k, v, *, scale, causal, attn_mask=None):
+    """Every row gets a slightly wrong scale: a bug that any case shows."""
+    out, lse = correct(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+    return wrong_scale_past(out, 0, 1.01, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask), lse
+
+
+@flashcheck.kernel(**SPEC)
 def crashes(q, k, v, *, scale, causal, attn_mask=None):
     raise IndexError("tile index out of range")
 

@@ -108,3 +108,35 @@ def test_a_missing_redis_client_says_how_to_install_it(tmp_path, capsys, monkeyp
     assert main(["fuzz", f"{K}:correct", "--device", "cpu", "--corpus", str(tmp_path),
                  "--database", "redis://127.0.0.1:6379"]) == 2
     assert "pip install 'flashcheck[redis]'" in capsys.readouterr().err
+
+
+def test_kernels_sharing_a_corpus_replay_only_their_own_stored_failures(tmp_path, capsys):
+    code, a = fuzz(tmp_path, "shared", "tail_bug", "--seed", "1", "--max-examples", "200")
+    assert code == 1 and "Nq=33" in a["bugs"][0]["smallest"]["case"], a["bugs"]
+    capsys.readouterr()
+    # tail_bug's stored failure fails scale_bug too: replayed, it would be reported as scale_bug's smallest case
+    code, b = fuzz(tmp_path, "shared", "scale_bug", "--seed", "1", "--max-examples", "200")
+    smallest = b["bugs"][0]["smallest"]
+    assert code == 1 and smallest["shrunk"] and "Nq=1 Nk=2 " in smallest["case"], smallest
+    assert f"smallest case (shrunk): {smallest['case']}" in capsys.readouterr().out
+
+
+def test_a_stored_failure_replayed_as_it_was_is_not_called_shrunk(tmp_path, capsys):
+    fuzz(tmp_path, "again", "scale_bug", "--seed", "1", "--max-examples", "200")
+    capsys.readouterr()
+    code, again = fuzz(tmp_path, "again", "scale_bug", "--seed", "1", "--max-examples", "200")
+    smallest = again["bugs"][0]["smallest"]
+    assert code == 1 and not smallest["shrunk"] and "Nq=1 Nk=2 " in smallest["case"], again["findings"]
+    assert [f["shrunk"] for f in again["findings"]] == [False], "nothing smaller was saved a second time"
+    out = capsys.readouterr().out
+    assert "(shrunk)" not in out and "not shrunk: an earlier campaign of this kernel stored it" in out, out
+
+
+def test_a_database_that_is_an_existing_file_is_a_usage_error(tmp_path, capsys):
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    assert main(["fuzz", f"{K}:correct", "--device", "cpu", "--corpus", str(tmp_path / "c"), "--no-isolation",
+                 "--database", str(existing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--database='{existing}': is an existing file, not a folder. Pass" in err, err
+    assert existing.read_text() == "mine" and not list((tmp_path / "c").iterdir()), "nothing ran"

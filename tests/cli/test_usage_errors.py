@@ -4,8 +4,10 @@ and says how to fix it; never a traceback, never a campaign that then cannot wri
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import torch
 
 from flashcheck.cli import main
 
@@ -52,19 +54,35 @@ def _unwritable(tmp_path):
     return str(blocker / "below")  # a path below a regular file cannot be created, even by root
 
 
-@pytest.mark.parametrize("argv, option", [
+UNWRITABLE = [
     (["fuzz", K, "--json", "{bad}/s.json"], "--json"),
     (["fuzz", K, "--corpus", "{bad}"], "--corpus"),
     (["selftest", "--json", "{bad}/rows.json"], "--json"),
     (["merge", "{summary}", "--json", "{bad}/m.json"], "--json"),
     (["replay", "{case}", "--json", "{bad}/v.json"], "--json"),
-])
+]
+
+
+@pytest.mark.parametrize("argv, option", UNWRITABLE)
 def test_unwritable_outputs_are_refused_before_any_case(argv, option, tmp_path, capsys):
     bad = _unwritable(tmp_path)
     argv = [a.format(bad=bad, summary=tmp_path / "none.json", case=tmp_path / "none.json") for a in argv]
     assert main([*argv, "--device", "cpu"] if argv[0] != "merge" else argv) == 2
     err = capsys.readouterr().err
     assert f"{option}='{bad}" in err and "cannot write" in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, a folder that takes no new file")
+def test_a_folder_that_exists_but_takes_no_new_file_is_not_called_missing(tmp_path, capsys):
+    assert main(["fuzz", K, "--device", "cpu", "--json", "/proc/x.json", "--corpus", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--json='/proc/x.json': cannot write in '/proc': the folder does not accept new files. " in err, err
+    assert "No such file" not in err, err
+
+
+def test_a_path_below_a_file_names_the_file(tmp_path, capsys):
+    assert main(["fuzz", K, "--device", "cpu", "--json", _unwritable(tmp_path) + "/s.json"]) == 2
+    assert f"cannot write below '{tmp_path / 'a-file'}': it is a file, not a folder." in capsys.readouterr().err
 
 
 def test_a_json_path_that_is_a_folder_is_refused(tmp_path, capsys):
@@ -90,3 +108,44 @@ def test_help_is_plain_text_and_documents_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "``" not in capsys.readouterr().out
+
+
+def _bad_inputs(tmp_path) -> list:
+    """Bad input to every command, each refused with a message of its own."""
+    from flashcheck import AttentionCase
+
+    q = torch.ones(1, 1, 2, 16, dtype=torch.float16)
+    AttentionCase.create(q, q, q, scale=0.25).save(tmp_path / "anonymous")  # a case that names no kernel
+    for name in ("r1", "r2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text('{"schema": "flashcheck-report", "schema_version": 1}')
+    (tmp_path / "needs_gpu.py").write_text('raise RuntimeError("this module needs a GPU.")\n')
+    (tmp_path / "a-file").write_text("")
+    cpu = ["--device", "cpu"]
+    return [
+        *[[*command, *cpu, option, "0"] for command, option in COUNT_OPTIONS],
+        *[[a.format(bad=_unwritable(tmp_path), summary="s.json", case="c.json") for a in argv] + cpu
+          for argv, _ in UNWRITABLE if argv[0] != "merge"],
+        ["merge", "s.json", "--json", "/proc/m.json"],
+        ["fuzz", "needs_gpu:attention", *cpu], ["signoff", "needs_gpu:attention", "--out", "out", *cpu],
+        ["fuzz", "nosuch:attention", *cpu], ["fuzz", "torch:nosuch", *cpu], ["fuzz", "torch:math[x=1]", *cpu],
+        ["fuzz", K, *cpu, "--preset", "nosuch"], ["fuzz", K, *cpu, "--database", "a-file"],
+        ["fuzz", K, *cpu, "--database", "redis://localhost:port"], ["fuzz", K, *cpu, "--backward", "--no-isolation"],
+        ["fuzz", K, *cpu, "--case-timeout", "5", "--no-isolation"], ["fuzz", "torch:cudnn", *cpu],
+        ["replay", "anonymous.json", *cpu], ["repro", "anonymous.json", "--out", "out", *cpu],
+        ["replay", "none.json", *cpu], ["repro", "none.json", "--out", "out", *cpu],
+        ["report", "r1", "r2"], ["report", "none"], ["merge", "none.json"],
+        ["selftest", *cpu, "--variant", "nosuch"], ["selftest", *cpu, "--head-dims", "x"], ["selftest", "--table", "x"],
+    ]
+
+
+def test_no_refusal_reads_badly(tmp_path, monkeypatch, capsys):
+    """Each refusal: exit 2, sentences that end once ("..", " ." are a join gone wrong), a value where a value
+    is echoed ("=None" is an option that was not given), and no traceback."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for argv in _bad_inputs(tmp_path):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("flashcheck: error: "), (argv, code, err)
+        assert not re.search(r"(?<!\.)\.\.(?!\.)|\s\.(\s|$)|=None\b|Traceback", err), (argv, err)

@@ -4,18 +4,26 @@ machines share, so a failure one of them found and shrank is the first case the 
 ``open_database(None)`` is the corpus's own directory, ``open_database("DIR")`` another directory and
 ``open_database("redis://HOST:PORT[/DB]")`` a Redis server (``pip install 'flashcheck[redis]'``), checked
 with a PING before the campaign starts.
+
+One database may serve many campaigns (a corpus folder or a Redis server shared by kernels): each campaign
+sees it through a :class:`KeyedDatabase` keyed by :func:`campaign_scope` and the dtype, so that it replays
+only failures stored by campaigns that draw the same cases from the same choices, on the same kernel.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from ..errors import InvalidArgument
+from ..files import check_writable_folder
+from ..kernels.origin import source_of
 
-__all__ = ["KeyedDatabase", "PlannedDatabase", "open_database", "parse_redis_url"]
+__all__ = ["KeyedDatabase", "PlannedDatabase", "campaign_scope", "open_database", "parse_redis_url"]
 
 CONNECT_TIMEOUT_S = 3.0
 # Bounds one database operation too: a server that stops answering mid-campaign is an error, not a hang.
@@ -25,12 +33,13 @@ _FORM = "Pass --database redis://HOST:PORT or redis://HOST:PORT/DB (DB a number,
 
 def open_database(spec: str | Path | None, *, default_dir: str | Path) -> ExampleDatabase:
     """The example database ``spec`` names: None -> a directory database in ``default_dir``, a path -> a
-    directory database there, ``redis://HOST:PORT[/DB]`` -> a Redis database (the server must answer)."""
+    directory database there (a folder that can be written, created if need be), ``redis://HOST:PORT[/DB]`` ->
+    a Redis database (the server must answer)."""
     if spec is None:
         return DirectoryBasedExampleDatabase(str(default_dir))
     text = str(spec)
-    if "://" not in text:
-        return DirectoryBasedExampleDatabase(text)
+    if "://" not in text:  # a folder that takes files, never an existing file (hypothesis would store nothing)
+        return DirectoryBasedExampleDatabase(str(check_writable_folder("--database", text)))
     return _redis_database(text, **parse_redis_url(text))
 
 
@@ -84,10 +93,22 @@ def _refused(url: str, problem: str, fix: str = _FORM) -> InvalidArgument:
     return InvalidArgument("--database", shown, problem, fix)
 
 
+def campaign_scope(kernel, *, spec, kernel_options: dict | None, backward: bool, drawing: dict) -> str:
+    """The key suffix of a campaign's entries in a shared example database: a hash of the kernel (what
+    resolves back to it, else its name, and its options), the spec its cases are drawn for, the pass and the
+    preset's drawing options (``Preset.strategy_options``). The test body is the same for every campaign, so
+    without it one kernel would replay another's stored failure (and hypothesis, which does not shrink a
+    stored failure again, would report it as shrunk); stored choices are a case only under the strategy
+    that stored them. Entries stored before campaigns were keyed so are not replayed any more (nor removed)."""
+    identity = {"kernel": source_of(kernel) or kernel.name, "options": kernel_options or {}, "spec": spec.as_dict(),
+                "backward": backward, "drawing": drawing}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class KeyedDatabase(ExampleDatabase):
     """``base`` seen with every key suffixed by ``suffix`` (none when it is None): one test body driven by
-    engines with different strategies (one per dtype) keeps each engine's stored choices apart, since
-    another strategy would read them as another case. ``failures_only`` hides the passing cases
+    engines with different strategies (campaigns of other kernels, one engine per dtype) keeps each engine's
+    stored choices apart, since another strategy would read them as another case. ``failures_only`` hides the passing cases
     hypothesis keeps for its target phase (the ``.pareto`` key), so that a replay reads stored failures only."""
 
     def __init__(self, base: ExampleDatabase, suffix: str | None, *, failures_only: bool = False):

@@ -18,7 +18,8 @@ from .bugs import BugTally
 from .causes import Cause
 
 __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS", "TRIAGE",
-           "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "write_summary"]
+           "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "shrink_state",
+           "write_summary"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 # "generation" draws the tensors (in the worker process, or in-process); the summary's "draw" part is the
@@ -197,6 +198,15 @@ def finding_entry(verdict: Verdict, case, path: Path, cause: Cause, *, shrunk: b
         "path": str(path),
         "replay": replay_command(path, device=device),
     }
+
+
+def shrink_state(entry: dict) -> str:
+    """How a saved case (a finding's summary entry) stands to shrinking, for people: ``shrunk`` only for a
+    case hypothesis shrank."""
+    if entry.get("shrunk"):
+        return "shrunk" if entry.get("shrink_complete", True) else "partly shrunk"
+    note = entry.get("shrink_note")
+    return f"as found, not shrunk: {note}" if note else "as found"
 
 
 def write_summary(result: CampaignResult, path: str | Path) -> None:

@@ -21,7 +21,10 @@ from ..inputs.covering import PlanShare, planned_choices
 from .database import KeyedDatabase, PlannedDatabase
 from .engine import Climb, Shrink, hypothesis_test, run_test
 
-__all__ = ["Schedule", "Stop"]
+__all__ = ["STORED_NOT_SHRUNK", "Schedule", "Stop"]
+
+STORED_NOT_SHRUNK = ("an earlier campaign of this kernel stored it in the example database, and hypothesis does not "
+                     "shrink a stored failure again")
 
 
 class Stop(Exception):
@@ -35,6 +38,8 @@ class _Round(Shrink):
 
     signature: str | None = None  # the cause of the bug being shrunk; None while hypothesis generates
     generated: int = 0            # cases generated (not shrink candidates): they count to max_examples
+    shrink_tries: int = 0         # shrink candidates run
+    stored: bool = False          # a replay of the failures stored in the example database
     # hypothesis's target phase climbs towards larger errors, from this run's best
     climb: Climb = dataclasses.field(default_factory=lambda: Climb("error/budget"))
 
@@ -71,8 +76,8 @@ class Schedule:
         """Stored failures, the covering order, then free drawing; returns why the campaign stopped."""
         self.until = until
         # One database per dtype, keys apart: another strategy would read a dtype's choices as another case.
-        strata = [(dtype, strategy, KeyedDatabase(self.database, dtype if len(self.strategies) > 1 else None))
-                  for dtype, strategy in self.strategies.items()]
+        # (Keyed by its dtype also alone: a campaign of one dtype replays what one of several stored for it.)
+        strata = [(dtype, strategy, KeyedDatabase(self.database, dtype)) for dtype, strategy in self.strategies.items()]
         if self.reuse and self._replay_stored(strata, max_examples):
             if not self.keep_going or self.host.stop_reason:
                 return self.host.stop_reason or "bug_found"
@@ -140,11 +145,10 @@ class Schedule:
         passing cases hypothesis keeps for its target phase are not replayed.)"""
         found = False
         for dtype, strategy, _ in strata:
-            suffix = dtype if len(strata) > 1 else None
             test = self._make_test(strategy, examples=max_examples,
-                                   database=KeyedDatabase(self.database, suffix, failures_only=True),
+                                   database=KeyedDatabase(self.database, dtype, failures_only=True),
                                    phases=(Phase.explicit, Phase.reuse, Phase.shrink))
-            if self._run_round(test):
+            if self._run_round(test, stored=True):
                 found = True
                 if not self.keep_going or self.host.stop_reason:
                     break
@@ -169,9 +173,9 @@ class Schedule:
                 return self.host.stop_reason
         return "max_examples"
 
-    def _run_round(self, test) -> bool:
+    def _run_round(self, test, *, stored: bool = False) -> bool:
         """Run one hypothesis engine; True when it ended on a failure (shrunk and recorded)."""
-        rnd = self.round = _Round()
+        rnd = self.round = _Round(stored=stored)
         try:
             outcome = run_test(test, rnd)
         finally:
@@ -183,6 +187,8 @@ class Schedule:
             self.host.result.notes.append(f"a {rnd.signature} failure did not reproduce on replay (a flaky kernel)")
         if outcome.failure is None:
             return outcome.flaky
-        self.host.record_shrunk(*outcome.failure, complete=not (rnd.cut or outcome.flaky))
+        # hypothesis keeps a stored failure that fails again as it was (it takes it for one it shrank before)
+        not_shrunk = STORED_NOT_SHRUNK if rnd.stored and not rnd.shrink_tries and not outcome.flaky else None
+        self.host.record_shrunk(*outcome.failure, complete=not (rnd.cut or outcome.flaky), not_shrunk=not_shrunk)
         return True
 

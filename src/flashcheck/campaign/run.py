@@ -47,7 +47,7 @@ from ..judge.backward import judge_case
 from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause
 from .corpus import save_finding
-from .database import open_database
+from .database import KeyedDatabase, campaign_scope, open_database
 from .interrupts import handle_signals, restore_handlers
 from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
@@ -99,6 +99,8 @@ def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=No
         pools = {d: recipe_pools(spec=spec, dtypes=[d], **options) for d in dtypes}
         corpus.mkdir(parents=True, exist_ok=True)
         example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
+        scope = campaign_scope(resolved, spec=spec, kernel_options=kernel_options, backward=backward, drawing=options)
+        example_db = KeyedDatabase(example_db, scope)  # this kernel's entries only, whoever shares the database
         worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,
                            process=worker_process) if isolate else None
         campaign = _Campaign(resolved, strategies, pools=pools, plan=None if plan is None else PlanShare(*plan),
@@ -144,7 +146,7 @@ class _Campaign:
         self.property_share = PropertyShare()
         self.schedule = Schedule(self, strategies, pools=pools, database=database, seed=seed, reuse=reuse,
                                  keep_going=keep_going, plan=plan)
-        self.saved_found: set[str] = set()   # causes whose first case is saved
+        self.saved_found: dict[str, dict] = {}  # causes whose first case is saved: its summary entry
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 
     def interrupted(self) -> bool:
@@ -277,6 +279,8 @@ class _Campaign:
             r.worker_restarts = self.worker.restarts
         if not shrinking:
             self.schedule.round.generated += 1
+        else:
+            self.schedule.round.shrink_tries += 1
         if not verdict.skipped:
             if r.first_case is None:
                 r.first_case = self.last_end - self.started_at
@@ -293,8 +297,7 @@ class _Campaign:
         r.bug_signatures[cause.key] += 1
         r.bugs.count(cause, verdict, recipe)
         if cause.key not in self.saved_found:  # saved once, not shrunk: it passes the hard budget
-            self.saved_found.add(cause.key)
-            self.save(verdict, case, cause, label="found", examples_at=r.examples)
+            self.saved_found[cause.key] = self.save(verdict, case, cause, label="found", examples_at=r.examples)
 
     def _on_bug(self, verdict: Verdict, case: AttentionCase, recipe: Recipe, shrinking: bool, cause: Cause) -> None:
         rnd, r, sig = self.schedule.round, self.result, cause.key
@@ -302,16 +305,16 @@ class _Campaign:
             r.bug_signatures[sig] += 1
         if not shrinking or sig != rnd.signature:  # a shrink's candidates count apart, for other bugs only
             r.bugs.count(cause, verdict, recipe, drawn=not shrinking)
-        if sig not in self.saved_found:  # the case as first found, before shrinking
-            self.saved_found.add(sig)
-            self.save(verdict, case, cause, label="found", examples_at=r.examples)  # drawn cases so far
+        if sig not in self.saved_found:  # the case as first found, before shrinking (examples_at: drawn so far)
+            self.saved_found[sig] = self.save(verdict, case, cause, label="found", examples_at=r.examples)
         if sig in self.shrunk or (shrinking and sig != rnd.signature):
             return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
         if not shrinking:
             rnd.signature = sig
         rnd.fail(recipe, (verdict, case, cause))
 
-    def save(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, label: str, **extra) -> None:
+    def save(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, label: str, **extra) -> dict:
+        """Save the case in the corpus; its summary entry."""
         path = save_finding(self.corpus, verdict, case, label=label, kernel=self.resolved)
         entry = {**finding_entry(verdict, case, path, cause, shrunk=label == "shrunk", device=self.device), **extra}
         self.result.findings.append(entry)
@@ -320,9 +323,17 @@ class _Campaign:
             self.on_finding(entry)
         if self.interrupted():
             raise KeyboardInterrupt
+        return entry
 
-    def record_shrunk(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, complete: bool) -> None:
+    def record_shrunk(self, verdict: Verdict, case: AttentionCase, cause: Cause, *, complete: bool,
+                      not_shrunk: str | None = None) -> None:
+        """The end of a bug's shrink: its smallest case saved; or, ``not_shrunk`` (why), its case as found
+        says why nothing smaller was looked for, and is not saved again under another name."""
         self.shrunk.add(cause.key)
+        found = self.saved_found.get(cause.key)
+        if not_shrunk and found is not None and found["case"] == verdict.case:
+            found["shrink_note"] = not_shrunk
+            return
         self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
 
     def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:

@@ -29,7 +29,7 @@ def run(args) -> int:
     check_writable_file("--json", args.json)
     case = AttentionCase.load(args.case)
     device = choose_device(args.device)
-    kernel = replay_kernel(case.provenance or {}, args.kernel, device)
+    kernel = replay_kernel(args.case, case.provenance or {}, args.kernel, device)
     if is_backward_case(case):  # its provenance names the dO regime and seed it failed with
         verdict = check_backward(kernel, case, device=device)
     else:
@@ -38,9 +38,9 @@ def run(args) -> int:
     return write_json_or_usage(args.json, verdict.as_dict()) or exit_status(verdict.status)
 
 
-def replay_kernel(provenance: dict, override: str | None, device: str):
-    """The kernel a saved case replays on: ``--kernel``, else the one it was found with, reached as the
-    user named it (import path or built-in name with options), whatever its display name is."""
+def replay_kernel(case_path: str, provenance: dict, override: str | None, device: str):
+    """The kernel the case saved at ``case_path`` replays on: ``--kernel``, else the one it was found with,
+    reached as the user named it (import path or built-in name with options), whatever its display name is."""
     from ..errors import InvalidArgument
     from ..kernels.origin import importable_from
     from ..kernels.registry import resolve_kernel
@@ -48,7 +48,7 @@ def replay_kernel(provenance: dict, override: str | None, device: str):
     shown, source = provenance.get("kernel"), provenance.get("kernel_source")
     name = override or source or shown
     if not name:
-        raise InvalidArgument("--kernel", name, "the saved case does not name its kernel",
+        raise InvalidArgument("CASE", case_path, "the saved case does not name its kernel",
                               "Pass --kernel NAME to choose the kernel to replay it on.")
     importable_from([os.getcwd(), provenance.get("kernel_import_root")])
     try:

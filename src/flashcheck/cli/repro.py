@@ -34,7 +34,7 @@ def run(args) -> int:
     case = AttentionCase.load(args.case)
     device = choose_device(args.device)
     # The kernel as replay reaches it (import path or built-in with options; --kernel overrides).
-    kernel = replay.replay_kernel(case.provenance or {}, args.kernel, device)
+    kernel = replay.replay_kernel(args.case, case.provenance or {}, args.kernel, device)
     made = make_repro(kernel, case, device=device, case_path=args.case)
     write_text(out / "repro.py", made.script)
     write_text(out / "ISSUE.md", made.issue)

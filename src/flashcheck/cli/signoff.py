@@ -117,8 +117,8 @@ def run_report(args) -> int:
         print(f"flashcheck report: {reports[0]['status']}: {out / 'index.html'} and {out / 'report.md'}")
         return EXIT_OK
     if args.out is None:
-        raise InvalidArgument("--out", None, f"{len(reports)} reports make a comparison, which needs a folder",
-                              "Pass --out DIR.")
+        raise InvalidArgument("DIR", args.reports, f"{len(reports)} reports make a comparison, which needs a "
+                              "folder to write it in (--out)", "Pass --out DIR.")
     check_writable_folder("--out", args.out)
     names = _names(args.reports)
     write_comparison(reports, names, args.out)

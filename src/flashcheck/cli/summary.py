@@ -3,6 +3,8 @@ it merged (``CampaignResult.as_dict()``, or the merged one of ``--jobs``)."""
 
 from __future__ import annotations
 
+from ..campaign.result import shrink_state
+
 __all__ = ["print_summary"]
 
 
@@ -47,7 +49,7 @@ def print_summary(d: dict) -> None:
     if d["findings"]:
         print(f"  raw findings ({len(d['findings'])}, each saved case):")
     for f in d["findings"]:
-        state = "as found" if not f["shrunk"] else "shrunk" if f.get("shrink_complete", True) else "partly shrunk"
+        state = shrink_state(f)
         source = f", {f['source']}" if "source" in f else ""
         print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}{source}): {f['case']}")
         for line in f["diagnosis"]:
@@ -105,8 +107,7 @@ def _print_bugs(bugs: list) -> None:
         print(f"      regimes: {_counts(bug['regimes'])}")
         smallest = bug.get("smallest")
         if smallest:
-            state = "shrunk" if smallest["shrunk"] else "as found"
-            print(f"      smallest case ({state}): {smallest['case']}")
+            print(f"      smallest case ({shrink_state(smallest)}): {smallest['case']}")
             for line in bug["diagnosis"]:
                 print(f"        {line}")
             print(f"      replay: {smallest['replay']}")

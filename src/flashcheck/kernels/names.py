@@ -37,8 +37,9 @@ def import_target(target: str) -> Kernel:
             raise InvalidArgument("kernel", target, problem,
                                   "Check the part before the colon: it must be an importable module "
                                   "(installed, or on sys.path).") from exc
+        fix = f"Install {missing!r} or fix that module's imports." if missing else "Fix that module's imports."
         raise InvalidArgument("kernel", target, f"module {module_name!r} was found but importing it failed: {exc}",
-                              f"Install {missing!r} or fix that module's imports.") from exc
+                              fix) from exc
     except Exception as exc:
         raise InvalidArgument("kernel", target,
                               f"importing module {module_name!r} raised {type(exc).__name__}: {exc}",

@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from ..campaign.result import shrink_state
 from ..files import write_bytes, write_text
 from .plots import plots
 from ..words import counted
@@ -144,7 +145,7 @@ def _bug(bug: dict) -> list:
             ["causal", _counts(bug["causal"])], ["regimes", _counts(bug["regimes"])],
             ["where (cases)", _counts(bug.get("parts") or {})],
             ["finding kinds", ", ".join(bug["kinds"]) or "-"],
-            ["smallest case", f"{s.get('case', '-')} ({'shrunk' if s.get('shrunk') else 'as found'})"]]
+            ["smallest case", f"{s.get('case', '-')} ({shrink_state(s)})"]]
     blocks = [("h3", f"#{bug['id']} {bug['status']} {bug['kernel']} ({bug['pass']}) [{bug['cause']}]: "
                      f"{bug['title']}"), ("table", ["", ""], rows)]
     if bug["diagnosis"]:
