@@ -3,24 +3,19 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 import flashcheck
+
+from ..repro.planted_merge import pair_fixed
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 def _pair(a, la, b, lb):
     assert a.is_cuda and la.is_cuda and b.is_cuda and lb.is_cuda
-    m = torch.maximum(la, lb)
-    safe = torch.where(m == -math.inf, 0.0, m)
-    wa, wb = torch.exp(la - safe), torch.exp(lb - safe)
-    total = wa + wb
-    out = (wa[:, None] * a.float() + wb[:, None] * b.float()) / torch.where(total > 0, total, 1.0)[:, None]
-    return out.to(a.dtype), torch.where(total > 0, safe + torch.log(total), -math.inf)
+    return pair_fixed(a, la, b, lb)
 
 
 def _states(outs, lses):

@@ -5,6 +5,7 @@ are still BUGs."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -15,17 +16,9 @@ from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.merge_states import draw_states
 from flashcheck.numerics.merge import fold_budget, merge_budget
 
+from ..repro.planted_merge import pair_fixed as _max_subtracting
+
 LOG2E = 1 / math.log(2)
-
-
-def _max_subtracting(a, la, b, lb):
-    """FlashInfer's and vLLM's two-state merge: weights relative to the larger lse in fp32, the out rounded once."""
-    m = torch.maximum(la, lb)
-    safe = torch.where(m == -math.inf, 0.0, m)
-    wa, wb = torch.exp(la - safe), torch.exp(lb - safe)
-    total = wa + wb
-    out = (wa[:, None] * a.float() + wb[:, None] * b.float()) / torch.where(total > 0, total, 1.0)[:, None]
-    return out.to(a.dtype), torch.where(total > 0, safe + torch.log(total), -math.inf)
 
 
 def _lse_domain(a, la, b, lb):
@@ -76,13 +69,7 @@ def _lse_not_updated(a, la, b, lb):
     return _max_subtracting(a, la, b, lb)[0], la
 
 
-def _wrong_base(a, la, b, lb):  # natural-log lse exponentiated in base 2
-    m = torch.maximum(la, lb)
-    safe = torch.where(m == -math.inf, 0.0, m)
-    wa, wb = torch.exp2(la - safe), torch.exp2(lb - safe)
-    total = wa + wb
-    out = (wa[:, None] * a.float() + wb[:, None] * b.float()) / torch.where(total > 0, total, 1.0)[:, None]
-    return out.to(a.dtype), torch.where(total > 0, safe + torch.log2(total), -math.inf)
+_wrong_base = functools.partial(_max_subtracting, exp=torch.exp2, log=torch.log2)  # natural-log lse, base 2
 
 
 def _no_empty_guard(a, la, b, lb):  # two empty states: e^(-inf - -inf) = NaN

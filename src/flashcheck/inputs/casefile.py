@@ -28,8 +28,8 @@ from .case import AttentionCase
 from .layout import TENSORS, Layout
 from .serving import ServingCase
 
-__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_case", "loaded_tensor", "read_case_files", "save_case", "saved_format",
-           "stored_array", "write_case_files"]
+__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_case", "loaded_tensor", "read_case_files",
+           "save_case", "saved_format", "stored_array", "write_case_files"]
 
 FORMAT_VERSION = 4
 # Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
@@ -213,7 +213,8 @@ def load_case(path) -> AttentionCase | ServingCase:
             return case
         return ServingCase(case, block_table=tensors.get("block_table"), **meta["form"])
     except (InvalidArgument, TypeError) as exc:
-        raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}", fix_resave) from None
+        raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}",
+                              "Re-save the case, or delete this pair of files.") from None
 
 
 

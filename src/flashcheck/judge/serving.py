@@ -23,7 +23,7 @@ from .comparison import compare, promises
 from .properties import differs
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["SERVING_PROPERTIES", "check_serving", "run_form"]
+__all__ = ["SERVING_PROPERTIES", "check_serving", "group_budgets", "run_form"]
 
 SERVING_PROPERTIES = ("determinism", "isolation", "page_order", "batch")
 
@@ -86,10 +86,7 @@ class _Judge:
 
     def __init__(self, kernel, case: ServingCase, contract, device, regime):
         self.kernel, self.case, self.device, self.regime = kernel, case, device, regime
-        self.budgets = [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
-                                     causal=case.causal, precision=contract, variant=g.case.variant,
-                                     attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
-                        for g in case.groups]
+        self.budgets = group_budgets(case, contract, device)
 
     def judge(self, run: FormRun) -> tuple[list[Finding], float]:
         findings, worst = [], 0.0
@@ -100,6 +97,14 @@ class _Judge:
             findings += [_in_batch(f, self.case, group) for f in found]
             worst = max(worst, ratio) if not math.isnan(ratio) else worst
         return findings, worst
+
+
+def group_budgets(case: ServingCase, contract, device) -> list:
+    """The error budget of each sequence group's logical problem (:attr:`ServingCase.groups`), on ``device``."""
+    return [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
+                         causal=case.causal, precision=contract, variant=g.case.variant,
+                         attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
+            for g in case.groups]
 
 
 def _crash(run: FormRun, regime, what: str = "") -> Finding:

@@ -115,9 +115,9 @@ def merge_budget(outs: torch.Tensor, lses: torch.Tensor, *, dtype, exp_ulps: flo
     o, l = outs.double(), lses.double()
     m = torch.where(empty, 0.0, l.amax(0))
     live = torch.isfinite(l)
-    out_tol, lse_tol = _tolerances(_shares(l, lse, empty), _theta(l, m, live), live, o.abs(), (o - out).abs(), out.abs(),
-                                   torch.where(empty, 0.0, lse.abs()), m.abs(), g=_gamma(2 * outs.shape[0] + 2, U32),
-                                   fmt=format_of(dtype), exp_ulps=exp_ulps)
+    out_tol, lse_tol = _tolerances(_shares(l, lse, empty), _theta(l, m, live), live, o.abs(), (o - out).abs(),
+                                   out.abs(), torch.where(empty, 0.0, lse.abs()), m.abs(),
+                                   g=_gamma(2 * outs.shape[0] + 2, U32), fmt=format_of(dtype), exp_ulps=exp_ulps)
     return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, out_tol), torch.where(empty, 0.0, lse_tol))
 
 
