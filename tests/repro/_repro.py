@@ -57,12 +57,17 @@ def save_case(folder: Path, kernel_name: str, case: AttentionCase, *, upstream: 
     return save_finding(folder, verdict, case, label="test", kernel=kernel), verdict
 
 
-def repro(case, out, *more) -> tuple[int, str, str]:
-    """``flashcheck repro CASE --out OUT --device cpu`` in this process: (exit status, stdout, stderr)."""
+def main_output(argv: list) -> tuple[int, str, str]:
+    """``flashcheck ARGV`` in this process: (exit status, stdout, stderr)."""
     printed, errors = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
-        status = main(["repro", str(case), "--out", str(out), "--device", "cpu", *more])
+        status = main(argv)
     return status, printed.getvalue(), errors.getvalue()
+
+
+def repro(case, out, *more) -> tuple[int, str, str]:
+    """``flashcheck repro CASE --out OUT --device cpu`` in this process: (exit status, stdout, stderr)."""
+    return main_output(["repro", str(case), "--out", str(out), "--device", "cpu", *more])
 
 
 def run_without_flashcheck(script: Path, *args, path: Path | None = None) -> subprocess.CompletedProcess:

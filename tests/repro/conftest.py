@@ -10,15 +10,19 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+# Each file of planted kernels, and the module name it has in the kernel folder.
+COPIES = {"planted.py": "planted_attention", "declared.py": "declared_attention",
+          "planted_serving.py": "planted_serving", "declared_serving.py": "declared_serving",
+          "planted_merge.py": "planted_merge"}
 
 
 @pytest.fixture(scope="session")
 def kernel_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("kernels")
-    shutil.copy(HERE / "planted.py", folder / "planted_attention.py")
-    shutil.copy(HERE / "declared.py", folder / "declared_attention.py")
+    for source, module in COPIES.items():
+        shutil.copy(HERE / source, folder / f"{module}.py")
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))
-    for name in ("planted_attention", "declared_attention"):
-        sys.modules.pop(name, None)
+    for module in COPIES.values():
+        sys.modules.pop(module, None)

@@ -41,3 +41,16 @@ def test_a_kernel_without_a_public_call_is_refused_with_what_is_supported(tmp_pa
     status, _, errors = repro(f"{case}.json", tmp_path / "out")
     _refused(status, errors, "case=", "triton-case", "flashcheck:triton", "torch:math", "torch:flex", "module:function")
     assert not (tmp_path / "out" / "repro.py").exists()
+
+
+def test_a_serving_case_of_a_built_in_kernel_is_refused_with_what_is_supported(tmp_path):
+    from flashcheck.inputs.packing import serving_case
+
+    q, k, v = tensors(B=2, dtype=__import__("torch").float32)
+    base = AttentionCase.create(q, k, v, scale=0.3, provenance={"kernel": "torch:varlen",
+                                                                "kernel_source": "torch:varlen"})
+    case = tmp_path / "varlen-case"
+    serving_case(base, form="varlen", packing="ragged", pages="none", poison="huge", seed=0).save(case)
+    status, _, errors = repro(f"{case}.json", tmp_path / "out")
+    _refused(status, errors, "case=", "varlen-case", "torch:varlen", "built-in", "varlen, paged and split-KV")
+    assert not (tmp_path / "out" / "repro.py").exists()

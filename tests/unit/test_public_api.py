@@ -30,7 +30,7 @@ def test_check_merge_contract():
     params = inspect.signature(flashcheck.check_merge).parameters
     assert list(params)[0] == "merge_fn"
     assert keyword_only(flashcheck.check_merge) == {"cases", "seed", "dtype", "lse_base", "empty_lse", "max_splits",
-                                                    "rows", "head_dim"}
+                                                    "rows", "head_dim", "device", "convention", "save_dir"}
 
 
 def keyword_only(fn) -> set[str]:

@@ -1,7 +1,9 @@
 """``flashcheck repro``: turn one saved case into an upstream bug report that needs no flashcheck: ``repro.py`` (the
 inputs bit for bit, the kernel's call, a float64 reference and each element's budget from flashcheck's error model)
-and ``ISSUE.md``. The case is replayed first, as ``flashcheck replay`` does, for the kernel's output and the
-diagnosis; a replay that is not a BUG here is said so, and the files are written anyway."""
+and ``ISSUE.md``; for a serving or merge case also ``repro.npz``, the tensors the script reads. The script of a
+saved merge case (``flashcheck.check_merge(..., save_dir=...)``) calls its merge. The case is replayed first, as
+``flashcheck replay`` does, for the kernel's output and the diagnosis; a replay that is not a BUG here is said so,
+and the files are written anyway."""
 
 from __future__ import annotations
 
@@ -17,25 +19,24 @@ def add_parser(subparsers) -> None:
     repro.set_defaults(run=run)
     repro.add_argument("case", metavar="CASE", help="a saved case (.json, .npz or their common stem)")
     repro.add_argument("--out", required=True, metavar="DIR", help="the folder to write repro.py and ISSUE.md in")
-    repro.add_argument("--kernel", default=None, help="another kernel than the one that produced the case")
+    repro.add_argument("--kernel", default=None, help="another kernel than the one that produced the case (for "
+                       "saved merge states: another merge, module:function)")
     add_device(repro)
 
 
 def run(args) -> int:
     """Write the reproducer and the issue; exit 0 once written (the replay's verdict is printed, not the status)."""
-    from ..files import check_writable_folder, write_text
-    from ..inputs.case import AttentionCase
+    from ..files import check_writable_folder, write_bytes, write_text
     from ..judge.verdict import BUG
-    from ..repro import make_repro
+    from ..repro.arrays import TensorFile
     from .options import choose_device
 
     _check_case("CASE", args.case)
     out = check_writable_folder("--out", args.out)
-    case = AttentionCase.load(args.case)
     device = choose_device(args.device)
-    # The kernel as replay reaches it (import path or built-in with options; --kernel overrides).
-    kernel = replay.replay_kernel(args.case, case.provenance or {}, args.kernel, device)
-    made = make_repro(kernel, case, device=device, case_path=args.case)
+    made = _made(args, device)
+    if made.tensors is not None:
+        write_bytes(out / TensorFile.NAME, made.tensors)
     write_text(out / "repro.py", made.script)
     write_text(out / "ISSUE.md", made.issue)
     print(made.verdict)
@@ -44,8 +45,27 @@ def run(args) -> int:
               "GPU it was found on; the reproducer is written anyway, and ISSUE.md says so.")
     if made.evidence.unchecked:
         print(f"note: the reproducer checks the output against its budget, not {', '.join(made.evidence.unchecked)}")
-    print(f"wrote {out / 'repro.py'} and {out / 'ISSUE.md'}; run: python {out / 'repro.py'}")
+    files = [out / name for name in ("repro.py", "ISSUE.md")] + ([out / TensorFile.NAME] if made.tensors else [])
+    print(f"wrote {', '.join(map(str, files))}; run: python {out / 'repro.py'}")
     return 0
+
+
+def _made(args, device: str):
+    """The reproducer of a saved attention case on its kernel, or of a saved merge case on its merge (--kernel
+    overrides either)."""
+    from ..inputs.case import AttentionCase
+    from ..inputs.casefile import MERGE_FORMAT_NAME, saved_format
+    from ..repro import make_repro
+
+    if saved_format(args.case) == MERGE_FORMAT_NAME:
+        from ..inputs.merge_case import load_merge_case
+        from ..repro.merge import merge_repro
+
+        return merge_repro(load_merge_case(args.case), merge=args.kernel, device=device, case_path=args.case)
+    case = AttentionCase.load(args.case)
+    # The kernel as replay reaches it (import path or built-in with options; --kernel overrides).
+    kernel = replay.replay_kernel(args.case, case.provenance or {}, args.kernel, device)
+    return make_repro(kernel, case, device=device, case_path=args.case)
 
 
 def _check_case(option: str, value: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 
 __all__ = ["DEVICES", "DTYPES", "FP8_DTYPES", "ALL_DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named",
-           "name_of_dtype", "output_format", "raw_bits"]
+           "device_named", "name_of_dtype", "output_format", "raw_bits"]
 
 DEVICES = ("cuda", "cpu")
 
@@ -95,6 +95,28 @@ def format_of(value: object, *, argument: str = "dtype") -> FloatFormat:
         f"Use one of {list(FORMATS)} (or torch.float16 / torch.bfloat16 / torch.float32 / torch.float8_e4m3fn / "
         "torch.float8_e5m2).",
     )
+
+
+def device_named(value: object, *, argument: str = "device"):
+    """The torch device ``value`` names ("cpu", "cuda", "cuda:N" or a torch.device of them), one that torch can
+    use here: CUDA where torch sees no GPU, or not that many, is refused by name."""
+    import torch
+
+    try:
+        device = torch.device(value) if isinstance(value, (str, torch.device)) else None
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None or device.type not in DEVICES:
+        raise InvalidArgument(argument, value, "not a device flashcheck runs on",
+                              "Pass 'cpu', 'cuda', 'cuda:N' or a torch.device of one of them.")
+    count = torch.cuda.device_count() if device.type == "cuda" and torch.cuda.is_available() else 0
+    if device.type == "cuda" and not count:
+        raise InvalidArgument(argument, value, "torch sees no CUDA device here",
+                              "Pass device='cpu', or run on a machine where torch.cuda.is_available() is True.")
+    if device.type == "cuda" and (device.index or 0) >= count:
+        raise InvalidArgument(argument, value, f"torch sees {count} CUDA device(s) here",
+                              f"Pass 'cuda' or 'cuda:N' with N below {count}.")
+    return device
 
 
 def name_of_dtype(dtype, *, argument: str = "dtype") -> str:

@@ -28,7 +28,8 @@ from .case import AttentionCase
 from .layout import TENSORS, Layout
 from .serving import ServingCase
 
-__all__ = ["FORMAT_VERSION", "case_paths", "load_case", "save_case"]
+__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_case", "loaded_tensor", "read_case_files",
+           "save_case", "saved_format", "stored_array", "write_case_files"]
 
 FORMAT_VERSION = 4
 # Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
@@ -38,6 +39,7 @@ FORMAT_VERSION = 4
 # Version 4 adds fp8 inputs (their bits as uint8) and their descales (in the npz).
 _PLAIN_VERSION, _VARIANT_VERSION, _FP8_VERSION = 1, 2, 4
 _FORMAT_NAME = "flashcheck-case"
+MERGE_FORMAT_NAME = "flashcheck-merge-case"  # the states of a merge (:mod:`flashcheck.inputs.merge_case`)
 # How each dtype's bits are stored in the .npz.
 _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32),
               "fp8_e4m3": np.dtype(np.uint8), "fp8_e5m2": np.dtype(np.uint8),
@@ -145,31 +147,45 @@ def _arrays(case) -> dict:
     if isinstance(case, ServingCase):
         table = {} if case.block_table is None else {"block_table": case.block_table.numpy()}
         return {**_arrays(case.base), **table}
-
-    def array(t: torch.Tensor) -> np.ndarray:
-        if t.dtype in _RAW:
-            bits, stored = _RAW[t.dtype]
-            return t.view(bits).numpy().view(stored)
-        return t.numpy()
-
-    arrays = {"q": array(case.q), "k": array(case.k), "v": array(case.v)}
+    arrays = {"q": stored_array(case.q), "k": stored_array(case.k), "v": stored_array(case.v)}
     if case.attn_mask is not None:
         arrays["attn_mask"] = case.attn_mask.numpy()
     for name in TENSORS_OF_VARIANTS:
         if getattr(case.variant, name) is not None:
-            arrays[name] = array(getattr(case.variant, name))
+            arrays[name] = stored_array(getattr(case.variant, name))
     return arrays
+
+
+def stored_array(t: torch.Tensor) -> np.ndarray:
+    """``t`` (on the CPU) as the npz stores it: bf16 and fp8 as the integers of their bits, which numpy lacks."""
+    if t.dtype in _RAW:
+        bits, stored = _RAW[t.dtype]
+        return t.view(bits).numpy().view(stored)
+    return t.numpy()
+
+
+def loaded_tensor(a: np.ndarray, dtype) -> torch.Tensor:
+    """The tensor of torch dtype ``dtype`` (None: the array's own) that :func:`stored_array` stored as ``a``."""
+    if dtype in _RAW:
+        return _from_bits(a, dtype)
+    # np.array, not np.ascontiguousarray: the latter turns a 0-d mask into shape (1,).
+    return torch.from_numpy(np.array(a, order="C"))
 
 
 def save_case(case, path_stem) -> tuple[Path, Path]:
     """Write ``case`` as ``<stem>.npz`` and ``<stem>.json`` atomically; return their paths."""
+    return write_case_files(path_stem, _arrays(case), lambda: _metadata(case))
+
+
+def write_case_files(path_stem, arrays: dict, metadata) -> tuple[Path, Path]:
+    """Write ``arrays`` as ``<stem>.npz`` and ``metadata()`` (a dict; the npz's hash is added) as ``<stem>.json``,
+    atomically; return their paths."""
     npz_path, json_path = case_paths(path_stem)
     npz_path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = _arrays(case)
     temporaries = []
     try:
         temporaries.append(write_temporary(npz_path, lambda f: np.savez(f, **arrays)))
-        meta = _metadata(case)
+        meta = metadata()
         meta["npz_sha256"] = _sha256(temporaries[0])
         json_bytes = (_dumps(meta) + "\n").encode()
         temporaries.append(write_temporary(json_path, lambda f: f.write(json_bytes)))
@@ -185,27 +201,8 @@ def save_case(case, path_stem) -> tuple[Path, Path]:
 
 def load_case(path) -> AttentionCase | ServingCase:
     """Load a case saved by :meth:`save` from its ``.json``, its ``.npz`` or their stem."""
+    meta, arrays = read_case_files(path, _check_meta)
     npz_path, json_path = case_paths(path)
-    fix_resave = "Re-save the case, or delete this pair of files."
-    for p in (json_path, npz_path):
-        if not p.is_file():
-            raise CaseFormatError(p, "file not found",
-                                  "A saved case is a .json and a .npz with the same stem; both are needed.")
-    try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaseFormatError(json_path, f"unreadable JSON ({exc})", fix_resave) from None
-    meta = _check_meta(json_path, meta)
-    expected_hash = meta.get("npz_sha256")
-    if expected_hash is not None:
-        try:
-            actual_hash = _sha256(npz_path)
-        except OSError as exc:
-            raise CaseFormatError(npz_path, f"unreadable ({exc})", fix_resave) from None
-        if actual_hash != expected_hash:
-            raise CaseFormatError(npz_path, "its SHA-256 differs from the one its JSON records (the npz "
-                                  "was replaced, truncated or belongs to another case)", fix_resave)
-    arrays = _read_npz(npz_path)
     tensors = _check_arrays(npz_path, meta, arrays)
     try:
         case = AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
@@ -216,13 +213,52 @@ def load_case(path) -> AttentionCase | ServingCase:
             return case
         return ServingCase(case, block_table=tensors.get("block_table"), **meta["form"])
     except (InvalidArgument, TypeError) as exc:
-        raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}", fix_resave) from None
+        raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}",
+                              "Re-save the case, or delete this pair of files.") from None
 
 
+
+
+def read_case_files(path, check_meta) -> tuple[dict, dict]:
+    """(metadata, arrays) of a saved pair of files given its ``.json``, ``.npz`` or stem: the JSON checked by
+    ``check_meta(json_path, meta)`` (which returns it), the npz against the hash the JSON records."""
+    npz_path, json_path = case_paths(path)
+    fix_resave = "Re-save the case, or delete this pair of files."
+    for p in (json_path, npz_path):
+        if not p.is_file():
+            raise CaseFormatError(p, "file not found",
+                                  "A saved case is a .json and a .npz with the same stem; both are needed.")
+    try:
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CaseFormatError(json_path, f"unreadable JSON ({exc})", fix_resave) from None
+    meta = check_meta(json_path, meta)
+    expected_hash = meta.get("npz_sha256")
+    if expected_hash is not None:
+        try:
+            actual_hash = _sha256(npz_path)
+        except OSError as exc:
+            raise CaseFormatError(npz_path, f"unreadable ({exc})", fix_resave) from None
+        if actual_hash != expected_hash:
+            raise CaseFormatError(npz_path, "its SHA-256 differs from the one its JSON records (the npz "
+                                  "was replaced, truncated or belongs to another case)", fix_resave)
+    return meta, _read_npz(npz_path)
+
+
+def saved_format(path) -> str | None:
+    """The ``"format"`` a saved case's JSON names (None where there is no readable JSON object)."""
+    try:
+        meta = json.loads(case_paths(path)[1].read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return meta.get("format") if isinstance(meta, dict) else None
 
 
 def _check_meta(path: Path, meta) -> dict:
     fix = "Re-save the case with this flashcheck, or repair the JSON by hand."
+    if isinstance(meta, dict) and meta.get("format") == MERGE_FORMAT_NAME:
+        raise CaseFormatError(path, "the states of a merge that flashcheck.check_merge saved, not an attention case",
+                              "Pass it to flashcheck repro, which writes its reproducer.")
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT_NAME:
         raise CaseFormatError(path, f"not a flashcheck case (no \"format\": \"{_FORMAT_NAME}\")", fix)
     version = meta.get("format_version")
@@ -306,11 +342,5 @@ def _check_arrays(path: Path, meta: dict, arrays: dict) -> dict:
                                   f"{'case' if name in TENSORS else name} stores {_NPZ_DTYPE[dtype]}", fix)
         if list(a.shape) != list(expected_shape):
             raise CaseFormatError(path, f"{name} has shape {list(a.shape)}; the JSON says {expected_shape}", fix)
-        torch_dtype = FORMATS[dtype].dtype if dtype in FORMATS else None
-        if torch_dtype in _RAW:
-            t = _from_bits(a, torch_dtype)
-        else:
-            # np.array, not np.ascontiguousarray: the latter turns a 0-d mask into shape (1,).
-            t = torch.from_numpy(np.array(a, order="C"))
-        out[name] = t
+        out[name] = loaded_tensor(a, FORMATS[dtype].dtype if dtype in FORMATS else None)
     return out

@@ -250,6 +250,25 @@ class ServingCase:
             return torch.stack([t[:, s:s + n] for s in starts])
         return torch.stack([t[s:s + n].transpose(0, 1) for s in starts])
 
+    def pack(self, parts: list, *, lse: bool = False, fill: float = 0.0) -> torch.Tensor:
+        """:meth:`unpack` undone for every group: ``parts[i]``, of ``groups[i]`` in its dense layout, placed in the
+        form's output (or ``lse``) layout, its last dimension kept; rows of no group hold ``fill``."""
+        out_shape, lse_shape = self.output_shapes()
+        like = parts[0] if parts else torch.empty(out_shape[-1:])
+        target = torch.full(lse_shape if lse else out_shape[:-1] + like.shape[-1:], fill, dtype=like.dtype,
+                            device=like.device)
+        for group, part in zip(self.groups, parts):
+            for i, b in enumerate(group.indices):
+                if self.form == "paged":
+                    target[b] = part[i] if lse else part[i].transpose(0, 1)
+                    continue
+                start, n = sum(self.q_lens[:b]), self.q_lens[b]
+                if lse:
+                    target[:, start:start + n] = part[i]
+                else:
+                    target[start:start + n] = part[i].transpose(0, 1)
+        return target
+
     # ---- related cases, for the properties -----------------------------------------------------------
 
     def with_base(self, base: AttentionCase) -> "ServingCase":

@@ -27,7 +27,7 @@ from .properties import differs
 from .skips import one_line, raise_skip
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["SERVING_PROPERTIES", "SERVING_PROPERTY_FINDINGS", "check_serving", "run_form"]
+__all__ = ["SERVING_PROPERTIES", "SERVING_PROPERTY_FINDINGS", "check_serving", "group_budgets", "run_form"]
 
 # Each property of the forms, in the order they run, and the finding kind it gives when it fails.
 SERVING_PROPERTY_FINDINGS = {"determinism": "nondeterminism", "isolation": "poison_leak",
@@ -96,10 +96,7 @@ class _Judge:
 
     def __init__(self, kernel, case: ServingCase, contract, device, regime):
         self.kernel, self.case, self.device, self.regime = kernel, case, device, regime
-        self.budgets = [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
-                                     causal=case.causal, precision=contract, variant=g.case.variant,
-                                     attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
-                        for g in case.groups]
+        self.budgets = group_budgets(case, contract, device)
 
     def judge(self, run: FormRun) -> tuple[list[Finding], float]:
         findings, worst = [], 0.0
@@ -120,6 +117,14 @@ def _poison_noted(finding: Finding, case: ServingCase) -> Finding:
         return finding
     note = f" (NaN fills the memory no sequence owns, and {promise_note(promise)})"
     return dataclasses.replace(finding, diagnosis=finding.diagnosis + note)
+
+
+def group_budgets(case: ServingCase, contract, device) -> list:
+    """The error budget of each sequence group's logical problem (:attr:`ServingCase.groups`), on ``device``."""
+    return [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
+                         causal=case.causal, precision=contract, variant=g.case.variant,
+                         attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
+            for g in case.groups]
 
 
 def _crash(run: FormRun, regime, what: str | None = None) -> Finding:

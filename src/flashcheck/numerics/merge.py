@@ -18,7 +18,22 @@ after another), the output rounded once to its dtype at the end. Its budget, per
 - the division and the final rounding: (2u + u_dtype) |out| plus the dtype's subnormal spacing.
 
 The lse's budget: 3u (|lse| + |M|) for the additions and a base-2 conversion, and -log1p(-(sum e / L +
-gamma_{2S})) for the sum's relative error.
+gamma_{2S})) for the sum's relative error. (Computed with shares w_s / L, L >= 1: FP32_TINY / L <= FP32_TINY.)
+
+**The fold** (:func:`fold_budget`): a two-state merge called S - 1 times, ((s1 + s2) + s3) + ..., each call a
+legal merge of two whose out is rounded to the dtype and whose lse is fp32 before the next call. Let the prefix
+merged so far be exactly (a, la) and computed within D (elementwise) and E of it, and the next state (b, lb),
+merged exactly into (out, lse), with shares alpha = e^(la - lse) and 1 - alpha. Then:
+
+- the exact merge of the computed prefix moves from out by at most min(1, alpha e^E) D + expm1(E) e^E alpha
+  |a - out| (its weight is off by a factor e^(+-E); f(x) = (x a + B b) / (x + B) gives f(A') - f(A) =
+  (A' - A) B (a - b) / ((A' + B)(A + B))), and its lse by -log1p(-alpha expm1(E));
+- the call's own error is the two-state budget above at the inputs it got: every bound there is monotone in
+  |o_s|, |o_s - out|, |out|, |lse|, |M|, theta_s and the shares, so it is evaluated at the exact inputs widened
+  by D and E (theta_s + 8u E, shares times e^E).
+
+D and E after the call are the two sums; the budget is D and E after the last call. One call (S = 2) is the
+two-state budget exactly; each further call adds a rounding to the dtype, weighted by its prefix's share.
 """
 
 from __future__ import annotations
@@ -30,7 +45,7 @@ import torch
 
 from ..contract.formats import FORMATS, format_of
 
-__all__ = ["MergeBudget", "merge_budget", "merge_reference"]
+__all__ = ["MergeBudget", "fold_budget", "merge_budget", "merge_reference"]
 
 U32 = FORMATS["fp32"].unit_roundoff
 FP32_TINY = FORMATS["fp32"].smallest_normal
@@ -66,27 +81,79 @@ class MergeBudget:
     lse_tol: torch.Tensor
 
 
+def _shares(lses: torch.Tensor, lse: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+    """Each state's share e^(lse_s - lse) of the merged sum (0 for an empty state, and on an empty row)."""
+    return torch.where(empty, 0.0, torch.exp(lses - torch.where(empty, 0.0, lse)))
+
+
+def _theta(lses: torch.Tensor, m: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """Each weight's exponent error: the differences to the max and a base-2 conversion of both lse, rounded."""
+    return 2 * U32 * (torch.where(live, lses.abs() + (lses - m).abs(), 0.0) + m.abs())
+
+
+def _tolerances(share, theta, live, o_abs, dev_abs, out_abs, lse_abs, m_abs, *, g: float, fmt,
+                exp_ulps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out_tol, lse_tol) of a legal merge, from bounds on its states: ``share`` (S, R) each state's share of the
+    merged sum (w_s / L), ``theta`` its exponent's error, |o_s| and |o_s - out| (S, R, Dv), |out| (R, Dv), |lse|
+    and |M| (R,). The weight errors e_s / L <= share_s (expm1(theta_s) + e^theta_s exp_err) + FP32_TINY (L >= 1:
+    the largest weight is e^0)."""
+    rho = torch.where(live, share * (torch.expm1(theta) + torch.exp(theta) * exp_ulps * U32) + FP32_TINY, 0.0)
+    floor = (1 - rho.sum(0))[..., None]
+    shift = (rho[..., None] * torch.where(live[..., None], dev_abs, 0.0)).sum(0)
+    sums = g * ((share[..., None] * torch.where(live[..., None], o_abs, 0.0)).sum(0) + out_abs)
+    moved = torch.where(floor > 0, (shift + sums) / torch.where(floor > 0, floor, 1.0), math.inf)
+    out_tol = moved + (2 * U32 + fmt.unit_roundoff) * out_abs + fmt.subnormal_spacing
+    rel = rho.sum(0) + g
+    sum_error = torch.where(rel < 1, -torch.log1p(-torch.clamp(rel, max=1 - 2.0**-40)), math.inf)
+    return out_tol, 3 * U32 * (lse_abs + m_abs) + sum_error
+
+
 def merge_budget(outs: torch.Tensor, lses: torch.Tensor, *, dtype, exp_ulps: float = 2.0) -> MergeBudget:
     """The budget of merging ``outs`` (S, R, Dv) and natural-log ``lses`` (S, R) into ``dtype`` (see the
     module's contract)."""
     out, lse, empty = merge_reference(outs, lses)
-    fmt = format_of(dtype)
     o, l = outs.double(), lses.double()
     m = torch.where(empty, 0.0, l.amax(0))
-    w = torch.exp(l - m)
     live = torch.isfinite(l)
-    dist = torch.where(live, (l - m).abs(), 0.0)
-    theta = 2 * U32 * (torch.where(live, l.abs(), 0.0) + m.abs() + dist)
-    e = torch.where(live, w * (torch.expm1(theta) + torch.exp(theta) * exp_ulps * U32) + FP32_TINY, 0.0)
-    total = w.sum(0)
-    g = _gamma(2 * outs.shape[0] + 2, U32)
-    shift = (e[..., None] * torch.where(live[..., None], (o - out).abs(), 0.0)).sum(0)
-    sums = g * ((w[..., None] * torch.where(live[..., None], o.abs(), 0.0)).sum(0) + out.abs() * total[..., None])
-    floor = torch.clamp(total - e.sum(0), min=0.0)[..., None]
-    moved = torch.where(floor > 0, (shift + sums) / torch.where(floor > 0, floor, 1.0), math.inf)
-    out_tol = moved + (2 * U32 + fmt.unit_roundoff) * out.abs() + fmt.subnormal_spacing
-    rel = e.sum(0) / torch.where(empty, 1.0, total) + g
-    sum_error = torch.where(rel < 1, -torch.log1p(-torch.clamp(rel, max=1 - 2.0**-40)), math.inf)
-    lse_tol = 3 * U32 * (lse.abs() + m.abs()) + sum_error
-    return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, out_tol),
-                       torch.where(empty, 0.0, lse_tol))
+    out_tol, lse_tol = _tolerances(_shares(l, lse, empty), _theta(l, m, live), live, o.abs(), (o - out).abs(),
+                                   out.abs(), torch.where(empty, 0.0, lse.abs()), m.abs(),
+                                   g=_gamma(2 * outs.shape[0] + 2, U32), fmt=format_of(dtype), exp_ulps=exp_ulps)
+    return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, out_tol), torch.where(empty, 0.0, lse_tol))
+
+
+def fold_budget(outs: torch.Tensor, lses: torch.Tensor, *, dtype, exp_ulps: float = 2.0) -> MergeBudget:
+    """The budget of folding the states with a legal two-state merge, ((s1 + s2) + s3) + ..., each merge's out
+    rounded to ``dtype`` and its lse to fp32 before the next (see the module's contract: the fold)."""
+    o, l = outs.double(), lses.double()
+    fmt, a, la = format_of(dtype), o[0], l[0]
+    err, lse_err = torch.zeros_like(a), torch.zeros_like(la)  # D and E of the prefix merged so far
+    for b, lb in zip(o[1:], l[1:]):
+        out, lse, empty = merge_reference(torch.stack([a, b]), torch.stack([la, lb]))
+        err, lse_err = _fold_step(a, la, b, lb, out, lse, empty, err, lse_err, fmt, exp_ulps)
+        a, la = out, lse
+    out, lse, empty = merge_reference(outs, lses)
+    return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, err), torch.where(empty, 0.0, lse_err))
+
+
+def _fold_step(a, la, b, lb, out, lse, empty, err, lse_err, fmt, exp_ulps):
+    """(D, E) after merging the prefix (a, la), computed within (err, lse_err) of it, with the state (b, lb)."""
+    ls = torch.stack([la, lb])
+    alpha, beta = _shares(ls, lse, empty)  # the prefix's share of the merged sum, and the state's
+    grow, spread = torch.exp(lse_err), torch.expm1(lse_err)
+    # The exact merge of the computed prefix against the exact merge: its out moves the prefix's error, and
+    # its weight off by e^E moves the out along a - out; its lse moves by log(1 + alpha (e^E - 1)).
+    moved = (torch.clamp(alpha * grow, max=1.0)[..., None] * err
+             + (spread * grow * alpha)[..., None] * (a - out).abs())
+    tilt = alpha * spread
+    lse_moved = torch.where(tilt < 1, -torch.log1p(-torch.clamp(tilt, max=1 - 2.0**-40)), math.inf)
+    # The merge's own error on the computed inputs: its bound at the exact inputs, each bound widened by D and E.
+    live = torch.isfinite(ls)
+    m = torch.where(empty, 0.0, ls.amax(0))
+    share = torch.clamp(torch.stack([alpha, beta]) * grow, max=1.0)
+    theta = _theta(ls, m, live) + 8 * U32 * lse_err
+    o_abs = torch.stack([a.abs() + err, b.abs()])
+    dev = torch.stack([(a - out).abs() + err, (b - out).abs()]) + moved
+    own, own_lse = _tolerances(share, theta, live, o_abs, dev, out.abs() + moved,
+                               torch.where(empty, 0.0, lse.abs()) + lse_moved, m.abs() + lse_err,
+                               g=_gamma(6, U32), fmt=fmt, exp_ulps=exp_ulps)
+    return (torch.where(empty[..., None], 0.0, moved + own), torch.where(empty, 0.0, lse_moved + own_lse))

@@ -1,5 +1,6 @@
 """Upstream bug reports from saved cases: a self-contained reproducer script (torch and the kernel's package, no
-flashcheck) and a Markdown issue body, as ``flashcheck repro CASE --out DIR`` writes them.
+flashcheck; a serving or merge case's tensors in a file beside it) and a Markdown issue body, as ``flashcheck repro
+CASE --out DIR`` writes them. A saved merge case's are written by :mod:`.merge`.
 
 :func:`make_repro` replays the case (:mod:`.evidence`), decides how the script calls the kernel (:mod:`.calls`),
 fills the script template (:mod:`.script`, with the arrays of :mod:`.arrays`) and writes the issue (:mod:`.issue`).
@@ -17,6 +18,7 @@ class Repro:
     script: str  # repro.py
     issue: str  # ISSUE.md
     evidence: object  # flashcheck's replay (:class:`flashcheck.repro.evidence.Evidence`)
+    tensors: bytes | None = None  # the tensors file beside the script (None: its arrays are in it)
 
     @property
     def verdict(self):
@@ -24,18 +26,30 @@ class Repro:
 
 
 def make_repro(kernel, case, *, device: str, case_path) -> Repro:
-    """The reproducer and the issue for ``case`` on ``kernel`` (a resolved :class:`~flashcheck.contract.spec.Kernel`)
-    replayed on ``device``; InvalidArgument naming the case for a kernel or case it cannot write."""
+    """The reproducer and the issue for ``case`` (dense or of a serving form) on ``kernel`` (a resolved
+    :class:`~flashcheck.contract.spec.Kernel`) replayed on ``device``; InvalidArgument naming the case for a kernel
+    or case it cannot write."""
+    from ..inputs.serving import ServingCase
+    from .arrays import TensorFile
     from .calls import kernel_call
     from .evidence import gather
-    from .issue import issue_text, summary_sentence
-    from .script import generated_versions, script_data, script_text
+    from .issue import attention_subject, issue_text, summary_sentence
+    from .script import generated_versions, script_data, script_text, serving_data, with_tensor_file
 
     call = kernel_call(kernel, case, device=device, case_path=case_path)  # refuses before anything runs
     evidence = gather(kernel, case, device=device)
     versions = generated_versions(call, device)
     name = kernel.name
     title = f"Reproducer: {summary_sentence(name, evidence)}".replace("`", "")
-    script = script_text(script_data(case, call, evidence, device=device, title=title, versions=versions))
-    issue = issue_text(case, evidence, kernel=name, versions=versions, script=script, device=device)
-    return Repro(script, issue, evidence)
+    facts = dict(device=device, title=title, versions=versions)
+    if isinstance(case, ServingCase):
+        tensors = TensorFile()
+        data = serving_data(case, call, evidence, tensors, **facts)
+        content = with_tensor_file(data, tensors)
+        script = script_text(data, form="serving")
+    else:
+        content, script = None, script_text(script_data(case, call, evidence, **facts))
+    subject = attention_subject(case, evidence, tensors_file=None if content is None else TensorFile.NAME)
+    issue = issue_text(subject, evidence, kernel=name, versions=versions, script=script, device=device)
+    return Repro(script, issue, evidence, content)
+

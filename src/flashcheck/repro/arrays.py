@@ -1,16 +1,22 @@
-"""Tensors as data a reproducer can hold: the raw bits of a tensor's whole storage (lzma, then base64) with its
-dtype, shape, strides and storage offset, so that the script's ``tensor`` (:mod:`flashcheck.repro._script`)
-rebuilds the same view of the same memory: a transposed, strided, stride-0 or offset view stays one, the NaN
-that flashcheck put around it included. bf16, fp8 and bool are carried as the integers of their bits."""
+"""Tensors as data a reproducer can hold: the raw bits of a tensor's whole storage with its dtype, shape, strides and
+storage offset, so that the script's ``tensor`` (:mod:`flashcheck.repro._script`) rebuilds the same view of the
+same memory: a transposed, strided, stride-0 or offset view stays one, the NaN that flashcheck put around it
+included. bf16, fp8 and bool are carried as the integers of their bits.
+
+The bits go in the script itself (:func:`encode_tensor`: lzma, then base64), or in a tensors file beside it
+(:class:`TensorFile`: an npz of one array per tensor, which the script checks by its SHA-256 and reads without
+numpy)."""
 
 from __future__ import annotations
 
 import base64
+import io
 import lzma
 
+import numpy as np
 import torch
 
-__all__ = ["encode_tensor", "LINE"]
+__all__ = ["encode_tensor", "LINE", "TensorFile"]
 
 LINE = 100  # characters of base64 per line of the script
 # Each dtype's bits, as an integer dtype of the same size that numpy and torch.frombuffer both read.
@@ -24,15 +30,43 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _storage(t: torch.Tensor) -> tuple[dict, np.ndarray]:
+    """The view of ``t`` (on any device) on its storage, and that whole storage as the integers of its bits."""
+    t = t.detach()
+    bits = _BITS[t.dtype]
+    storage = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage()).cpu()
+    view = {"dtype": _name(t.dtype), "bits_dtype": _name(bits), "shape": list(t.shape), "stride": list(t.stride()),
+            "offset": t.storage_offset()}
+    return view, storage.view(bits).numpy()
+
+
 def encode_tensor(t: torch.Tensor | None) -> dict | None:
     """``t`` (on any device) as the script's data: its storage's bits and the view on them."""
     if t is None:
         return None
-    t = t.detach()
-    bits = _BITS[t.dtype]
-    # The whole storage, as a flat tensor of t's dtype, then as the integers of its bits.
-    storage = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage()).cpu()
-    raw = storage.view(bits).numpy().tobytes()
-    text = base64.b64encode(lzma.compress(raw, preset=9)).decode("ascii")
-    return {"dtype": _name(t.dtype), "bits_dtype": _name(bits), "shape": list(t.shape), "stride": list(t.stride()),
-            "offset": t.storage_offset(), "bits": [text[i:i + LINE] for i in range(0, len(text), LINE)]}
+    view, raw = _storage(t)
+    text = base64.b64encode(lzma.compress(raw.tobytes(), preset=9)).decode("ascii")
+    return {**view, "bits": [text[i:i + LINE] for i in range(0, len(text), LINE)]}
+
+
+class TensorFile:
+    """The tensors of a reproducer kept in a file beside it (``repro.npz``): the script's data names each one's
+    array and its view."""
+
+    NAME = "repro.npz"
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def encode(self, t: torch.Tensor | None, name: str) -> dict | None:
+        """``t`` as the script's data, its storage's bits under ``name`` in the file."""
+        if t is None:
+            return None
+        view, self.arrays[name] = _storage(t)
+        return {**view, "array": name}
+
+    def content(self) -> bytes:
+        """The file: the arrays encoded so far, compressed."""
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **self.arrays)
+        return buffer.getvalue()

@@ -8,8 +8,12 @@ the data it needs, or a refusal for a kernel that plain public code cannot call.
 - ``torch:flex`` (its options ``compile``, ``alibi``): ``flex_attention`` with the block mask, score_mod and sink
   key of :mod:`flashcheck.kernels.flex`, written out in the script.
 
+- A case of a serving form (varlen, paged; split-KV: a paged kernel whose spec has ``num_splits``): a plain callable
+  of that form, called with the packed or paged tensors and the form's keywords, at each split count.
+
 Refused: flashcheck's own kernels (``flashcheck:triton`` and its forms, the planted-bug variants ``NAME~BUG``),
-fla-core's, the serving forms (varlen, paged, split-KV) and every case of a serving form."""
+fla-core's, and the built-in kernels of the serving forms (``torch:varlen``, ``torch:paged``, ``torch:split-kv``,
+...)."""
 
 from __future__ import annotations
 
@@ -20,12 +24,13 @@ from ..kernels.names import parse_kernel_name
 from ..kernels.origin import import_root
 from ..kernels.sdpa import SDPA_KERNELS
 
-__all__ = ["SUPPORTED", "kernel_call"]
+__all__ = ["SUPPORTED", "kernel_call", "plain_target"]
 
 FLEX = "torch:flex"
 SUPPORTED = ("a plain callable module:function", *SDPA_KERNELS, f"{FLEX} (options compile, alibi)")
 _FIX = (f"flashcheck repro writes dense cases (masks; soft-cap, ALiBi, attn_bias, window, chunk and sinks where "
-        f"the kernel takes them) of {', '.join(SUPPORTED)}. Replay the case with flashcheck replay instead.")
+        f"the kernel takes them) of {', '.join(SUPPORTED)}, and varlen, paged and split-KV cases of a plain callable "
+        "module:function of that form. Replay the case with flashcheck replay instead.")
 
 
 def _refuse(case_path, why: str):
@@ -35,12 +40,12 @@ def _refuse(case_path, why: str):
 def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
     """The script's ``CASE["kernel"]`` for ``kernel`` on ``case``: ``kind`` (``plain``, ``sdpa`` or ``flex``),
     ``target`` and what that call needs; InvalidArgument naming the case for a kernel or case it cannot call."""
-    if isinstance(case, ServingCase):
-        _refuse(case_path, f"a {case.form} case (a serving form): its packed or paged call is not written yet")
     source = kernel.source or kernel.name
     base, mutant, options = parse_kernel_name(source)
     if mutant is not None:
         _refuse(case_path, f"its kernel {source} is one of flashcheck's planted-bug variants, not an upstream kernel")
+    if isinstance(case, ServingCase):
+        return _serving(kernel, case, source, case_path)
     if base in SDPA_KERNELS:
         return {"kind": "sdpa", "target": base, "backend": SDPA_KERNELS[base][0],
                 "repeat_kv": base == "torch:efficient",  # measured: efficient refuses enable_gqa
@@ -53,10 +58,19 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
                 "returns_lse": not (compiled and device == "cpu")}  # the compiled CPU kernel returns no lse
     if base.split(":")[0] in ("torch", "flashcheck", "fla"):
         _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
-    return _plain(kernel, source, case_path)
+    return plain_target(kernel, source, case_path)
 
 
-def _plain(kernel: Kernel, source: str, case_path) -> dict:
+def _serving(kernel: Kernel, case: ServingCase, source: str, case_path) -> dict:
+    if kernel.spec.form != case.form:
+        _refuse(case_path, f"a {case.form} case, but its kernel {source} declares form={kernel.spec.form!r}")
+    if source.split(":")[0] in ("torch", "flashcheck", "fla"):
+        _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
+    splits = kernel.spec.num_splits
+    return {**plain_target(kernel, source, case_path), "num_splits": None if splits is None else list(splits)}
+
+
+def plain_target(kernel: Kernel, source: str, case_path) -> dict:
     """The function underneath a decorated kernel (its module may then import without flashcheck)."""
     fn = kernel.fn
     while isinstance(fn, Kernel):

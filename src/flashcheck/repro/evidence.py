@@ -2,7 +2,8 @@
 diagnosis) and flashcheck's error model's budget for every element the script compares, computed by the functions
 that judge the case (:func:`~flashcheck.numerics.budget.error_budget`,
 :func:`~flashcheck.numerics.gradient_budget.gradient_budget`, :func:`~flashcheck.judge.check.check`,
-:func:`~flashcheck.judge.backward.check_backward`): the script carries these numbers as data and sets none."""
+:func:`~flashcheck.judge.backward.check_backward`): the script carries these numbers as data and sets none. A
+serving case's budgets are its sequence groups', placed in the form's output layout."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 
 from ..contract.precision import precision_named
 from ..contract.spec import Kernel
+from ..inputs.serving import ServingCase
 from ..judge.backward import check_backward, is_backward_case, upstream_gradient
 from ..judge.check import check
+from ..judge.serving import group_budgets
 from ..judge.verdict import BUG, Verdict
 from ..numerics.budget import error_budget
 from ..numerics.gradient_budget import gradient_budget
@@ -69,6 +72,8 @@ class Evidence:
 
 def gather(kernel: Kernel, case, *, device: str) -> Evidence:
     """Replay ``case`` on ``kernel`` as ``flashcheck replay`` does, with the budgets the script will carry."""
+    if isinstance(case, ServingCase):
+        return _gather_serving(kernel, case, device=device)
     device = torch.device(device)
     exact = tuple(t.to(device) for t in (case.q, case.k, case.v))
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
@@ -84,13 +89,34 @@ def gather(kernel: Kernel, case, *, device: str) -> Evidence:
         return Evidence(verdict, True, tensors, do=do, precision=precision_named(spec.precision).name)
     budget = error_budget(*exact, **kw)
     verdict = check(kernel, case, device=device, budget=budget)  # the same budget judges the replay
-    out, lse = verdict.output if isinstance(verdict.output, tuple) else (None, None)
     ref = budget.reference
-    tensors = {"out": Compared(out, ref.out, budget.total, ref.empty_rows)}
-    # The lse's budget is carried even without an lse here (a crash): the script judges one where it gets one.
+    return _forward(verdict, spec, Compared(None, ref.out, budget.total, ref.empty_rows),
+                    Compared(None, ref.lse, budget.lse_total, ref.empty_rows))
+
+
+def _forward(verdict: Verdict, spec, out: Compared, lse: Compared) -> Evidence:
+    """The evidence of a forward replay: what the kernel gave joins the exact values and budgets ``out`` and
+    ``lse`` (the lse's budget is carried even without an lse here, a crash: the script judges one it gets)."""
+    got_out, got_lse = verdict.output if isinstance(verdict.output, tuple) else (None, None)
     base = math.log(2) if spec.lse_base == "2" else 1.0
-    tensors["lse"] = Compared(None if lse is None else lse.detach().double() * base, ref.lse, budget.lse_total,
-                              ref.empty_rows)
+    out.got, lse.got = got_out, None if got_lse is None else got_lse.detach().double() * base
     empty_lse = spec.empty_lse or ("-inf" if spec.fully_masked_rows == "zero" else "any")
-    return Evidence(verdict, False, tensors, promises={"out": spec.fully_masked_rows, "lse": empty_lse},
-                    lse_base=spec.lse_base, precision=precision_named(spec.precision).name)
+    return Evidence(verdict, False, {"out": out, "lse": lse},
+                    promises={"out": spec.fully_masked_rows, "lse": empty_lse}, lse_base=spec.lse_base,
+                    precision=precision_named(spec.precision).name)
+
+
+def _gather_serving(kernel: Kernel, case: ServingCase, *, device: str) -> Evidence:
+    """A serving case replayed (at its first split count for the outputs), each group's exact values and budgets
+    placed in the form's output layout."""
+    verdict = check(kernel, case, device=device)
+    budgets = group_budgets(case, kernel.spec.precision, torch.device(device))
+    refs = [b.reference for b in budgets]
+    empty = [r.empty_rows.cpu() for r in refs]
+    out = Compared(None, case.pack([r.out.cpu() for r in refs]), case.pack([b.total.cpu() for b in budgets],
+                                                                           fill=math.nan),
+                   case.pack([e[..., None] for e in empty], fill=True)[..., 0])
+    lse = Compared(None, case.pack([r.lse.cpu() for r in refs], lse=True),
+                   case.pack([b.lse_total.cpu() for b in budgets], lse=True, fill=math.nan),
+                   case.pack(empty, lse=True, fill=True))
+    return _forward(verdict, kernel.spec, out, lse)

@@ -1,16 +1,19 @@
 """The upstream issue's Markdown body: what is wrong in one sentence, the versions, the shrunk case, the worst
-elements (expected and actual values, from flashcheck's replay), and how to run the reproducer."""
+elements (expected and actual values, from flashcheck's replay), and how to run the reproducer. What the issue is
+about (attention, a serving form's attention, a merge of partial states) is a :class:`Subject`."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
+from ..inputs.serving import ServingCase
 from ..judge.verdict import BUG
 from .evidence import Evidence
 
-__all__ = ["issue_text", "summary_sentence", "worst_elements", "INLINE_LIMIT"]
+__all__ = ["INLINE_LIMIT", "Subject", "attention_subject", "issue_text", "summary_sentence", "worst_elements"]
 
 INLINE_LIMIT = 40_000  # characters: a larger script is referenced, not inlined (GitHub caps a body at 65,536)
 WORST = 5
@@ -42,7 +45,29 @@ def _tensor_of(finding) -> str:
     return (finding.details or {}).get("gradient") or ("lse" if finding.kind == "lse" else "out")
 
 
-def summary_sentence(kernel: str, evidence: Evidence) -> str:
+@dataclass
+class Subject:
+    """What an issue is about, in its words: what is wrong (the headline), the case's lines, the name of the exact
+    answer, what each element's budget is, the tensors file beside the script (None: the arrays are in it), and the
+    heading of the case's lines."""
+
+    wrong: str
+    lines: list
+    exact: str
+    budget: str
+    tensors_file: str | None = None
+    heading: str = "The case (shrunk by flashcheck)"
+
+
+def attention_subject(case, evidence: Evidence, *, tensors_file: str | None = None) -> Subject:
+    """The subject of an attention case, dense or of a serving form."""
+    lines = _serving_lines(case) if isinstance(case, ServingCase) else _case_lines(case, evidence)
+    budget = (f"the largest error any legal order of the kernel's floating-point operations can make there "
+              f"({case.dtype} inputs, flashcheck's precision contract `{evidence.precision}`)")
+    return Subject("wrong attention output on a valid input", lines, "exact attention", budget, tensors_file)
+
+
+def summary_sentence(kernel: str, evidence: Evidence, exact: str = "exact attention") -> str:
     """What is wrong, in one sentence."""
     f = evidence.finding
     if f is None:
@@ -52,10 +77,10 @@ def summary_sentence(kernel: str, evidence: Evidence) -> str:
     if f.kind == "over_budget":
         over = (f.details or {}).get("elements_over")
         count = f"{over} {name} elements" if over else f"{name} elements"
-        return (f"`{kernel}` returns {count} farther from exact attention than any legal reordering of its "
+        return (f"`{kernel}` returns {count} farther from {exact} than any legal reordering of its "
                 f"floating-point operations allows (worst: {f.ratio:.3g} times the element's error budget).")
     if f.kind == "nonfinite":
-        return f"`{kernel}` returns non-finite {name} values (NaN or infinity) where exact attention is finite."
+        return f"`{kernel}` returns non-finite {name} values (NaN or infinity) where {exact} is finite."
     if f.kind == "crash":
         return f"`{kernel}` raises on a valid input: {f.diagnosis}"
     return f"`{kernel}`: {f.diagnosis}"
@@ -91,11 +116,43 @@ def _worst_table(evidence: Evidence) -> list[str]:
     return out
 
 
-def issue_text(case, evidence: Evidence, *, kernel: str, versions: dict, script: str, device: str) -> str:
-    """The issue body for ``case`` (``script``: the reproducer's text, inlined when small enough)."""
+def _serving_lines(case: ServingCase) -> list[str]:
+    physical, p = case.physical("cpu"), case.provenance or {}
+    names = ("q", "k", "v") if case.form == "varlen" else ("q", "k_cache", "v_cache")
+    keywords = ", ".join(f"{n}={v.tolist() if v.numel() <= 16 else tuple(v.shape)}" if hasattr(v, "tolist")
+                         else f"{n}={v}" for n, v in physical.kwargs.items())
+    lines = [f"- form: {case.form}; " + ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(names, physical.tensors)),
+             f"- {keywords}",
+             f"- per sequence: q_lens {list(case.q_lens)}, k_lens {list(case.k_lens)}"
+             + (f", page size {case.page_size} of {case.num_blocks} pages" if case.form == "paged" else "")
+             + f"; memory no sequence owns holds {case.poison} poison",
+             f"- dtype: {case.dtype}; scale: {case.scale!r} (`{case.scale.hex()}`); causal: {case.causal} (per "
+             "sequence, on its own lengths)"]
+    if case.variant.used:
+        lines.append(f"- variant: {case.variant.describe()}")
+    return lines + [f"- regime: {p.get('strategy') or 'unknown'}; seed: {p.get('seed')}"]
+
+
+def _reproducer(script: str, tensors_file: str | None) -> list[str]:
+    where = ("the inputs are embedded bit for bit (layout included) and so is each element's budget."
+             if tensors_file is None else
+             f"the inputs (layout included) and each element's budget are in `{tensors_file}` beside it, bit for "
+             "bit: attach both files (the script checks the file's SHA-256).")
+    parts = ["## Reproducer", "", f"`repro.py` needs only torch and the kernel's package; {where}", "", "```text",
+             "python repro.py            # exit 1: reproduced, 0: not reproduced, 2: cannot run here",
+             "python repro.py --device cpu", "```", ""]
+    if len(script) <= INLINE_LIMIT:
+        return parts + ["<details><summary>repro.py</summary>", "", "```python", script.rstrip("\n"), "```", "",
+                        "</details>", ""]
+    return parts + [f"The script ({len(script):,} characters) is attached as `repro.py`.", ""]
+
+
+def issue_text(subject: Subject, evidence: Evidence, *, kernel: str, versions: dict, script: str,
+               device: str) -> str:
+    """The issue body about ``subject`` (``script``: the reproducer's text, inlined when small enough)."""
     v = evidence.verdict
-    parts = [f"# {kernel}: wrong attention output on a valid input" if evidence.finding else f"# {kernel}",
-             "", summary_sentence(kernel, evidence), ""]
+    parts = [f"# {kernel}: {subject.wrong}" if evidence.finding else f"# {kernel}",
+             "", summary_sentence(kernel, evidence, subject.exact), ""]
     if v.status != BUG:
         parts += [f"> **Note:** flashcheck's replay on this machine ({device}) gives {v.status}, not BUG. The "
                   "defect may need the GPU (or the settings) it was found with; the reproducer was written anyway.",
@@ -103,22 +160,11 @@ def issue_text(case, evidence: Evidence, *, kernel: str, versions: dict, script:
     parts += ["## Versions", "", "Recorded when the reproducer was generated (the script prints those of the "
               "machine that runs it):", "", "| | |", "|---|---|"]
     parts += [f"| {key} | {value} |" for key, value in versions.items()]
-    parts += ["", "## The case (shrunk by flashcheck)", "", *_case_lines(case, evidence), "",
+    parts += ["", f"## {subject.heading}", "", *subject.lines, "",
               "## What is wrong", "", f"flashcheck's diagnosis: `{evidence.diagnosis}`", "",
-              "An element is wrong when it is non-finite where exact attention is finite, or farther from the exact "
-              "(float64) value than its error budget: the largest error any legal order of the kernel's "
-              f"floating-point operations can make there ({case.dtype} inputs, flashcheck's precision contract "
-              f"`{evidence.precision}`).", "", *_worst_table(evidence), ""]
+              f"An element is wrong when it is non-finite where {subject.exact} is finite, or farther from the exact "
+              f"(float64) value than its error budget: {subject.budget}.", "", *_worst_table(evidence), ""]
     if evidence.unchecked:
         parts += [f"flashcheck also found {', '.join(evidence.unchecked)}: properties of reruns (poisoned memory, "
                   "other layouts, repeated calls) that the reproducer does not check.", ""]
-    parts += ["## Reproducer", "", "`repro.py` needs only torch and the kernel's package; the inputs are embedded "
-              "bit for bit (layout included) and so is each element's budget.", "", "```text",
-              "python repro.py            # exit 1: reproduced, 0: not reproduced, 2: cannot run here",
-              "python repro.py --device cpu", "```", ""]
-    if len(script) <= INLINE_LIMIT:
-        parts += ["<details><summary>repro.py</summary>", "", "```python", script.rstrip("\n"), "```", "",
-                  "</details>", ""]
-    else:
-        parts += [f"The script ({len(script):,} characters) is attached as `repro.py`.", ""]
-    return "\n".join(parts)
+    return "\n".join(parts + _reproducer(script, subject.tensors_file))

@@ -1,10 +1,15 @@
 """The reproducer's text: the script template (:mod:`flashcheck.repro._script`, a real module, so that it is linted
-and its functions can be tested) with the case's data in place of ``CASE`` and the kernel's call in place of
-``CALL``: for a built-in, the functions of :mod:`flashcheck.repro._script_calls` its call needs, copied in."""
+and its functions can be tested) with the case's data in place of ``CASE``, the kernel's call in place of ``CALL``
+(for a built-in, the functions of :mod:`flashcheck.repro._script_calls` its call needs, copied in) and the part of
+the case's form in place of ``@FORM@``: :mod:`._script_dense`, :mod:`._script_serving` or :mod:`._script_merge`.
+
+A dense script carries its arrays in itself; a serving or merge script reads them from the tensors file beside it
+(:class:`~flashcheck.repro.arrays.TensorFile`)."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.metadata
 import inspect
 import platform
@@ -14,17 +19,28 @@ from pathlib import Path
 
 import torch
 
+from ..judge.merge import fold_states
 from ..kernels.flex import flex_sink_key
+from ..numerics.merge import merge_reference
 from ._script import package_version
-from .arrays import encode_tensor
+from .arrays import TensorFile, encode_tensor
 from .evidence import Evidence
 
-__all__ = ["script_data", "script_text", "generated_versions"]
+__all__ = ["copied", "generated_versions", "script_data", "script_frame", "script_text", "serving_data",
+           "with_tensor_file"]
 
 _HERE = Path(__file__).resolve().parent
 _CASE_LINE = "CASE: dict = {}  # @CASE@"
 _CALL_LINE = "CALL = plain_call  # @CALL@"
 _CALLS_START = "\n# ---- calls ----\n"  # on a line of its own (the docstring names it too)
+_FORM_LINE = "INPUTS = RUN = JUDGE = None  # @FORM@: what the case's form reads, runs and judges (see _script_dense.py)"
+_FORM_START = "\n# ---- form ----\n"
+# What a form's script leaves out of the template: a dense case's call, and for a merge the attention too.
+_LEFT_OUT = {"dense": (), "serving": ("plain_call",),
+             "merge": ("plain_call", "inputs", "scale", "as_4d", "causal_visible", "dequantized", "score_bias",
+                       "visible", "attention64")}
+_SHARED = {"merge": (merge_reference, fold_states)}  # flashcheck's own functions a merge script copies in
+_INDICES = {"varlen": {"out": "[t, h, k]", "lse": "[h, t]"}, "paged": {"out": "[b, i, h, k]", "lse": "[b, h, i]"}}
 
 
 def _version(dist: str) -> str:
@@ -43,12 +59,12 @@ def generated_versions(call: dict, device: str) -> dict:
             "python": platform.python_version(), "device": where, "flashcheck": _version("flashcheck")}
 
 
-def _kwargs(case) -> dict:
+def _kwargs(case, encode) -> dict:
     """The variant's keyword arguments as data: tensors as bits, the cap as float.hex, the window as a list."""
     out = {}
     for name, value in case.variant.kwargs("cpu").items():
         if isinstance(value, torch.Tensor):
-            out[name] = encode_tensor(value)
+            out[name] = encode(value, f"kwargs.{name}")
         elif name == "softcap":
             out[name] = float(value).hex()
         else:
@@ -56,27 +72,66 @@ def _kwargs(case) -> dict:
     return out
 
 
-def _copy(t: torch.Tensor) -> torch.Tensor:
-    # A fresh contiguous CPU tensor: its storage is exactly its elements.
+def _inline(t, name):
+    return encode_tensor(t)
+
+
+def copied(t: torch.Tensor) -> torch.Tensor:
+    """A fresh contiguous CPU tensor: its storage is exactly its elements."""
     return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+
+
+def script_frame(call: dict, evidence: Evidence, *, describe: str, device: str, title: str, versions: dict) -> dict:
+    """What every script's ``CASE`` starts with: the title, the call, where it ran, the case and the diagnosis."""
+    return {"title": title, "kernel": call, "device": torch.device(device).type, "byteorder": sys.byteorder,
+            "describe": describe, "diagnosis": evidence.diagnosis, "generated": versions}
+
+
+def _attention(case) -> dict:
+    return {"scale": case.scale.hex(), "causal": case.causal, "alibi": case.variant.alibi,
+            "bias_order": case.variant.bias_order}
 
 
 def script_data(case, call: dict, evidence: Evidence, *, device: str, title: str, versions: dict) -> dict:
     """The script's ``CASE``: the inputs as the kernel received them, the budgets, and what to print."""
     q, k, v, mask = case.to_device("cpu")  # the case's layout: the same bits and strides on any device
     s = case.shapes
+    describe = case.describe() + (f", dO {case.provenance.get('upstream')}" if evidence.backward else "")
     return {
-        "title": title, "kernel": call, "device": torch.device(device).type, "byteorder": sys.byteorder,
-        "describe": case.describe() + (f", dO {case.provenance.get('upstream')}" if evidence.backward else ""),
-        "diagnosis": evidence.diagnosis, "scale": case.scale.hex(), "causal": case.causal,
-        "alibi": case.variant.alibi, "bias_order": case.variant.bias_order,
-        "shapes": {"out": [s.batch, s.heads_q, s.n_q, s.head_dim_v]},
+        **script_frame(call, evidence, describe=describe, device=device, title=title, versions=versions),
+        **_attention(case), "shapes": {"out": [s.batch, s.heads_q, s.n_q, s.head_dim_v]},
         "inputs": {name: encode_tensor(t) for name, t in zip(("q", "k", "v", "attn_mask"), (q, k, v, mask))},
-        "kwargs": _kwargs(case), "backward": evidence.backward,
-        "do": None if evidence.do is None else encode_tensor(_copy(evidence.do)),
-        "budgets": {name: encode_tensor(_copy(c.budget)) for name, c in evidence.tensors.items()},
-        "empty_rows": evidence.promises, "lse_base": evidence.lse_base, "generated": versions,
+        "kwargs": _kwargs(case, _inline), "backward": evidence.backward,
+        "do": None if evidence.do is None else encode_tensor(copied(evidence.do)),
+        "budgets": {name: encode_tensor(copied(c.budget)) for name, c in evidence.tensors.items()},
+        "empty_rows": evidence.promises, "lse_base": evidence.lse_base,
     }
+
+
+def serving_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, device: str, title: str,
+                 versions: dict) -> dict:
+    """The ``CASE`` of a serving case's script: the packed or paged tensors and the form's keywords as the kernel
+    received them, and the budgets in the form's output layout, their bits in ``tensors``."""
+    physical = case.physical("cpu")  # the same bits and strides on any device, the poison around them included
+    keywords = {n: tensors.encode(v, f"form.{n}") if isinstance(v, torch.Tensor) else v
+                for n, v in physical.kwargs.items()}
+    out, lse = case.output_shapes()
+    return {
+        **script_frame(call, evidence, describe=case.describe(), device=device, title=title, versions=versions),
+        **_attention(case), "shapes": {"out": list(out), "lse": list(lse)},
+        "inputs": {n: tensors.encode(t, f"inputs.{n}") for n, t in zip("qkv", physical.tensors)},
+        "kwargs": _kwargs(case, tensors.encode),
+        "form": {"form": case.form, "keywords": keywords, "num_splits": call["num_splits"]},
+        "budgets": {n: tensors.encode(copied(c.budget), f"budgets.{n}") for n, c in evidence.tensors.items()},
+        "empty_rows": evidence.promises, "lse_base": evidence.lse_base, "indices": _INDICES[case.form],
+    }
+
+
+def with_tensor_file(data: dict, tensors: TensorFile) -> bytes:
+    """The tensors file's content, its name and SHA-256 recorded in ``data`` (the script checks both)."""
+    content = tensors.content()
+    data.update(tensors_file=TensorFile.NAME, tensors_sha256=hashlib.sha256(content).hexdigest())
+    return content
 
 
 def _top_functions(text: str, prefixes: tuple) -> list[tuple[int, int, str]]:
@@ -97,18 +152,20 @@ def _functions(text: str, prefixes: tuple) -> str:
     return "\n\n".join("".join(lines[first - 1:last]) for first, last, _ in _top_functions(text, prefixes))
 
 
-def script_text(data: dict) -> str:
-    """The reproducer for ``data`` (:func:`script_data`), checked to compile."""
-    text = (_HERE / "_script.py").read_text(encoding="utf-8")
+def script_text(data: dict, *, form: str = "dense") -> str:
+    """The reproducer for ``data`` (:func:`script_data`, :func:`serving_data`, or a merge's), checked to compile."""
+    text = _without((_HERE / "_script.py").read_text(encoding="utf-8"), _LEFT_OUT[form])
     kind = data["kernel"]["kind"]
-    call = "CALL = plain_call"
+    call = "CALL = plain_call" if form == "dense" else "CALL = plain_kernel"
     if kind != "plain":
         calls = (_HERE / "_script_calls.py").read_text(encoding="utf-8").split(_CALLS_START, 1)[1]
         text = _without(text, ("plain_",))
         shared = f"{inspect.getsource(flex_sink_key)}\n\n" if kind == "flex" else ""  # the adapter's own
         call = f"{shared}{_functions(calls, (kind + '_',))}\n\nCALL = {kind}_call"
+    part = (_HERE / f"_script_{form}.py").read_text(encoding="utf-8").split(_FORM_START, 1)[1].strip("\n")
+    copies = "".join(f"{inspect.getsource(fn)}\n\n" for fn in _SHARED.get(form, ()))  # flashcheck's own
     title = data["title"].replace("\\", "/").replace('"""', "'''")
-    text = text.replace("@TITLE@", title, 1).replace(_CALL_LINE, call, 1)
+    text = text.replace("@TITLE@", title, 1).replace(_CALL_LINE, call, 1).replace(_FORM_LINE, copies + part, 1)
     text = text.replace(_CASE_LINE, "CASE = " + pprint.pformat(data, width=116, sort_dicts=False), 1)
     compile(text, "repro.py", "exec")  # a template edit that breaks the script fails here, not at the user's
     return text
