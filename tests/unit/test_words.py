@@ -7,3 +7,37 @@ def test_one_is_singular_and_every_other_count_plural():
     assert counted(1, "fp16 case") == "1 fp16 case"
     assert counted(0, "distinct bug") == "0 distinct bugs"
     assert counted(2730, "judged case") == "2,730 judged cases"
+
+
+def test_a_long_list_shows_its_first_items_and_counts_the_rest():
+    from flashcheck.words import listed
+
+    assert listed(["a", "b"]) == "a, b"
+    assert listed([f"r{i}" for i in range(150)]) == "r0, r1, r2, r3, r4 and 145 more"
+    assert listed([f"r{i}" for i in range(6)], limit=None) == "r0, r1, r2, r3, r4, r5"
+    assert listed([]) == ""
+
+
+def test_a_line_wraps_at_the_terminals_width_under_its_own_indent(monkeypatch):
+    from flashcheck.words import terminal_width, wrapped
+
+    line = "      regimes: " + ", ".join(f"random/none/layout{i} {i}" for i in range(30))
+    monkeypatch.setenv("COLUMNS", "72")
+    assert terminal_width() == 72
+    lines = wrapped(line).splitlines()
+    assert len(lines) > 1 and all(len(x) <= 72 for x in lines)
+    assert lines[0].startswith("      regimes: ") and all(x.startswith(" " * 10) for x in lines[1:])
+    assert " ".join(x.strip() for x in lines) == line.strip()  # nothing lost, nothing cut inside a word
+    assert wrapped("  short") == "  short"
+
+
+def test_without_a_terminal_the_width_is_a_sane_default(monkeypatch):
+    import os
+    import shutil
+
+    from flashcheck.words import DEFAULT_WIDTH, terminal_width
+
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size(fallback))
+    assert terminal_width() == DEFAULT_WIDTH >= 80  # what shutil falls back on when stdout is no terminal
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size((5, 24)))
+    assert terminal_width() >= 40  # a width no line fits in

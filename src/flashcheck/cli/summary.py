@@ -3,6 +3,8 @@ it merged (``CampaignResult.as_dict()``, or the merged one of ``--jobs``)."""
 
 from __future__ import annotations
 
+from ..words import listed, wrapped
+
 __all__ = ["print_summary"]
 
 
@@ -71,10 +73,10 @@ def _print_coverage(coverage: dict) -> None:
         return
     seen = ", ".join(f"{name} {sum(1 for n in c.values() if n)}/{len(c)}" for name, c in total.items() if c)
     missing = never_judged(total)
-    print(f"  coverage (judged cases): {seen}" + (f"; never judged: {', '.join(missing)}" if missing else ""))
+    print(wrapped(f"  coverage (judged cases): {seen}" + (f"; never judged: {listed(missing)}" if missing else "")))
     for dtype, fields in sorted(coverage.items()):
         if len(coverage) > 1 and (missing := never_judged(fields)):
-            print(f"    never judged in {dtype}: {', '.join(missing)}")
+            print(wrapped(f"    never judged in {dtype}: {listed(missing)}"))
 
 
 def _print_properties(properties: dict) -> None:
@@ -84,11 +86,13 @@ def _print_properties(properties: dict) -> None:
     share = properties.get("time_share")
     spent = f", {100 * share:.0f}% of the time" if isinstance(share, (int, float)) else ""
     judged = ", ".join(f"{name} {cases.get(name, 0)}" for name in properties["checked"])
-    print(f"  exact properties (within {100 * properties.get('share', 0):.0f}% of the time{spent}): cases judged: {judged}")
+    print(wrapped(f"  exact properties (within {100 * properties.get('share', 0):.0f}% of the time{spent}): "
+                  f"cases judged: {judged}"))
 
 
 def _counts(counts: dict) -> str:
-    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    """The most frequent values with their counts, and how many more there are."""
+    return listed(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _print_bugs(bugs: list) -> None:
@@ -99,10 +103,10 @@ def _print_bugs(bugs: list) -> None:
     for bug in bugs:
         print(f"  #{bug['id']} {bug['status']} [{bug['cause']}] {bug['title']}")
         shrink = f" (+{bug['shrink_cases']} met while shrinking another)" if bug.get("shrink_cases") else ""
-        print(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; dtypes: "
-              f"{_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: {_counts(bug['causal'])}; "
-              f"where: {_counts(bug.get('parts') or {})}")
-        print(f"      regimes: {_counts(bug['regimes'])}")
+        print(wrapped(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; "
+                      f"dtypes: {_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: "
+                      f"{_counts(bug['causal'])}; where: {_counts(bug.get('parts') or {})}"))
+        print(wrapped(f"      regimes: {_counts(bug['regimes'])}"))
         smallest = bug.get("smallest")
         if smallest:
             state = "shrunk" if smallest["shrunk"] else "as found"
