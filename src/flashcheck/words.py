@@ -3,6 +3,7 @@ and 145 more", and lines wrapped at the terminal's width."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 
@@ -32,8 +33,16 @@ def terminal_width() -> int:
 
 
 def wrapped(line: str, width: int | None = None) -> str:
-    """``line`` broken between words to fit ``width`` (default: the terminal's), its continuation lines
-    indented four spaces past the line's own indent; a word longer than the width stays whole."""
-    indent = " " * (len(line) - len(line.lstrip(" ")) + 4)
-    return textwrap.fill(line, width or terminal_width(), subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False)
+    """``line`` broken after a comma, semicolon or colon to fit ``width`` (default: the terminal's), so that
+    an item stays whole with its count ("page_order 1"); its continuation lines indented four spaces past
+    the line's own indent. A part longer than the width stays whole."""
+    body = line.lstrip(" ")
+    lead = line[:len(line) - len(body)]
+    glued = _INSIDE_AN_ITEM.sub(_GLUE, body)
+    text = textwrap.fill(lead + glued, width or terminal_width(), subsequent_indent=lead + "    ",
+                         break_long_words=False, break_on_hyphens=False)
+    return text.replace(_GLUE, " ")
+
+
+_GLUE = "\x00"  # a space that is no place to break: it joins the words of one item
+_INSIDE_AN_ITEM = re.compile(r"(?<![,;:]) ")

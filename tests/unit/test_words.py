@@ -28,6 +28,7 @@ def test_a_line_wraps_at_the_terminals_width_under_its_own_indent(monkeypatch):
     assert len(lines) > 1 and all(len(x) <= 72 for x in lines)
     assert lines[0].startswith("      regimes: ") and all(x.startswith(" " * 10) for x in lines[1:])
     assert " ".join(x.strip() for x in lines) == line.strip()  # nothing lost, nothing cut inside a word
+    assert all(x.rstrip().endswith(",") for x in lines[:-1])  # an item stays whole, with its count
     assert wrapped("  short") == "  short"
 
 
