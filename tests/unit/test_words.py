@@ -29,6 +29,9 @@ def test_a_line_wraps_at_the_terminals_width_under_its_own_indent(monkeypatch):
     assert lines[0].startswith("      regimes: ") and all(x.startswith(" " * 10) for x in lines[1:])
     assert " ".join(x.strip() for x in lines) == line.strip()  # nothing lost, nothing cut inside a word
     assert all(x.rstrip().endswith(",") for x in lines[:-1])  # an item stays whole, with its count
+    counts = ("  exact properties (within 25% of the time, 5% of the time): cases judged: determinism 1, poison 0, "
+              "guard_bands 0, layout 0, batch 1, neutral 0, bias_shift 0, descale 0, isolation 1, page_order 1")
+    assert wrapped(counts, 100).splitlines()[-1].strip() == "page_order 1"
     assert wrapped("  short") == "  short"
 
 
