@@ -66,3 +66,34 @@ def test_coverage_and_never_judged_lines_are_cut_and_wrapped(capsys, monkeypatch
            "values=regime2, values=regime3, values=regime4 and 36 more" in flat
     assert "never judged in bf16: values=regime0, values=regime1, values=regime2, values=regime3, " \
            "values=regime4 and 36 more" in flat
+
+
+def _split_lines(rest: str, counts=(1, 2, 3, 8), sequences: int = 4) -> list:
+    return [f"num_splits={n}: sequence {b} of {sequences} (3 queries, 17 keys): {rest}" for n in counts
+            for b in range(sequences)]
+
+
+def test_lines_that_agree_across_split_counts_print_once(capsys, monkeypatch):
+    nan = "nan where the oracle is finite: 16 of 16 elements; rows 0 of 1"
+    lines = _split_lines(nan) + ["num_splits=8: sequence 0 of 4 (3 queries, 17 keys): lse off on 12 of 12 rows",
+                                 "grows with the number of keys"]
+    out = _printed(_summary(bugs=[_bug(diagnosis=lines)], findings=[_finding(diagnosis=lines)]), capsys, monkeypatch)
+    for b in range(4):  # once under the distinct bug, once under its raw finding
+        assert out.count(f"num_splits 1, 2, 3, 8: sequence {b} of 4 (3 queries, 17 keys): {nan}\n") == 2, out
+    assert out.count("num_splits=8: sequence 0 of 4 (3 queries, 17 keys): lse off") == 2  # alone: as it was
+    assert out.count("grows with the number of keys") == 2 and "num_splits=1:" not in out
+    lines = _split_lines("16 of 16 elements", counts=(2,)) + _split_lines("15 of 16 elements", counts=(3,))
+    out = _printed(_summary(findings=[_finding(diagnosis=lines)]), capsys, monkeypatch)
+    assert out.count("num_splits=2: ") == out.count("num_splits=3: ") == 4  # counts that differ stay apart
+
+
+def test_the_raw_findings_printed_are_capped_and_the_rest_pointed_to(capsys, monkeypatch):
+    findings = [_finding(i) for i in range(12)]
+    out = _printed(_summary(findings=findings), capsys, monkeypatch, json_path="out/summary.json")
+    assert "raw findings (12, each saved case):" in out
+    assert "replay case4" in out and "replay case5" not in out
+    assert "and 7 more findings: see out/summary.json" in out
+    out = _printed(_summary(findings=findings), capsys, monkeypatch)  # no --json: the corpus holds them
+    assert "and 7 more findings" in out and "--json" in out
+    out = _printed(_summary(findings=findings[:5]), capsys, monkeypatch)
+    assert "replay case4" in out and "more findings" not in out

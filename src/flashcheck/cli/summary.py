@@ -3,7 +3,9 @@ it merged (``CampaignResult.as_dict()``, or the merged one of ``--jobs``)."""
 
 from __future__ import annotations
 
-from ..words import listed, wrapped
+import re
+
+from ..words import SHOWN, counted, listed, wrapped
 
 __all__ = ["print_summary"]
 
@@ -15,8 +17,9 @@ def _text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def print_summary(d: dict) -> None:
-    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people."""
+def print_summary(d: dict, json_path: str | None = None) -> None:
+    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people;
+    ``json_path``: where the JSON summary goes (``--json``), which keeps what the console leaves out."""
     print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])}): {d['verdict']}")
     first = f", first judged case {_text(d['first_case_s'])} s after start" if d.get("first_case_s") is not None else ""
     print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s){first}, "
@@ -46,15 +49,40 @@ def print_summary(d: dict) -> None:
     _print_bugs(d.get("bugs") or [])
     for note in d["notes"]:
         print(f"  note: {note}")
-    if d["findings"]:
-        print(f"  raw findings ({len(d['findings'])}, each saved case):")
-    for f in d["findings"]:
+    _print_findings(d["findings"], json_path)
+
+
+def _print_findings(findings: list, json_path: str | None) -> None:
+    """The first raw findings (each saved case), and where the others are."""
+    if findings:
+        print(f"  raw findings ({len(findings)}, each saved case):")
+    for f in findings[:SHOWN]:
         state = "as found" if not f["shrunk"] else "shrunk" if f.get("shrink_complete", True) else "partly shrunk"
         source = f", {f['source']}" if "source" in f else ""
         print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}{source}): {f['case']}")
-        for line in f["diagnosis"]:
+        for line in _by_split_count(f["diagnosis"]):
             print(f"      {line}")
         print(f"      replay: {f['replay']}")
+    if len(findings) > SHOWN:
+        where = f"see {json_path}" if json_path else "each case is in the corpus; --json PATH writes them all"
+        print(f"  and {counted(len(findings) - SHOWN, 'more finding')}: {where}")
+
+
+_AT_SPLITS = re.compile(r"num_splits=(\d+): (.*)", re.S)
+
+
+def _by_split_count(lines: list) -> list:
+    """Diagnosis lines, those of a split-KV kernel that agree at several split counts as one
+    (``num_splits 1, 2, 3, 8: ...``), where the first of them was."""
+    groups: dict = {}  # the line after its split count (or the line's place) -> its split counts, in order
+    for i, line in enumerate(lines):
+        at = _AT_SPLITS.fullmatch(line)
+        groups.setdefault(at[2] if at else i, []).append(at[1] if at else line)
+    return [_at_split_counts(key, counts) if isinstance(key, str) else counts[0] for key, counts in groups.items()]
+
+
+def _at_split_counts(rest: str, counts: list) -> str:
+    return f"num_splits={counts[0]}: {rest}" if len(counts) == 1 else f"num_splits {', '.join(counts)}: {rest}"
 
 
 def _print_coverage(coverage: dict) -> None:
@@ -111,7 +139,7 @@ def _print_bugs(bugs: list) -> None:
         if smallest:
             state = "shrunk" if smallest["shrunk"] else "as found"
             print(f"      smallest case ({state}): {smallest['case']}")
-            for line in bug["diagnosis"]:
+            for line in _by_split_count(bug["diagnosis"]):
                 print(f"        {line}")
             print(f"      replay: {smallest['replay']}")
 
