@@ -97,3 +97,15 @@ def test_the_raw_findings_printed_are_capped_and_the_rest_pointed_to(capsys, mon
     assert "and 7 more findings" in out and "--json" in out
     out = _printed(_summary(findings=findings[:5]), capsys, monkeypatch)
     assert "replay case4" in out and "more findings" not in out
+
+
+def test_a_backward_summary_says_so_and_gives_each_gradients_largest_err_budget(capsys, monkeypatch):
+    by_gradient = {"fp16": {"dq": 0.5, "dk": 0.25, "dv": 0.75, "dsinks": 0.125}, "bf16": {"dq": "nan"}}
+    summary = _summary(backward=True, max_ratio_by_dtype={"fp16": 0.75, "bf16": "nan"},
+                       max_ratio_by_gradient=by_gradient, counts={"by_dtype": {"fp16": 3, "bf16": 1}})
+    out = _printed(summary, capsys, monkeypatch)
+    assert out.splitlines()[0] == "flashcheck fuzz k on cpu (preset smoke), backward pass: BUG"
+    assert "  fp16: 3 cases, max error/budget 0.75 (dq 0.5, dk 0.25, dv 0.75, dsinks 0.125)" in out
+    assert "  bf16: 1 cases, max error/budget nan (dq nan)" in out
+    forward = _printed(_summary(), capsys, monkeypatch)
+    assert "backward" not in forward and "  fp16: 3 cases, max error/budget 4\n" in forward

@@ -20,7 +20,8 @@ def _text(value) -> str:
 def print_summary(d: dict, json_path: str | None = None) -> None:
     """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people;
     ``json_path``: where the JSON summary goes (``--json``), which keeps what the console leaves out."""
-    print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])}): {d['verdict']}")
+    print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])})"
+          f"{_pass(d.get('backward'))}: {d['verdict']}")
     first = f", first judged case {_text(d['first_case_s'])} s after start" if d.get("first_case_s") is not None else ""
     print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s){first}, "
           f"stopped: {_text(d['stopped'])}")
@@ -42,8 +43,10 @@ def print_summary(d: dict, json_path: str | None = None) -> None:
         print(f"  batch invariance (information): {info['batch_dependent']} of {info['batch_checked']} "
               "batched cases gave other bits for a sequence run alone")
     _print_skipped(d)
+    by_gradient = d.get("max_ratio_by_gradient") or {}
     for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
-        print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}")
+        print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}"
+              f"{_gradients(by_gradient.get(dtype))}")
     _print_coverage(d.get("coverage") or {})
     _print_properties(d.get("properties") or {})
     _print_bugs(d.get("bugs") or [])
@@ -83,6 +86,18 @@ def _by_split_count(lines: list) -> list:
 
 def _at_split_counts(rest: str, counts: list) -> str:
     return f"num_splits={counts[0]}: {rest}" if len(counts) == 1 else f"num_splits {', '.join(counts)}: {rest}"
+
+
+def _pass(backward) -> str:
+    """The pass a campaign checked, when it is the backward (a merge of both: both)."""
+    if backward is True:
+        return ", backward pass"
+    return ", forward and backward passes" if isinstance(backward, list) and True in backward else ""
+
+
+def _gradients(ratios: dict | None) -> str:
+    """`` (dq 0.5, dk 0.25, dv 0.75)``: the largest err/budget of each gradient, in the campaign's order."""
+    return " (" + ", ".join(f"{k} {float(v):.3g}" for k, v in ratios.items()) + ")" if ratios else ""
 
 
 def _print_coverage(coverage: dict) -> None:

@@ -6,8 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "CONFIDENCE",
-           "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number", "rate_bound", "run_verdict",
-           "worst_status"]
+           "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number", "keep_largest", "rate_bound",
+           "run_verdict", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 # A run (campaign, merge, sign-off cell) that judged no case: never a pass.
@@ -47,6 +47,13 @@ def from_json_number(x):
     if x is None or isinstance(x, bool):
         return x
     return float(x)
+
+
+def keep_largest(largest: dict, ratios: dict) -> None:
+    """Raise each of ``largest`` (name -> err/budget) to the finite ``ratios`` of one more case."""
+    for name, ratio in ratios.items():
+        if math.isfinite(ratio):
+            largest[name] = max(largest.get(name, 0.0), ratio)
 
 
 def worst_status(statuses) -> str:

@@ -32,7 +32,7 @@ from ..judge.backward import (
 )
 from ..judge.check import check
 from ..judge.properties import properties_for
-from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number
+from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number, keep_largest
 from .subjects import CORRECT_TILES, Variant, variants
 
 __all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",
@@ -142,9 +142,7 @@ def _record(row: Row, verdict, index: int, recipe: Recipe) -> None:
             row.features[name] = row.features.get(name, 0) + 1
     if math.isfinite(verdict.max_ratio):
         row.max_ratio = max(row.max_ratio, verdict.max_ratio)
-    for name, ratio in verdict.ratios.items():
-        if math.isfinite(ratio):
-            row.gradient_max[name] = max(row.gradient_max.get(name, 0.0), ratio)
+    keep_largest(row.gradient_max, verdict.ratios)
     if verdict.status == SUSPICIOUS:
         row.suspicious += 1
     if verdict.status == BUG:
