@@ -32,17 +32,17 @@ def terminal_width() -> int:
     return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, _NARROWEST)
 
 
-def wrapped(line: str, width: int | None = None) -> str:
-    """``line`` broken after a comma, semicolon or colon to fit ``width`` (default: the terminal's), so that
-    an item stays whole with its count ("page_order 1"); its continuation lines indented four spaces past
-    the line's own indent. A part longer than the width stays whole."""
+def wrapped(line: str, width: int | None = None, indent: int | None = None) -> str:
+    """``line`` broken between words to fit ``width`` (default: the terminal's), never before a number, so
+    that a listed item stays whole with its count ("page_order 1"). Its continuation lines are indented
+    ``indent`` spaces (default: four past the line's own indent). A word longer than the width stays whole."""
     body = line.lstrip(" ")
-    lead = line[:len(line) - len(body)]
-    glued = _INSIDE_AN_ITEM.sub(_GLUE, body)
-    text = textwrap.fill(lead + glued, width or terminal_width(), subsequent_indent=lead + "    ",
-                         break_long_words=False, break_on_hyphens=False)
+    lead = len(line) - len(body)
+    text = textwrap.fill(line[:lead] + _BEFORE_A_NUMBER.sub(_GLUE, body), width or terminal_width(),
+                         subsequent_indent=" " * (lead + 4 if indent is None else indent), break_long_words=False,
+                         break_on_hyphens=False)
     return text.replace(_GLUE, " ")
 
 
-_GLUE = "\x00"  # a space that is no place to break: it joins the words of one item
-_INSIDE_AN_ITEM = re.compile(r"(?<![,;:]) ")
+_GLUE = "\x00"  # a space that is no place to break
+_BEFORE_A_NUMBER = re.compile(r" (?=\d)")

@@ -45,3 +45,12 @@ def test_without_a_terminal_the_width_is_a_sane_default(monkeypatch):
     assert terminal_width() == DEFAULT_WIDTH >= 80  # what shutil falls back on when stdout is no terminal
     monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size((5, 24)))
     assert terminal_width() >= 40  # a width no line fits in
+
+
+def test_prose_wraps_between_any_words_under_the_indent_asked_for():
+    from flashcheck.words import wrapped
+
+    line = "torch:math    " + " ".join(["the reference implementation of attention"] * 6)
+    lines = wrapped(line, 60, indent=14).splitlines()
+    assert len(lines) > 2 and all(len(x) <= 60 for x in lines)
+    assert all(x.startswith(" " * 14) and x[14] != " " for x in lines[1:])
