@@ -9,10 +9,18 @@ from flashcheck.cli import main
 from ..robustness._run import fuzz
 
 
-def test_a_correct_backward_passes_and_the_summary_says_backward(tmp_path):
+def test_a_correct_backward_passes_and_the_summary_says_backward(tmp_path, capsys):
     code, summary = fuzz(tmp_path, "differentiable", "--backward", "--max-examples", "25")
     assert code == 0 and summary["verdict"] == "PASS" and summary["backward"] is True
     assert summary["cases"] >= 25 and summary["properties"]["checked"] == []  # the forward's properties: not run
+    by_gradient = summary["max_ratio_by_gradient"]  # the largest err/budget of each gradient, per dtype
+    assert set(by_gradient) == set(summary["max_ratio_by_dtype"])
+    for dtype, ratios in by_gradient.items():
+        assert {"dq", "dk", "dv"} <= set(ratios) and max(ratios.values()) == summary["max_ratio_by_dtype"][dtype]
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("backward pass: PASS"), out
+    dtype, ratios = next(iter(by_gradient.items()))
+    assert f"(dq {ratios['dq']:.3g}, dk {ratios['dk']:.3g}, dv {ratios['dv']:.3g})" in out
 
 
 def test_a_backward_bug_is_saved_with_its_do_and_replays_as_a_backward_case(tmp_path, capsys):

@@ -119,3 +119,13 @@ def test_records_keep_one_header_and_sources_with_other_columns_do_not_merge():
     assert merged["records"] == [["fp16", "PASS"], ["bf16", "PASS"]]
     with pytest.raises(InvalidArgument, match=r"summary\[1\].*records have the columns \['status'\]"):
         merge_summaries([summary(1, ["dtype", "status"], []), summary(2, ["status"], [])])
+
+
+def test_the_largest_err_budget_of_each_gradient_is_kept_not_summed():
+    def summary(seed, by_gradient):
+        return {**CampaignResult(verdict="PASS", kernel="k", device="cpu", preset="smoke", seed=seed,
+                                 backward=True).as_dict(), "max_ratio_by_gradient": by_gradient}
+
+    merged = merge_summaries([summary(1, {"fp16": {"dq": 0.5, "dk": 0.25, "dv": 0.5}}),
+                              summary(2, {"fp16": {"dq": 0.75, "dk": "nan", "dv": 0.5}, "bf16": {"dq": 0.125}})])
+    assert merged["max_ratio_by_gradient"] == {"fp16": {"dq": 0.75, "dk": "nan", "dv": 0.5}, "bf16": {"dq": 0.125}}

@@ -23,8 +23,8 @@ def test_row_chunks_cut_correct_rows_evenly_and_give_planted_bugs_a_small_first_
     assert row_chunks(True, 600, 60) == [(i, i + 50) for i in range(0, 600, 50)]
     assert row_chunks(False, 600, 60) == [(0, 12), (12, 60)]
     assert row_chunks(False, 600, 60, 20) == [(0, 12), (12, 32), (32, 52), (52, 60)]
-    assert row_chunks(False, 8, 60, 3) == [(0, 3), (3, 6), (6, 8)]
-    assert row_chunks(False, 5, 60) == [(0, 5)] and row_chunks(True, 0, 60) == [(0, 0)]
+    assert row_chunks(False, 60, 8, 3) == [(0, 3), (3, 6), (6, 8)]
+    assert row_chunks(False, 60, 5) == [(0, 5)] and row_chunks(True, 0, 60) == [(0, 0)]
 
 
 def _row(cases, first=None, how="", alarms=0, ratio=0.0, caught=math.inf, susp=0, stopped=False, anchors=None):
@@ -60,8 +60,11 @@ def test_merged_chunks_add_up_the_features_and_the_table_says_what_a_clean_sampl
     assert row.features == {"softcap": 300, "window": 150, "sinks": 100}
     assert Row.from_dict(json.loads(json.dumps(row.as_dict()))).features == row.features
     line = [x for x in format_table([row]).splitlines() if x.startswith("correct variants by feature")]
-    assert line == ["correct variants by feature (judged cases): softcap 300 (rate < 1%), window 150 (rate < 2%), "
-                    "sinks 100 (rate < 3%); none failed, so each rate is below 3/n at 95%"]
+    assert line == ["correct variants by feature (judged cases): softcap 300 (rate < 0.99%), window 150 (rate < 2%), "
+                    "sinks 100 (rate < 3%); none failed, so each rate is below 1 - 0.05^(1/n) (about 3/n) at 95%"]
+    few = _row(2)
+    few.features = {"softcap": 2}  # the exact bound, not 3/n (150% for n = 2)
+    assert "softcap 2 (rate < 78%)" in format_table([few])
     row.suspicious = 1  # a failure: the sample rules nothing out
     assert "no rate is ruled out" in format_table([row]) and "rate <" not in format_table([row])
     assert "by feature" not in format_table([_row(5)])  # no variants drawn: no line

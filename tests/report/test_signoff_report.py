@@ -173,7 +173,7 @@ def test_without_matplotlib_a_signoff_says_so_before_it_runs(tmp_path, monkeypat
     assert not (tmp_path / "x").exists()
 
 
-def test_an_interrupted_signoff_stops_and_reports_what_ran(tmp_path, monkeypatch):
+def test_an_interrupted_signoff_stops_and_reports_what_ran(tmp_path, monkeypatch, capsys):
     from flashcheck.campaign.parallel import run_campaigns
     from flashcheck.report import signoff
 
@@ -189,3 +189,5 @@ def test_an_interrupted_signoff_stops_and_reports_what_ran(tmp_path, monkeypatch
     assert code == 1 and [c["kernel"] for c in report["campaigns"]] == ["torch:math"]
     assert "torch:flash: forward (the sign-off was interrupted before it)" in report["not_checked"]
     assert all("stopped early (interrupted)" in " ".join(x["reasons"]) for x in report["campaigns"][0]["dtypes"])
+    out = capsys.readouterr().out  # the console names what never ran, as the report does
+    assert "  not checked: torch:flash: forward (the sign-off was interrupted before it)\n" in out

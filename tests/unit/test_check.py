@@ -188,6 +188,21 @@ def test_assert_attention_close():
         assert_attention_close(out, out, precision="flash")
 
 
+def test_assert_attention_close_names_what_it_judged():
+    case = make_case("bf16", causal="top_left")
+    ref = flashcheck.reference_attention(case.q, case.k, case.v, scale=case.scale, causal="top_left")
+    out, _ = twin(case.q, case.k, case.v, scale=case.scale, causal="top_left")
+    inputs = case.describe().replace(" layout=contiguous", "")  # the tensors say no layout of a case
+    with pytest.raises(AssertionError) as failed:
+        assert_attention_close(out * 1.02, ref, precision="flash")
+    assert str(failed.value).splitlines()[0] == f"BUG: the output on {inputs}"
+    with pytest.raises(AssertionError) as failed:
+        assert_attention_close(out * 1.02, ref, precision="flash", name="my_attention")
+    assert str(failed.value).splitlines()[0] == f"BUG: my_attention on {inputs}"
+    with pytest.raises(flashcheck.InvalidArgument, match="^name="):
+        assert_attention_close(out, ref, precision="flash", name=3)
+
+
 def test_check_refuses_a_non_case():
     with pytest.raises(flashcheck.InvalidArgument, match="^case="):
         check(twin, "not a case")

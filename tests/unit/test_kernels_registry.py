@@ -285,8 +285,11 @@ def test_forced_backend_refusal_at_call_time_carries_torchs_reason():
 
 
 def test_importing_flashcheck_does_not_import_triton():
-    code = ("import sys, flashcheck, flashcheck.kernels, flashcheck.kernels.sdpa, flashcheck.kernels.flex; "
-            "flashcheck.kernels.resolve_kernel('torch:math', device='cpu'); "
+    """Nor does listing the kernels with their planted bugs: where triton is missing they are listed all the same."""
+    code = ("import contextlib, io, sys, flashcheck, flashcheck.kernels, flashcheck.kernels.sdpa, flashcheck.kernels.flex\n"
+            "from flashcheck.cli import main\n"
+            "flashcheck.kernels.resolve_kernel('torch:math', device='cpu')\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['kernels']) == 0\n"
             "assert 'triton' not in sys.modules, 'triton was imported'")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)

@@ -50,3 +50,17 @@ def test_a_promise_of_split_invariance_is_held_to_the_bits():
     verdict = flashcheck.check(promised, _case(dtype=torch.float32), device="cpu", properties=())
     assert verdict.findings and {f.kind for f in verdict.findings} == {"split_dependence"}, str(verdict)
     assert verdict.max_ratio <= 1  # every split count inside the budget: only the promise is broken
+
+
+def test_each_split_count_names_itself_the_first_too():
+    """A defect at every split count says so at each, so that the lines that agree print as one."""
+    kernel = resolve_kernel("torch:split-kv", device="cpu")
+
+    def off(*args, **kwargs):
+        out, lse = kernel.fn(*args, **kwargs)
+        return out * 1.5, lse
+
+    verdict = flashcheck.check(flashcheck.Kernel(off, kernel.spec, name="split-kv-off"), _case(), device="cpu",
+                               properties=())
+    firsts = {f.diagnosis.split(":")[0] for f in verdict.findings}
+    assert firsts == {f"num_splits={n}" for n in SPLIT_COUNTS}, str(verdict)

@@ -1,7 +1,7 @@
 """Merge the JSON summaries of campaigns run side by side (several machines, or ``fuzz --jobs N``).
 
 The merged summary has the keys of one campaign's summary, so whatever reads one reads the other:
-counts and times are summed, the largest error/budget per dtype is kept, findings are concatenated and
+counts and times are summed, the largest error/budget per dtype (and per gradient) is kept, findings are concatenated and
 tagged with their source, distinct bugs are merged by cause, the verdict is the worst. The campaigns ran at the same time, so the elapsed
 time is the longest one and the throughput is the total cases over it. The time to the first judged case
 (``first_case_s``) is the earliest one: when the merged campaign had its first result. Case logs are not
@@ -139,14 +139,21 @@ def _merged_properties(values: list, elapsed: list):
                               sum(elapsed))
 
 
-def _max_ratios(summaries: list[dict]) -> dict:
+def _largest(ratios: list) -> dict:
+    """The largest err/budget of each key of ``ratios`` (dicts of JSON numbers); NaN is the worst."""
     out: dict = {}
-    for s in summaries:
-        for dtype, ratio in (s.get("max_ratio_by_dtype") or {}).items():
-            ratio = from_json_number(ratio)
-            prev = out.get(dtype)
-            out[dtype] = ratio if prev is None or math.isnan(ratio) or ratio > prev else prev  # NaN is the worst
+    for inner in ratios:
+        for key, ratio in (inner or {}).items():
+            ratio, prev = from_json_number(ratio), out.get(key)
+            out[key] = ratio if prev is None or math.isnan(ratio) or ratio > prev else prev
     return {k: json_number(v) for k, v in out.items()}
+
+
+def _largest_by_gradient(summaries: list[dict]) -> dict:
+    """Per dtype, the largest err/budget of each gradient (the backward pass)."""
+    per_dtype = [s.get("max_ratio_by_gradient") or {} for s in summaries]
+    dtypes = dict.fromkeys(d for inner in per_dtype for d in inner)
+    return {d: _largest([inner.get(d) for inner in per_dtype]) for d in dtypes}
 
 
 def _source_entries(summary: dict, name: str) -> list[dict]:
@@ -189,7 +196,8 @@ def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None) 
         properties=_merged_properties([s.get("properties") for s in summaries], [s["elapsed_s"] for s in summaries]),
         verdict=merged_verdict(summaries), cases=cases, examples=sum(s["examples"] for s in summaries),
         elapsed_s=elapsed, cases_per_s=round(cases / elapsed, 3) if elapsed > 0 else None,
-        max_ratio_by_dtype=_max_ratios(summaries),
+        max_ratio_by_dtype=_largest([s.get("max_ratio_by_dtype") for s in summaries]),
+        max_ratio_by_gradient=_largest_by_gradient(summaries),
         notes=notes + [f"{name}: {n}" for s, name in zip(summaries, sources) for n in s.get("notes") or []],
         findings=[{**f, "source": f"{name}/{f['source']}" if "source" in f else name}
                   for s, name in zip(summaries, sources) for f in s["findings"]],

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..files import replay_command, write_json
-from ..judge.verdict import Verdict, json_number, run_verdict
+from ..judge.verdict import Verdict, json_number, keep_largest, run_verdict
 from .bugs import BugTally
 from .causes import Cause
 
@@ -59,6 +59,7 @@ class CampaignResult:
     by_dtype: Counter = field(default_factory=Counter)
     by_regime: Counter = field(default_factory=Counter)
     max_ratio_by_dtype: dict = field(default_factory=dict)
+    max_ratio_by_gradient: dict = field(default_factory=dict)  # the backward pass: dtype -> gradient -> largest
     findings: list = field(default_factory=list)
     stopped: str = "max_examples"
     isolation: str = "in-process"
@@ -106,6 +107,8 @@ class CampaignResult:
         if math.isfinite(verdict.max_ratio):
             previous = self.max_ratio_by_dtype.get(recipe.dtype, 0.0)
             self.max_ratio_by_dtype[recipe.dtype] = max(previous, verdict.max_ratio)
+        if verdict.ratios:  # dq, dk, dv (dbias, dsinks) each judged apart
+            keep_largest(self.max_ratio_by_gradient.setdefault(recipe.dtype, {}), verdict.ratios)
 
     def _cover(self, recipe) -> None:
         from ..inputs.covering import POOL_FIELDS, shape_classes
@@ -149,7 +152,10 @@ class CampaignResult:
             "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
             "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
                        "by_regime": dict(self.by_regime)},
-            "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()}, "stopped": self.stopped,
+            "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()},
+            "max_ratio_by_gradient": {dtype: {k: json_number(v) for k, v in ratios.items()}
+                                      for dtype, ratios in self.max_ratio_by_gradient.items()},
+            "stopped": self.stopped,
             "properties": self.properties,
             "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
             "backward": self.backward,

@@ -105,7 +105,7 @@ def run(args) -> int:
     finally:
         if worker_process is not None:
             worker_process.close()  # nothing to do once the campaign took it over
-    print_summary(summary)  # first: a summary that cannot be written is still seen
+    print_summary(summary, args.json)  # first: a summary that cannot be written is still seen
     return write_json_or_usage(args.json, summary) or exit_status(summary["verdict"])
 
 

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+from ..words import listed, wrapped
 from .options import EXIT_OK
 
 __all__ = ["add_parser", "run_kernels", "run_presets"]
 
 
 def add_parser(subparsers) -> None:
-    subparsers.add_parser("kernels", help="list the built-in kernels").set_defaults(run=run_kernels)
+    subparsers.add_parser("kernels", help="list the built-in kernels, their options and their planted bugs"
+                          ).set_defaults(run=run_kernels)
     subparsers.add_parser("presets", help="list the built-in campaign presets").set_defaults(run=run_presets)
 
 
 def run_kernels(args) -> int:
-    """The built-in kernels' names, each with what it is."""
-    from ..kernels.registry import BUILTIN_KERNELS
+    """The built-in kernels' names, each with what it is, the options it takes and its planted bugs."""
+    from ..kernels.registry import BUILTIN_KERNELS, kernel_options, planted_bugs
 
-    width = max(map(len, BUILTIN_KERNELS))
+    column = max(map(len, BUILTIN_KERNELS)) + 2
     for name, text in BUILTIN_KERNELS.items():
-        print(f"{name:{width}} {text}")
+        lines = [f"{name:{column}}{text}"]
+        if options := kernel_options(name):
+            lines.append(f"{'':{column}}options: {listed(options, limit=None)}")
+        if bugs := planted_bugs(name):
+            lines.append(f"{'':{column}}planted bugs ({name}~NAME): {listed(bugs, limit=None)}")
+        for line in lines:
+            print(wrapped(line, indent=column))
     return EXIT_OK
 
 

@@ -23,5 +23,5 @@ def run(args) -> int:
     check_writable_file("--json", args.json)
     merged = merge_summaries([load_summary(p) for p in args.summaries], sources=args.summaries)
     print(f"flashcheck merge of {len(args.summaries)} summaries:")
-    print_summary(merged)
+    print_summary(merged, args.json)
     return write_json_or_usage(args.json, merged) or exit_status(merged["verdict"])

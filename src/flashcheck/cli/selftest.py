@@ -38,7 +38,8 @@ def add_parser(subparsers) -> None:
     add_dtype(selftest, help="default: fp16 and fp32 on the CPU, all on a GPU")
     selftest.add_argument("--cases", type=int, default=200, metavar="N", help="cases per correct variant and dtype")
     selftest.add_argument("--bug-cases", type=int, default=60, metavar="N",
-                          help="at most this many cases per planted bug and dtype")
+                          help="at most this many cases per planted bug and dtype, whatever --cases is (a planted "
+                               "bug's row ends once every detector caught it)")
     selftest.add_argument("--max-n", type=int, default=160, metavar="N", help="longest sequence drawn")
     add_seed(selftest, help="fixes the case lists (default 0)", default=0)
     selftest.add_argument("--variant", action="append", default=None,

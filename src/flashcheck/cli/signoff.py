@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..words import counted
+from ..words import counted, wrapped
 from .options import (
     EXIT_BUG,
     EXIT_NO_CASES,
@@ -88,7 +88,8 @@ def run(args) -> int:
 
 
 def _print_signoff(report: dict, out: Path) -> None:
-    """The verdict, one line per kernel, pass and dtype, and where the report is."""
+    """The verdict, one line per kernel, pass and dtype, what was not checked (a kernel, pass or dtype the
+    spec leaves out, or that an interrupted sign-off never ran), and where the report is."""
     t = report["totals"]
     print(f"flashcheck signoff: {report['status']} ({counted(t['judged'], 'case')} judged, "
           f"{counted(t['bugs'], 'distinct bug')}, "
@@ -99,6 +100,8 @@ def _print_signoff(report: dict, out: Path) -> None:
             why = f": {reasons[0]}" if reasons else ""
             why += f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
             print(f"  {cell['status']:10} {c['kernel']} {c['pass']} {cell['dtype']}, {counted(cell['judged'], 'case')}{why}")
+    for what in report["not_checked"]:
+        print(wrapped(f"  not checked: {what}"))
     print(f"  report: {out / 'index.html'} ({out / 'report.md'}, {out / 'report.json'})")
 
 

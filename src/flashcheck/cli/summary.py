@@ -3,7 +3,10 @@ it merged (``CampaignResult.as_dict()``, or the merged one of ``--jobs``)."""
 
 from __future__ import annotations
 
+import re
+
 from ..campaign.result import shrink_state
+from ..words import SHOWN, counted, listed, wrapped
 
 __all__ = ["print_summary"]
 
@@ -15,9 +18,11 @@ def _text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def print_summary(d: dict) -> None:
-    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people."""
-    print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])}): {d['verdict']}")
+def print_summary(d: dict, json_path: str | None = None) -> None:
+    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people;
+    ``json_path``: where the JSON summary goes (``--json``), which keeps what the console leaves out."""
+    print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])})"
+          f"{_pass(d.get('backward'))}: {d['verdict']}")
     first = f", first judged case {_text(d['first_case_s'])} s after start" if d.get("first_case_s") is not None else ""
     print(f"  {d['cases']} cases in {d['elapsed_s']} s ({d['cases_per_s']} cases/s){first}, "
           f"stopped: {_text(d['stopped'])}")
@@ -39,22 +44,61 @@ def print_summary(d: dict) -> None:
         print(f"  batch invariance (information): {info['batch_dependent']} of {info['batch_checked']} "
               "batched cases gave other bits for a sequence run alone")
     _print_skipped(d)
+    by_gradient = d.get("max_ratio_by_gradient") or {}
     for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
-        print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}")
+        print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}"
+              f"{_gradients(by_gradient.get(dtype))}")
     _print_coverage(d.get("coverage") or {})
     _print_properties(d.get("properties") or {})
     _print_bugs(d.get("bugs") or [])
     for note in d["notes"]:
         print(f"  note: {note}")
-    if d["findings"]:
-        print(f"  raw findings ({len(d['findings'])}, each saved case):")
-    for f in d["findings"]:
+    _print_findings(d["findings"], json_path)
+
+
+def _print_findings(findings: list, json_path: str | None) -> None:
+    """The first raw findings (each saved case), and where the others are."""
+    if findings:
+        print(f"  raw findings ({len(findings)}, each saved case):")
+    for f in findings[:SHOWN]:
         state = shrink_state(f)
         source = f", {f['source']}" if "source" in f else ""
         print(f"  {f['status']} {'+'.join(f['kinds'])} ({state}{source}): {f['case']}")
-        for line in f["diagnosis"]:
+        for line in _by_split_count(f["diagnosis"]):
             print(f"      {line}")
         print(f"      replay: {f['replay']}")
+    if len(findings) > SHOWN:
+        where = f"see {json_path}" if json_path else "each case is in the corpus; --json PATH writes them all"
+        print(f"  and {counted(len(findings) - SHOWN, 'more finding')}: {where}")
+
+
+_AT_SPLITS = re.compile(r"num_splits=(\d+): (.*)", re.S)
+
+
+def _by_split_count(lines: list) -> list:
+    """Diagnosis lines, those of a split-KV kernel that agree at several split counts as one
+    (``num_splits 1, 2, 3, 8: ...``), where the first of them was."""
+    groups: dict = {}  # the line after its split count (or the line's place) -> its split counts, in order
+    for i, line in enumerate(lines):
+        at = _AT_SPLITS.fullmatch(line)
+        groups.setdefault(at[2] if at else i, []).append(at[1] if at else line)
+    return [_at_split_counts(key, counts) if isinstance(key, str) else counts[0] for key, counts in groups.items()]
+
+
+def _at_split_counts(rest: str, counts: list) -> str:
+    return f"num_splits={counts[0]}: {rest}" if len(counts) == 1 else f"num_splits {', '.join(counts)}: {rest}"
+
+
+def _pass(backward) -> str:
+    """The pass a campaign checked, when it is the backward (a merge of both: both)."""
+    if backward is True:
+        return ", backward pass"
+    return ", forward and backward passes" if isinstance(backward, list) and True in backward else ""
+
+
+def _gradients(ratios: dict | None) -> str:
+    """`` (dq 0.5, dk 0.25, dv 0.75)``: the largest err/budget of each gradient, in the campaign's order."""
+    return " (" + ", ".join(f"{k} {float(v):.3g}" for k, v in ratios.items()) + ")" if ratios else ""
 
 
 def _print_coverage(coverage: dict) -> None:
@@ -73,10 +117,10 @@ def _print_coverage(coverage: dict) -> None:
         return
     seen = ", ".join(f"{name} {sum(1 for n in c.values() if n)}/{len(c)}" for name, c in total.items() if c)
     missing = never_judged(total)
-    print(f"  coverage (judged cases): {seen}" + (f"; never judged: {', '.join(missing)}" if missing else ""))
+    print(wrapped(f"  coverage (judged cases): {seen}" + (f"; never judged: {listed(missing)}" if missing else "")))
     for dtype, fields in sorted(coverage.items()):
         if len(coverage) > 1 and (missing := never_judged(fields)):
-            print(f"    never judged in {dtype}: {', '.join(missing)}")
+            print(wrapped(f"    never judged in {dtype}: {listed(missing)}"))
 
 
 def _print_properties(properties: dict) -> None:
@@ -86,11 +130,13 @@ def _print_properties(properties: dict) -> None:
     share = properties.get("time_share")
     spent = f", {100 * share:.0f}% of the time" if isinstance(share, (int, float)) else ""
     judged = ", ".join(f"{name} {cases.get(name, 0)}" for name in properties["checked"])
-    print(f"  exact properties (within {100 * properties.get('share', 0):.0f}% of the time{spent}): cases judged: {judged}")
+    print(wrapped(f"  exact properties (within {100 * properties.get('share', 0):.0f}% of the time{spent}): "
+                  f"cases judged: {judged}"))
 
 
 def _counts(counts: dict) -> str:
-    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    """The most frequent values with their counts, and how many more there are."""
+    return listed(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _print_bugs(bugs: list) -> None:
@@ -101,14 +147,14 @@ def _print_bugs(bugs: list) -> None:
     for bug in bugs:
         print(f"  #{bug['id']} {bug['status']} [{bug['cause']}] {bug['title']}")
         shrink = f" (+{bug['shrink_cases']} met while shrinking another)" if bug.get("shrink_cases") else ""
-        print(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; dtypes: "
-              f"{_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: {_counts(bug['causal'])}; "
-              f"where: {_counts(bug.get('parts') or {})}")
-        print(f"      regimes: {_counts(bug['regimes'])}")
+        print(wrapped(f"      {bug['cases']} drawn cases{shrink}, max error/budget {_text(bug['max_ratio'])}; "
+                      f"dtypes: {_counts(bug['dtypes'])}; layouts: {_counts(bug['layouts'])}; causal: "
+                      f"{_counts(bug['causal'])}; where: {_counts(bug.get('parts') or {})}"))
+        print(wrapped(f"      regimes: {_counts(bug['regimes'])}"))
         smallest = bug.get("smallest")
         if smallest:
             print(f"      smallest case ({shrink_state(smallest)}): {smallest['case']}")
-            for line in bug["diagnosis"]:
+            for line in _by_split_count(bug["diagnosis"]):
                 print(f"        {line}")
             print(f"      replay: {smallest['replay']}")
 

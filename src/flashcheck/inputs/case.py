@@ -29,7 +29,7 @@ from ..contract.variants import Variant, check_shapes
 from ..errors import InvalidArgument
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
 
-__all__ = ["AttentionCase"]
+__all__ = ["AttentionCase", "describe_inputs"]
 
 def _heads_identical(t: torch.Tensor) -> bool:
     bits = raw_bits(t)
@@ -111,6 +111,18 @@ def _stored(t: torch.Tensor) -> torch.Tensor:
     if t.device.type != "cpu":  # the copy to the CPU is the fresh one
         return t.detach().to("cpu", memory_format=torch.contiguous_format)
     return t.detach().clone(memory_format=torch.contiguous_format)
+
+
+def describe_inputs(q, k, v, *, scale: float, causal: str, attn_mask=None, variant: Variant | None = None,
+                    layout=None) -> str:
+    """One attention call in a line, as cases and verdicts name it: ``fp16 B=1 Hq=2 ... causal=none mask=none``
+    (``layout=`` when known, then the variant's parameters)."""
+    (batch, heads_q, n_q, d), (heads_kv, n_k), dv = q.shape, k.shape[1:3], v.shape[3]
+    mask = "none" if attn_mask is None else "(" + ",".join(str(n) for n in attn_mask.shape) + ")"
+    where = "" if layout is None else f" layout={layout}"
+    extra = "" if variant is None else variant.describe()
+    return (f"{format_of(q).name} B={batch} Hq={heads_q} Hkv={heads_kv} Nq={n_q} Nk={n_k} D={d} Dv={dv} "
+            f"scale={scale:.6g} causal={causal} mask={mask}{where}" + (f" {extra}" if extra else ""))
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,11 +235,8 @@ class AttentionCase:
                         for a, b in pairs))
 
     def describe(self) -> str:
-        s = self.shapes
-        mask = "none" if self.attn_mask is None else "(" + ",".join(str(n) for n in self.attn_mask.shape) + ")"
-        return (f"{self.dtype} B={s.batch} Hq={s.heads_q} Hkv={s.heads_kv} Nq={s.n_q} Nk={s.n_k} "
-                f"D={s.head_dim} Dv={s.head_dim_v} scale={self.scale:.6g} causal={self.causal} "
-                f"mask={mask} layout={self.layout}" + (f" {variant}" if (variant := self.variant.describe()) else ""))
+        return describe_inputs(self.q, self.k, self.v, scale=self.scale, causal=self.causal, attn_mask=self.attn_mask,
+                               variant=self.variant, layout=self.layout)
 
     def __repr__(self) -> str:
         return f"AttentionCase({self.describe()})"

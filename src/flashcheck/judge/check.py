@@ -25,7 +25,7 @@ from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
 from ..contract.variants import check_variant
 from ..errors import InvalidArgument
-from ..inputs.case import AttentionCase
+from ..inputs.case import AttentionCase, describe_inputs
 from ..inputs.serving import ServingCase
 from ..kernels.registry import resolve_kernel
 from ..numerics.budget import Budget, error_budget
@@ -298,25 +298,30 @@ def matmul_probe(kernel: Kernel, dtype: torch.dtype, device) -> str | None:
 
 
 def assert_attention_close(out: torch.Tensor, reference: Reference, *, precision: Precision | str,
-                           lse: torch.Tensor | None = None, fully_masked_rows: str = "any") -> Verdict:
+                           lse: torch.Tensor | None = None, fully_masked_rows: str = "any",
+                           name: str = "the output") -> Verdict:
     """Assert that ``out`` (and ``lse``) is within the error budget of ``precision`` for ``reference``.
 
     ``reference`` comes from :func:`flashcheck.reference_attention` on the same inputs. Raises an
-    ``AssertionError`` that carries the verdict's explanation; returns the verdict otherwise.
+    ``AssertionError`` that carries the verdict's explanation, headed by ``name`` (what computed ``out``)
+    and the inputs; returns the verdict otherwise.
     """
     if not isinstance(reference, Reference) or reference.inputs is None:
         raise InvalidArgument("reference", reference, "expected the result of flashcheck.reference_attention",
                               "Pass reference_attention(q, k, v, scale=..., ...) computed on the kernel's inputs.")
+    if not isinstance(name, str):
+        raise InvalidArgument("name", name, "expected a string", "Pass name='my_attention', or leave it out.")
     inputs = reference.inputs
     budget = error_budget(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"], causal=inputs["causal"],
                           attn_mask=inputs["attn_mask"], precision=precision, reference=reference,
                           variant=inputs.get("variant"))
+    meta = dict(kernel=name, case=describe_inputs(**inputs))
     wrong = _output_problems(out, lse, reference.shapes, output_format(inputs["q"]).dtype, inputs["q"].device)
     if wrong:
-        verdict = Verdict.from_findings(wrong, max_ratio=math.nan)
+        verdict = Verdict.from_findings(wrong, max_ratio=math.nan, **meta)
     else:
         findings, max_ratio = compare(out, lse, budget, fully_masked_rows=fully_masked_rows)
-        verdict = Verdict.from_findings(findings, max_ratio=max_ratio)
+        verdict = Verdict.from_findings(findings, max_ratio=max_ratio, **meta)
     if not verdict.ok:
         raise AssertionError(str(verdict))
     return verdict

@@ -150,6 +150,8 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
     start = time.perf_counter()
     judge = _Judge(kernel, case, contract, device, regime)
     findings, worst = judge.judge(run)
+    if len(splits) > 1:  # every split count names itself, the first too
+        findings = _at_splits(findings, splits[0])
     for n in splits[1:]:
         found, ratio = _other_splits(judge, run, n)
         findings, worst = findings + found, max(worst, ratio)
@@ -177,13 +179,18 @@ def _other_splits(judge: _Judge, first: FormRun, n: int) -> tuple[list[Finding],
     if wrong:
         return wrong, 0.0
     found, ratio = judge.judge(run)
-    found = [dataclasses.replace(f, diagnosis=f"{what}: {f.diagnosis}") for f in found]
+    found = _at_splits(found, n)
     if spec.split_invariant:
         changed = _bits_changed(judge.case, first, run, lambda b: True)
         if changed is not None:
             found.append(Finding("split_dependence", BUG, f"{what}: against num_splits={spec.num_splits[0]}: "
                                  f"{changed} (the spec promises split invariance)", regime=judge.regime))
     return found, ratio
+
+
+def _at_splits(findings: list[Finding], n: int) -> list[Finding]:
+    """``findings`` of the kernel at ``n`` splits, their diagnosis led by ``num_splits=n: ``."""
+    return [dataclasses.replace(f, diagnosis=f"num_splits={n}: {f.diagnosis}") for f in findings]
 
 
 def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "FINDING_KINDS",
-           "Finding", "Verdict", "from_json_number", "json_number", "run_verdict", "worst_status"]
+__all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "CONFIDENCE",
+           "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number", "keep_largest", "rate_bound",
+           "run_verdict", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 # A run (campaign, merge, sign-off cell) that judged no case: never a pass.
@@ -50,6 +51,13 @@ def from_json_number(x):
     return float(x)
 
 
+def keep_largest(largest: dict, ratios: dict) -> None:
+    """Raise each of ``largest`` (name -> err/budget) to the finite ``ratios`` of one more case."""
+    for name, ratio in ratios.items():
+        if math.isfinite(ratio):
+            largest[name] = max(largest.get(name, 0.0), ratio)
+
+
 def worst_status(statuses) -> str:
     return max(statuses, key=_RANK.__getitem__, default=PASS)
 
@@ -60,6 +68,20 @@ def run_verdict(findings, by_status: dict) -> str:
     statuses = [f.get("status") for f in findings] + [status for status, n in by_status.items() if n]
     statuses = [s for s in statuses if s in _RANK]
     return worst_status(statuses) if statuses else NO_CASES
+
+
+CONFIDENCE = 0.95
+
+
+def rate_bound(n: int, confidence: float = CONFIDENCE) -> float | None:
+    """The exact one-sided upper ``confidence`` bound on the per-case failure rate after ``n`` independent
+    cases drawn from one distribution, none of which failed: the rate p at which n clean cases in a row
+    happen with probability 1 - confidence, ``(1 - p)**n = 1 - confidence``, so ``p = 1 - 0.05**(1/n)`` at
+    95% (about 3/n, the "rule of three"). A defect hitting more cases than that would have shown with
+    probability ``confidence``; it says nothing of inputs the distribution does not draw. None for n = 0."""
+    if n <= 0:
+        return None
+    return 1.0 - (1.0 - confidence) ** (1.0 / n)
 
 
 @dataclass

@@ -20,13 +20,15 @@ from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["FP8", "FP8_MUTANTS", "make_fp8_kernel"]
+__all__ = ["FP8", "FP8_MUTANTS", "FP8_TRITON_MUTANTS", "make_fp8_kernel"]
 
 FP8 = "torch:fp8"
 FP8_MUTANTS = {
     "ignores_k_descale": "k_descale is never applied (taken as 1)",
     "v_descale_twice": "v_descale multiplies the output twice",
 }
+# flashcheck:triton-fp8's (flashcheck.kernels.triton.fp8), here so that they are listed without triton
+FP8_TRITON_MUTANTS = {name: FP8_MUTANTS[name] for name in ("ignores_k_descale",)}
 
 
 def _per_query_head(descale: torch.Tensor, heads_q: int) -> torch.Tensor:

@@ -30,15 +30,16 @@ import torch
 from ..contract.formats import DEVICES
 from ..contract.spec import Kernel, as_kernel
 from ..errors import BackendUnavailable, InvalidArgument
-from .fp8 import FP8
+from .fp8 import FP8, FP8_MUTANTS, FP8_TRITON_MUTANTS
 from .names import dotted, import_target, parse_kernel_name
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS
-from .serving import SERVING_KERNELS
+from .serving import SERVING_KERNELS, SERVING_MUTANTS
 from .triton.cache import use_triton_cache
 from .triton.forms import TRITON_FORMS, make_triton_form
 from .triton.runtime import BACKEND_NAME as TRITON
 
-__all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "parse_kernel_name", "resolve_kernel"]
+__all__ = ["BUILTIN_KERNELS", "DEVICES", "available_kernels", "kernel_options", "parse_kernel_name", "planted_bugs",
+           "resolve_kernel"]
 
 FLEX = "torch:flex"
 FLEX_VARLEN = "torch:flex-varlen"
@@ -51,8 +52,8 @@ BUILTIN_KERNELS: dict[str, str] = {
     **{name: description for name, (_, description) in SDPA_KERNELS.items()},
     FLEX: "PyTorch FlexAttention, the torch.compile'd fused kernel (options compile=False: unfused eager path; "
           "alibi=linear: ALiBi as slope (j - i))",
-    TRITON: "flashcheck's own Triton flash-attention kernel (options block_m, block_n, num_warps, "
-            "num_stages, input_precision; on the CPU it runs under the Triton interpreter)",
+    TRITON: "flashcheck's own Triton flash-attention kernel (tile sizes and compiler settings as options; "
+            "alibi=linear: ALiBi as slope (j - i); on the CPU it runs under the Triton interpreter)",
     FLA: "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, sinks; "
          "pip install fla-core einops)",
     FLA_VARLEN: "fla-core's parallel_attn on a packed varlen batch (its cu_seqlens: each sequence's queries are its "
@@ -62,7 +63,7 @@ BUILTIN_KERNELS: dict[str, str] = {
     **SERVING_KERNELS,
     FLEX_VARLEN: "FlexAttention on a packed varlen batch with a document mask (causal per document; option "
                  "compile=False: unfused eager path)",
-    **{name: description for name, (_, _, description) in TRITON_FORMS.items()},
+    **{name: form.description for name, form in TRITON_FORMS.items()},
     FP8: "fp8 attention (e4m3, e5m2) with FA3's q/k/v descales in torch: fp32 scores, P rounded to fp8, bf16 out",
     TRITON_FP8: "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU only: "
                 "the Triton interpreter's fp8 conversion rounds wrongly)",
@@ -92,29 +93,51 @@ def _builtin_list() -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _triton_option_names() -> tuple | None:
+def _keywords(factory) -> tuple:
+    """The options a kernel's factory takes: its keywords, but the device and the planted bug."""
+    params = inspect.signature(factory).parameters.values()
+    return tuple(p.name for p in params
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("device", "mutant"))
+
+
+def kernel_options(name: str) -> tuple | None:
+    """The options the built-in ``name`` takes (``name[option=value]``), read from the function that makes it;
+    None when that function cannot be imported (resolving the kernel then says why)."""
     try:
-        from .triton.forward import make_kernel
+        if name == FLEX:
+            from .flex import make_flex_kernel as factory
+        elif name == FLEX_VARLEN:
+            from .flex_varlen import make_flex_varlen_kernel as factory
+        elif name == TRITON:
+            from .triton.forward import make_kernel as factory
+        elif name in ("torch:varlen", "torch:paged"):  # torch:jagged and torch:split-kv run no SDPA backend
+            from .serving import make_serving_kernel as factory
+        else:
+            return ()
     except ImportError:
-        return None  # unknown: _make_triton reports the import failure itself
-    params = inspect.signature(make_kernel).parameters.values()
-    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+        return None
+    return _keywords(factory)
 
 
-def _option_names(name: str) -> tuple | None:
-    if name == FLEX:
-        return ("compile", "alibi")
-    if name == FLEX_VARLEN:
-        return ("compile",)
+def planted_bugs(name: str) -> tuple[str, ...]:
+    """The planted bugs of the built-in ``name`` (``name~BUG``): the table its maker checks a name against."""
     if name == TRITON:
-        return _triton_option_names()
-    if name in ("torch:varlen", "torch:paged"):
-        return ("backend",)
+        from .triton.mutants import known_mutants
+
+        return known_mutants()
+    if name in TRITON_FORMS:
+        return tuple(TRITON_FORMS[name].mutants)
+    if name in SERVING_KERNELS:
+        return tuple(m for m, (form, _) in SERVING_MUTANTS.items() if name == f"torch:{form}")
+    if name == FP8:
+        return tuple(FP8_MUTANTS)
+    if name == TRITON_FP8:
+        return tuple(FP8_TRITON_MUTANTS)
     return ()
 
 
 def _check_options(name: str, options: dict) -> None:
-    valid = _option_names(name)
+    valid = kernel_options(name)
     if valid is None:
         return
     for option, value in options.items():
@@ -282,16 +305,12 @@ def available_kernels(device: str = "cuda") -> tuple:
 # ------------------------------------------------------------------------------------------------
 
 
-# The built-ins with planted bugs (NAME~BUG).
-PLANTED = (TRITON, *TRITON_FORMS, "torch:varlen", "torch:paged", "torch:split-kv", FP8, TRITON_FP8)
-
-
 def _planted(target: str, base: str, mutant: str, device: str, options: dict) -> Kernel:
     """The built-in ``base`` with its planted bug ``mutant`` (each maker refuses a name it does not plant)."""
-    if base not in PLANTED:
-        raise InvalidArgument("kernel", target, f"planted-bug variants exist for {', '.join(PLANTED)} only",
-                              "Use flashcheck:triton~NAME (flashcheck.kernels.triton.mutants.mutant_names()) "
-                              "or torch:varlen~NAME (flashcheck.kernels.serving.SERVING_MUTANTS).")
+    if not planted_bugs(base):
+        planted = [name for name in BUILTIN_KERNELS if planted_bugs(name)]
+        raise InvalidArgument("kernel", target, f"planted-bug variants exist for {', '.join(planted)} only",
+                              "`flashcheck kernels` lists each kernel's planted bugs (KERNEL~NAME).")
     _check_options(base, options)
     if base in TRITON_FORMS:
         return _make_triton_form(base, device, mutant)

@@ -1,6 +1,6 @@
 """What a sign-off's cases rule out, what they drew, and what the field's rules would have said of them.
 
-Per kernel, pass and dtype (a cell): the failure rate its judged cases bound (:func:`rate_bound`), overall
+Per kernel, pass and dtype (a cell): the failure rate its judged cases bound (:func:`flashcheck.judge.verdict.rate_bound`), overall
 and per value regime; the cases it drew per coverage field; and per anchor rule (flash-attention's,
 PyTorch's, the Triton tutorial's, :mod:`flashcheck.judge.anchors`) a 2x2 of flashcheck's verdict against
 the rule's on the same outputs. All of it from the campaign's record rows (``RECORD_COLUMNS``), no torch.
@@ -11,26 +11,14 @@ from __future__ import annotations
 from collections import Counter
 
 from ..campaign.result import RECORD_COLUMNS
-from ..judge.verdict import ANCHOR_FAIL, ANCHOR_PASS, PASS, from_json_number
+from ..judge.verdict import ANCHOR_FAIL, ANCHOR_PASS, CONFIDENCE, PASS, from_json_number, rate_bound
 
 __all__ = ["CONFIDENCE", "anchor_table", "confidence", "drew", "rate_bound", "thin_regimes"]
 
-CONFIDENCE = 0.95
 _AT = {name: i for i, name in enumerate(RECORD_COLUMNS)}
 # The 2x2 of one rule: (flashcheck failed the case, the rule failed it) -> its cell.
 _QUADRANTS = {(False, False): "both_pass", (True, False): "flashcheck_only", (False, True): "anchor_only",
               (True, True): "both"}
-
-
-def rate_bound(n: int, confidence: float = CONFIDENCE) -> float | None:
-    """The exact one-sided upper ``confidence`` bound on the per-case failure rate after ``n`` independent
-    cases drawn from one distribution, none of which failed: the rate p at which n clean cases in a row
-    happen with probability 1 - confidence, ``(1 - p)**n = 1 - confidence``, so ``p = 1 - 0.05**(1/n)`` at
-    95% (about 3/n, the "rule of three"). A defect hitting more cases than that would have shown with
-    probability ``confidence``; it says nothing of inputs the distribution does not draw. None for n = 0."""
-    if n <= 0:
-        return None
-    return 1.0 - (1.0 - confidence) ** (1.0 / n)
 
 
 def _failed(row) -> bool:

@@ -70,7 +70,7 @@ def _more_than(bound: float) -> str:
 
 
 def confidence_text(conf: dict) -> str:
-    """What a cell's judged cases rule out (:func:`flashcheck.report.confidence.rate_bound`), in words."""
+    """What a cell's judged cases rule out (:func:`flashcheck.judge.verdict.rate_bound`), in words."""
     n, failed = conf["judged"], conf["failed"]
     if not n:
         return "no case judged: nothing is ruled out"

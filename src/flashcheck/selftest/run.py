@@ -32,7 +32,7 @@ from ..judge.backward import (
 )
 from ..judge.check import check
 from ..judge.properties import properties_for
-from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number
+from ..judge.verdict import BUG, SUSPICIOUS, from_json_number, json_number, keep_largest
 from .subjects import CORRECT_TILES, Variant, variants
 
 __all__ = ["Variant", "variants", "run_selftest", "selftest_plan", "CORRECT_TILES", "RowRunner", "row_chunks",
@@ -142,9 +142,7 @@ def _record(row: Row, verdict, index: int, recipe: Recipe) -> None:
             row.features[name] = row.features.get(name, 0) + 1
     if math.isfinite(verdict.max_ratio):
         row.max_ratio = max(row.max_ratio, verdict.max_ratio)
-    for name, ratio in verdict.ratios.items():
-        if math.isfinite(ratio):
-            row.gradient_max[name] = max(row.gradient_max.get(name, 0.0), ratio)
+    keep_largest(row.gradient_max, verdict.ratios)
     if verdict.status == SUSPICIOUS:
         row.suspicious += 1
     if verdict.status == BUG:
@@ -239,7 +237,7 @@ def row_chunks(correct: bool, cases: int, bug_cases: int, chunk: int = DEFAULT_C
     slice holds at most ``first_bug_chunk`` (its later slices run only while it is not caught)."""
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, got {chunk}")
-    total = max(cases, 0) if correct else max(min(bug_cases, cases), 0)
+    total = max(row_cases(correct, cases, bug_cases), 0)
     if total == 0:
         return [(0, 0)]
     bounds = [0, min(total, chunk if correct else min(chunk, first_bug_chunk))]
@@ -302,12 +300,8 @@ class RowRunner:
         return self._kernels[name]
 
     def recipes(self, variant: Variant, kernel: Kernel, dtype: str) -> list[Recipe]:
-        key = (kernel.spec, dtype, variant.features)
-        if key not in self._recipes:
-            self._recipes[key] = draw_recipes(self.cases, seed=self.seed, spec=kernel.spec, dtypes=[dtype],
-                                              max_n=self.max_n, max_heads=4, head_dims=self.head_dims,
-                                              variants=variant.features)
-        return self._recipes[key]
+        return _row_recipes(self._recipes, variant, kernel, dtype, cases=self.cases, bug_cases=self.bug_cases,
+                            seed=self.seed, max_n=self.max_n, head_dims=self.head_dims)
 
     def run(self, name: str, dtype: str, start: int = 0, stop: int | None = None, fired=(),
             time_budget: float | None = None) -> Row:
@@ -317,6 +311,25 @@ class RowRunner:
         return _run_variant(variant, kernel, dtype, self.recipes(variant, kernel, dtype), self.device, self.bug_cases,
                             deadline, start=start, stop=stop, fired=fired, backward=self.backward,
                             corpus=self.corpus)
+
+
+def row_cases(correct: bool, cases: int, bug_cases: int) -> int:
+    """The most cases a row runs: ``cases`` for a correct kernel, ``bug_cases`` for a planted bug (which
+    stops earlier once every detector fired), each whatever the other is."""
+    return cases if correct else bug_cases
+
+
+def _row_recipes(cache: dict, variant: Variant, kernel: Kernel, dtype: str, *, cases: int, bug_cases: int,
+                 seed: int, max_n: int, head_dims) -> list[Recipe]:
+    """A row's case list, drawn once per spec, dtype, features and length. A planted bug takes the first
+    ``bug_cases`` of the correct rows' ``cases`` (the same cases), or a longer list of its own when it asks
+    for more."""
+    count = max(cases, row_cases(variant.correct, cases, bug_cases))
+    key = (kernel.spec, dtype, variant.features, count)
+    if key not in cache:
+        cache[key] = draw_recipes(count, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n, max_heads=4,
+                                  head_dims=head_dims, variants=variant.features)
+    return cache[key]
 
 
 def _judge_anchors(row: Row, kernel: Kernel, case, verdict, index: int, device: str, recipe: Recipe) -> None:
@@ -339,8 +352,8 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
                  max_n: int = 160, names: list[str] | None = None, which: str = "all",
                  head_dims=None, time_budget: float | None = None, progress=None, backward: bool = False,
                  corpus: str | None = None) -> list[Row]:
-    """Every variant on ``cases`` drawn cases per dtype (bug variants stop once every detector fired);
-    the backward pass's variants and rules with ``backward``.
+    """Each correct variant on ``cases`` drawn cases per dtype, each planted bug on up to ``bug_cases`` (it
+    stops once every detector fired); the backward pass's variants and rules with ``backward``.
 
     ``time_budget`` (seconds) ends the run early: the row in progress and the ones after it stop after
     their first case and are marked ``stopped``, so a bug not yet caught reads as stopped, not missed.
@@ -350,11 +363,9 @@ def run_selftest(*, device: str, dtypes=("fp16", "fp32"), cases: int = 200, bug_
     rows = []
     recipe_cache: dict = {}
     for variant, kernel, dtype in _rows(device, dtypes, names, which, backward):
-        key = (kernel.spec, dtype, variant.features)
-        if key not in recipe_cache:
-            recipe_cache[key] = draw_recipes(cases, seed=seed, spec=kernel.spec, dtypes=[dtype], max_n=max_n,
-                                             max_heads=4, head_dims=head_dims, variants=variant.features)
-        row = _run_variant(variant, kernel, dtype, recipe_cache[key], device, bug_cases, deadline, backward=backward,
+        recipes = _row_recipes(recipe_cache, variant, kernel, dtype, cases=cases, bug_cases=bug_cases, seed=seed,
+                               max_n=max_n, head_dims=head_dims)
+        row = _run_variant(variant, kernel, dtype, recipes, device, bug_cases, deadline, backward=backward,
                            corpus=corpus)
         rows.append(row)
         if progress is not None:

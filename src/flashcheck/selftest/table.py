@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ..contract.features import FEATURES
+from ..judge.verdict import rate_bound
 from ..numerics.gradients import GRADIENTS
 from .run import Detection, Row
 
@@ -71,14 +72,16 @@ def _summary(rows: list[Row], anchor_keys: list) -> list:
 
 def _features(good: list[Row]) -> str:
     """The correct rows' judged cases per variant feature, with the failure rate each rules out when none
-    failed (no BUG, no SUSPICIOUS in n cases: below 3/n at 95% on the drawn distribution); "" without features."""
+    failed (no BUG, no SUSPICIOUS in n cases: below :func:`rate_bound`, the sign-off's bound, at 95% on the
+    drawn distribution); "" without features."""
     counts = {name: sum(r.features.get(name, 0) for r in good) for name in FEATURES}
     counts = {name: n for name, n in counts.items() if n}
     if not counts:
         return ""
     clean = not any(r.flashcheck.first_case or r.suspicious for r in good)
-    parts = [f"{name} {n}" + (f" (rate < {300 / n:.2g}%)" if clean else "") for name, n in counts.items()]
-    why = "; none failed, so each rate is below 3/n at 95%" if clean else "; some failed: no rate is ruled out"
+    parts = [f"{name} {n}" + (f" (rate < {100 * rate_bound(n):.2g}%)" if clean else "") for name, n in counts.items()]
+    why = ("; none failed, so each rate is below 1 - 0.05^(1/n) (about 3/n) at 95%" if clean
+           else "; some failed: no rate is ruled out")
     return "correct variants by feature (judged cases): " + ", ".join(parts) + why
 
 

@@ -15,13 +15,13 @@ import torch
 
 from ...contract.formats import FORMATS, FP8_DTYPES, FP8_OUTPUT
 from ...contract.spec import Kernel, KernelSpec
+from ..fp8 import FP8_TRITON_MUTANTS
 from .online import BLOCK_M, BLOCK_N, LN2, check_mutant, finish, online_step, pow2, start_state
 from .runtime import import_triton
 
 __all__ = ["NAME", "FP8_TRITON_MUTANTS", "make_fp8_triton_kernel"]
 
 NAME = "flashcheck:triton-fp8"
-FP8_TRITON_MUTANTS = {"ignores_k_descale": "k_descale is never applied (taken as 1)"}
 _CAUSAL = {"none": 0, "top_left": 1, "bottom_right": 2}
 
 triton, tl = import_triton()

@@ -30,7 +30,7 @@ from .planted_long import LONG_MUTANTS
 from .planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 from .runtime import BACKEND_NAME
 
-__all__ = ["MutantSourceError", "load_mutant", "mutant_names", "mutant_source"]
+__all__ = ["MutantSourceError", "known_mutants", "load_mutant", "mutant_names", "mutant_source"]
 
 _KERNEL_FILE = SOURCES["forward"]
 # The line of the forward module that a backward mutant's copy redirects to the edited backward module.
@@ -52,6 +52,12 @@ def mutant_names(*, backward: bool = False) -> tuple[str, ...]:
     """The names of the planted-bug variants of the forward pass (:data:`MUTANTS` order), or of the
     backward pass (:data:`BACKWARD_MUTANTS`)."""
     return tuple(m.name for m in (BACKWARD_MUTANTS if backward else MUTANTS))
+
+
+def known_mutants() -> tuple[str, ...]:
+    """Every name :func:`load_mutant` takes (``flashcheck:triton~NAME``): the forward's and the backward's
+    planted bugs, those of the attention variants and those of long sequences."""
+    return tuple(_BY_NAME)
 
 
 def _mutant(name: str) -> Mutant:

@@ -17,7 +17,7 @@ import torch
 
 from ...contract.spec import Kernel, KernelSpec
 from ...errors import InvalidArgument
-from ..serving import SERVING_MUTANTS
+from .forms import PAGED_MUTANTS
 from .online import (
     BLOCK_M,
     BLOCK_N,
@@ -35,7 +35,6 @@ from .runtime import import_triton
 __all__ = ["NAME", "PAGED_MUTANTS", "PagedArgs", "attend_pages", "make_paged_kernel", "paged_spec"]
 
 NAME = "flashcheck:triton-paged"
-PAGED_MUTANTS = {name: what for name, (form, what) in SERVING_MUTANTS.items() if form == "paged"}
 
 MAX_HEAD_DIM = 256  # a (BLOCK_M, 256) fp32 accumulator is the most a tile holds in registers
 

@@ -13,13 +13,13 @@ import math
 import torch
 
 from ...contract.spec import Kernel, KernelSpec
+from .forms import VARLEN_MUTANTS
 from .online import BLOCK_M, BLOCK_N, LN2, check_mutant, finish, form_dtypes, online_step, pow2, start_state
 from .runtime import import_triton
 
 __all__ = ["NAME", "VARLEN_MUTANTS", "make_varlen_kernel"]
 
 NAME = "flashcheck:triton-varlen"
-VARLEN_MUTANTS = {"reads_past_end": "every sequence also attends the key just past its end"}
 
 triton, tl = import_triton()
 
