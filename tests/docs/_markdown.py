@@ -35,8 +35,8 @@ def show(path: Path) -> str:
 
 
 def documents() -> list[Path]:
-    """The Markdown files whose commands a user runs: the README and every example's."""
-    return [ROOT / "README.md", *sorted((ROOT / "examples").rglob("*.md"))]
+    """The Markdown files whose commands a user runs: the README, the reference in docs/ and every example's."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Every command of README.md and of examples/ runs, and does what the text next to it says.
+"""Every command of README.md, docs/ and examples/ runs, and does what the text next to it says.
 
 The commands and their outcomes come from the Markdown itself (tests/docs/_markdown.py), so a command
 cannot drift from its documented outcome, and a new command without an ``<!-- expect: ... -->`` marker

@@ -1,7 +1,7 @@
 """Defects of PyTorch's fused SDPA backward kernels on a CUDA GPU, found by `fuzz --backward` campaigns and
 kept visible: the shrunk cases (sdpa_backward_cases/), each beside a control input that differs in the one
-quantity the classification names. When a PyTorch release fixes a defect its test fails, and the README's
-table of defects needs its update. torch:math passes every case."""
+quantity the classification names. When a PyTorch release fixes a defect its test fails, and
+reports/results.md's table of defects needs its update. torch:math passes every case."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Two defects of PyTorch's CPU flash backward (torch 2.13), kept visible: when a PyTorch release fixes
-them, these tests fail, and the README's table of defects needs its update. PyTorch's math backend,
+them, these tests fail, and reports/results.md's table of defects needs its update. PyTorch's math backend,
 on the same inputs, stays within the budget (reports/backward-cpu-2026-11-30.md)."""
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
                        "and sink cases",
                        lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
                        features=FEATURES))
-    # PyTorch's fused backward kernels have defects of their own (README, "Defects found"): campaigns
+    # PyTorch's fused backward kernels have defects of their own (reports/results.md, "Defects found"): campaigns
     # judge them; they are not rows that must stay clean here.
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
