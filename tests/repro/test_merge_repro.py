@@ -93,4 +93,5 @@ def test_states_of_a_merge_without_an_import_path_ask_for_one(tmp_path):
     case = sorted((tmp_path / "saved").glob("*.json"))[0]
     assert verdict.status == "BUG" and load_merge_case(case).provenance["merge_source"] is None
     status, _, errors = repro(case, tmp_path / "out")
-    assert status == 2 and errors.startswith("flashcheck: error: --kernel=") and "module:function" in errors
+    assert status == 2 and errors.startswith(f"flashcheck: error: CASE='{case}'") and "module:function" in errors
+    assert "None" not in errors

@@ -26,13 +26,15 @@ __all__ = ["merge_repro"]
 EXACT = "the exact merge"
 
 
-def _merge_kernel(case: MergeCase, override: str | None):
+def _merge_kernel(case: MergeCase, override: str | None, case_path):
     """The merge as a kernel object: ``override`` (an import path), else the one the states were saved with."""
+    fix = "Pass --kernel module:function, the merge's import path."
+    if override is not None and ":" not in override:
+        raise InvalidArgument("--kernel", override, "not an import path", fix)
     source = override or case.provenance.get("merge_source")
     if not source or ":" not in source:
-        raise InvalidArgument("--kernel", source, "no import path of the merge (the saved states name none: it was "
-                              "defined inside a function or in __main__)" if not override else "not an import path",
-                              "Pass --kernel module:function, the merge's import path.")
+        raise InvalidArgument("CASE", str(case_path), "the saved states name no import path of their merge (it was "
+                              "defined inside a function or in __main__)", fix)
     importable_from([os.getcwd(), case.provenance.get("merge_import_root")])
     return import_target(source), source
 
@@ -74,7 +76,7 @@ def _subject(case: MergeCase) -> Subject:
 
 def merge_repro(case: MergeCase, *, merge: str | None, device: str, case_path) -> Repro:
     """The reproducer and the issue for the saved states ``case`` on its merge (or ``merge``) on ``device``."""
-    kernel, source = _merge_kernel(case, merge)
+    kernel, source = _merge_kernel(case, merge, case_path)
     call = plain_target(kernel, source, case_path)
     evidence = _evidence(kernel.fn, case, device_named(device))
     versions = generated_versions(call, device)
