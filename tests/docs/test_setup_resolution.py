@@ -50,20 +50,26 @@ def _index_only_env() -> dict:
     return env
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("folder,args", INSTALLS, ids=[f"{show(f)}: {a}" for f, a in INSTALLS])
-def test_install_resolves_from_the_package_index_alone(folder, args, tmp_path):
-    report = tmp_path / "report.json"
+def _resolve(folder: Path, args: str, report: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-cache-dir",
                "--use-feature=fast-deps", "--report", str(report), *shlex.split(args)]
-    result = subprocess.run(command, cwd=folder, env=_index_only_env(), capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, f"`pip install {args}` in {show(folder)} does not resolve from the index:\n" \
-                                   f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    chosen = {item["metadata"]["name"].lower(): item["metadata"]["version"]
-              for item in json.loads(report.read_text())["install"]}
-    if "torch" in chosen and "triton" in chosen:
-        # The resolution takes the triton the index's torch pins (torch 2.13.0: triton 3.7.1), which must be
-        # one the interpreter runs under (tests/interpreter passes with 3.7.1 and 3.9.0).
-        major, minor = (int(part) for part in chosen["triton"].split(".")[:2])
-        assert (major, minor) >= (3, 7), chosen
+    return subprocess.Popen(command, cwd=folder, env=_index_only_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_every_install_resolves_from_the_package_index_alone(tmp_path):
+    # All at once: each waits on the network, not on this machine's cores.
+    runs = [(folder, args, tmp_path / f"report{i}.json") for i, (folder, args) in enumerate(INSTALLS)]
+    started = [(folder, args, report, _resolve(folder, args, report)) for folder, args, report in runs]
+    for folder, args, report, process in started:
+        output = process.communicate(timeout=900)[0]
+        assert process.returncode == 0, f"`pip install {args}` in {show(folder)} does not resolve from the index " \
+                                        f"alone:\n{output[-3000:]}"
+        chosen = {item["metadata"]["name"].lower(): item["metadata"]["version"]
+                  for item in json.loads(report.read_text())["install"]}
+        if "torch" in chosen and "triton" in chosen:
+            # The triton the index's torch pins (torch 2.13.0: triton 3.7.1) must be one the interpreter runs
+            # under (tests/interpreter passes with 3.7.1 and 3.9.0).
+            major, minor = (int(part) for part in chosen["triton"].split(".")[:2])
+            assert (major, minor) >= (3, 7), (args, chosen)
