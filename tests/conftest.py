@@ -42,7 +42,28 @@ def signoff_report(tmp_path_factory):
     return out, int(done.read_text()), json.loads((out / "report.json").read_text())
 
 
+# The longest tests on a 2-core CPU run (each 10 s to 90 s), first: pytest-xdist then spreads them over its
+# workers at the start, and the run ends on short tests instead of one worker finishing a long one alone.
+LONGEST_FIRST = (
+    "tests/docs/test_commands.py::test_documented_commands_in_a_fresh_clone",
+    "tests/docs/test_setup_resolution.py",
+    "tests/robustness/test_variant_campaigns.py",
+    "tests/unit/test_fp8.py::test_an_adversarial_campaign",
+    "tests/browser/",
+    "tests/robustness/test_jobs.py",
+    "tests/robustness/test_covering.py",
+    "tests/unit/test_flex_dynamic_shapes.py",
+    "tests/oracle/test_oracle_audit.py",
+    "tests/robustness/test_worker.py",
+)
+
+
+def _rank(item) -> int:
+    return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_rank)  # stable: the rest keep their order
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run the gpu tox environment on a GPU machine)")
