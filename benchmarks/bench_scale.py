@@ -15,6 +15,7 @@ between consecutive scales s: 1.0 is linear, above WORSE_THAN_LINEAR is flagged.
 
     python benchmarks/bench_scale.py --json reports/scale-2026-12-03/scale.json
     python benchmarks/bench_scale.py --base 10 --scales 1,10,100 --kernel torch:math --no-signoff
+    gunzip -k reports/scale-2026-12-03/scale.json.gz   # committed gzipped (reports/README.md)
     python benchmarks/bench_scale.py --table reports/scale-2026-12-03/scale.json
 """
 

@@ -1,9 +1,10 @@
 """Upstream reproducers of the defects flashcheck found in PyTorch and Triton, written and run without flashcheck.
 
 For each entry of the catalogue (reports/upstream-2026-12-04/catalogue.toml) found on ``--device``:
-1. OUTDIR/<slug>/ gets repro.py and ISSUE.md: ``flashcheck repro`` on the entry's saved case (in a subprocess,
-   flashcheck from this checkout's src); or OUTDIR/<script>/ a copy of the entry's hand-written folder, one for
-   every entry of that script (their outputs apart: output-<slug>.txt where the slug is not the folder's name);
+1. OUTDIR/<slug>/ gets repro.py, repro.npz and ISSUE.md: ``flashcheck repro`` on the entry's saved case (in a
+   subprocess, flashcheck from this checkout's src); or OUTDIR/<script>/ a copy of the entry's hand-written folder,
+   one for every entry of that script (their outputs apart: output-<slug>.txt where the slug is not the folder's
+   name);
 2. repro.py runs in a subprocess where flashcheck cannot be imported: no src on PYTHONPATH, run from that folder,
    and ``python -c "import flashcheck"`` is shown to fail there first (where flashcheck is installed, a folder
    whose ``flashcheck`` package refuses to import goes on PYTHONPATH);
@@ -69,7 +70,8 @@ def _flashcheck_env() -> dict:
 
 
 def generate(entry: dict, folder: Path, device: str, timeout: float) -> dict:
-    """repro.py and ISSUE.md in ``folder``: ``flashcheck repro`` on the entry's case, or its hand-written ones."""
+    """repro.py (with repro.npz) and ISSUE.md in ``folder``: ``flashcheck repro`` on the entry's case, or its
+    hand-written ones."""
     folder.mkdir(parents=True, exist_ok=True)
     if "script" in entry:
         source = REPORTS / entry["script"]

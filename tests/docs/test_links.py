@@ -1,4 +1,4 @@
-"""Every relative link of README.md, docs/, examples/ and reports/*.md leads to a file or folder that exists, and a
+"""Every relative link of README.md, docs/, examples/ and reports/**/*.md leads to a file or folder that exists, and a
 link to a heading of a Markdown file (``file.md#heading``, or ``#heading`` in the same file) to a heading
 that is there: moving text between the README and reports/ must not leave a reader at a dead end."""
 
@@ -16,7 +16,7 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 
 def _markdown_files() -> list[Path]:
-    return list(dict.fromkeys([*documents(), *sorted((ROOT / "reports").glob("*.md"))]))
+    return list(dict.fromkeys([*documents(), *sorted((ROOT / "reports").rglob("*.md"))]))
 
 
 def _slug(heading: str) -> str:

@@ -4,17 +4,16 @@ labelled as 1e-4 and no huge finite one as NaN."""
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 
 from flashcheck.report.compare import compare_blocks
 from flashcheck.report.render import report_blocks, to_markdown
 
-COMMITTED = Path(__file__).resolve().parents[2] / "reports"
+from ._committed import committed_report
+
 # None anywhere, and nan or inf as a value: a table cell, or a ratio after "max" (prose such as a
 # diagnosis's "dq is nan where the exact gradient is finite" says what happened, truthfully)
 LEAK = re.compile(r"\bNone\b(?! found\.)|(?:^|\| |max )-?(?:nan|inf)(?: \||\)|$)")
@@ -64,7 +63,7 @@ def test_unknown_and_non_finite_values_never_show_as_none_or_nan(signoff_report)
 
 @pytest.mark.parametrize("folder", ["signoff-h200-2026-12-01", "signoff-h200-2026-12-01-run1"])
 def test_committed_reports_render_without_leaks(folder):
-    report = json.loads((COMMITTED / folder / "report.json").read_text())
+    report = committed_report(folder)
     assert _leaks(_markdown(report)) == []
 
 

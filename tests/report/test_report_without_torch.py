@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from ._committed import committed_report, unpacked
+
 pytest.importorskip("matplotlib")
 
-COMMITTED = Path(__file__).resolve().parents[2] / "reports" / "signoff-h200-2026-12-01"
+COMMITTED = "signoff-h200-2026-12-01"
 BLOCKED = ("torch", "triton", "hypothesis")
 
 _RUN = """
@@ -37,17 +38,19 @@ def _report(*argv: str) -> subprocess.CompletedProcess:
 
 
 def test_a_report_re_renders_with_torch_triton_and_hypothesis_unimportable(tmp_path):
-    run = _report(str(COMMITTED), "--out", str(tmp_path / "again"))
+    committed = unpacked(COMMITTED, tmp_path / "committed")
+    run = _report(str(committed), "--out", str(tmp_path / "again"))
     assert "loaded: []" in run.stdout, run.stdout + run.stderr
     assert run.returncode in (0, 1), run.stderr  # the committed report is BLOCKED: exit 1, with its pages written
     again = json.loads((tmp_path / "again" / "report.json").read_text())
-    assert again["status"] == json.loads((COMMITTED / "report.json").read_text())["status"]
+    assert again["status"] == committed_report(COMMITTED)["status"]
     assert (tmp_path / "again" / "index.html").stat().st_size > 10_000
     assert (tmp_path / "again" / "report.md").read_text().startswith("#")
 
 
 def test_two_reports_compare_with_torch_unimportable(tmp_path):
-    run = _report(str(COMMITTED), str(COMMITTED), "--out", str(tmp_path / "side-by-side"))
+    committed = unpacked(COMMITTED, tmp_path / "committed")
+    run = _report(str(committed), str(committed), "--out", str(tmp_path / "side-by-side"))
     assert "loaded: []" in run.stdout, run.stdout + run.stderr
     assert list((tmp_path / "side-by-side").glob("*.html")), run.stdout + run.stderr
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -15,7 +13,9 @@ from flashcheck.report import build_report, schema
 from flashcheck.report.confidence import anchor_table, rate_bound, thin_regimes
 from flashcheck.report.render import confidence_text
 
-COMMITTED = Path(__file__).parents[2] / "reports" / "signoff-h200-2026-12-01"
+from ._committed import unpacked
+
+COMMITTED = "signoff-h200-2026-12-01"
 
 
 # 1 - 0.05^(1/n) to 15 digits (mpmath, 30 digits)
@@ -148,7 +148,7 @@ def _valid(report) -> bool:
 def test_a_report_from_before_these_fields_still_validates_and_renders(tmp_path, capsys):
     from flashcheck.cli import main
 
-    shutil.copy(COMMITTED / "report.json", tmp_path / "report.json")
+    unpacked(COMMITTED, tmp_path)
     old = json.loads((tmp_path / "report.json").read_text())
     assert "anchors" not in old["cases"]["columns"] and _valid(old)
     assert main(["report", str(tmp_path)]) == 0

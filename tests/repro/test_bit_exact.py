@@ -39,6 +39,7 @@ def _script_namespace(tmp_path, case, kernel="torch:math"):
     made = make_repro(resolve_kernel(kernel, device="cpu"), case, device="cpu", case_path="case.json")
     script = tmp_path / "repro.py"
     script.write_text(made.script)
+    (tmp_path / "repro.npz").write_bytes(made.tensors)  # the arrays, read beside the script
     return runpy.run_path(str(script), run_name="repro_under_test")  # its functions, main not run
 
 

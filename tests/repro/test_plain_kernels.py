@@ -1,5 +1,6 @@
 """A plain-callable kernel's planted bug reproduces in a process where flashcheck cannot be imported (exit 1, the
-wrong element named), and the fixed twin, run by the same script, does not (exit 0): forward and backward."""
+wrong element named), and the fixed twin, run by the same script, does not (exit 0): forward and backward. The
+tensors are in repro.npz beside the script, whose text does not grow with the case."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch
 
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.layout import Layout
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.repro import make_repro
 
 from ._repro import imports_flashcheck, repro, run_without_flashcheck, save_case, tensors
 
@@ -66,6 +69,27 @@ def test_the_issue_names_versions_case_and_worst_elements(forward):
     for part in ("## Versions", "| torch |", "## The case", "layout: transposed", "scale: 0.35", "## What is wrong",
                  "| out | [0, 1, 4, 0] |", "## Reproducer", "```python"):
         assert part in issue, part
+
+
+def test_the_tensors_are_in_the_file_beside_the_script(forward, kernel_folder, tmp_path):
+    out, printed = forward
+    text = (out / "repro.py").read_text()
+    assert (out / "repro.npz").is_file() and "repro.npz" in printed
+    assert "'array': 'inputs.q'" in text and "'bits'" not in text and "lzma" not in text
+    (tmp_path / "repro.py").write_text(text)  # without its tensors file
+    result = run_without_flashcheck(tmp_path / "repro.py", path=kernel_folder)
+    assert result.returncode == 2 and "cannot run: " in result.stderr and "repro.npz" in result.stderr
+
+
+def test_the_script_does_not_grow_with_the_case():
+    def lines(n_k):
+        q, k, v = tensors(Nq=64, Nk=n_k, D=64, seed=1)
+        case = AttentionCase.create(q, k, v, scale=0.125)
+        made = make_repro(resolve_kernel("torch:math", device="cpu"), case, device="cpu", case_path="case.json")
+        return made.script.count("\n"), len(made.tensors)
+
+    (small, small_file), (large, large_file) = lines(8), lines(2048)
+    assert large == small and large_file > 10 * small_file  # the keys went to the file, not the text
 
 
 def test_a_planted_backward_bug_reproduces_and_its_fix_does_not(kernel_folder, tmp_path):

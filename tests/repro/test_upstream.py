@@ -1,6 +1,7 @@
 """The upstream reports (reports/upstream-2026-12-04/): the catalogue names every defect of the results table, its
-saved cases and hand-written scripts exist, every committed script is Python that imports no flashcheck, and a
-CPU reproducer exits 1 (reproduced) where flashcheck cannot be imported."""
+saved cases and hand-written scripts exist, every committed script is Python that imports no flashcheck and is
+hand-written (a generated one is rebuilt, not committed), and a CPU reproducer, written again from its saved case,
+exits 1 (reproduced) where flashcheck cannot be imported."""
 
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("script", sorted(REPORTS.glob("*/repro.py")), ids=lambda p: p.parent.name)
 def test_committed_scripts_are_python_without_flashcheck(script):
     assert "flashcheck" not in _imports(script)
+    assert script.parent.name in {e["script"] for e in CATALOGUE["defect"] if "script" in e}, \
+        "a reproducer flashcheck repro writes is rebuilt from its case, not committed"
 
 
 def test_replay_judges_a_case_the_spec_excludes():
@@ -82,6 +85,9 @@ def test_replay_judges_a_case_the_spec_excludes():
 @pytest.mark.parametrize("slug", ["flash-cpu-negative-scale-causal", "flash-cpu-backward-dp-overflow"])
 def test_cpu_reproducer_exits_1_without_flashcheck(slug, tmp_path):
     entry = next(e for e in CATALOGUE["defect"] if e["slug"] == slug)
-    ran = DRIVER.run_script(REPORTS / slug, DRIVER.clean_env(tmp_path), timeout=240)
+    made = DRIVER.generate(entry, tmp_path / slug, "cpu", timeout=240)
+    assert made["rc"] == 0, made["output"][-2000:]
+    assert {"repro.py", "repro.npz", "ISSUE.md"} <= {p.name for p in (tmp_path / slug).iterdir()}
+    ran = DRIVER.run_script(tmp_path / slug, DRIVER.clean_env(tmp_path / "blocker"), timeout=240)
     assert ran["rc"] == entry["expect"], ran["output"][-2000:]
     assert "REPRODUCED" in ran["output"] and ran["import_flashcheck"].startswith("exit 1")

@@ -1,5 +1,5 @@
 """The package's layers: each subpackage imports only from its own layer or lower ones, in the order data
-flows (docs/design.md, "Layering"), so the numerics never depend on how cases are drawn or run, and the
+flows (docs/design.md, "The layering"), so the numerics never depend on how cases are drawn or run, and the
 report never on the campaign's running parts. Read from the source (ast), lazy imports included."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``flashcheck repro``: turn one saved case into an upstream bug report that needs no flashcheck: ``repro.py`` (the
-inputs bit for bit, the kernel's call, a float64 reference and each element's budget from flashcheck's error model)
-and ``ISSUE.md``; for a serving or merge case also ``repro.npz``, the tensors the script reads. The script of a
+kernel's call, a float64 reference and the comparison with each element's budget from flashcheck's error model),
+``repro.npz`` (the tensors the script reads: the inputs bit for bit and the budgets) and ``ISSUE.md``. The script of a
 saved merge case (``flashcheck.check_merge(..., save_dir=...)``) calls its merge. The case is replayed first, as
 ``flashcheck replay`` does, for the kernel's output and the diagnosis; a replay that is not a BUG here is said so,
 and the files are written anyway."""
@@ -35,8 +35,7 @@ def run(args) -> int:
     out = check_writable_folder("--out", args.out)
     device = choose_device(args.device)
     made = _made(args, device)
-    if made.tensors is not None:
-        write_bytes(out / TensorFile.NAME, made.tensors)
+    write_bytes(out / TensorFile.NAME, made.tensors)
     write_text(out / "repro.py", made.script)
     write_text(out / "ISSUE.md", made.issue)
     print(made.verdict)
@@ -45,7 +44,7 @@ def run(args) -> int:
               "GPU it was found on; the reproducer is written anyway, and ISSUE.md says so.")
     if made.evidence.unchecked:
         print(f"note: the reproducer checks the output against its budget, not {', '.join(made.evidence.unchecked)}")
-    files = [out / name for name in ("repro.py", "ISSUE.md")] + ([out / TensorFile.NAME] if made.tensors else [])
+    files = [out / name for name in ("repro.py", "ISSUE.md", TensorFile.NAME)]
     print(f"wrote {', '.join(map(str, files))}; run: python {out / 'repro.py'}")
     return 0
 

@@ -1,6 +1,6 @@
-"""Upstream bug reports from saved cases: a self-contained reproducer script (torch and the kernel's package, no
-flashcheck; a serving or merge case's tensors in a file beside it) and a Markdown issue body, as ``flashcheck repro
-CASE --out DIR`` writes them. A saved merge case's are written by :mod:`.merge`.
+"""Upstream bug reports from saved cases: a reproducer script (torch and the kernel's package, no flashcheck) with
+the case's tensors in a file beside it, and a Markdown issue body, as ``flashcheck repro CASE --out DIR`` writes
+them. A saved merge case's are written by :mod:`.merge`.
 
 :func:`make_repro` replays the case (:mod:`.evidence`), decides how the script calls the kernel (:mod:`.calls`),
 fills the script template (:mod:`.script`, with the arrays of :mod:`.arrays`) and writes the issue (:mod:`.issue`).
@@ -18,7 +18,7 @@ class Repro:
     script: str  # repro.py
     issue: str  # ISSUE.md
     evidence: object  # flashcheck's replay (:class:`flashcheck.repro.evidence.Evidence`)
-    tensors: bytes | None = None  # the tensors file beside the script (None: its arrays are in it)
+    tensors: bytes  # the tensors file beside the script (repro.npz)
 
     @property
     def verdict(self):
@@ -29,6 +29,7 @@ def make_repro(kernel, case, *, device: str, case_path) -> Repro:
     """The reproducer and the issue for ``case`` (dense or of a serving form) on ``kernel`` (a resolved
     :class:`~flashcheck.contract.spec.Kernel`) replayed on ``device``; InvalidArgument naming the case for a kernel
     or case it cannot write."""
+    # Imported here: the package's name (Repro) stays importable without torch.
     from ..inputs.serving import ServingCase
     from .arrays import TensorFile
     from .calls import kernel_call
@@ -41,15 +42,13 @@ def make_repro(kernel, case, *, device: str, case_path) -> Repro:
     versions = generated_versions(call, device)
     name = kernel.name
     title = f"Reproducer: {summary_sentence(name, evidence)}".replace("`", "")
-    facts = dict(device=device, title=title, versions=versions)
-    if isinstance(case, ServingCase):
-        tensors = TensorFile()
-        data = serving_data(case, call, evidence, tensors, **facts)
-        content = with_tensor_file(data, tensors)
-        script = script_text(data, form="serving")
-    else:
-        content, script = None, script_text(script_data(case, call, evidence, **facts))
-    subject = attention_subject(case, evidence, tensors_file=None if content is None else TensorFile.NAME)
+    serving = isinstance(case, ServingCase)
+    tensors = TensorFile()
+    data = (serving_data if serving else script_data)(case, call, evidence, tensors, device=device, title=title,
+                                                      versions=versions)
+    content = with_tensor_file(data, tensors)
+    script = script_text(data, form="serving" if serving else "dense")
+    subject = attention_subject(case, evidence)
     issue = issue_text(subject, evidence, kernel=name, versions=versions, script=script, device=device)
     return Repro(script, issue, evidence, content)
 

@@ -3,22 +3,19 @@ storage offset, so that the script's ``tensor`` (:mod:`flashcheck.repro._script`
 same memory: a transposed, strided, stride-0 or offset view stays one, the NaN that flashcheck put around it
 included. bf16, fp8 and bool are carried as the integers of their bits.
 
-The bits go in the script itself (:func:`encode_tensor`: lzma, then base64), or in a tensors file beside it
-(:class:`TensorFile`: an npz of one array per tensor, which the script checks by its SHA-256 and reads without
-numpy)."""
+The bits go in a tensors file beside the script (:class:`TensorFile`: an npz of one array per tensor, which the
+script checks by its SHA-256 and reads without numpy), so that the script stays a short text whatever the size of
+the case."""
 
 from __future__ import annotations
 
-import base64
 import io
-import lzma
 
 import numpy as np
 import torch
 
-__all__ = ["encode_tensor", "LINE", "TensorFile"]
+__all__ = ["TensorFile"]
 
-LINE = 100  # characters of base64 per line of the script
 # Each dtype's bits, as an integer dtype of the same size that numpy and torch.frombuffer both read.
 _BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
          torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8,
@@ -38,15 +35,6 @@ def _storage(t: torch.Tensor) -> tuple[dict, np.ndarray]:
     view = {"dtype": _name(t.dtype), "bits_dtype": _name(bits), "shape": list(t.shape), "stride": list(t.stride()),
             "offset": t.storage_offset()}
     return view, storage.view(bits).numpy()
-
-
-def encode_tensor(t: torch.Tensor | None) -> dict | None:
-    """``t`` (on any device) as the script's data: its storage's bits and the view on them."""
-    if t is None:
-        return None
-    view, raw = _storage(t)
-    text = base64.b64encode(lzma.compress(raw.tobytes(), preset=9)).decode("ascii")
-    return {**view, "bits": [text[i:i + LINE] for i in range(0, len(text), LINE)]}
 
 
 class TensorFile:

@@ -11,6 +11,7 @@ import torch
 
 from ..inputs.serving import ServingCase
 from ..judge.verdict import BUG
+from .arrays import TensorFile
 from .evidence import Evidence
 
 __all__ = ["INLINE_LIMIT", "Subject", "attention_subject", "issue_text", "summary_sentence", "worst_elements"]
@@ -48,23 +49,21 @@ def _tensor_of(finding) -> str:
 @dataclass
 class Subject:
     """What an issue is about, in its words: what is wrong (the headline), the case's lines, the name of the exact
-    answer, what each element's budget is, the tensors file beside the script (None: the arrays are in it), and the
-    heading of the case's lines."""
+    answer, what each element's budget is, and the heading of the case's lines."""
 
     wrong: str
     lines: list
     exact: str
     budget: str
-    tensors_file: str | None = None
     heading: str = "The case (shrunk by flashcheck)"
 
 
-def attention_subject(case, evidence: Evidence, *, tensors_file: str | None = None) -> Subject:
+def attention_subject(case, evidence: Evidence) -> Subject:
     """The subject of an attention case, dense or of a serving form."""
     lines = _serving_lines(case) if isinstance(case, ServingCase) else _case_lines(case, evidence)
     budget = (f"the largest error any legal order of the kernel's floating-point operations can make there "
               f"({case.dtype} inputs, flashcheck's precision contract `{evidence.precision}`)")
-    return Subject("wrong attention output on a valid input", lines, "exact attention", budget, tensors_file)
+    return Subject("wrong attention output on a valid input", lines, "exact attention", budget)
 
 
 def summary_sentence(kernel: str, evidence: Evidence, exact: str = "exact attention") -> str:
@@ -103,7 +102,7 @@ def _case_lines(case, evidence: Evidence) -> list[str]:
     lines.append(f"- regime: {p.get('strategy') or 'unknown'}; seed: {p.get('seed')}")
     if evidence.backward:
         lines.append(f"- backward pass: dO regime {p.get('upstream')}, seed {p.get('upstream_seed')} "
-                     "(dO itself is in the script)")
+                     f"(dO itself is in `{TensorFile.NAME}`)")
     return lines
 
 
@@ -133,10 +132,8 @@ def _serving_lines(case: ServingCase) -> list[str]:
     return lines + [f"- regime: {p.get('strategy') or 'unknown'}; seed: {p.get('seed')}"]
 
 
-def _reproducer(script: str, tensors_file: str | None) -> list[str]:
-    where = ("the inputs are embedded bit for bit (layout included) and so is each element's budget."
-             if tensors_file is None else
-             f"the inputs (layout included) and each element's budget are in `{tensors_file}` beside it, bit for "
+def _reproducer(script: str) -> list[str]:
+    where = (f"the inputs (layout included) and each element's budget are in `{TensorFile.NAME}` beside it, bit for "
              "bit: attach both files (the script checks the file's SHA-256).")
     parts = ["## Reproducer", "", f"`repro.py` needs only torch and the kernel's package; {where}", "", "```text",
              "python repro.py            # exit 1: reproduced, 0: not reproduced, 2: cannot run here",
@@ -167,4 +164,4 @@ def issue_text(subject: Subject, evidence: Evidence, *, kernel: str, versions: d
     if evidence.unchecked:
         parts += [f"flashcheck also found {', '.join(evidence.unchecked)}: properties of reruns (poisoned memory, "
                   "other layouts, repeated calls) that the reproducer does not check.", ""]
-    return "\n".join(parts + _reproducer(script, subject.tensors_file))
+    return "\n".join(parts + _reproducer(script))

@@ -70,7 +70,7 @@ def _subject(case: MergeCase) -> Subject:
              f"- the call: {call}", f"- a row whose states are all empty must give out 0 and lse {c.empty_lse}"]
     budget = ("the largest error a legal merge can make there (fp32 arithmetic, weights relative to the largest "
               "lse, the out rounded to its dtype " + ("at each call)" if c.pairwise else "once)"))
-    return Subject("wrong merge of partial attention states", lines, EXACT, budget, TensorFile.NAME,
+    return Subject("wrong merge of partial attention states", lines, EXACT, budget,
                    heading="The states (drawn by flashcheck.check_merge)")
 
 

@@ -3,8 +3,8 @@ and its functions can be tested) with the case's data in place of ``CASE``, the 
 (for a built-in, the functions of :mod:`flashcheck.repro._script_calls` its call needs, copied in) and the part of
 the case's form in place of ``@FORM@``: :mod:`._script_dense`, :mod:`._script_serving` or :mod:`._script_merge`.
 
-A dense script carries its arrays in itself; a serving or merge script reads them from the tensors file beside it
-(:class:`~flashcheck.repro.arrays.TensorFile`)."""
+Every script reads its arrays (inputs, budgets, dO) from the tensors file beside it
+(:class:`~flashcheck.repro.arrays.TensorFile`); ``CASE`` names each one's array and view."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ..judge.merge import fold_states
 from ..kernels.flex import flex_sink_key
 from ..numerics.merge import merge_reference
 from ._script import package_version
-from .arrays import TensorFile, encode_tensor
+from .arrays import TensorFile
 from .evidence import Evidence
 
 __all__ = ["copied", "generated_versions", "script_data", "script_frame", "script_text", "serving_data",
@@ -72,10 +72,6 @@ def _kwargs(case, encode) -> dict:
     return out
 
 
-def _inline(t, name):
-    return encode_tensor(t)
-
-
 def copied(t: torch.Tensor) -> torch.Tensor:
     """A fresh contiguous CPU tensor: its storage is exactly its elements."""
     return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
@@ -92,18 +88,20 @@ def _attention(case) -> dict:
             "bias_order": case.variant.bias_order}
 
 
-def script_data(case, call: dict, evidence: Evidence, *, device: str, title: str, versions: dict) -> dict:
-    """The script's ``CASE``: the inputs as the kernel received them, the budgets, and what to print."""
+def script_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, device: str, title: str,
+                versions: dict) -> dict:
+    """The ``CASE`` of a dense case's script: the inputs as the kernel received them, the budgets (and dO) and what
+    to print, their bits in ``tensors``."""
     q, k, v, mask = case.to_device("cpu")  # the case's layout: the same bits and strides on any device
     s = case.shapes
     describe = case.describe() + (f", dO {case.provenance.get('upstream')}" if evidence.backward else "")
     return {
         **script_frame(call, evidence, describe=describe, device=device, title=title, versions=versions),
         **_attention(case), "shapes": {"out": [s.batch, s.heads_q, s.n_q, s.head_dim_v]},
-        "inputs": {name: encode_tensor(t) for name, t in zip(("q", "k", "v", "attn_mask"), (q, k, v, mask))},
-        "kwargs": _kwargs(case, _inline), "backward": evidence.backward,
-        "do": None if evidence.do is None else encode_tensor(copied(evidence.do)),
-        "budgets": {name: encode_tensor(copied(c.budget)) for name, c in evidence.tensors.items()},
+        "inputs": {n: tensors.encode(t, f"inputs.{n}") for n, t in zip(("q", "k", "v", "attn_mask"), (q, k, v, mask))},
+        "kwargs": _kwargs(case, tensors.encode), "backward": evidence.backward,
+        "do": None if evidence.do is None else tensors.encode(copied(evidence.do), "do"),
+        "budgets": {n: tensors.encode(copied(c.budget), f"budgets.{n}") for n, c in evidence.tensors.items()},
         "empty_rows": evidence.promises, "lse_base": evidence.lse_base,
     }
 
