@@ -2,7 +2,8 @@
 that several commands add (built here, so each is spelled, typed and documented the same way), the device
 choice, the check of every count and duration before anything runs, and the ``--json`` writer.
 
-Nothing here imports torch: the device choice imports it only when no ``--device`` was given.
+Nothing here imports torch when imported: the device choice imports it only when no ``--device`` was given, and
+telling an import path from a built-in's name (the built-ins' table) only once a command runs its kernels.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import argparse
 import os
 import sys
 
+from ..contract.counts import check_count, check_seconds
 from ..contract.formats import ALL_DTYPES, DEVICES
+from ..files import write_json
+from ..kernels.origin import importable_from
 
 __all__ = ["EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
@@ -46,8 +50,6 @@ def exit_status(verdict: str) -> int:
 
 def check_options(args) -> None:
     """Every count option a whole number >= 1 and every duration positive, before anything runs."""
-    from ..contract.counts import check_count, check_seconds
-
     for option in (*COUNTS, *DURATIONS):
         value = getattr(args, option[2:].replace("-", "_"), None)
         if value is None:
@@ -72,23 +74,21 @@ def choose_device(choice: str | None) -> str:
     """``--device``, else cuda when torch sees a GPU (torch is imported only then)."""
     if choice is not None:
         return choice
-    import torch
+    import torch  # lazy: a command imports torch after its kernel's worker started, and only when it must
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def importable_from_cwd(kernels: list[str]) -> None:
     """An import path resolves like ``python -m``: from the current directory too (here and in the workers)."""
-    if any(":" in k and k.split(":", 1)[0] not in ("torch", "flashcheck") for k in kernels):
-        from ..kernels.origin import importable_from
+    from ..kernels.builtins import reserved  # lazy: the built-ins' table imports torch
 
+    if any(":" in k and not reserved(k) for k in kernels):
         importable_from([os.getcwd()])
 
 
 def write_json_or_usage(path: str | None, data) -> int:
     """Write ``--json``; a failure (the disk filled, the folder went away) is an error message and exit 2."""
-    from ..files import write_json
-
     if path is None:
         return EXIT_OK
     try:

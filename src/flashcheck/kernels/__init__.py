@@ -13,7 +13,7 @@ __all__ = list(_REGISTRY_NAMES)
 
 def __getattr__(name: str):
     if name in _REGISTRY_NAMES:
-        from . import registry
+        from . import registry  # lazy (PEP 562): the registry imports torch
 
         return getattr(registry, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

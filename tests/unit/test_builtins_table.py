@@ -1,0 +1,61 @@
+"""The built-in kernels are one table (kernels/builtins.py): the registry's names and descriptions, the options
+each takes, the planted-bug names resolving accepts and the prefixes no import path may take are all read from it,
+so none can drift from another."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from flashcheck import BackendUnavailable, InvalidArgument
+from flashcheck.cli import options as cli_options
+from flashcheck.contract.spec import as_kernel
+from flashcheck.kernels import builtins
+from flashcheck.kernels.builtins import BUILTINS, RESERVED_PREFIXES
+from flashcheck.kernels.registry import BUILTIN_KERNELS, planted_bugs, resolve_kernel
+from flashcheck.repro.calls import kernel_call
+
+
+def test_the_registry_names_and_describes_the_table_in_its_order():
+    assert list(BUILTIN_KERNELS.items()) == [(entry.name, entry.description) for entry in BUILTINS]
+    assert len(BUILTIN_KERNELS) == len(BUILTINS)
+
+
+@pytest.mark.parametrize("entry", [e for e in BUILTINS if e.planted], ids=lambda e: e.name)
+def test_a_planted_bug_is_checked_against_the_table_before_the_kernel_is_made(entry, monkeypatch):
+    def refuse(**_):
+        raise AssertionError("the factory ran")
+
+    monkeypatch.setitem(builtins._BY_NAME, entry.name, dataclasses.replace(entry, make=refuse))
+    with pytest.raises(InvalidArgument, match=f"no planted bug 'nope' for {entry.name}"):
+        resolve_kernel(f"{entry.name}~nope", device="cuda")  # a usage error, on any machine
+    assert planted_bugs(entry.name) == tuple(bug.name for bug in entry.planted)
+
+
+def test_the_reserved_prefixes_are_the_tables():
+    assert RESERVED_PREFIXES == ("torch", "flashcheck", "fla")
+    assert {name.partition(":")[0] for name in BUILTIN_KERNELS} == set(RESERVED_PREFIXES)
+
+
+def test_the_registry_the_repro_script_and_the_cli_read_one_set_of_reserved_prefixes(monkeypatch):
+    # Reserve one more prefix: each user must see it, none may keep a list of its own.
+    monkeypatch.setattr(builtins, "RESERVED_PREFIXES", (*RESERVED_PREFIXES, "mylib"))
+    with pytest.raises(InvalidArgument, match="unknown built-in kernel"):
+        resolve_kernel("mylib:attention", device="cpu")
+    kernel = as_kernel(lambda q, k, v, *, scale, causal="none", attn_mask=None: q).reached_as("mylib:attention")
+    with pytest.raises(InvalidArgument, match="a built-in that plain public code cannot call"):
+        kernel_call(kernel, None, device="cpu", case_path="case.json")
+    added = []
+    monkeypatch.setattr(cli_options, "importable_from", added.append)
+    cli_options.importable_from_cwd(["mylib:attention", "torch:math"])
+    assert added == []
+    cli_options.importable_from_cwd(["other.lib:attention"])
+    assert len(added) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_a_known_planted_bug_is_refused_where_its_kernel_cannot_run():
+    with pytest.raises(BackendUnavailable, match="no CUDA device"):
+        resolve_kernel("torch:varlen~reads_past_end", device="cuda")
