@@ -1,6 +1,6 @@
-"""The built-in kernels are one table (kernels/builtins.py): the registry's names and descriptions, the options
-each takes, the planted-bug names resolving accepts and the prefixes no import path may take are all read from it,
-so none can drift from another."""
+"""The built-in kernels are one table (kernels/builtins.py): the registry's names and descriptions, the planted-bug
+names resolving accepts and the prefixes no import path may take are all read from it, so none can drift from
+another (the options it lists: tests/cli/test_kernels_listing.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 import torch
 
+import flashcheck.kernels.builtins as table
 from flashcheck import BackendUnavailable, InvalidArgument
 from flashcheck.cli import options as cli_options
 from flashcheck.contract.spec import as_kernel
-from flashcheck.kernels import builtins
 from flashcheck.kernels.builtins import BUILTINS, RESERVED_PREFIXES
 from flashcheck.kernels.registry import BUILTIN_KERNELS, planted_bugs, resolve_kernel
 from flashcheck.repro.calls import kernel_call
@@ -28,7 +28,7 @@ def test_a_planted_bug_is_checked_against_the_table_before_the_kernel_is_made(en
     def refuse(**_):
         raise AssertionError("the factory ran")
 
-    monkeypatch.setitem(builtins._BY_NAME, entry.name, dataclasses.replace(entry, make=refuse))
+    monkeypatch.setitem(table._BY_NAME, entry.name, dataclasses.replace(entry, make=refuse))
     with pytest.raises(InvalidArgument, match=f"no planted bug 'nope' for {entry.name}"):
         resolve_kernel(f"{entry.name}~nope", device="cuda")  # a usage error, on any machine
     assert planted_bugs(entry.name) == tuple(bug.name for bug in entry.planted)
@@ -41,7 +41,7 @@ def test_the_reserved_prefixes_are_the_tables():
 
 def test_the_registry_the_repro_script_and_the_cli_read_one_set_of_reserved_prefixes(monkeypatch):
     # Reserve one more prefix: each user must see it, none may keep a list of its own.
-    monkeypatch.setattr(builtins, "RESERVED_PREFIXES", (*RESERVED_PREFIXES, "mylib"))
+    monkeypatch.setattr(table, "RESERVED_PREFIXES", (*RESERVED_PREFIXES, "mylib"))
     with pytest.raises(InvalidArgument, match="unknown built-in kernel"):
         resolve_kernel("mylib:attention", device="cpu")
     kernel = as_kernel(lambda q, k, v, *, scale, causal="none", attn_mask=None: q).reached_as("mylib:attention")

@@ -1,5 +1,6 @@
-"""Kernels under test: the registry that resolves a name (:mod:`.registry`), PyTorch's SDPA backends and
-FlexAttention, adapters for other calling conventions, and flashcheck's own Triton kernel (:mod:`.triton`).
+"""Kernels under test: the registry that resolves a name (:mod:`.registry`) through the table of built-ins
+(:mod:`.builtins`) and their planted bugs (:mod:`.planted`), PyTorch's SDPA backends and FlexAttention, adapters
+for other calling conventions, and flashcheck's own Triton kernel (:mod:`.triton`).
 
 ``from flashcheck.kernels import resolve_kernel`` reaches the registry; importing this package imports
 neither torch nor triton until a registry name is used.
