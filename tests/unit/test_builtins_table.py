@@ -1,6 +1,7 @@
-"""The built-in kernels are one table (kernels/builtins.py): the registry's names and descriptions, the planted-bug
-names resolving accepts and the prefixes no import path may take are all read from it, so none can drift from
-another (the options it lists: tests/cli/test_kernels_listing.py)."""
+"""The built-in kernels are one table (kernels/builtins.py): the registry's names and descriptions and the
+planted-bug names resolving accepts are read from it, so none can drift from another (the options it lists:
+tests/cli/test_kernels_listing.py). Its names' prefixes, which no import path may take, are defined once
+(kernels/origin.py, read without torch) and every user reads that definition."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import flashcheck.kernels.builtins as table
 from flashcheck import BackendUnavailable, InvalidArgument
 from flashcheck.cli import options as cli_options
 from flashcheck.contract.spec import as_kernel
-from flashcheck.kernels.builtins import BUILTINS, RESERVED_PREFIXES
+from flashcheck.kernels import origin
+from flashcheck.kernels.builtins import BUILTINS
+from flashcheck.kernels.origin import RESERVED_PREFIXES
 from flashcheck.kernels.registry import BUILTIN_KERNELS, planted_bugs, resolve_kernel
 from flashcheck.repro.calls import kernel_call
+from flashcheck.testing.asserts import replay_command
+from flashcheck.testing.session import Session
 
 
 def test_the_registry_names_and_describes_the_table_in_its_order():
@@ -35,21 +40,23 @@ def test_a_planted_bug_is_checked_against_the_table_before_the_kernel_is_made(en
 
 
 def test_the_reserved_prefixes_are_the_tables():
-    assert RESERVED_PREFIXES == ("torch", "flashcheck", "fla")
     assert {name.partition(":")[0] for name in BUILTIN_KERNELS} == set(RESERVED_PREFIXES)
 
 
-def test_the_registry_the_repro_script_and_the_cli_read_one_set_of_reserved_prefixes(monkeypatch):
-    # Reserve one more prefix: each user must see it, none may keep a list of its own.
-    monkeypatch.setattr(table, "RESERVED_PREFIXES", (*RESERVED_PREFIXES, "mylib"))
+def test_every_user_of_the_reserved_prefixes_reads_the_one_definition(monkeypatch, tmp_path):
+    # Reserve one more prefix, of a module imported from a folder of its own: each user must see it.
+    monkeypatch.setattr(origin, "RESERVED_PREFIXES", (*RESERVED_PREFIXES, "json"))
     with pytest.raises(InvalidArgument, match="unknown built-in kernel"):
-        resolve_kernel("mylib:attention", device="cpu")
-    kernel = as_kernel(lambda q, k, v, *, scale, causal="none", attn_mask=None: q).reached_as("mylib:attention")
+        resolve_kernel("json:dumps", device="cpu")
+    kernel = as_kernel(lambda q, k, v, *, scale, causal="none", attn_mask=None: q).reached_as("json:dumps")
     with pytest.raises(InvalidArgument, match="a built-in that plain public code cannot call"):
         kernel_call(kernel, None, device="cpu", case_path="case.json")
+    assert origin.kernel_origin(kernel)["kernel_import_root"] is None
+    session = Session(invocation_dir=tmp_path)
+    assert not replay_command(tmp_path / "case.json", kernel, device="cpu", session=session).startswith("PYTHONPATH")
     added = []
     monkeypatch.setattr(cli_options, "importable_from", added.append)
-    cli_options.importable_from_cwd(["mylib:attention", "torch:math"])
+    cli_options.importable_from_cwd(["json:dumps", "torch:math"])
     assert added == []
     cli_options.importable_from_cwd(["other.lib:attention"])
     assert len(added) == 1

@@ -2,8 +2,7 @@
 that several commands add (built here, so each is spelled, typed and documented the same way), the device
 choice, the check of every count and duration before anything runs, and the ``--json`` writer.
 
-Nothing here imports torch when imported: the device choice imports it only when no ``--device`` was given, and
-telling an import path from a built-in's name (the built-ins' table) only once a command runs its kernels.
+Nothing here imports torch: the device choice imports it only when no ``--device`` was given.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import sys
 from ..contract.counts import check_count, check_seconds
 from ..contract.formats import ALL_DTYPES, DEVICES
 from ..files import write_json
-from ..kernels.origin import importable_from
+from ..kernels.origin import importable_from, reserved
 
 __all__ = ["EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
@@ -81,8 +80,6 @@ def choose_device(choice: str | None) -> str:
 
 def importable_from_cwd(kernels: list[str]) -> None:
     """An import path resolves like ``python -m``: from the current directory too (here and in the workers)."""
-    from ..kernels.builtins import reserved  # lazy: the built-ins' table imports torch
-
     if any(":" in k and not reserved(k) for k in kernels):
         importable_from([os.getcwd()])
 

@@ -1,6 +1,7 @@
 """The built-in kernels, one table: each name with what it is, the options it takes, the function that makes it,
 how to tell whether it can run here, and its planted bugs (:mod:`.planted`). The registry resolves names through
-it, ``flashcheck kernels`` lists it, and its names' prefixes (:data:`RESERVED_PREFIXES`) are never import paths.
+it and ``flashcheck kernels`` lists it; its names lie under :data:`~.origin.RESERVED_PREFIXES`, never import
+paths.
 
 Nothing here imports triton: flashcheck's Triton kernels of the serving forms and fp8 live in modules that import
 it when imported, so their factories are imported on first use (:class:`TritonModule`), and ``flashcheck:triton``
@@ -30,8 +31,7 @@ from .triton.forward import jitted_for_the_gpu, make_kernel, on_device
 from .triton.mutants import load_mutant
 from .triton.runtime import BACKEND_NAME as TRITON
 
-__all__ = ["BUILTINS", "RESERVED_PREFIXES", "Builtin", "Option", "TritonModule", "builtin", "reserved",
-           "triton_unavailable"]
+__all__ = ["BUILTINS", "Builtin", "Option", "TritonModule", "builtin", "triton_unavailable"]
 
 TRITON_FP8 = "flashcheck:triton-fp8"
 _INTERPRETED = "on the CPU under the Triton interpreter"
@@ -200,16 +200,7 @@ BUILTINS: tuple[Builtin, ...] = (
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}
 
-# The built-ins' prefixes: a name under one (``torch:...``) is a built-in's or unknown, never an import path.
-RESERVED_PREFIXES = tuple(dict.fromkeys(entry.name.partition(":")[0] for entry in BUILTINS))
-
 
 def builtin(name: str) -> Builtin | None:
     """The built-in named ``name`` (its bare name: no planted bug, no options), or None."""
     return _BY_NAME.get(name)
-
-
-def reserved(target: str) -> bool:
-    """Whether ``target`` (``prefix:rest``) lies under a built-in's prefix, where no import path may."""
-    prefix, colon, _ = target.partition(":")
-    return bool(colon) and prefix in RESERVED_PREFIXES

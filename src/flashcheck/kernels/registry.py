@@ -27,8 +27,9 @@ import torch
 from ..contract.formats import DEVICES
 from ..contract.spec import Kernel, as_kernel
 from ..errors import BackendUnavailable, InvalidArgument
-from .builtins import BUILTINS, Builtin, builtin, reserved
+from .builtins import BUILTINS, Builtin, builtin
 from .names import dotted, import_target, parse_kernel_name
+from .origin import reserved
 from .triton.cache import use_triton_cache
 from .triton.runtime import BACKEND_NAME as TRITON
 from .triton.runtime import left_out

@@ -20,9 +20,8 @@ from __future__ import annotations
 from ..contract.spec import Kernel
 from ..errors import InvalidArgument
 from ..inputs.serving import ServingCase
-from ..kernels.builtins import reserved
 from ..kernels.names import parse_kernel_name
-from ..kernels.origin import import_root
+from ..kernels.origin import import_root, reserved
 from ..kernels.sdpa import SDPA_KERNELS
 
 __all__ = ["SUPPORTED", "kernel_call", "plain_target"]
