@@ -59,9 +59,9 @@ class Builtin:
     """One built-in kernel.
 
     ``make(device=..., **options)`` makes it, and with ``mutant=NAME`` one of its ``planted`` bugs; it raises
-    :class:`BackendUnavailable` where the kernel cannot run. ``unavailable(device)`` says why without making it,
-    where making it would change something (a Triton kernel's first jit fixes compiling or interpreting for the
-    process); None there: making it tells.
+    :class:`BackendUnavailable` where the kernel cannot run. ``unavailable(device)`` says why it cannot run
+    without making it, for the kernels that making would change something for (a Triton kernel's first jit fixes
+    compiling or interpreting for the process); where it is None, making the kernel is how to find out.
     """
 
     name: str
