@@ -9,30 +9,23 @@ import re
 import pytest
 
 from flashcheck.cli import main
+from flashcheck.kernels import planted
 from flashcheck.kernels.flex import make_flex_kernel
 from flashcheck.kernels.flex_varlen import make_flex_varlen_kernel
-from flashcheck.kernels.fp8 import FP8, FP8_MUTANTS
 from flashcheck.kernels.registry import BUILTIN_KERNELS
-from flashcheck.kernels.serving import SERVING_MUTANTS, make_serving_kernel
+from flashcheck.kernels.serving import make_serving_kernel
 from flashcheck.kernels.triton.forward import make_kernel
-from flashcheck.kernels.triton.fp8 import FP8_TRITON_MUTANTS
-from flashcheck.kernels.triton.paged import PAGED_MUTANTS
-from flashcheck.kernels.triton.planted import BACKWARD_MUTANTS, MUTANTS
-from flashcheck.kernels.triton.planted_long import LONG_MUTANTS
-from flashcheck.kernels.triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
-from flashcheck.kernels.triton.varlen import VARLEN_MUTANTS
-from flashcheck.kernels.split_kv import SPLIT_MUTANTS
 
 # The functions that make the built-ins that take options, and the keywords of theirs that are no option.
 FACTORIES = {"torch:flex": make_flex_kernel, "torch:flex-varlen": make_flex_varlen_kernel,
              "flashcheck:triton": make_kernel, "torch:varlen": make_serving_kernel, "torch:paged": make_serving_kernel}
 NOT_OPTIONS = {"device", "mutant"}
-TRITON = [m.name for m in MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS]
-PLANTED = {"flashcheck:triton": TRITON, "flashcheck:triton-varlen": list(VARLEN_MUTANTS),
-           "flashcheck:triton-paged": list(PAGED_MUTANTS), "flashcheck:triton-split-kv": list(SPLIT_MUTANTS),
-           FP8: list(FP8_MUTANTS), "flashcheck:triton-fp8": list(FP8_TRITON_MUTANTS),
-           **{f"torch:{form}": [m for m, (of, _) in SERVING_MUTANTS.items() if of == form]
-              for form in ("varlen", "paged", "split-kv")}}
+# Each kernel's planted bugs, from the catalog (the kernels of one form or of fp8 share theirs).
+CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": planted.TRITON_VARLEN,
+           "flashcheck:triton-paged": planted.PAGED, "flashcheck:triton-split-kv": planted.SPLIT_KV,
+           "torch:fp8": planted.FP8, "flashcheck:triton-fp8": planted.FP8_TRITON, "torch:varlen": planted.VARLEN,
+           "torch:paged": planted.PAGED, "torch:split-kv": planted.SPLIT_KV}
+PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}
 
 
 @pytest.fixture(scope="module")

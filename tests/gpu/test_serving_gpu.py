@@ -18,8 +18,7 @@ from flashcheck.inputs.casefile import load_case
 from flashcheck.inputs.packing import PAGE_REGIMES, serving_case
 from flashcheck.inputs.serving import ServingCase
 from flashcheck.inputs.strategies import draw_recipes
-from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.kernels.serving import SERVING_MUTANTS
+from flashcheck.kernels.registry import planted_bugs, resolve_kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -44,9 +43,13 @@ def test_the_references_over_flash_pass(form, packing, pages):
     assert verdict.ok, str(verdict)
 
 
-@pytest.mark.parametrize("mutant", sorted(SERVING_MUTANTS))
+# The planted bugs of the forms' references, each with its form: varlen, paged or split-kv (a paged kernel).
+FORM_BUGS = {bug: form for form in ("varlen", "paged", "split-kv") for bug in planted_bugs(f"torch:{form}")}
+
+
+@pytest.mark.parametrize("mutant", sorted(FORM_BUGS))
 def test_each_planted_bug_is_a_bug_on_the_gpu(mutant):
-    form = SERVING_MUTANTS[mutant][0]
+    form = FORM_BUGS[mutant]
     name = {"split-kv": "torch:split-kv"}.get(form) or KERNELS[form].replace("[", f"~{mutant}[")
     case = serving_case(_base(torch.float16), form="varlen" if form == "varlen" else "paged", packing="ragged",
                         pages="nondividing", poison="huge", seed=1,
@@ -94,7 +97,7 @@ def test_the_triton_varlen_kernel_passes_and_its_planted_bug_does_not(dtype, pac
     assert wrong.status == "BUG", str(wrong)
 
 
-# flashcheck's Triton kernels of the paged form, and the form (in SERVING_MUTANTS) whose planted bugs they carry.
+# flashcheck's Triton kernels of the paged form, and the form (in FORM_BUGS) whose planted bugs they carry.
 TRITON_PAGED = {"flashcheck:triton-paged": "paged", "flashcheck:triton-split-kv": "split-kv"}
 
 
@@ -108,7 +111,7 @@ def test_the_triton_paged_kernels_pass_drawn_cases(name):
 
 
 @pytest.mark.parametrize("name, mutant", [(name, mutant) for name, form in TRITON_PAGED.items()
-                                          for mutant, (of, _) in sorted(SERVING_MUTANTS.items()) if of == form])
+                                          for mutant, of in sorted(FORM_BUGS.items()) if of == form])
 def test_each_planted_bug_of_the_triton_paged_kernels_is_a_bug(name, mutant):
     case = serving_case(_base(torch.float16), form="paged", packing="ragged", pages="nondividing", poison="huge",
                         seed=1)

@@ -13,8 +13,7 @@ from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.packing import PAGE_REGIMES, serving_case
 from flashcheck.inputs.strategies import draw_recipes
-from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.kernels.triton.paged import PAGED_MUTANTS
+from flashcheck.kernels.registry import planted_bugs, resolve_kernel
 
 pytestmark = pytest.mark.interpreter
 
@@ -44,7 +43,7 @@ def test_the_paged_kernel_passes_drawn_cases_of_every_page_regime():
         assert verdict.ok, str(verdict)
 
 
-@pytest.mark.parametrize("mutant", sorted(PAGED_MUTANTS))
+@pytest.mark.parametrize("mutant", sorted(planted_bugs(NAME)))
 def test_each_planted_bug_is_a_bug(mutant):
     # Pages that divide no length: every sequence crosses a page boundary and leaves its last page part empty.
     verdict = flashcheck.check(f"{NAME}~{mutant}", _case("ragged"), device="cpu", properties=())

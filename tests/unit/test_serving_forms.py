@@ -15,8 +15,7 @@ from flashcheck.inputs.casefile import load_case
 from flashcheck.inputs.packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
 from flashcheck.inputs.serving import ServingCase
 from flashcheck.inputs.strategies import draw_recipes
-from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.kernels.serving import SERVING_MUTANTS
+from flashcheck.kernels.registry import planted_bugs, resolve_kernel
 
 FORMS = {"varlen": "torch:varlen", "paged": "torch:paged"}
 
@@ -49,9 +48,13 @@ def test_pages_of_every_size_in_scrambled_order_pass_and_permute(pages):
     assert verdict.ok and "page_order" in verdict.properties, str(verdict)
 
 
-@pytest.mark.parametrize("mutant", sorted(SERVING_MUTANTS))
+# The planted bugs of the forms' references, each with its form: varlen, paged or split-kv (a paged kernel).
+FORM_BUGS = {bug: form for form in ("varlen", "paged", "split-kv") for bug in planted_bugs(f"torch:{form}")}
+
+
+@pytest.mark.parametrize("mutant", sorted(FORM_BUGS))
 def test_each_planted_bug_of_the_forms_is_a_bug(mutant):
-    kernel = SERVING_MUTANTS[mutant][0]  # varlen, paged or split-kv (a paged kernel)
+    kernel = FORM_BUGS[mutant]  # varlen, paged or split-kv (a paged kernel)
     form = "varlen" if kernel == "varlen" else "paged"
     # Pages of 4 over ragged lengths: every sequence crosses page boundaries, few fill their last page.
     case = serving_case(_base(), form=form, packing="ragged", pages="nondividing", poison="huge", seed=1,

@@ -44,7 +44,7 @@ from ..inputs.presets import Preset
 from ..inputs.sizes import host_memory_problem
 from ..inputs.strategies import Recipe, recipe_pools, recipes
 from ..judge.backward import judge_case
-from ..judge.verdict import BUG, PASS, SUSPICIOUS, Verdict
+from ..judge.verdict import BUG, PASS, RATIO_CEILING, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause
 from .corpus import save_finding
 from .database import KeyedDatabase, campaign_scope, open_database
@@ -285,7 +285,7 @@ class _Campaign:
             if r.first_case is None:
                 r.first_case = self.last_end - self.started_at
                 self.first_case_at = self.last_end
-            self.schedule.round.climb.observe(min(verdict.max_ratio, 1e6))
+            self.schedule.round.climb.observe(min(verdict.max_ratio, RATIO_CEILING))
             event(f"regime {recipe.regime}")
             event(f"dtype {recipe.dtype}")
         if self.progress is not None:

@@ -11,7 +11,10 @@ import argparse
 import os
 import sys
 
+from ..contract.counts import check_count, check_seconds
 from ..contract.formats import ALL_DTYPES, DEVICES
+from ..files import write_json
+from ..kernels.origin import importable_from, reserved
 
 __all__ = ["EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
@@ -46,8 +49,6 @@ def exit_status(verdict: str) -> int:
 
 def check_options(args) -> None:
     """Every count option a whole number >= 1 and every duration positive, before anything runs."""
-    from ..contract.counts import check_count, check_seconds
-
     for option in (*COUNTS, *DURATIONS):
         value = getattr(args, option[2:].replace("-", "_"), None)
         if value is None:
@@ -72,23 +73,19 @@ def choose_device(choice: str | None) -> str:
     """``--device``, else cuda when torch sees a GPU (torch is imported only then)."""
     if choice is not None:
         return choice
-    import torch
+    import torch  # lazy: a command imports torch after its kernel's worker started, and only when it must
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def importable_from_cwd(kernels: list[str]) -> None:
     """An import path resolves like ``python -m``: from the current directory too (here and in the workers)."""
-    if any(":" in k and k.split(":", 1)[0] not in ("torch", "flashcheck") for k in kernels):
-        from ..kernels.origin import importable_from
-
+    if any(":" in k and not reserved(k) for k in kernels):
         importable_from([os.getcwd()])
 
 
 def write_json_or_usage(path: str | None, data) -> int:
     """Write ``--json``; a failure (the disk filled, the folder went away) is an error message and exit 2."""
-    from ..files import write_json
-
     if path is None:
         return EXIT_OK
     try:

@@ -6,8 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "CONFIDENCE",
-           "FINDING_KINDS", "Finding", "Verdict", "from_json_number", "json_number", "keep_largest", "rate_bound",
-           "run_verdict", "worst_status"]
+           "FINDING_KINDS", "RATIO_CEILING", "Finding", "Verdict", "from_json_number", "json_number", "keep_largest",
+           "rate_bound", "run_verdict", "worst_status"]
 
 PASS, SUSPICIOUS, BUG = "PASS", "SUSPICIOUS", "BUG"
 # A run (campaign, merge, sign-off cell) that judged no case: never a pass.
@@ -15,6 +15,9 @@ NO_CASES = "NO_CASES"
 # What one of the field's rules (judge.anchors) says of a case, in a verdict's and a record's "anchors".
 ANCHOR_PASS, ANCHOR_FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
 _RANK = {PASS: 0, SUSPICIOUS: 1, BUG: 2}
+# The largest error/budget ratio told apart from a larger one: hypothesis's target phase climbs no higher, and the
+# report's plots draw a non-finite ratio there.
+RATIO_CEILING = 1e6
 
 FINDING_KINDS = (
     "over_budget",          # error above the hard budget somewhere

@@ -16,7 +16,7 @@ campaigns; tests/interpreter/test_fla.py keeps it visible.
 
 ``pip install fla-core==0.6.0`` (1 MB, pure Triton, needs einops). On the CPU it runs under the Triton
 interpreter (``TRITON_INTERPRET=1`` before triton is imported), where, as for every Triton kernel there, bf16
-is left out.
+is left out (:func:`flashcheck.kernels.triton.runtime.triton_dtypes`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
+from .triton.runtime import triton_dtypes
 
 __all__ = ["NAME", "VARLEN_NAME", "DECODING_NAME", "DESCRIPTION", "make_fla_kernel", "make_fla_decoding_kernel",
            "decoding_spec"]
@@ -123,8 +124,7 @@ def make_fla_decoding_kernel(*, device: str = "cuda") -> Kernel:
 
 
 def _spec(device: str) -> KernelSpec:
-    dtypes = ("fp16", "fp32") if device == "cpu" else ("fp16", "bf16", "fp32")
-    return KernelSpec(dtypes=dtypes, causal=("top_left", "bottom_right"), attn_mask=False, gqa=True,
+    return KernelSpec(dtypes=triton_dtypes(device), causal=("top_left", "bottom_right"), attn_mask=False, gqa=True,
                       head_dims=(16, 32, 64, 128), equal_lengths=True, fully_masked_rows="any",
                       precision="flash", devices=(device,), window=True, sinks=True, backward=True,
                       deterministic_backward=False, backward_excludes=("ds_past_range",), nan_safe_masking=True)

@@ -90,7 +90,7 @@ def compiled_flex(fa, device: str):
 
 
 def _dynamo_patch():
-    import torch._dynamo as dynamo
+    import torch._dynamo as dynamo  # lazy: torch._dynamo costs about a second to import
 
     config = dynamo.config
     return config.patch(**{k: v for k, v in _DYNAMO_PATCH.items() if hasattr(config, k)})
@@ -104,7 +104,7 @@ def check_available(device: str, compile: bool) -> None:
     flex_module()
     if device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable(NAME, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
-    import torch._dynamo as dynamo  # binds only `dynamo`, so `torch` stays the module global
+    import torch._dynamo as dynamo  # lazy (about a second); binds only `dynamo`, so `torch` stays the module global
 
     if not dynamo.is_dynamo_supported():
         raise BackendUnavailable(NAME, device, "FlexAttention needs TorchDynamo, which this Python does not support",

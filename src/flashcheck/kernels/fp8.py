@@ -4,8 +4,7 @@ q, k and v are fp8 (e4m3 or e5m2) with (B, Hkv) fp32 ``q_descale``, ``k_descale`
 scores are the fp8 products accumulated in fp32 (exact products), times ``scale * q_descale * k_descale``;
 the softmax runs in fp32 and P is rounded to the inputs' fp8 format before P @ V, whose fp32 result is
 divided by the row sum and multiplied by ``v_descale``; the output is bf16, the lse fp32 in natural log.
-Its planted bugs are the descale defects users reported (FlashInfer 1023 and 4979: scales silently
-dropped): ``~ignores_k_descale`` and ``~v_descale_twice``.
+Its planted bugs (:mod:`flashcheck.kernels.planted`) are the descale defects users reported.
 """
 
 from __future__ import annotations
@@ -17,18 +16,12 @@ import torch
 from ..contract import masks
 from ..contract.formats import FORMATS, FP8_DTYPES, FP8_OUTPUT
 from ..contract.spec import Kernel, KernelSpec
-from ..errors import BackendUnavailable, InvalidArgument
+from ..errors import BackendUnavailable
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["FP8", "FP8_MUTANTS", "FP8_TRITON_MUTANTS", "make_fp8_kernel"]
+__all__ = ["FP8", "make_fp8_kernel"]
 
 FP8 = "torch:fp8"
-FP8_MUTANTS = {
-    "ignores_k_descale": "k_descale is never applied (taken as 1)",
-    "v_descale_twice": "v_descale multiplies the output twice",
-}
-# flashcheck:triton-fp8's (flashcheck.kernels.triton.fp8), here so that they are listed without triton
-FP8_TRITON_MUTANTS = {name: FP8_MUTANTS[name] for name in ("ignores_k_descale",)}
 
 
 def _per_query_head(descale: torch.Tensor, heads_q: int) -> torch.Tensor:
@@ -60,9 +53,7 @@ def _fp8_attention(q, k, v, *, scale, causal, q_descale, k_descale, v_descale, m
 
 
 def make_fp8_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    if mutant is not None and mutant not in FP8_MUTANTS:
-        raise InvalidArgument("kernel", f"{FP8}~{mutant}", f"no planted bug {mutant!r} for {FP8}",
-                              f"Planted bugs of {FP8}: {sorted(FP8_MUTANTS)}.")
+    """``torch:fp8`` on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
     if device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable(FP8, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
 

@@ -5,6 +5,9 @@ A kernel's ``name`` is for people and reports (``@flashcheck.kernel(name="mylib:
 ``module:function``, as the user passed it or as the decorated function's module and qualified name
 give it. A saved case records both, and the folder its module was imported from, so that
 ``flashcheck replay CASE`` runs on the same kernel from any folder.
+
+Which a source is, a built-in's name or an import path, is decided here, by its prefix (:func:`reserved`), and
+read without torch: the CLI adds the current folder to ``sys.path`` for an import path before it imports torch.
 """
 
 from __future__ import annotations
@@ -13,7 +16,17 @@ import importlib
 import sys
 from pathlib import Path
 
-__all__ = ["import_root", "kernel_origin", "importable_from", "source_of"]
+__all__ = ["RESERVED_PREFIXES", "import_root", "kernel_origin", "importable_from", "reserved", "source_of"]
+
+# The built-in kernels' prefixes (flashcheck.kernels.builtins names them all so): a source under one is a
+# built-in's name, or an unknown one, never an import path.
+RESERVED_PREFIXES = ("torch", "flashcheck", "fla")
+
+
+def reserved(source: str) -> bool:
+    """Whether ``source`` (``prefix:rest``) lies under a built-in's prefix, where no import path may."""
+    prefix, colon, _ = source.partition(":")
+    return bool(colon) and prefix in RESERVED_PREFIXES
 
 
 def _lookup(module_name: str, qualname: str):
@@ -61,7 +74,7 @@ def kernel_origin(kernel) -> dict:
     may be None: a kernel defined inside a function has no path another process can import)."""
     source = source_of(kernel)
     root = None
-    if source and ":" in source and not source.startswith(("torch:", "flashcheck:")):
+    if source and ":" in source and not reserved(source):
         found = import_root(source.split(":", 1)[0])
         root = str(found) if found is not None else None
     return {"kernel_source": source, "kernel_import_root": root}

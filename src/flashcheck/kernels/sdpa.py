@@ -44,6 +44,7 @@ import re
 import warnings
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..contract.formats import DTYPES
 from ..contract.masks import causal as causal_mask_fn
@@ -295,8 +296,6 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
     """
     if name not in SDPA_KERNELS:
         raise InvalidArgument("name", name, "not a PyTorch SDPA kernel", f"Use one of {sorted(SDPA_KERNELS)}.")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     backend = getattr(SDPBackend, SDPA_KERNELS[name][0], None)
     _check_available(name, device, backend)
     fp32_mode = _refuse_unfaithful_precision(name, device)
@@ -345,7 +344,7 @@ def make_sdpa_kernel(name: str, *, device: str = "cuda") -> Kernel:
             elif causal == "top_left" or (causal == "bottom_right" and Nq == Nk):
                 kwargs["is_causal"] = True  # where Nq == Nk the two alignments coincide
             elif causal == "bottom_right" and native_lower_right:
-                from torch.nn.attention.bias import causal_lower_right  # imports torch._dynamo: ~1 s
+                from torch.nn.attention.bias import causal_lower_right  # lazy: it imports torch._dynamo (~1 s)
 
                 kwargs["attn_mask"] = causal_lower_right(Nq, Nk)
             elif causal == "bottom_right":  # the mask causal_lower_right materialises for these backends

@@ -2,8 +2,8 @@
 
 Each runs a PyTorch SDPA backend (``torch:math`` unless ``backend=`` names another) on every sequence in
 turn, on the keys its offsets or its block table give it: what a correct varlen or paged kernel computes,
-with no tiling across sequences. Their planted bugs (``torch:varlen~reads_past_end``,
-``torch:paged~page_off_by_one``, ...) are the defects that serving kernels have shipped with.
+with no tiling across sequences. Their planted bugs (:mod:`flashcheck.kernels.planted`: ``torch:varlen~NAME``,
+``torch:paged~NAME``) are the defects that serving kernels have shipped with.
 ``torch:jagged`` is PyTorch's own varlen path: jagged nested tensors through SDPA.
 """
 
@@ -16,29 +16,10 @@ import torch
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
-from .split_kv import SPLIT_MUTANTS, make_split_kv_kernel
+from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
+from .split_kv import make_split_kv_kernel
 
-__all__ = ["SERVING_KERNELS", "SERVING_MUTANTS", "make_serving_kernel"]
-
-SERVING_KERNELS = {
-    "torch:varlen": "packed variable-length batches (flash-attention's varlen convention, seqused_k included), one "
-                    "PyTorch SDPA call per sequence (option backend=math|flash|efficient|cudnn)",
-    "torch:paged": "a paged KV cache with a block table (flash-attention's kvcache convention), one PyTorch SDPA "
-                   "call per sequence (option backend=math|flash|efficient|cudnn)",
-    "torch:jagged": "PyTorch's jagged nested tensors through scaled_dot_product_attention, one call for the packed "
-                    "batch (varlen; no causal mask, no GQA)",
-    "torch:split-kv": "split-KV decoding over a paged cache in fp32, judged at 1, 2, 3, 16 and 32 splits, with its own "
-                      "merge of the partial states",
-}
-# Planted bugs: name -> (form, what it does wrong).
-SERVING_MUTANTS = {
-    "reads_past_end": ("varlen", "each sequence also attends the key just past its end"),
-    "shared_offsets": ("varlen", "the keys' offsets taken from cu_seqlens_q"),
-    "ignores_seqused_k": ("varlen", "every key of a sequence's cu_seqlens_k span is attended, past its seqused_k too"),
-    "page_off_by_one": ("paged", "the first key of every page after the first is read from the page before"),
-    "ignores_cache_len": ("paged", "every slot of a sequence's pages is attended, past its cache length too"),
-    **{name: ("split-kv", what) for name, what in SPLIT_MUTANTS.items()},
-}
+__all__ = ["make_serving_kernel"]
 
 
 def _sequence_variant(variant: dict, b: int) -> dict:
@@ -127,18 +108,13 @@ def _jagged_kernel(device: str) -> Kernel:
 
 
 def make_serving_kernel(name: str, *, device: str, backend: str = "math", mutant: str | None = None) -> Kernel:
-    """``torch:varlen`` or ``torch:paged`` over the SDPA backend ``backend``, optionally with a planted bug."""
-    from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
-
+    """``torch:varlen``, ``torch:paged`` or ``torch:split-kv`` (with its planted bug ``mutant``, a name the registry
+    checked), ``torch:varlen`` and ``torch:paged`` over the SDPA backend ``backend``; or ``torch:jagged``."""
     if device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     if name == "torch:jagged":
         return _jagged_kernel(device)
     form = name.split(":")[1]
-    if mutant is not None and SERVING_MUTANTS.get(mutant, (None,))[0] != form:
-        names = [m for m, (f, _) in SERVING_MUTANTS.items() if f == form]
-        raise InvalidArgument("kernel", f"{name}~{mutant}", f"no planted bug {mutant!r} for {name}",
-                              f"Planted bugs of {name}: {names}.")
     if name == "torch:split-kv":
         return make_split_kv_kernel(device=device, mutant=mutant)
     dense_name = f"torch:{backend}"

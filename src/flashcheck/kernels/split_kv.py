@@ -3,8 +3,8 @@
 Each sequence's keys are cut into ``num_splits`` contiguous ranges (some empty when there are more splits
 than keys); each range gives a partial state (o_s, lse_s) in fp32, an empty one (0, -inf); the states are
 merged relative to the largest lse and rounded once. This is the algorithm of flash-decoding and of vLLM's
-and FlashInfer's split kernels. Its planted bugs are the merge defects users reported: empty splits turned
-into NaN (FlashInfer 4051, vLLM PR 39148) and partial lse in base 2 fed to a natural-log merge (vLLM PR 52796).
+and FlashInfer's split kernels. Its planted bugs (:mod:`flashcheck.kernels.planted`) are the merge defects users
+reported.
 """
 
 from __future__ import annotations
@@ -15,14 +15,10 @@ import torch
 
 from ..contract.spec import Kernel, KernelSpec
 
-__all__ = ["SPLIT_COUNTS", "SPLIT_MUTANTS", "make_split_kv_kernel"]
+__all__ = ["SPLIT_COUNTS", "make_split_kv_kernel"]
 
 # Split counts every case is judged at: one split, a few, and more splits than many sequences have keys.
 SPLIT_COUNTS = (1, 2, 3, 16, 32)
-SPLIT_MUTANTS = {
-    "empty_split_nan": "an empty split's partial output is 0 / 0 = NaN, and the merge multiplies it by its weight 0",
-    "lse_base2": "the partial lse are in base 2 and the merge exponentiates them as natural logs",
-}
 
 
 def _partial(q, keys, values, visible, scale, mutant):

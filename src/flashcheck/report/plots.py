@@ -12,10 +12,11 @@ import io
 import math
 
 from ..errors import InvalidArgument
+from ..judge.verdict import RATIO_CEILING
 
 __all__ = ["FLOOR", "CEILING", "check_plotting", "plots"]
 
-FLOOR, CEILING = 1e-4, 1e6  # where 0 and non-finite ratios are drawn
+FLOOR, CEILING = 1e-4, RATIO_CEILING  # where 0 and non-finite ratios are drawn
 
 
 def _pyplot():

@@ -21,7 +21,7 @@ from ..contract.spec import Kernel
 from ..errors import InvalidArgument
 from ..inputs.serving import ServingCase
 from ..kernels.names import parse_kernel_name
-from ..kernels.origin import import_root
+from ..kernels.origin import import_root, reserved
 from ..kernels.sdpa import SDPA_KERNELS
 
 __all__ = ["SUPPORTED", "kernel_call", "plain_target"]
@@ -56,7 +56,7 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
         compiled = options.get("compile", True)
         return {"kind": "flex", "target": source, "compile": compiled, "alibi": options.get("alibi", "symmetric"),
                 "returns_lse": not (compiled and device == "cpu")}  # the compiled CPU kernel returns no lse
-    if base.split(":")[0] in ("torch", "flashcheck", "fla"):
+    if reserved(base):
         _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
     return plain_target(kernel, source, case_path)
 
@@ -64,7 +64,7 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
 def _serving(kernel: Kernel, case: ServingCase, source: str, case_path) -> dict:
     if kernel.spec.form != case.form:
         _refuse(case_path, f"a {case.form} case, but its kernel {source} declares form={kernel.spec.form!r}")
-    if source.split(":")[0] in ("torch", "flashcheck", "fla"):
+    if reserved(source):
         _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
     splits = kernel.spec.num_splits
     return {**plain_target(kernel, source, case_path), "num_splits": None if splits is None else list(splits)}

@@ -1,6 +1,7 @@
 """The self-test's subjects: flashcheck:triton's correct kernel at several tile shapes, PyTorch's backends, and
-the planted bugs of :mod:`flashcheck.kernels.triton.planted` and :mod:`.planted_variants`, each a
-:class:`Variant` that :mod:`flashcheck.selftest.run` judges row by row."""
+flashcheck:triton's planted bugs (the catalog's :data:`~flashcheck.kernels.planted.SELFTEST` and
+:data:`~flashcheck.kernels.planted.SELFTEST_BACKWARD`, with their descriptions), each a :class:`Variant` that
+:mod:`flashcheck.selftest.run` judges row by row."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from typing import Callable
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel
 from ..contract.variants import FEATURES
+from ..kernels.planted import SELFTEST, SELFTEST_BACKWARD
+from ..kernels.registry import resolve_kernel
+from ..kernels.triton.forward import make_kernel, on_device
+from ..kernels.triton.mutants import load_mutant
 
 __all__ = ["CORRECT_TILES", "MUTANT_TILE", "Variant", "variants"]
 
@@ -35,15 +40,6 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
 
     ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
     """
-    from ..kernels.registry import resolve_kernel
-    from ..kernels.triton import mutants as mutant_module
-    from ..kernels.triton import planted
-    from ..kernels.triton.forward import make_kernel, on_device
-    from ..kernels.triton.planted_variants import (
-        VARIANT_BACKWARD_MUTANTS,
-        VARIANT_MUTANTS,
-    )
-
     # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
     # to) the strict contract; on a GPU they run as tf32 under the flash contract.
     precision = "ieee" if device == "cpu" else "tf32"
@@ -61,11 +57,10 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
     out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    chosen = planted.BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS if backward else planted.MUTANTS + VARIANT_MUTANTS
     out += [Variant(m.name, False, m.area, m.description,
-                    lambda m=m: on_device(mutant_module.load_mutant(
+                    lambda m=m: on_device(load_mutant(
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
                     dtypes=m.dtypes, features=(m.area,) + m.features if m.area in FEATURES else ())
-            for m in chosen if device in m.devices]
+            for m in (SELFTEST_BACKWARD if backward else SELFTEST) if device in m.devices]
     return [v for v in out if (which == "all" or v.correct == (which == "correct"))
             and (names is None or v.name in names)]

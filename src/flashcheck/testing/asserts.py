@@ -50,12 +50,12 @@ def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
     The case records how to reach its kernel (:func:`flashcheck.kernels.origin.kernel_origin`); a module
     that a fresh process would not find on its own gets a ``PYTHONPATH`` prefix as well."""
     from ..files import replay_command as replay_path_command
-    from ..kernels.origin import import_root, source_of
+    from ..kernels.origin import import_root, reserved, source_of
 
     command = replay_path_command(display_path(path, session.invocation_dir), device=device)
     prefix = ""
     source = source_of(kernel)
-    if source and not source.startswith(("torch:", "flashcheck:")):
+    if source and not reserved(source):
         root = import_root(source.split(":", 1)[0])
         known = {str(Path(p).resolve()) for p in session.import_paths if p}
         if root is not None and str(root) not in known:

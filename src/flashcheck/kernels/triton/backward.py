@@ -36,8 +36,8 @@ import threading
 
 import torch
 
+from .arguments import alibi_offset, fp32_zero
 from .cache import use_triton_cache, watch_compilations
-from .forward import alibi_offset, fp32_zero
 from .functions import alibi_py, bias_py, bind, tanh_py
 from .runtime import import_triton
 

@@ -74,7 +74,7 @@ def watch_compilations() -> bool:
     """Install the counting hooks once per process (imports triton); whether this Triton has them."""
     with _LOCK:
         if "installed" not in _WATCHING:
-            import triton
+            import triton  # lazy: watching starts once a Triton kernel runs, never before
 
             runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
             _WATCHING["installed"] = runtime is not None and hasattr(runtime, "jit_post_compile_hook")

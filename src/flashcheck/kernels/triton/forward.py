@@ -41,15 +41,17 @@ from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
 from ...contract.variants import ALIBI_MODES, Variant
 from ...errors import BackendUnavailable, InvalidArgument
+from .arguments import alibi_offset, fp32_zero
+from .backward import triton_attention_backward
 from .cache import use_triton_cache, watch_compilations
 from .functions import alibi_py, bias_py, bind, tanh_py
-from .runtime import BACKEND_NAME, import_triton
+from .runtime import BACKEND_NAME, import_triton, triton_dtypes
 
 __all__ = [
     "INPUT_PRECISIONS",
     "MAX_HEAD_DIM",
     "MIN_HEAD_DIM",
-    "INTERPRETER_WRONG_DTYPES",
+    "jitted_for_the_gpu",
     "make_kernel",
     "on_device",
     "triton_attention",
@@ -62,8 +64,6 @@ MIN_BLOCK, MAX_BLOCK = 16, 256
 _NUM_WARPS = (1, 2, 4, 8, 16, 32)
 _MAX_GRID_Y = 65535  # CUDA's limit on the second grid dimension (batch * query heads)
 _LOG2E = 1.0 / math.log(2.0)
-# Dtypes the Triton interpreter computes wrongly, with why: the kernel does not claim them on the CPU.
-INTERPRETER_WRONG_DTYPES = {"bf16": "the Triton interpreter's bf16 tl.dot is wrong (it computes on raw bit patterns)"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,17 +292,18 @@ def _load():
         return _JITTED["triton"], _JITTED["kernel"], _JITTED["interpreted"]
 
 
+def jitted_for_the_gpu() -> bool:
+    """Whether this process jitted the kernel compiled, not interpreted: too late then to switch to the Triton
+    interpreter (Triton decides when a kernel is jitted, and flashcheck jits on the first call)."""
+    return bool(_JITTED) and not _JITTED.get("interpreted", False)
+
+
 def _check_block(name: str, value: object) -> int:
     fix = f"Pass {name} as one of 16, 32, 64, 128 or 256."
     check_count(name, value, minimum=MIN_BLOCK, maximum=MAX_BLOCK, what="a tile size", fix=fix)
     if value & (value - 1):
         raise InvalidArgument(name, value, f"a tile size must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}", fix)
     return value
-
-
-def alibi_offset(alibi: str, n_q: int, n_k: int) -> int:
-    """ALiBi's distance j - (i + offset): symmetric is bottom-right aligned (flash-attention's), linear is not."""
-    return n_k - n_q if alibi == "symmetric" else 0
 
 
 def _check_options(*, block_m, block_n, num_warps, num_stages, input_precision, alibi="symmetric") -> None:
@@ -378,11 +379,6 @@ def _sinks(sinks, q, heads_q: int):
     if sinks.device != q.device:
         raise InvalidArgument("sinks", sinks, f"on {sinks.device}, q on {q.device}", fix)
     return sinks.detach().to(torch.float32).contiguous()
-
-
-def fp32_zero(q) -> torch.Tensor:
-    """One fp32 zero on q's device: the sinks and slopes a case without them passes (a slope of 0 adds 0)."""
-    return torch.zeros(1, dtype=torch.float32, device=q.device)
 
 
 def _on_device(name: str, tensor, q, fix: str) -> None:
@@ -567,8 +563,6 @@ class _Differentiable(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        from .backward import triton_attention_backward
-
         q, k, v, out, lse, sinks, attn_bias = ctx.saved_tensors
         call = ctx.call
         *_, attn_mask, shapes = check_attention_inputs(q, k, v, scale=call["scale"], causal=call["causal"],
@@ -654,8 +648,7 @@ def make_kernel(
 
 def on_device(kernel: Kernel, device: str) -> Kernel:
     """``kernel`` (this one, or a planted-bug variant under its spec) with its spec on ``device``: that
-    device alone, and on the CPU, where the Triton interpreter runs it, none of INTERPRETER_WRONG_DTYPES.
-    So a campaign does not draw bf16 there, and a judged bf16 case says nothing about the kernel."""
-    wrong = INTERPRETER_WRONG_DTYPES if device == "cpu" else {}
-    dtypes = tuple(d for d in kernel.spec.dtypes if d not in wrong)
+    device alone, and its dtypes there (:func:`~.runtime.triton_dtypes`: none the Triton interpreter computes
+    wrongly on the CPU). So a campaign does not draw bf16 there, and a judged bf16 case says nothing about it."""
+    dtypes = triton_dtypes(device, kernel.spec.dtypes)
     return Kernel(kernel.fn, kernel.spec.replace(devices=(device,), dtypes=dtypes), name=kernel.name)

@@ -4,7 +4,8 @@ One program per (query tile, batch entry * query head). The fp8 tiles go to ``tl
 accumulation: on the H200 the fp8 tensor cores); the scores are scaled by ``scale * q_descale * k_descale``
 in the base-2 domain, the online softmax runs in fp32, P is rounded to the inputs' fp8 format for the second
 fp8 ``tl.dot``, and the output, divided by the row sum and multiplied by ``v_descale``, is stored in bf16.
-Causal masks align top-left or bottom-right. Its planted bug ``~ignores_k_descale`` takes k_descale as 1.
+Causal masks align top-left or bottom-right. Its planted bug (:mod:`flashcheck.kernels.planted`) is a switch of
+the kernel, ``IGNORE_KD``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import torch
 
 from ...contract.formats import FORMATS, FP8_DTYPES, FP8_OUTPUT
 from ...contract.spec import Kernel, KernelSpec
-from ..fp8 import FP8_TRITON_MUTANTS
-from .online import BLOCK_M, BLOCK_N, LN2, check_mutant, finish, online_step, pow2, start_state
+from .online import BLOCK_M, BLOCK_N, LN2, finish, online_step, pow2, start_state
 from .runtime import import_triton
 
-__all__ = ["NAME", "FP8_TRITON_MUTANTS", "make_fp8_triton_kernel"]
+__all__ = ["NAME", "make_fp8_triton_kernel"]
 
 NAME = "flashcheck:triton-fp8"
 _CAUSAL = {"none": 0, "top_left": 1, "bottom_right": 2}
@@ -81,7 +81,7 @@ def _forward(q, k, v, *, scale, causal, q_descale, k_descale, v_descale, mutant)
 
 
 def make_fp8_triton_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    check_mutant(NAME, mutant, FP8_TRITON_MUTANTS)
+    """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, q_descale, k_descale, v_descale):
         return _forward(q, k, v, scale=scale, causal=causal, q_descale=q_descale, k_descale=k_descale,

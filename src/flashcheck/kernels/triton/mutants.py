@@ -2,10 +2,11 @@
 
 flashcheck proves its error model on defects a kernel author could really write. Each :class:`Mutant`
 is a list of small text edits to ``flashcheck/kernels/triton/forward.py`` (the forward pass) or to
-``flashcheck/kernels/triton/backward.py``, listed in :mod:`.planted` (the attention variants' in
-:mod:`.planted_variants`); the production kernel carries no bug switches. :func:`load_mutant` writes the
-edited source to a private temporary directory, imports it as ``flashcheck.kernels.triton._mutant_<name>``
-and returns its kernel, which keeps the correct kernel's spec (a mutant claims to be correct, as a buggy
+``flashcheck/kernels/triton/backward.py``, written in :mod:`.planted` (the attention variants' in
+:mod:`.planted_variants`, the long sequences' in :mod:`.planted_long`) and catalogued with every built-in's
+planted bugs in :mod:`flashcheck.kernels.planted`; the production kernel carries no bug switches.
+:func:`load_mutant` writes the edited source to a private temporary directory, imports it as
+``flashcheck.kernels.triton._mutant_<name>`` and returns its kernel, which keeps the correct kernel's spec (a mutant claims to be correct, as a buggy
 kernel would). A backward mutant's kernel is a copy of the forward module whose autograd backward imports
 the edited backward module.
 
@@ -25,9 +26,9 @@ from pathlib import Path
 
 from ...contract.spec import Kernel
 from ...errors import FlashcheckError, InvalidArgument
+from ..planted import TRITON
+from . import forward as triton_flash
 from .planted import BACKWARD_MUTANTS, MUTANTS, SOURCES, Mutant
-from .planted_long import LONG_MUTANTS
-from .planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 from .runtime import BACKEND_NAME
 
 __all__ = ["MutantSourceError", "known_mutants", "load_mutant", "mutant_names", "mutant_source"]
@@ -41,7 +42,7 @@ class MutantSourceError(FlashcheckError, RuntimeError):
     """A mutant's edit no longer matches the kernel source exactly once (the kernel was changed)."""
 
 
-_BY_NAME = {m.name: m for m in MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS}
+_BY_NAME = {m.name: m for m in TRITON}
 
 _LOCK = threading.Lock()
 _CACHE_DIR: Path | None = None
@@ -143,8 +144,6 @@ def load_mutant(name: str, *, block_m: int = 64, block_n: int = 64, num_warps: i
     Triton interpreter, which needs ``TRITON_INTERPRET=1`` set before the mutant's first call.
     """
     _mutant(name)
-    from . import forward as triton_flash
-
     options = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                    input_precision=input_precision, alibi=alibi)
     correct = triton_flash.make_kernel(**options)  # validates the options and gives the promised spec

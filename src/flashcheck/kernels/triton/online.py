@@ -1,14 +1,12 @@
 """What flashcheck's Triton kernels of the serving forms share: the online-softmax step over one key tile
 (scores in fp32 and base 2, P rounded to the values' dtype before P @ V), its end (out, base-2 lse), the
-gather of a key tile from a paged cache, tile sizes, dtypes and the check of a planted bug's name."""
+gather of a key tile from a paged cache and tile sizes."""
 
 from __future__ import annotations
 
-from ...errors import InvalidArgument
 from .runtime import import_triton
 
-__all__ = ["BLOCK_M", "BLOCK_N", "LN2", "check_mutant", "finish", "form_dtypes", "gather_pages", "online_step",
-           "pow2", "start_state"]
+__all__ = ["BLOCK_M", "BLOCK_N", "LN2", "finish", "gather_pages", "online_step", "pow2", "start_state"]
 
 # Tile sizes: 16 is tl.dot's least; the interpreter on the CPU runs the same code.
 BLOCK_M, BLOCK_N = 32, 32
@@ -61,14 +59,3 @@ def gather_pages(cache, table_row, cols, n_read, page_size, s_block, s_slot, hea
 
 def pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
-
-
-def form_dtypes(device: str) -> tuple:
-    # The interpreter's bf16 tl.dot multiplies raw bit patterns (flashcheck.kernels.triton.forward): not on the CPU.
-    return ("fp16", "fp32") if device == "cpu" else ("fp16", "bf16", "fp32")
-
-
-def check_mutant(name: str, mutant: str | None, mutants: dict) -> None:
-    if mutant is not None and mutant not in mutants:
-        raise InvalidArgument("kernel", f"{name}~{mutant}", f"no planted bug {mutant!r} for {name}",
-                              f"Planted bugs of {name}: {sorted(mutants)}.")

@@ -4,9 +4,8 @@ One program per (query tile, head, sequence) walks its sequence's keys tile by t
 its own page (``block_table[b, j // page_size]``, slot ``j % page_size``), so a tile may span pages of any
 size, 1 included. Loads are masked at the sequence's cache length, scores are in fp32 and base 2 with the
 online softmax, P is rounded to the inputs' dtype before P @ V, and causal is bottom-right per sequence.
-Planted bugs, as ``torch:paged``'s (:data:`flashcheck.kernels.serving.SERVING_MUTANTS`): ``~page_off_by_one``
-(the first key of every page after the first read from the page before) and ``~ignores_cache_len`` (every
-slot of a sequence's last page attended, past its cache length too).
+Its planted bugs are ``torch:paged``'s (:mod:`flashcheck.kernels.planted`), switches of the kernel
+(``OFF_BY_ONE``, ``WHOLE_PAGES``).
 """
 
 from __future__ import annotations
@@ -17,22 +16,10 @@ import torch
 
 from ...contract.spec import Kernel, KernelSpec
 from ...errors import InvalidArgument
-from .forms import PAGED_MUTANTS
-from .online import (
-    BLOCK_M,
-    BLOCK_N,
-    LN2,
-    check_mutant,
-    finish,
-    form_dtypes,
-    gather_pages,
-    online_step,
-    pow2,
-    start_state,
-)
-from .runtime import import_triton
+from .online import BLOCK_M, BLOCK_N, LN2, finish, gather_pages, online_step, pow2, start_state
+from .runtime import import_triton, triton_dtypes
 
-__all__ = ["NAME", "PAGED_MUTANTS", "PagedArgs", "attend_pages", "make_paged_kernel", "paged_spec"]
+__all__ = ["NAME", "PagedArgs", "attend_pages", "make_paged_kernel", "paged_spec"]
 
 NAME = "flashcheck:triton-paged"
 
@@ -127,13 +114,13 @@ class PagedArgs:
 
 def paged_spec(device: str, **promises) -> KernelSpec:
     """The spec of flashcheck's Triton kernels of the paged form (any page size, GQA, Dv != D)."""
-    return KernelSpec(form="paged", dtypes=form_dtypes(device), causal=("none", "bottom_right"), gqa=True,
+    return KernelSpec(form="paged", dtypes=triton_dtypes(device), causal=("none", "bottom_right"), gqa=True,
                       max_head_dim=MAX_HEAD_DIM, dv_equals_d=False, fully_masked_rows="zero", precision="flash",
                       devices=(device,), batch_invariant=True, nan_safe_masking=True, **promises)
 
 
 def make_paged_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    check_mutant(NAME, mutant, PAGED_MUTANTS)
+    """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k_cache, v_cache, *, block_table, cache_seqlens, scale, causal="none"):
         a = PagedArgs(q, k_cache, v_cache, block_table, cache_seqlens, scale)

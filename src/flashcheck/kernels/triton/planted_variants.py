@@ -68,7 +68,7 @@ VARIANT_MUTANTS: tuple[Mutant, ...] = (
         "alibi_top_left", "alibi_slopes",
         "The symmetric ALiBi is aligned top-left, -slope |i - j|, instead of bottom-right, -slope |i + Nk - Nq - j| "
         "(flash-attention's): with Nq != Nk each query's bias peaks at the wrong key.",
-        (('return n_k - n_q if alibi == "symmetric" else 0', "return 0"),),
+        (("alibi_offset(alibi, Nq, Nk),", "0,"),),
         "ALiBi with Nq != Nk (e.g. Nq = 24, Nk = 40, slopes 0.25 and 1).",
     ),
     Mutant(

@@ -4,8 +4,8 @@ The first kernel runs one program per (query tile, head, sequence, split): split
 takes keys n s / S to n (s + 1) / S through the block table (as ``flashcheck:triton-paged`` reads them) and
 writes its partial state, o_s in fp32 and lse_s in natural log; an empty split writes (0, -inf). The second
 merges each row's states relative to the largest lse_s (rows whose splits are all empty give 0 and -inf) and
-rounds once to the inputs' dtype. Its planted bugs are ``torch:split-kv``'s
-(:data:`flashcheck.kernels.split_kv.SPLIT_MUTANTS`): ``~empty_split_nan`` and ``~lse_base2``.
+rounds once to the inputs' dtype. Its planted bugs are ``torch:split-kv``'s (:mod:`flashcheck.kernels.planted`),
+switches of the first kernel (``EMPTY_NAN``, ``BASE2``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 
 from ...contract.spec import Kernel
 from ...errors import InvalidArgument
-from ..split_kv import SPLIT_COUNTS, SPLIT_MUTANTS
-from .online import BLOCK_M, LN2, check_mutant, finish
+from ..split_kv import SPLIT_COUNTS
+from .online import BLOCK_M, LN2, finish
 from .paged import RUNTIME_SIZES, PagedArgs, attend_pages, paged_spec
 from .runtime import import_triton
 
@@ -84,7 +84,7 @@ def _check_splits(num_splits) -> None:
 
 
 def make_split_kv_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    check_mutant(NAME, mutant, SPLIT_MUTANTS)
+    """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k_cache, v_cache, *, block_table, cache_seqlens, scale, causal="none", num_splits=1):
         _check_splits(num_splits)

@@ -3,7 +3,7 @@
 One program per (query tile, head, sequence) reads its sequence's offsets, walks its keys tile by tile with
 the online softmax (scores in fp32 and base 2, P rounded to the inputs' dtype before P @ V), and masks the
 causal alignment of its own lengths (bottom-right). Loads are masked at the sequence's end, so nothing past
-it is read. The planted bug ``~reads_past_end`` lets every sequence see one key past its end.
+it is read. Its planted bug (:mod:`flashcheck.kernels.planted`) is a switch of the kernel, ``PAST_END``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import math
 import torch
 
 from ...contract.spec import Kernel, KernelSpec
-from .forms import VARLEN_MUTANTS
-from .online import BLOCK_M, BLOCK_N, LN2, check_mutant, finish, form_dtypes, online_step, pow2, start_state
-from .runtime import import_triton
+from .online import BLOCK_M, BLOCK_N, LN2, finish, online_step, pow2, start_state
+from .runtime import import_triton, triton_dtypes
 
-__all__ = ["NAME", "VARLEN_MUTANTS", "make_varlen_kernel"]
+__all__ = ["NAME", "make_varlen_kernel"]
 
 NAME = "flashcheck:triton-varlen"
 
@@ -57,7 +56,7 @@ def _varlen_forward(Q, K, V, O, LSE, cu_q, cu_k, scale_log2, total_q, sqm, sqh, 
 
 
 def make_varlen_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    check_mutant(NAME, mutant, VARLEN_MUTANTS)
+    """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none"):
         total_q, heads, d = q.shape
@@ -74,7 +73,7 @@ def make_varlen_kernel(*, device: str, mutant: str | None = None) -> Kernel:
                                   DV=dv, BD=pow2(d), BDV=pow2(dv), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
         return out, lse
 
-    spec = KernelSpec(form="varlen", dtypes=form_dtypes(device), causal=("none", "bottom_right"), gqa=True,
+    spec = KernelSpec(form="varlen", dtypes=triton_dtypes(device), causal=("none", "bottom_right"), gqa=True,
                       max_head_dim=256, dv_equals_d=False, fully_masked_rows="zero", precision="flash",
                       devices=(device,), batch_invariant=True, nan_safe_masking=True)
     attention.__name__ = attention.__qualname__ = "triton_varlen"

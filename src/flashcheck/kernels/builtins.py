@@ -1,0 +1,206 @@
+"""The built-in kernels, one table: each name with what it is, the options it takes, the function that makes it,
+how to tell whether it can run here, and its planted bugs (:mod:`.planted`). The registry resolves names through
+it and ``flashcheck kernels`` lists it; its names lie under :data:`~.origin.RESERVED_PREFIXES`, never import
+paths.
+
+Nothing here imports triton: flashcheck's Triton kernels of the serving forms and fp8 live in modules that import
+it when imported, so their factories are imported on first use (:class:`TritonModule`), and ``flashcheck:triton``
+imports it when its kernel is first called. On the CPU, making a Triton kernel sets ``TRITON_INTERPRET=1``
+(Triton reads it when a kernel is jitted).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import torch
+
+from ..contract.spec import Kernel
+from ..errors import BackendUnavailable
+from . import fla, flex, flex_varlen, planted
+from .fp8 import FP8, make_fp8_kernel
+from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
+from .serving import make_serving_kernel
+from .triton.forward import jitted_for_the_gpu, make_kernel, on_device
+from .triton.mutants import load_mutant
+from .triton.runtime import BACKEND_NAME as TRITON
+
+__all__ = ["BUILTINS", "Builtin", "Option", "TritonModule", "builtin", "triton_unavailable"]
+
+TRITON_FP8 = "flashcheck:triton-fp8"
+_INTERPRETED = "on the CPU under the Triton interpreter"
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option of a built-in (``NAME[option=value]``): a keyword of its factory, with the default and the type
+    the factory declares."""
+
+    name: str
+    default: object
+    type: str
+
+
+def options_of(factory: Callable) -> tuple[Option, ...]:
+    """The options a factory takes: its keywords, but the device and the planted bug."""
+    params = inspect.signature(factory).parameters.values()
+    return tuple(Option(p.name, p.default, p.annotation) for p in params
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("device", "mutant"))
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """One built-in kernel.
+
+    ``make(device=..., **options)`` makes it, and with ``mutant=NAME`` one of its ``planted`` bugs; it raises
+    :class:`BackendUnavailable` where the kernel cannot run. ``unavailable(device)`` says why it cannot run
+    without making it, for the kernels that making would change something for (a Triton kernel's first jit fixes
+    compiling or interpreting for the process); where it is None, making the kernel is how to find out.
+    """
+
+    name: str
+    description: str
+    make: Callable[..., Kernel]
+    options: tuple[Option, ...] = ()
+    planted: tuple = ()  # its planted bugs (planted.PlantedBug or triton.planted.Mutant), in listing order
+    unavailable: Callable[[str], BackendUnavailable | None] | None = None
+
+
+# ------------------------------------------------------------------------------------------------
+# Whether Triton can run here, and the Triton kernels' factories
+# ------------------------------------------------------------------------------------------------
+
+
+def triton_unavailable(device: str, name: str = TRITON) -> BackendUnavailable | None:
+    """Why the Triton kernel ``name`` cannot run on ``device``, without changing anything; None if it can."""
+    if importlib.util.find_spec("triton") is None:
+        fix = "pip install 'flashcheck[cpu]' for the CPU interpreter." if device == "cpu" else "pip install triton."
+        return BackendUnavailable(name, device, "triton is not installed", fix)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            return BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return BackendUnavailable(name, "cuda", "TRITON_INTERPRET=1 is set, so Triton would run the kernel in "
+                                      "its CPU interpreter instead of compiling it for the GPU",
+                                      "Unset TRITON_INTERPRET before starting Python, or use --device cpu.")
+        return None
+    # Triton decides between compiling and interpreting when a kernel is jitted; flashcheck jits its
+    # kernel on the first call, so only a kernel already jitted for the GPU makes the switch too late.
+    # (Triton itself may already be imported: torch._dynamo imports it, e.g. via torch.nn.attention.bias.)
+    if os.environ.get("TRITON_INTERPRET") != "1" and jitted_for_the_gpu():
+        return BackendUnavailable(
+            name, "cpu", "triton was already imported and flashcheck's kernel jitted without TRITON_INTERPRET=1, "
+            "so Triton cannot switch to its CPU interpreter in this process",
+            "Set TRITON_INTERPRET=1 before importing triton (or run flashcheck's CLI with --device cpu, which does it).",
+        )
+    return None
+
+
+def _prepare_triton(name: str, device: str) -> None:
+    """Refuse where the Triton kernel ``name`` cannot run; on the CPU, have Triton interpret it."""
+    problem = triton_unavailable(device, name)
+    if problem is not None:
+        raise problem
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _make_triton(*, device: str, mutant: str | None = None, **options) -> Kernel:
+    _prepare_triton(TRITON, device)
+    return on_device(make_kernel(**options) if mutant is None else load_mutant(mutant, **options), device)
+
+
+@dataclass(frozen=True)
+class TritonModule:
+    """The factory ``function(device=..., mutant=...)`` of ``flashcheck.kernels.triton.<module>``, a module that
+    imports triton when imported: imported on the first call, once Triton can run the kernel ``name``."""
+
+    name: str
+    module: str
+    function: str
+
+    def __call__(self, *, device: str, mutant: str | None = None) -> Kernel:
+        _prepare_triton(self.name, device)
+        return getattr(importlib.import_module(f"{__package__}.triton.{self.module}"), self.function)(
+            device=device, mutant=mutant)
+
+
+def _make_triton_fp8(*, device: str, mutant: str | None = None) -> Kernel:
+    if device == "cpu":  # measured: its fp32 -> fp8 casts lose the carry into the exponent (tests/interpreter)
+        raise BackendUnavailable(TRITON_FP8, "cpu", "the Triton interpreter rounds fp32 to fp8 wrongly (values that "
+                                 "round up to a power of two come out at the power of two below)",
+                                 "Run it on a GPU with fp8 tensor cores (compute capability 8.9 or newer).")
+    return TritonModule(TRITON_FP8, "fp8", "make_fp8_triton_kernel")(device=device, mutant=mutant)
+
+
+def _triton_form(name: str, module: str, function: str, description: str, bugs: tuple) -> Builtin:
+    return Builtin(name, f"{description} ({_INTERPRETED})", TritonModule(name, module, function), planted=bugs,
+                   unavailable=partial(triton_unavailable, name=name))
+
+
+def _serving(name: str, description: str, bugs: tuple = (), options: tuple = ()) -> Builtin:
+    return Builtin(name, description, partial(make_serving_kernel, name), options, bugs)
+
+
+# ------------------------------------------------------------------------------------------------
+# The table
+# ------------------------------------------------------------------------------------------------
+
+_SDPA_BACKEND = " (option backend=math|flash|efficient|cudnn)"
+
+BUILTINS: tuple[Builtin, ...] = (
+    *(Builtin(name, description, partial(make_sdpa_kernel, name)) for name, (_, description) in SDPA_KERNELS.items()),
+    Builtin(flex.NAME, "PyTorch FlexAttention, the torch.compile'd fused kernel (options compile=False: unfused eager "
+            "path; alibi=linear: ALiBi as slope (j - i))", flex.make_flex_kernel, options_of(flex.make_flex_kernel)),
+    Builtin(TRITON, "flashcheck's own Triton flash-attention kernel (tile sizes and compiler settings as options; "
+            "alibi=linear: ALiBi as slope (j - i); on the CPU it runs under the Triton interpreter)", _make_triton,
+            options_of(make_kernel), planted.TRITON, triton_unavailable),
+    # importing fla jits its kernels: fla.unavailable only looks for it
+    Builtin(fla.NAME, "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, "
+            "sinks; pip install fla-core einops)", partial(fla.make_fla_kernel, form="dense"),
+            unavailable=partial(fla.unavailable, name=fla.NAME)),
+    Builtin(fla.VARLEN_NAME, "fla-core's parallel_attn on a packed varlen batch (its cu_seqlens: each sequence's "
+            "queries are its keys)", partial(fla.make_fla_kernel, form="varlen"),
+            unavailable=partial(fla.unavailable, name=fla.VARLEN_NAME)),
+    Builtin(fla.DECODING_NAME, "fla-core's attn_decoding_one_step on a packed varlen batch: each query as a decoding "
+            "step at the end of its key prefix (bottom-right causal)", fla.make_fla_decoding_kernel,
+            unavailable=partial(fla.unavailable, name=fla.DECODING_NAME)),
+    _serving("torch:varlen", "packed variable-length batches (flash-attention's varlen convention, seqused_k "
+             "included), one PyTorch SDPA call per sequence" + _SDPA_BACKEND, planted.VARLEN,
+             options_of(make_serving_kernel)),
+    _serving("torch:paged", "a paged KV cache with a block table (flash-attention's kvcache convention), one PyTorch "
+             "SDPA call per sequence" + _SDPA_BACKEND, planted.PAGED, options_of(make_serving_kernel)),
+    # torch:jagged and torch:split-kv run no SDPA backend: no option
+    _serving("torch:jagged", "PyTorch's jagged nested tensors through scaled_dot_product_attention, one call for the "
+             "packed batch (varlen; no causal mask, no GQA)"),
+    _serving("torch:split-kv", "split-KV decoding over a paged cache in fp32, judged at 1, 2, 3, 16 and 32 splits, "
+             "with its own merge of the partial states", planted.SPLIT_KV),
+    Builtin(flex_varlen.NAME, "FlexAttention on a packed varlen batch with a document mask (causal per document; "
+            "option compile=False: unfused eager path)", flex_varlen.make_flex_varlen_kernel,
+            options_of(flex_varlen.make_flex_varlen_kernel)),
+    _triton_form("flashcheck:triton-varlen", "varlen", "make_varlen_kernel",
+                 "flashcheck's own Triton kernel over packed varlen batches", planted.TRITON_VARLEN),
+    _triton_form("flashcheck:triton-paged", "paged", "make_paged_kernel", "flashcheck's own Triton kernel over a "
+                 "paged KV cache with a block table, any page size", planted.PAGED),
+    _triton_form("flashcheck:triton-split-kv", "split_kv", "make_split_kv_kernel", "flashcheck's own Triton "
+                 "split-KV decoding over a paged cache: partial states, then a Triton merge; judged at 1, 2, 3, 16 "
+                 "and 32 splits", planted.SPLIT_KV),
+    Builtin(FP8, "fp8 attention (e4m3, e5m2) with FA3's q/k/v descales in torch: fp32 scores, P rounded to fp8, bf16 "
+            "out", make_fp8_kernel, planted=planted.FP8),
+    Builtin(TRITON_FP8, "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU "
+            "only: the Triton interpreter's fp8 conversion rounds wrongly)", _make_triton_fp8,
+            planted=planted.FP8_TRITON),
+)
+
+_BY_NAME = {entry.name: entry for entry in BUILTINS}
+
+
+def builtin(name: str) -> Builtin | None:
+    """The built-in named ``name`` (its bare name: no planted bug, no options), or None."""
+    return _BY_NAME.get(name)

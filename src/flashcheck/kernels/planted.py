@@ -1,0 +1,68 @@
+"""The planted bugs of the built-in kernels, one catalog: defects a kernel author could really write, planted on
+purpose so that flashcheck is seen to find them (``KERNEL~NAME``). The table of built-ins (:mod:`.builtins`)
+gives each kernel its own from here; ``flashcheck kernels`` lists them, and resolving ``KERNEL~NAME`` checks the
+name against them before the kernel's factory plants it.
+
+Two kinds, by how they are made:
+
+- :class:`PlantedBug`: a switch in the kernel's own code, which its factory's ``mutant=`` turns on (the PyTorch
+  references of the serving forms and of fp8, and flashcheck's Triton kernels of those forms). A defect that two
+  kernels share (``torch:varlen`` and ``flashcheck:triton-varlen``, say) is one record.
+- :class:`~.triton.planted.Mutant`: text edits of ``flashcheck:triton``'s source (``forward.py``, ``backward.py``),
+  with the area of the algorithm they break and the inputs that expose them; :mod:`.triton.mutants` loads them.
+
+Nothing here imports torch or triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .triton.planted import BACKWARD_MUTANTS, MUTANTS
+from .triton.planted_long import LONG_MUTANTS
+from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
+
+__all__ = ["FP8", "FP8_TRITON", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SPLIT_KV", "TRITON",
+           "TRITON_VARLEN", "VARLEN"]
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    """A defect planted by a switch in the kernel's code: ``name`` is what its factory's ``mutant=`` takes."""
+
+    name: str
+    description: str  # what the kernel then does wrong
+
+
+_READS_PAST_END = PlantedBug("reads_past_end", "each sequence also attends the key just past its end")
+
+# The serving forms (flashcheck.kernels.serving and split_kv; kernels/triton/varlen.py, paged.py, split_kv.py).
+VARLEN = (
+    _READS_PAST_END,
+    PlantedBug("shared_offsets", "the keys' offsets taken from cu_seqlens_q"),
+    PlantedBug("ignores_seqused_k", "every key of a sequence's cu_seqlens_k span is attended, past its seqused_k too"),
+)
+TRITON_VARLEN = (_READS_PAST_END,)
+PAGED = (
+    PlantedBug("page_off_by_one", "the first key of every page after the first is read from the page before"),
+    PlantedBug("ignores_cache_len", "every slot of a sequence's pages is attended, past its cache length too"),
+)
+# The merge defects users reported: empty splits turned into NaN (FlashInfer 4051, vLLM PR 39148) and partial lse
+# in base 2 fed to a natural-log merge (vLLM PR 52796).
+SPLIT_KV = (
+    PlantedBug("empty_split_nan",
+               "an empty split's partial output is 0 / 0 = NaN, and the merge multiplies it by its weight 0"),
+    PlantedBug("lse_base2", "the partial lse are in base 2 and the merge exponentiates them as natural logs"),
+)
+
+# fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer
+# 1023 and 4979: scales silently dropped).
+_IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
+FP8 = (_IGNORES_K_DESCALE, PlantedBug("v_descale_twice", "v_descale multiplies the output twice"))
+FP8_TRITON = (_IGNORES_K_DESCALE,)
+
+# flashcheck:triton's, in the order `flashcheck kernels` lists them; the self-test's leave out the long ones,
+# which its short cases cannot show.
+TRITON = MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS
+SELFTEST = MUTANTS + VARIANT_MUTANTS
+SELFTEST_BACKWARD = BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS
