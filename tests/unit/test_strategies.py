@@ -11,17 +11,17 @@ from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
 from flashcheck.contract.validation import Shapes
-from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
-from flashcheck.inputs.strategies import (
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import (
     LAYOUT_ORDER,
     MASK_ORDER,
     VALUE_ORDER,
-    Recipe,
     cases,
     draw_recipes,
     recipes,
     shapes,
 )
+from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
                     seq_multiple=16, equal_lengths=True, max_seqlen=256)
@@ -155,7 +155,7 @@ def test_a_tiny_scale_exclusion_keeps_the_tiny_regime_out_and_the_others_in():
     from hypothesis import HealthCheck, given, settings
 
     from flashcheck.contract.spec import KernelSpec
-    from flashcheck.inputs.strategies import recipes
+    from flashcheck.inputs.recipe_draws import recipes
 
     spec = KernelSpec(backward=True, backward_excludes=("tiny_scale",)).for_backward()
     seen = set()
