@@ -107,7 +107,7 @@ def test_pyproject_pins_the_tested_range():
         f"pyproject.toml pins {pinned}, flashcheck/{BOUNDARY}.py's TESTED is {TESTED.requirement}: change both together")
 
 
-@pytest.mark.parametrize("version", [(6, 133, 9), (6, 171, 0), (7, 0, 0)])
+@pytest.mark.parametrize("version", [(6, 134, 0), (6, 152, 8), (6, 171, 0), (7, 0, 0)])
 def test_an_untested_version_warns_with_the_range_and_what_to_do(version):
     with pytest.warns(UntestedHypothesis) as caught:
         assert warn_if_untested(version)

@@ -16,8 +16,10 @@ from flashcheck.inputs.recipe_draws import (
     LAYOUT_ORDER,
     MASK_ORDER,
     VALUE_ORDER,
+    RecipeOptions,
     cases,
     draw_recipes,
+    recipe_pools,
     recipes,
     shapes,
 )
@@ -181,3 +183,12 @@ def test_a_spec_without_alibi_or_a_bias_draws_the_recipes_it_drew_before_them(sp
 
     drawn = [r.as_dict() for r in draw_recipes(40, seed=5, max_n=64, spec=spec)]
     assert hashlib.sha256(json.dumps(drawn, sort_keys=True).encode()).hexdigest()[:16] == digest
+
+
+def test_recipes_take_their_options_as_a_record_or_as_keywords():
+    options = RecipeOptions(spec=NARROW, max_n=64, value_regimes=("ties", "flat"))
+    assert draw_recipes(12, options, seed=4) == draw_recipes(12, seed=4, spec=NARROW, max_n=64,
+                                                             value_regimes=("ties", "flat"))
+    assert recipe_pools(options, max_n=16) == recipe_pools(spec=NARROW, value_regimes=("ties", "flat"))
+    with pytest.raises(TypeError, match="max_m"):
+        recipes(max_m=64)
