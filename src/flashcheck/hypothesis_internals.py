@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import hypothesis
 from hypothesis import settings
 
-__all__ = ["TESTED", "Drawn", "VersionRange", "UntestedHypothesis", "add_digest", "draw_from_prefix", "final_run",
-           "set_database_key", "given_settings", "set_given_settings", "without_local_constants"]
+__all__ = ["TESTED", "Drawn", "UntestedHypothesis", "VersionRange", "add_digest", "draw_from_prefix", "final_run",
+           "given_settings", "set_database_key", "set_given_settings", "warn_if_untested", "without_local_constants"]
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,8 @@ def _no_deadline(item) -> None:
     current = given_settings(fn)
     suppressed = list(current.suppress_health_check)
     if current.deadline is not None or HealthCheck.too_slow not in suppressed:
-        set_given_settings(fn, settings(current, deadline=None, suppress_health_check=suppressed + [HealthCheck.too_slow]))
+        relaxed = settings(current, deadline=None, suppress_health_check=suppressed + [HealthCheck.too_slow])
+        set_given_settings(fn, relaxed)
 
 
 class FlashcheckFixture:

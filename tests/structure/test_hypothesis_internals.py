@@ -104,7 +104,8 @@ def test_pyproject_pins_the_tested_range():
     dependencies = tomllib.loads((PACKAGE.parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
     pinned = [d for d in dependencies if d.startswith("hypothesis")]
     assert pinned == [TESTED.requirement], (
-        f"pyproject.toml pins {pinned}, flashcheck/{BOUNDARY}.py's TESTED is {TESTED.requirement}: change both together")
+        f"pyproject.toml pins {pinned}, flashcheck/{BOUNDARY}.py's TESTED is {TESTED.requirement}: "
+        "change both together")
 
 
 @pytest.mark.parametrize("version", [(6, 134, 0), (6, 152, 8), (6, 171, 0), (7, 0, 0)])
