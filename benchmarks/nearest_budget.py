@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
-    from flashcheck.inputs.strategies import draw_recipes
+    from flashcheck.inputs.recipe_draws import draw_recipes
     from flashcheck.judge.check import check
     from flashcheck.judge.properties import properties_for
     from flashcheck.kernels.registry import resolve_kernel

@@ -57,7 +57,7 @@ def main(argv=None):
     from flashcheck.judge.check import check
     from flashcheck.kernels.registry import resolve_kernel
     from flashcheck.inputs.presets import load_preset
-    from flashcheck.inputs.strategies import draw_recipes
+    from flashcheck.inputs.recipe_draws import draw_recipes
     from flashcheck.files import write_json
 
     kernel = resolve_kernel(args.kernel, device=args.device)

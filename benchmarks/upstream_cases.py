@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from flashcheck import AttentionCase
-from flashcheck.inputs.strategies import Recipe
+from flashcheck.inputs.recipe import Recipe
 from flashcheck.judge.backward import backward_case
 
 ROOT = Path(__file__).resolve().parents[1]

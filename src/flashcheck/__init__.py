@@ -85,7 +85,7 @@ __all__ = [
 # Submodules users reach by their old, short names: ``flashcheck.strategies.cases(...)`` after ``import
 # flashcheck``, and ``from flashcheck.strategies import cases``, give the module where it lives now.
 SUBMODULES = {
-    "strategies": "inputs.strategies", "regimes": "inputs.regimes", "presets": "inputs.presets",
+    "strategies": "inputs.recipe_draws", "regimes": "inputs.regimes", "presets": "inputs.presets",
     "masks": "contract.masks", "twin": "numerics.twin", "budget": "numerics.budget", "oracle": "numerics.oracle",
     "anchors": "judge.anchors", "mutants": "kernels.triton.mutants",
 }
@@ -110,7 +110,7 @@ def __dir__():
 
 
 class _ShortNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import flashcheck.strategies`` loads ``flashcheck.inputs.strategies`` and gives that very module."""
+    """``import flashcheck.strategies`` loads ``flashcheck.inputs.recipe_draws`` and gives that very module."""
 
     def find_spec(self, fullname, path=None, target=None):
         package, _, name = fullname.rpartition(".")

@@ -3,7 +3,7 @@
 Usage in a kernel repository's tests (``mykernels.attention`` decorated with ``@flashcheck.kernel(...)``)::
 
     import flashcheck
-    from flashcheck.inputs.strategies import cases
+    from flashcheck.strategies import cases
     from hypothesis import given
     from mykernels import attention
 
@@ -219,13 +219,15 @@ def _no_deadline(item) -> None:
     fn = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
     if not getattr(fn, "is_hypothesis_test", False):
         return
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, settings  # here: loading the plugin imports no hypothesis
 
-    current = getattr(fn, "_hypothesis_internal_use_settings", None) or settings.default
+    from .hypothesis_internals import given_settings, set_given_settings
+
+    current = given_settings(fn)
     suppressed = list(current.suppress_health_check)
     if current.deadline is not None or HealthCheck.too_slow not in suppressed:
-        fn._hypothesis_internal_use_settings = settings(
-            current, deadline=None, suppress_health_check=suppressed + [HealthCheck.too_slow])
+        relaxed = settings(current, deadline=None, suppress_health_check=suppressed + [HealthCheck.too_slow])
+        set_given_settings(fn, relaxed)
 
 
 class FlashcheckFixture:

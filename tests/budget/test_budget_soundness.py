@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from flashcheck.contract.precision import PRESETS
 from flashcheck.contract.spec import KernelSpec
-from flashcheck.inputs.strategies import recipes
+from flashcheck.inputs.recipe_draws import recipes
 from flashcheck.judge.comparison import compare
 from flashcheck.numerics.budget import contract_terms, error_budget
 from flashcheck.numerics.twin import twin_attention

@@ -15,7 +15,7 @@ from flashcheck.contract.formats import FORMATS
 from flashcheck.contract.precision import PRESETS
 from flashcheck.contract.spec import KernelSpec
 from flashcheck.inputs.regimes import UPSTREAM_REGIMES, make_upstream
-from flashcheck.inputs.strategies import recipes
+from flashcheck.inputs.recipe_draws import recipes
 from flashcheck.judge.backward import compare_gradients
 from flashcheck.judge.comparison import compare
 from flashcheck.numerics.audit import audit_reference

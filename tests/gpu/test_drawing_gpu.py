@@ -14,7 +14,8 @@ import flashcheck
 from flashcheck.campaign.run import run_campaign
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.presets import load_preset
-from flashcheck.inputs.strategies import Recipe, draw_recipes
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.kernels.registry import resolve_kernel
 from tests.gpu._marks import COMPILED_TRITON
 

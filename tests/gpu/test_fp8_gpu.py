@@ -11,7 +11,7 @@ import flashcheck
 from flashcheck.contract.validation import Shapes
 from flashcheck.inputs.quantization import DESCALE_REGIMES
 from flashcheck.inputs.regimes import VALUE_REGIMES
-from flashcheck.inputs.strategies import Recipe
+from flashcheck.inputs.recipe import Recipe
 
 from ._marks import COMPILED_TRITON
 

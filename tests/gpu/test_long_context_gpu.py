@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from flashcheck.contract.validation import Shapes
-from flashcheck.inputs.strategies import INT32_ELEMENTS, Recipe, past_int32
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import INT32_ELEMENTS, past_int32
 from tests.gpu._marks import COMPILED_TRITON
 
 pytestmark = COMPILED_TRITON
@@ -27,7 +28,7 @@ TILES = dict(block_m=64, block_n=64)
 _JUDGE = """
 import json, sys
 import flashcheck
-from flashcheck.inputs.strategies import Recipe
+from flashcheck.inputs.recipe import Recipe
 from flashcheck.kernels.registry import resolve_kernel
 case = Recipe.from_dict(json.loads(sys.argv[2])).build()
 verdict = flashcheck.check(resolve_kernel(sys.argv[1], device="cuda"), case, device="cuda", properties=())

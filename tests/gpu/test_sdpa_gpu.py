@@ -188,7 +188,7 @@ def test_flex_returns_natural_log_lse():
 
 def _shrunk(causal, scale, layout, n_q, n_k):
     """A case as the H200 campaigns shrank it (torch 2.11): B = H = 1, D = Dv = 16, fp16, seed 0."""
-    from flashcheck.inputs.strategies import Recipe
+    from flashcheck.inputs.recipe import Recipe
 
     return Recipe.from_dict({"shapes": {"batch": 1, "heads_q": 1, "heads_kv": 1, "n_q": n_q, "n_k": n_k,
                                         "head_dim": 16, "head_dim_v": 16}, "dtype": "fp16", "values": "random",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from flashcheck import AttentionCase, check_backward
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.inputs.regimes import UPSTREAM_REGIMES
-from flashcheck.inputs.strategies import recipes
+from flashcheck.inputs.recipe_draws import recipes
 from tests._cases import large_v_case
 from tests.gpu._marks import COMPILED_TRITON
 

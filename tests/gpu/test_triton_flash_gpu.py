@@ -168,7 +168,7 @@ def test_smoke_preset_cases_with_every_property():
     from flashcheck.judge.check import check as judge
     from flashcheck.inputs.presets import load_preset
     from flashcheck.judge.properties import PROPERTIES
-    from flashcheck.inputs.strategies import draw_recipes
+    from flashcheck.inputs.recipe_draws import draw_recipes
 
     preset = load_preset("smoke")
     kernel = make_kernel()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from flashcheck import check_backward
 from flashcheck.inputs.regimes import UPSTREAM_REGIMES
-from flashcheck.inputs.strategies import recipes
+from flashcheck.inputs.recipe_draws import recipes
 from flashcheck.kernels.registry import resolve_kernel
 from tests._cases import large_v_case
 

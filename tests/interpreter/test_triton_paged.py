@@ -12,7 +12,7 @@ import flashcheck
 from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.packing import PAGE_REGIMES, serving_case
-from flashcheck.inputs.strategies import draw_recipes
+from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.kernels.registry import planted_bugs, resolve_kernel
 
 pytestmark = pytest.mark.interpreter

@@ -30,7 +30,7 @@ from hypothesis import given, seed, settings
 import flashcheck
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.regimes import make_values
-from flashcheck.inputs.strategies import cases
+from flashcheck.strategies import cases
 from flashcheck.numerics.twin import twin_attention
 from flashcheck.contract.validation import Shapes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from flashcheck.inputs.strategies import VALUE_ORDER
+from flashcheck.inputs.recipe_draws import VALUE_ORDER
 
 from ._repo import TINY_PRESET, run_pytest
 

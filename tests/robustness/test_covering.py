@@ -10,7 +10,7 @@ from flashcheck.campaign.run import run_campaign
 from flashcheck.campaign.share import PROPERTY_SHARE
 from flashcheck.inputs.covering import covering_plan, covering_size, pairs_of
 from flashcheck.inputs.presets import load_preset
-from flashcheck.inputs.strategies import MASK_ORDER, VALUE_ORDER, recipe_pools
+from flashcheck.inputs.recipe_draws import MASK_ORDER, VALUE_ORDER, recipe_pools
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.numerics.twin import twin_attention
 

@@ -1,7 +1,7 @@
 """A campaign counts the drawn cases the batch property judged, and those whose bits depended on the batch."""
 
 from flashcheck.campaign.result import CampaignResult
-from flashcheck.inputs.strategies import Recipe
+from flashcheck.inputs.recipe import Recipe
 from flashcheck.judge.verdict import Verdict
 
 RECIPE = Recipe.from_dict({"shapes": {"batch": 2, "heads_q": 1, "heads_kv": 1, "n_q": 4, "n_k": 4, "head_dim": 16,

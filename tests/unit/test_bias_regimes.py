@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from flashcheck import AttentionCase, CaseFormatError, InvalidArgument, KernelSpec, Variant
 from flashcheck.contract.validation import Shapes
 from flashcheck.contract.variants import unsupported_variant
-from flashcheck.inputs.strategies import Recipe, draw_recipes, recipe_pools, recipes
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import draw_recipes, recipe_pools, recipes
 from flashcheck.inputs.variant_regimes import BIAS_LIMIT, VARIANT_REGIMES, WIDE_BIASES, make_variant
 
 SLOPES, BIASES = VARIANT_REGIMES["alibi_slopes"], VARIANT_REGIMES["attn_bias"]

@@ -200,7 +200,7 @@ def test_the_gpu_code_path_budget_left_nan_by_huge_logits_is_noted_not_judged(mo
     # crashed on this before)
     from flashcheck.contract.validation import Shapes
     from flashcheck.inputs.regimes import make_upstream
-    from flashcheck.inputs.strategies import Recipe
+    from flashcheck.inputs.recipe import Recipe
 
     monkeypatch.setenv("FLASHCHECK_TORCH_OPS", "1")
     shapes = Shapes(batch=1, heads_q=2, heads_kv=1, n_q=1, n_k=2, head_dim=128, head_dim_v=128)

@@ -16,7 +16,7 @@ from flashcheck.contract.validation import Shapes
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.quantization import DESCALE_REGIMES, descale_regime
-from flashcheck.inputs.strategies import Recipe
+from flashcheck.inputs.recipe import Recipe
 from flashcheck.judge.properties import rescaled_case
 from flashcheck.numerics.budget import contract_terms
 

@@ -50,7 +50,7 @@ def test_controls_with_longer_rows_or_keys_everywhere_pass(q_lens, k_lens):
 
 
 def test_its_spec_keeps_empty_sequences_out_of_campaigns():
-    from flashcheck.inputs.strategies import recipe_pools
+    from flashcheck.inputs.recipe_draws import recipe_pools
     from flashcheck.kernels.registry import resolve_kernel
 
     pools = recipe_pools(spec=resolve_kernel("torch:jagged", device="cpu").spec)

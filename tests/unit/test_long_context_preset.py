@@ -9,7 +9,8 @@ import dataclasses
 from flashcheck.contract.validation import Shapes
 from flashcheck.inputs.covering import shape_classes
 from flashcheck.inputs.presets import load_preset
-from flashcheck.inputs.strategies import INT32_ELEMENTS, Recipe, draw_recipes, past_int32
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import INT32_ELEMENTS, draw_recipes, past_int32
 from flashcheck.kernels.registry import resolve_kernel
 
 LONG = load_preset("long-context")

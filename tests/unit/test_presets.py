@@ -57,7 +57,7 @@ def test_unknown_preset_name():
 
 def test_a_preset_names_the_variant_features_it_draws(tmp_path):
     from flashcheck import KernelSpec
-    from flashcheck.inputs.strategies import recipe_pools
+    from flashcheck.inputs.recipe_draws import recipe_pools
 
     path = tmp_path / "biased.toml"
     path.write_text('variants = ["attn_bias", "alibi_slopes"]\n')

@@ -98,6 +98,6 @@ def test_the_short_submodule_names_import_the_modules_where_they_live():
         assert module.__name__ == f"flashcheck.{where}"
     from flashcheck.strategies import cases
 
-    from flashcheck.inputs.strategies import cases as where_it_lives
+    from flashcheck.inputs.recipe_draws import cases as where_it_lives
 
     assert cases is where_it_lives

@@ -99,7 +99,7 @@ def test_cpu_flash_negative_scale_defect_is_still_there():
     """The spec excludes negative scales because PyTorch's CPU flash kernel gives NaN for them under
     causal masking. flashcheck must still say so when given such a case; when this fails, PyTorch
     fixed it: drop the exclusion."""
-    from flashcheck.inputs.strategies import Recipe
+    from flashcheck.inputs.recipe import Recipe
     from flashcheck.judge.check import check
 
     kernel = resolve_kernel("torch:flash", device="cpu")
@@ -267,7 +267,7 @@ def test_math_backend_orders_of_operations_are_inside_its_envelope():
     orders in the envelope a correct backend read as SUSPICIOUS (13 times on the H200)."""
     from flashcheck import check
     from flashcheck.inputs.case import Shapes
-    from flashcheck.inputs.strategies import Recipe
+    from flashcheck.inputs.recipe import Recipe
     from flashcheck.judge.envelope import reordering_envelope
     from flashcheck.numerics.twin import twin_attention
 

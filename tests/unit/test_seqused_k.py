@@ -16,7 +16,7 @@ from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.casefile import load_case
 from flashcheck.inputs.packing import serving_case
 from flashcheck.inputs.serving import ServingCase
-from flashcheck.inputs.strategies import draw_recipes
+from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.kernels.registry import resolve_kernel
 
 SMALL = 'description = "small varlen"\nmax_n = 40\nmax_batch = 4\nhead_dims = [16, 32]\ndtypes = ["fp16", "fp32"]\n'

@@ -14,7 +14,7 @@ from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.casefile import load_case
 from flashcheck.inputs.packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
 from flashcheck.inputs.serving import ServingCase
-from flashcheck.inputs.strategies import draw_recipes
+from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.kernels.registry import planted_bugs, resolve_kernel
 
 FORMS = {"varlen": "torch:varlen", "paged": "torch:paged"}

@@ -12,7 +12,7 @@ import pytest
 from flashcheck import InvalidArgument
 from flashcheck.cli import main
 from flashcheck.inputs.presets import builtin_presets, load_preset
-from flashcheck.inputs.strategies import draw_recipes
+from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.kernels.registry import resolve_kernel
 
 SERVING = load_preset("serving")

@@ -11,17 +11,19 @@ from hypothesis import given, settings
 
 from flashcheck import InvalidArgument, KernelSpec
 from flashcheck.contract.validation import Shapes
-from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
-from flashcheck.inputs.strategies import (
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import (
     LAYOUT_ORDER,
     MASK_ORDER,
     VALUE_ORDER,
-    Recipe,
+    RecipeOptions,
     cases,
     draw_recipes,
+    recipe_pools,
     recipes,
     shapes,
 )
+from flashcheck.inputs.regimes import SCALE_REGIMES, VALUE_REGIMES
 
 NARROW = KernelSpec(dtypes=("fp16",), causal=("bottom_right",), attn_mask=False, gqa=False, head_dims=(64, 128),
                     seq_multiple=16, equal_lengths=True, max_seqlen=256)
@@ -155,7 +157,7 @@ def test_a_tiny_scale_exclusion_keeps_the_tiny_regime_out_and_the_others_in():
     from hypothesis import HealthCheck, given, settings
 
     from flashcheck.contract.spec import KernelSpec
-    from flashcheck.inputs.strategies import recipes
+    from flashcheck.inputs.recipe_draws import recipes
 
     spec = KernelSpec(backward=True, backward_excludes=("tiny_scale",)).for_backward()
     seen = set()
@@ -181,3 +183,12 @@ def test_a_spec_without_alibi_or_a_bias_draws_the_recipes_it_drew_before_them(sp
 
     drawn = [r.as_dict() for r in draw_recipes(40, seed=5, max_n=64, spec=spec)]
     assert hashlib.sha256(json.dumps(drawn, sort_keys=True).encode()).hexdigest()[:16] == digest
+
+
+def test_recipes_take_their_options_as_a_record_or_as_keywords():
+    options = RecipeOptions(spec=NARROW, max_n=64, value_regimes=("ties", "flat"))
+    assert draw_recipes(12, options, seed=4) == draw_recipes(12, seed=4, spec=NARROW, max_n=64,
+                                                             value_regimes=("ties", "flat"))
+    assert recipe_pools(options, max_n=16) == recipe_pools(spec=NARROW, value_regimes=("ties", "flat"))
+    with pytest.raises(TypeError, match="max_m"):
+        recipes(max_m=64)

@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, Verbosity, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
+from ..hypothesis_internals import add_digest, set_database_key
+
 __all__ = ["Climb", "Failure", "Outcome", "Shrink", "hypothesis_test", "run_test"]
 
 
@@ -68,7 +70,7 @@ def hypothesis_test(body, *, given_args: dict, max_examples: int, seed: int | No
     """``body`` as a hypothesis test over ``given_args``; ``digest`` keys its database entries and random
     stream (a test id), ``phases=None`` keeps hypothesis's own."""
     if digest is not None:
-        body._hypothesis_internal_add_digest = digest
+        add_digest(body, digest)
     test = given(**given_args)(body)
     if seed is not None:  # before settings: @seed sets database=None, and settings set it back
         test = hypothesis_seed(seed)(test)
@@ -77,23 +79,8 @@ def hypothesis_test(body, *, given_args: dict, max_examples: int, seed: int | No
     if phases is not None:
         options["phases"] = phases
     test = settings(**options)(test)
-    # The key hypothesis would compute from the body's source at every run (tokenising it: ~10 ms, and a
-    # campaign starts an engine per planned case), computed once.
-    test._hypothesis_internal_database_key = _database_key(body, digest)
+    set_database_key(test, body, digest)
     return test
-
-
-_KEYS: dict = {}
-
-
-def _database_key(body, digest: bytes | None) -> bytes:
-    """hypothesis's database key of ``body`` (its ``function_digest``), once per function and digest."""
-    from hypothesis.internal.reflection import function_digest
-
-    key = (getattr(body, "__func__", body), digest)
-    if key not in _KEYS:
-        _KEYS[key] = function_digest(body)
-    return _KEYS[key]
 
 
 @dataclass

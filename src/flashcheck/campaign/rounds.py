@@ -126,7 +126,7 @@ class Schedule:
             planned = planned_choices(strategy, self.pools[cell["dtype"]], cell, seed=hash((seed, share.index, i)))
             if planned is None:
                 continue  # this hypothesis draws otherwise: the cell is left to free drawing
-            test = self._make_test(strategy, examples=1, database=PlannedDatabase(database, planned[0]),
+            test = self._make_test(strategy, examples=1, database=PlannedDatabase(database, planned.choices),
                                    phases=(Phase.reuse, Phase.shrink))
             self.planned += 1
             try:

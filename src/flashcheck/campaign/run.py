@@ -42,7 +42,8 @@ from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.layout import Layout
 from ..inputs.presets import Preset
 from ..inputs.sizes import host_memory_problem
-from ..inputs.strategies import Recipe, recipe_pools, recipes
+from ..inputs.recipe import Recipe
+from ..inputs.recipe_draws import recipe_pools, recipes
 from ..judge.backward import judge_case
 from ..judge.verdict import BUG, PASS, RATIO_CEILING, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause

@@ -9,7 +9,7 @@ alignment, scale, layout) one case, as few cases as the largest pool, then adds 
 pair of values of two fields, greedily, most new pairs first. The plan is reproducible from its seed.
 
 Each planned cell becomes a real hypothesis case (:func:`planned_choices`): the pooled fields are drawn
-first by :func:`flashcheck.inputs.strategies.recipes`, so a prefix of choices pins them, and the rest (the
+first by :func:`flashcheck.inputs.recipe_draws.recipes`, so a prefix of choices pins them, and the rest (the
 shapes, the seed of the values) is drawn at random. Replayed from an example database, such a case is
 judged, and shrunk when it fails, like any case hypothesis drew itself.
 """
@@ -20,11 +20,13 @@ import itertools
 import random
 from dataclasses import dataclass
 
+from ..hypothesis_internals import Drawn, draw_from_prefix
+from .recipe import POOL_FIELDS
+from .shape_draws import SPECIAL_LENGTHS
 from .sizes import INT32_ELEMENTS
-from .strategies import POOL_FIELDS, SPECIAL_LENGTHS
 
-__all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "PlanShare", "covering_plan", "covering_size", "empty_coverage", "pairs_of",
-           "planned_choices", "shape_classes"]
+__all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "PlanShare", "covering_plan", "covering_size", "empty_coverage",
+           "pairs_of", "planned_choices", "shape_classes"]
 
 # What a summary counts its judged cases by: the pooled fields, and the classes of their shapes.
 COVERAGE_FIELDS = POOL_FIELDS + ("shape",)
@@ -61,7 +63,7 @@ def covering_size(pools: dict[str, list], budget: int) -> int:
 
 def covering_plan(pools: dict[str, list], *, seed: int | None, limit: int) -> list[dict]:
     """At most ``limit`` cells (field -> value over :data:`POOL_FIELDS`): each value of each field once,
-    then the pairs of values of two fields. ``pools`` is :func:`~flashcheck.inputs.strategies.recipe_pools`."""
+    then the pairs of values of two fields. ``pools`` is :func:`~flashcheck.inputs.recipe_draws.recipe_pools`."""
     rng = random.Random(f"covering/{seed}")
     fields = [f for f in POOL_FIELDS if f in pools]
     singles = _singles(pools, fields, rng)
@@ -138,27 +140,17 @@ def empty_coverage(pools: dict[str, list]) -> dict[str, dict]:
     return {f: dict.fromkeys(pools.get(f, SHAPE_CLASSES if f == "shape" else ()), 0) for f in COVERAGE_FIELDS}
 
 
-def planned_choices(strategy, pools: dict[str, list], cell: dict, *, seed: int):
-    """The choices (serialised for an example database) by which hypothesis draws, from ``strategy`` (:func:`recipes` over ``pools``, or a
-    fixed dictionary whose first entry it is), a case with the pooled fields of ``cell``, the rest drawn
-    from ``seed``; with what was drawn. None when this hypothesis draws otherwise (its internals moved):
-    the plan then leaves that cell to free drawing."""
-    try:
-        from hypothesis.control import BuildContext
-        from hypothesis.internal.conjecture.data import ConjectureData
-    except ImportError:
-        return None
+def planned_choices(strategy, pools: dict[str, list], cell: dict, *, seed: int) -> Drawn | None:
+    """The choices (serialised for an example database) by which hypothesis draws, from ``strategy``
+    (:func:`recipes` over ``pools``, or a fixed dictionary whose first entry it is), a case with the pooled
+    fields of ``cell``, the rest drawn from ``seed``; with what was drawn. None when this hypothesis draws
+    otherwise (its internals moved): the plan then leaves that cell to free drawing."""
     # A pool of one value is drawn without a choice (hypothesis makes it a constant).
     prefix = [pools[f].index(cell[f]) for f in POOL_FIELDS if f in cell and len(pools[f]) > 1]
-    try:
-        data = ConjectureData(random=random.Random(seed), prefix=prefix)
-        with BuildContext(data, is_final=False, wrapped_test=None):
-            drawn = data.draw(strategy)
-    except Exception:  # noqa: BLE001 - another hypothesis, another signature: no planned case
+    found = draw_from_prefix(strategy, prefix, seed=seed)
+    if found is None:
         return None
-    recipe = next(iter(drawn.values())) if isinstance(drawn, dict) else drawn
+    recipe = next(iter(found.value.values())) if isinstance(found.value, dict) else found.value
     if any(getattr(recipe, f, None) != v for f, v in cell.items()):
         return None
-    from hypothesis.database import choices_to_bytes
-
-    return choices_to_bytes(tuple(data.choices)), drawn
+    return found

@@ -48,7 +48,7 @@ class Preset:
     source: str = field(default="", compare=False)
 
     def strategy_options(self) -> dict:
-        """The keyword options of :func:`flashcheck.inputs.strategies.recipes` this preset sets."""
+        """The keyword options of :func:`flashcheck.inputs.recipe_draws.recipes` this preset sets."""
         keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "variants", "min_n", "max_n",
                 "max_batch", "max_heads", "head_dims", "max_queries", "max_total_tokens", "max_decode_n",
                 "large_tensors")

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ..contract.features import FEATURES
 from ..contract.spec import Kernel
-from ..inputs.strategies import Recipe, draw_recipes
+from ..inputs.recipe import Recipe
+from ..inputs.recipe_draws import draw_recipes
 from ..judge.anchors import ANCHORS, BACKWARD_ANCHORS, GradientReferences
 from ..judge.backward import (
     check_backward,

@@ -86,9 +86,9 @@ def _final_hypothesis_run() -> bool:
     """True outside hypothesis, and on the run hypothesis reports (the shrunk failing example)."""
     if not _in_hypothesis():
         return True
-    from hypothesis.control import current_build_context
+    from ..hypothesis_internals import final_run  # here: assert_passes outside hypothesis imports none of it
 
-    return bool(getattr(current_build_context(), "is_final", True))
+    return final_run()
 
 
 def assert_passes(kernel, case, *, allow_suspicious: bool = True, device: str | None = None, corpus=None,
@@ -107,7 +107,7 @@ def assert_passes(kernel, case, *, allow_suspicious: bool = True, device: str | 
 
     Example::
 
-        from flashcheck.inputs.strategies import cases
+        from flashcheck.strategies import cases
 
         @pytest.mark.flashcheck      # no hypothesis deadline (a kernel's first call compiles it)
         @given(cases(spec=attention.spec, max_n=64))

@@ -55,7 +55,7 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
 
     Assign it to a ``test_*`` name in a test module (``test_attention = flashcheck.property_test(attention)``):
     pytest collects one test per dtype (``test_attention[fp16]``, ...). Each draws up to ``max_examples``
-    recipes from :func:`flashcheck.inputs.strategies.recipes` over the kernel's spec and the preset's regimes and
+    recipes from :func:`flashcheck.inputs.recipe_draws.recipes` over the kernel's spec and the preset's regimes and
     sizes, checks each case with :func:`flashcheck.check`, and on the first BUG saves the case to the
     corpus, shrinks it with hypothesis (for at most :data:`SHRINK_SECONDS`), saves the smallest one, and
     fails with its verdict and its ``flashcheck replay`` command. SUSPICIOUS verdicts do not fail the
@@ -246,7 +246,7 @@ class _PropertyTest:
                 continue
             base = database if database is not None else InMemoryExampleDatabase()
             outcome = run_test(self.hypothesis_test(given_args, examples=1, seed=seed, phases=(Phase.reuse, Phase.shrink),
-                                                    database=PlannedDatabase(base, choices[0])), self.run)
+                                                    database=PlannedDatabase(base, choices.choices)), self.run)
             planned += 1
             if outcome.failure is not None:
                 return outcome
@@ -267,7 +267,8 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
     from hypothesis import settings
 
     from ..inputs.presets import load_preset
-    from ..inputs.strategies import recipe_pools, recipes, without_local_constants
+    from ..hypothesis_internals import without_local_constants
+    from ..inputs.recipe_draws import recipe_pools, recipes
 
     register_profiles()
     preset = load_preset(session.option("preset", options.preset, DEFAULT_PRESET))
