@@ -7,8 +7,8 @@ and the files are written anyway."""
 
 from __future__ import annotations
 
-from . import replay
 from .options import add_device
+from .replay import replay_kernel
 
 __all__ = ["add_parser", "run"]
 
@@ -64,7 +64,7 @@ def _made(args, device: str):
         return merge_repro(load_merge_case(args.case), merge=args.kernel, device=device, case_path=args.case)
     case = AttentionCase.load(args.case)
     # The kernel as replay reaches it (import path or built-in with options; --kernel overrides).
-    kernel = replay.replay_kernel(args.case, case.provenance or {}, args.kernel, device)
+    kernel = replay_kernel(args.case, case.provenance or {}, args.kernel, device)
     return make_repro(kernel, case, device=device, case_path=args.case)
 
 
