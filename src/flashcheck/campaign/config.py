@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import InvalidArgument
 from ..inputs.presets import Preset
-from .worker import WorkerProcess
 
 if TYPE_CHECKING:  # not at run time: flashcheck.contract.spec imports torch, and this module must not
     from ..contract.spec import Kernel
@@ -149,4 +148,4 @@ class CampaignHooks:
 
     progress: Callable | None = None
     on_finding: Callable | None = None
-    worker_process: WorkerProcess | None = None
+    worker_process: object = None  # a flashcheck.campaign.worker.WorkerProcess
