@@ -36,18 +36,7 @@ from ..contract.counts import check_seconds
 from ..errors import FlashcheckError, InvalidArgument
 from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
 from .interrupts import sigint_ignored_by_children
-from .messages import (
-    Assign,
-    BuildCase,
-    Built,
-    Ended,
-    JudgeCase,
-    JudgeFailed,
-    JudgeRecipe,
-    Ready,
-    Shutdown,
-    TimedOut,
-)
+from .messages import Assign, BuildCase, Built, Ended, JudgeCase, JudgeFailed, JudgeRecipe, Ready, Shutdown, TimedOut
 from .transport import channel_pair
 from .worker_child import poisons_cuda, worker_main
 
