@@ -141,9 +141,7 @@ class ChunkScheduler:
             ready = [s for s in self.rows if s.available(past)]
             if not ready:
                 break
-            worker = self.idle.pop(0)
-            if not self._send_next(worker, ready):
-                continue
+            self._send_next(self.idle.pop(0), ready)  # a worker that is gone is not idle again
         self._complete(past)
         if not self.tasks and not any(s.available(past) for s in self.rows):
             for worker in self.idle:  # nothing left to run: the workers may end
