@@ -112,7 +112,7 @@ class CampaignResult:
             keep_largest(self.max_ratio_by_gradient.setdefault(recipe.dtype, {}), verdict.ratios)
 
     def _cover(self, recipe) -> None:
-        from ..inputs.covering import POOL_FIELDS, shape_classes
+        from ..inputs.covering import POOL_FIELDS, shape_classes  # hypothesis: summaries are read without it
 
         counts = self.coverage.setdefault(recipe.dtype, {})
         for name in POOL_FIELDS:

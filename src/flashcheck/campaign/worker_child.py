@@ -57,7 +57,7 @@ def die_with_parent() -> None:
     # exit closes the pipe, which ends an idle worker).
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
+            import ctypes  # Linux only
 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -162,6 +162,7 @@ def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, j
 def drawn_case(recipe, *, kernel: str, device, backward: bool):
     """The case a campaign draws from ``recipe``: on its GPU if it checks on one, its backward case with
     ``backward`` (the worker's and an in-process campaign's draw, the same numbers on one device)."""
+    # torch: this module is imported by the parent's worker.py, which must not import it
     from ..inputs.drawing import draw_device
     from ..judge.backward import drawn_backward_case
 

@@ -77,7 +77,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The campaign, its summary printed and written; the exit status of its verdict."""
-    # this command's own imports: every command module is imported at start-up
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..files import check_writable_file, check_writable_folder
     from ..inputs.presets import load_preset
@@ -111,7 +111,7 @@ def run(args) -> int:
 
 
 def _jobs(args, preset) -> int:
-    from ..errors import InvalidArgument  # this command's own: every command module is imported at start-up
+    from ..errors import InvalidArgument  # on first use: every command module loads at start-up
 
     if args.jobs is None:  # the preset's, unless the kernel must run in this process
         return 1 if args.no_isolation else preset.jobs

@@ -14,6 +14,10 @@ import argparse
 import sys
 import time
 
+from ..campaign import interrupts
+from ..campaign.clock import process_start
+from ..campaign.worker_child import quiet_interpreter
+from ..errors import FlashcheckError
 from .fuzz import add_parser as add_fuzz
 from .listing import add_parser as add_listing
 from .merge import add_parser as add_merge
@@ -44,9 +48,6 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv=None) -> int:
-    from ..campaign import interrupts
-    from ..campaign.clock import process_start
-
     interrupts.defer()  # a Ctrl-C while torch loads is a request to stop, not a traceback
     started_at = process_start() if argv is None else time.monotonic()  # what first_case_s counts from
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -68,10 +69,6 @@ def main(argv=None) -> int:
 
 def _run_command(args) -> int:
     """The command ``args`` names, with its options checked first; flashcheck's own errors are usage errors."""
-    from ..campaign import interrupts
-    from ..campaign.worker_child import quiet_interpreter
-    from ..errors import FlashcheckError
-
     quiet_interpreter()
     if args.command not in _CAMPAIGN_COMMANDS:
         interrupts.restore()  # raises KeyboardInterrupt if one came meanwhile

@@ -18,7 +18,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The combined summary, printed and written; the exit status of its verdict, as for one campaign."""
-    # this command's own imports: every command module is imported at start-up
+    # on first use: every command module loads at start-up
     from ..campaign.combine import combine_summaries
     from ..campaign.summary import load_summary
     from ..files import check_writable_file

@@ -67,6 +67,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The rows, each reported as it ends and all in one table at the end; or (``--table``) saved rows."""
+    # on first use: every command module loads at start-up
     from ..files import check_writable_folder, check_writable_file, write_json
     from ..selftest.table import format_table
 
@@ -101,7 +102,7 @@ def run(args) -> int:
 
 def _run_selftest(args, device: str, dtypes, progress) -> list:
     """The self-test's rows, run here or (``--jobs N``) in N processes: the same rows either way."""
-    # this command's own imports (torch among them): every command module is imported at start-up
+    # on first use (torch among them): every command module loads at start-up
     from ..selftest.config import SelftestConfig
     from ..selftest.parallel import run_selftest_rows
     from ..selftest.run import run_selftest
@@ -125,6 +126,7 @@ def _int_list(option: str, text: str | None):
     except ValueError:
         values = []
     if not values or min(values) < 1:
+        # on first use: every command module loads at start-up
         from ..errors import InvalidArgument
 
         raise InvalidArgument(option, text, "expected positive integers separated by commas", f"Pass e.g. {option} 64,128.")
@@ -146,6 +148,7 @@ def _selftest_exit(rows) -> int:
 
 def _check_variant_names(names, device: str, backward: bool) -> None:
     """``--variant`` names the self-test knows (on this device, for this pass), else a usage error."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..selftest.subjects import subjects
 
@@ -162,6 +165,7 @@ def _check_variant_names(names, device: str, backward: bool) -> None:
 
 def _saved_rows(paths):
     """The rows of earlier runs' ``--json`` files, for ``--table``; a file that holds none is a usage error."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..selftest.rows import Row
 

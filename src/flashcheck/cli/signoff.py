@@ -64,7 +64,7 @@ def run(args) -> int:
     """The sign-off: its campaigns, each reported as it ends, then the report written and summed up."""
     importable_from_cwd(args.kernels)
     device = choose_device(args.device)
-    # this command's own imports (torch among them): every command module is imported at start-up
+    # on first use (torch among them): every command module loads at start-up
     from ..campaign.scheduler import check_jobs
     from ..inputs.presets import load_preset
     from ..report.signoff import SignoffConfig, run_signoff
@@ -108,7 +108,7 @@ def _print_signoff(report: dict, out: Path) -> None:
 
 def run_report(args) -> int:
     """One report re-rendered (into its own folder by default), or several compared (into ``--out``)."""
-    # this command's own imports: every command module is imported at start-up
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..files import check_writable_folder
     from ..report.compare import write_comparison

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..campaign.result import shrink_state
+from ..campaign.result import never_judged, shrink_state
 from ..words import SHOWN, counted, listed, wrapped
 
 __all__ = ["print_summary"]
@@ -104,8 +104,6 @@ def _gradients(ratios: dict | None) -> str:
 def _print_coverage(coverage: dict) -> None:
     """How many values of each field the drawn cases were judged with, over all dtypes, and per dtype
     the values never judged (a sign-off cell is one dtype)."""
-    from ..campaign.result import never_judged
-
     total: dict = {}
     for fields in coverage.values():
         for name, counts in fields.items():

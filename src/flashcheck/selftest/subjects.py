@@ -38,6 +38,7 @@ def subjects(device: str, *, names: list[str] | None = None, which: str = "all",
 
     ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the subjects named.
     """
+    # torch and the kernels' sources: only once the subjects are asked for, not when a --table is printed
     from ..kernels.registry import resolve_kernel
     from ..kernels.triton import mutants as mutant_module
     from ..kernels.triton import planted
