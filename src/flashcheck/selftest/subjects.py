@@ -38,7 +38,7 @@ def subjects(device: str, *, names: list[str] | None = None, which: str = "all",
 
     ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the subjects named.
     """
-    # torch and the kernels' sources: only once the subjects are asked for, not when a --table is printed
+    # the kernels' sources (torch, the planted bugs' texts): loaded when the subjects are listed, not on import
     from ..kernels.registry import resolve_kernel
     from ..kernels.triton import mutants as mutant_module
     from ..kernels.triton import planted
