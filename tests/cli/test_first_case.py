@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from flashcheck.cli import main
-from flashcheck.campaign.merge import merge_summaries
 
 from .test_cli import K, fuzz
+from .test_merge import combined
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,12 +57,12 @@ def test_first_case_s_merges_as_the_earliest(tmp_path):
     code, summary = fuzz(tmp_path, "correct", "--max-examples", "2")
     assert code == 0
     late, early, none = (dict(summary, first_case_s=value) for value in (7.5, 2.25, None))
-    merged = merge_summaries([late, early, none], sources=["late", "early", "none"])
+    merged = combined([late, early, none], sources=["late", "early", "none"])
     assert merged["first_case_s"] == 2.25
     assert [s["first_case_s"] for s in merged["sources"]] == [7.5, 2.25, None]
-    assert merge_summaries([none, none])["first_case_s"] is None
+    assert combined([none, none])["first_case_s"] is None
     # a merge of merges: still the earliest
-    assert merge_summaries([merged, dict(summary, first_case_s=1.0)])["first_case_s"] == 1.0
+    assert combined([merged, dict(summary, first_case_s=1.0)])["first_case_s"] == 1.0
 
 
 def test_first_case_s_over_jobs(tmp_path, capsys):

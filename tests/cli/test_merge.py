@@ -7,12 +7,20 @@ import json
 import pytest
 
 from flashcheck import InvalidArgument
+from flashcheck.campaign.combine import combine_summaries
 from flashcheck.campaign.result import CampaignResult
+from flashcheck.campaign.summary import CampaignSummary
 from flashcheck.cli import main
-from flashcheck.campaign.merge import merge_summaries
 from flashcheck.judge.verdict import NO_CASES
 
 K = "tests.cli._planted"
+
+
+def combined(summaries: list[dict], sources: list[str] | None = None) -> dict:
+    """What ``flashcheck merge`` writes for summaries as their JSON has them."""
+    names = sources or [f"summary[{i}]" for i in range(len(summaries))]
+    return combine_summaries([CampaignSummary.from_dict(s, name) for s, name in zip(summaries, names)],
+                             sources=sources).as_dict()
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +72,7 @@ def test_passes_merge_to_pass_and_a_merge_merges_again(summaries, tmp_path):
     assert main(["merge", str(summaries["pass"]), str(summaries["pass"]), "--json", str(once)]) == 0
     merged = load(once)
     assert merged["verdict"] == "PASS" and merged["kernel"] == f"{K}:correct" and not merged["notes"]
-    twice = merge_summaries([merged, load(summaries["bug"])], sources=["once", "bug"])
+    twice = combined([merged, load(summaries["bug"])], sources=["once", "bug"])
     assert twice["verdict"] == "BUG" and twice["cases"] == merged["cases"] + load(summaries["bug"])["cases"]
     assert [s["source"] for s in twice["sources"]] == [f"once/{summaries['pass']}"] * 2 + ["bug"]
 
@@ -74,9 +82,9 @@ def test_a_merge_that_judged_no_case_never_says_pass():
     skipped = CampaignResult(verdict="PASS", kernel="k", device="cpu", preset="smoke", seed=1, cases=3,
                              examples=3, elapsed=1.0)
     skipped.skipped["oom"] = 3
-    merged = merge_summaries([empty, skipped.as_dict()])
+    merged = combined([empty, skipped.as_dict()])
     assert merged["verdict"] == NO_CASES and merged["skipped"] == {"oom": 3} and merged["cases"] == 3
-    assert merge_summaries([])["verdict"] == NO_CASES
+    assert combined([])["verdict"] == NO_CASES
 
 
 def test_keys_the_merge_has_no_rule_for_merge_by_their_type():
@@ -84,7 +92,7 @@ def test_keys_the_merge_has_no_rule_for_merge_by_their_type():
          "later_count": 2, "later_reasons": {"oom: 1 GiB": 1}, "later_list": ["x"], "later_name": "n"}
     b = {**a, "seed": 2, "later_count": 3, "later_reasons": {"oom: 1 GiB": 2, "unsupported: D=24": 1},
          "later_list": ["y"], "later_name": "m"}
-    merged = merge_summaries([a, b])
+    merged = combined([a, b])
     assert merged["later_count"] == 5 and merged["later_reasons"] == {"oom: 1 GiB": 3, "unsupported: D=24": 1}
     assert merged["later_list"] == ["x", "y"] and merged["later_name"] == ["n", "m"] and merged["seed"] == [1, 2]
     assert merged["case_timeout_s"] is None and merged["preset"] == "smoke", "kept, not summed"
@@ -113,12 +121,12 @@ def test_records_keep_one_header_and_sources_with_other_columns_do_not_merge():
         return {**CampaignResult(verdict="PASS", kernel="k", device="cpu", preset="smoke", seed=seed).as_dict(),
                 "record_columns": columns, "records": records}
 
-    merged = merge_summaries([summary(1, ["dtype", "status"], [["fp16", "PASS"]]),
+    merged = combined([summary(1, ["dtype", "status"], [["fp16", "PASS"]]),
                               summary(2, ["dtype", "status"], [["bf16", "PASS"]])])
     assert merged["record_columns"] == ["dtype", "status"]
     assert merged["records"] == [["fp16", "PASS"], ["bf16", "PASS"]]
     with pytest.raises(InvalidArgument, match=r"summary\[1\].*records have the columns \['status'\]"):
-        merge_summaries([summary(1, ["dtype", "status"], []), summary(2, ["status"], [])])
+        combined([summary(1, ["dtype", "status"], []), summary(2, ["status"], [])])
 
 
 def test_the_largest_err_budget_of_each_gradient_is_kept_not_summed():
@@ -126,6 +134,6 @@ def test_the_largest_err_budget_of_each_gradient_is_kept_not_summed():
         return {**CampaignResult(verdict="PASS", kernel="k", device="cpu", preset="smoke", seed=seed,
                                  backward=True).as_dict(), "max_ratio_by_gradient": by_gradient}
 
-    merged = merge_summaries([summary(1, {"fp16": {"dq": 0.5, "dk": 0.25, "dv": 0.5}}),
+    merged = combined([summary(1, {"fp16": {"dq": 0.5, "dk": 0.25, "dv": 0.5}}),
                               summary(2, {"fp16": {"dq": 0.75, "dk": "nan", "dv": 0.5}, "bf16": {"dq": 0.125}})])
     assert merged["max_ratio_by_gradient"] == {"fp16": {"dq": 0.75, "dk": "nan", "dv": 0.5}, "bf16": {"dq": 0.125}}

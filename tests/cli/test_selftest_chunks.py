@@ -8,10 +8,11 @@ import math
 
 import pytest
 
-from flashcheck.campaign.jobs import Job
+from flashcheck.campaign.messages import ChunkDone, Shutdown, WorkerReady
+from flashcheck.campaign.transport import Worker
 from flashcheck.cli import main
-from flashcheck.selftest.parallel import ChunkScheduler
-from flashcheck.selftest.run import Detection, Row, merge_chunks, row_chunks
+from flashcheck.selftest.parallel import SelftestChunks
+from flashcheck.selftest.rows import Detection, Row, combine_chunks, row_chunks
 from flashcheck.selftest.table import format_table
 
 ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-tutorial/randn",
@@ -41,22 +42,22 @@ def test_merged_chunks_keep_the_first_case_sum_counts_and_keep_extremes():
     c = _row(2, first=8, how="over_budget", alarms=1, ratio=0.7, caught=2.0, stopped=True,
              anchors={"triton-tutorial/randn": Detection(7, "crash or wrong output", 2)})
     for order in ([a, b, c], [c, a, b]):
-        row = merge_chunks(order)
+        row = combine_chunks(order)
         assert (row.cases, row.max_ratio, row.min_caught_ratio, row.suspicious, row.seconds) == (8, 0.9, 2.0, 1, 4.5)
         assert row.flashcheck.as_dict() == {"first_case": 5, "how": "lse", "false_alarms": 3}
         assert row.anchors["flash-attention/randn"].as_dict() == {"first_case": None, "how": "n/a", "false_alarms": 0}
         assert row.anchors["triton-tutorial/randn"].as_dict() == {"first_case": 6, "how": "rejected", "false_alarms": 3}
         assert row.anchors["triton-tutorial/adversarial"].as_dict() == Detection().as_dict()
         assert row.stopped
-    assert not merge_chunks([a, b]).stopped
+    assert not combine_chunks([a, b]).stopped
     a.gradient_max, b.gradient_max = {"dq": 0.5, "dv": 0.2}, {"dq": 0.3, "dk": 0.9}
-    assert merge_chunks([a, b, c]).gradient_max == {"dk": 0.9, "dq": 0.5, "dv": 0.2}
+    assert combine_chunks([a, b, c]).gradient_max == {"dk": 0.9, "dq": 0.5, "dv": 0.2}
 
 
 def test_merged_chunks_add_up_the_features_and_the_table_says_what_a_clean_sample_rules_out():
     a, b = _row(300), _row(200)
     a.features, b.features = {"softcap": 250, "sinks": 100}, {"softcap": 50, "window": 150}
-    row = merge_chunks([a, b])
+    row = combine_chunks([a, b])
     assert row.features == {"softcap": 300, "window": 150, "sinks": 100}
     assert Row.from_dict(json.loads(json.dumps(row.as_dict()))).features == row.features
     line = [x for x in format_table([row]).splitlines() if x.startswith("correct variants by feature")]
@@ -70,7 +71,7 @@ def test_merged_chunks_add_up_the_features_and_the_table_says_what_a_clean_sampl
     assert "by feature" not in format_table([_row(5)])  # no variants drawn: no line
 
 
-class _Conn:
+class _Channel:
     def __init__(self):
         self.sent = []
 
@@ -82,20 +83,18 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
     plan = [("good", "fp16"), ("bug", "fp16"), ("other", "fp16")]
     correct = {"good": True, "bug": False, "other": True}
     done = []
-    scheduler = ChunkScheduler(plan, correct, lambda ok: row_chunks(ok, 9, 9, 3, 2), None, done.append)
-    job = Job(0, None, _Conn(), None)
+    scheduler = SelftestChunks(plan, correct, lambda ok: row_chunks(ok, 9, 9, 3, 2), None, done.append)
+    worker = Worker(0, _Channel(), None)
     order = []
 
     def step(result=None):
         if result is not None:
-            task_id = job.conn.sent[-1][0]
-            scheduler.received(job, task_id, result.as_dict())
+            scheduler.handle(worker, ChunkDone(worker.channel.sent[-1].task_id, result.as_dict()))
         else:
-            scheduler.idle.append(job)
-        scheduler.dispatch()
-        message = job.conn.sent[-1]
-        if message is not None:
-            order.append((message[1][0], message[2], tuple(message[3])))
+            scheduler.handle(worker, WorkerReady())
+        message = worker.channel.sent[-1]
+        if not isinstance(message, Shutdown):
+            order.append((message.subject, (message.start, message.stop), message.fired))
         return message
 
     step()
@@ -109,7 +108,7 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
     step(_row(3))                                      # good [6, 9)
     caught = {k: Detection(6, "rejected") for k in ANCHOR_KEYS}
     step(_row(2, anchors=caught))                      # bug [5, 8): the rest fired, so [8, 9) never runs
-    assert step(_row(3)) is None                       # other [6, 9); then nothing is left
+    assert step(_row(3)) == Shutdown()                 # other [6, 9); then nothing is left
     assert order == [("good", (0, 3), ()), ("bug", (0, 2), ()), ("other", (0, 3), ()),
                      ("good", (3, 6), ()), ("bug", (2, 5), ()), ("other", (3, 6), ()),
                      ("good", (6, 9), ()), ("bug", (5, 8), ("flash-attention/randn", "flashcheck")),
@@ -121,17 +120,15 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
 def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
     plan = [("good", "fp16"), ("bug", "fp16")]
     done = []
-    scheduler = ChunkScheduler(plan, {"good": True, "bug": False}, lambda ok: row_chunks(ok, 9, 9, 3), 0.0,
-                                done.append)
-    job = Job(0, None, _Conn(), None)
-    scheduler.idle.append(job)
-    scheduler.dispatch()  # past the deadline, a row still gets its first chunk (its first case)
-    scheduler.received(job, job.conn.sent[-1][0], _row(1, stopped=True).as_dict())
-    scheduler.dispatch()
-    assert job.conn.sent[-1][2] == (0, 3) and job.conn.sent[-1][1] == ("bug", "fp16")
-    scheduler.received(job, job.conn.sent[-1][0], _row(1, stopped=True).as_dict())
-    scheduler.dispatch()
-    assert job.conn.sent[-1] is None and len(job.conn.sent) == 3
+    scheduler = SelftestChunks(plan, {"good": True, "bug": False}, lambda ok: row_chunks(ok, 9, 9, 3), 0.0,
+                               done.append)
+    worker = Worker(0, _Channel(), None)
+    scheduler.handle(worker, WorkerReady())  # past the deadline, a row still gets its first chunk (its first case)
+    scheduler.handle(worker, ChunkDone(worker.channel.sent[-1].task_id, _row(1, stopped=True).as_dict()))
+    task = worker.channel.sent[-1]
+    assert (task.start, task.stop) == (0, 3) and (task.subject, task.dtype) == ("bug", "fp16")
+    scheduler.handle(worker, ChunkDone(task.task_id, _row(1, stopped=True).as_dict()))
+    assert worker.channel.sent[-1] == Shutdown() and len(worker.channel.sent) == 3
     assert [(r.cases, r.stopped) for r in done] == [(1, True), (1, True)]
 
 

@@ -6,7 +6,10 @@ import pytest
 
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.selftest import run as selftest_run
-from flashcheck.selftest.run import RowRunner, Variant, row_chunks, run_selftest
+from flashcheck.selftest.config import SelftestConfig
+from flashcheck.selftest.rows import row_chunks
+from flashcheck.selftest.run import RowRunner, run_selftest
+from flashcheck.selftest.subjects import Subject
 
 
 def _math() -> object:
@@ -14,27 +17,27 @@ def _math() -> object:
 
 
 # torch:math twice: as a correct row, and as a "planted bug" no detector ever catches (so it runs every case)
-SUBJECTS = [Variant("math", True, "correct", "torch:math", _math),
-            Variant("never_caught", False, "test", "torch:math posing as a planted bug", _math)]
+SUBJECTS = [Subject("math", True, "correct", "torch:math", _math),
+            Subject("never_caught", False, "test", "torch:math posing as a planted bug", _math)]
 
 
 @pytest.fixture
 def subjects(monkeypatch):
-    monkeypatch.setattr(selftest_run, "variants", lambda device, names=None, which="all", backward=False: SUBJECTS)
+    monkeypatch.setattr(selftest_run, "subjects", lambda device, names=None, which="all", backward=False: SUBJECTS)
 
 
 def test_a_planted_bug_runs_its_bug_cases_even_past_cases(subjects):
-    rows = {r.variant: r for r in run_selftest(device="cpu", dtypes=("fp32",), cases=2, bug_cases=5, max_n=8)}
+    rows = {r.variant: r for r in run_selftest(SelftestConfig("cpu", ("fp32",), cases=2, bug_cases=5, max_n=8))}
     assert rows["math"].cases == 2 and rows["never_caught"].cases == 5
 
 
 def test_fewer_bug_cases_than_cases_keep_the_cases_they_had(subjects):
     """A planted bug's cases are the first --bug-cases of the correct rows' list, as before."""
-    runner = RowRunner(device="cpu", cases=6, bug_cases=3, max_n=8)
+    runner = RowRunner(SelftestConfig("cpu", cases=6, bug_cases=3, max_n=8))
     kernel = _math()
     correct, bug = (runner.recipes(v, kernel, "fp32") for v in SUBJECTS)
     assert len(correct) == 6 and bug[:3] == correct[:3]
-    longer = RowRunner(device="cpu", cases=2, bug_cases=5, max_n=8)
+    longer = RowRunner(SelftestConfig("cpu", cases=2, bug_cases=5, max_n=8))
     assert len(longer.recipes(SUBJECTS[0], kernel, "fp32")) == 2
     assert len(longer.recipes(SUBJECTS[1], kernel, "fp32")) == 5
 

@@ -31,16 +31,18 @@ def _counts() -> dict:
     from flashcheck.kernels.registry import BUILTIN_KERNELS
     from flashcheck.kernels.triton import planted
     from flashcheck.kernels.triton.planted_variants import VARIANT_MUTANTS
+    from flashcheck.selftest.config import SelftestConfig
     from flashcheck.selftest.run import selftest_plan
-    from flashcheck.selftest.subjects import variants
+    from flashcheck.selftest.subjects import subjects
 
     def bugs(device: str, backward: bool = False) -> int:
-        return len(variants(device, which="bugs", backward=backward))
+        return len(subjects(device, which="bugs", backward=backward))
 
     return {
         "kernels": len(BUILTIN_KERNELS),
         "planted": (bugs("cuda"), len(planted.MUTANTS), len(VARIANT_MUTANTS)),
-        "cpu rows": (len(selftest_plan(device="cpu", which="correct")), len(selftest_plan(device="cpu", which="bugs"))),
+        "cpu rows": (len(selftest_plan(SelftestConfig("cpu", which="correct"))),
+                     len(selftest_plan(SelftestConfig("cpu", which="bugs")))),
         "backward": (bugs("cuda", backward=True), bugs("cpu", backward=True)),
     }
 

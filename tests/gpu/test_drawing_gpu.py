@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import flashcheck
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.presets import load_preset
@@ -67,8 +68,8 @@ def test_cases_drawn_on_the_gpu_pass_a_correct_kernel():
 
 def test_a_finding_drawn_in_the_worker_is_saved_with_the_case_it_judged(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHCHECK_DRAW", "device")  # the worker process inherits it
-    result = run_campaign("tests.cli._planted:tail_bug", device="cuda", preset=load_preset("smoke"),
-                          max_examples=200, seed=2, corpus=tmp_path)
+    result = run_campaign(CampaignConfig(Target("tests.cli._planted:tail_bug", "cuda", load_preset("smoke"))).replace(
+        max_examples=200, seed=2, corpus=tmp_path))
     assert result.verdict == "BUG" and result.time_split["generation"] > 0
     found = [f for f in result.findings if not f["shrunk"]]
     assert found, result.findings

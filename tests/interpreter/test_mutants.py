@@ -64,11 +64,11 @@ def test_edits_apply_once_and_give_valid_python(name):
 
 
 def test_the_long_planted_bugs_stay_out_of_the_selftest_and_change_no_bit_of_a_short_case():
-    from flashcheck.selftest.subjects import variants
+    from flashcheck.selftest.subjects import subjects
 
     long = {m.name for m in LONG_MUTANTS}
     assert long == {"int32_offsets", "key_position_in_fp16"}
-    assert not long & {v.name for device in ("cpu", "cuda") for v in variants(device)}
+    assert not long & {s.name for device in ("cpu", "cuda") for s in subjects(device)}
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, n, 32, generator=gen).half() for n in (17, 200, 200))
     want = make_kernel(block_m=16, block_n=16)

@@ -6,22 +6,25 @@ import json
 
 import pytest
 
-from flashcheck.selftest.run import Row, run_selftest, variants
+from flashcheck.selftest.config import SelftestConfig
+from flashcheck.selftest.rows import Row
+from flashcheck.selftest.run import run_selftest
+from flashcheck.selftest.subjects import subjects
 from flashcheck.selftest.table import format_table
 
 pytestmark = pytest.mark.interpreter
 
 
 def test_variants_list_correct_kernels_and_planted_bugs():
-    names = {v.name: v for v in variants("cpu")}
+    names = {v.name: v for v in subjects("cpu")}
     assert sum(v.correct for v in names.values()) >= 5 and "torch:math" in names
     assert sum(not v.correct for v in names.values()) >= 20
 
 
 def test_selftest_catches_planted_bugs_and_passes_correct_kernels():
-    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=8, bug_cases=8, max_n=32,
-                        names=["triton[16x16]", "torch:math", "tail_keys_unmasked", "causal_diagonal_excluded",
-                               "scale_ignored"])
+    rows = run_selftest(SelftestConfig("cpu", ("fp16",), cases=8, bug_cases=8, max_n=32,
+                                       names=("triton[16x16]", "torch:math", "tail_keys_unmasked",
+                                              "causal_diagonal_excluded", "scale_ignored")))
     by_name = {r.variant: r for r in rows}
     for name in ("tail_keys_unmasked", "causal_diagonal_excluded", "scale_ignored"):
         assert by_name[name].flashcheck.first_case, f"{name} was not caught"
@@ -58,18 +61,18 @@ def test_sharded_runs_print_as_one_table(tmp_path, capsys):
 
 
 def test_time_budget_stops_rows_and_marks_them():
-    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=50, max_n=32, names=["torch:math"], time_budget=1e-9)
+    rows = run_selftest(SelftestConfig("cpu", ("fp16",), cases=50, max_n=32, names=("torch:math",), time_budget=1e-9))
     assert [r.cases for r in rows] == [1] and rows[0].stopped
     assert "(stopped)" in format_table(rows) and "1 rows stopped" in format_table(rows)
 
 
 def test_backward_variants_hold_the_planted_backward_bugs_that_can_show_on_the_device():
-    cpu = {v.name: v for v in variants("cpu", backward=True)}
-    cuda = {v.name for v in variants("cuda", backward=True)}
+    cpu = {v.name: v for v in subjects("cpu", backward=True)}
+    cuda = {v.name for v in subjects("cuda", backward=True)}
     assert sum(not v.correct for v in cpu.values()) >= 12 and "torch:math" in cpu
     assert "dq_race_between_key_blocks" in cuda and "dq_race_between_key_blocks" not in cpu
     assert "torch:math" in cuda and not {"torch:flash", "torch:efficient"} & cuda  # fused kernels: campaigns
-    assert not {v.name for v in variants("cpu")} & {name for name, v in cpu.items() if not v.correct}
+    assert not {v.name for v in subjects("cpu")} & {name for name, v in cpu.items() if not v.correct}
 
 
 def test_backward_selftest_catches_backward_bugs_and_measures_the_anchors(tmp_path, capsys):
@@ -126,10 +129,10 @@ def test_a_correct_rows_failures_are_saved_to_the_corpus_and_replay(tmp_path, mo
     from flashcheck import check
     from flashcheck.inputs.casefile import load_case
 
-    buggy = variants("cpu", names=["scale_ignored"])[0]
-    monkeypatch.setattr(selftest_run, "variants", lambda *a, **k: [dataclasses.replace(buggy, correct=True)])
-    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=3, max_n=32, names=["scale_ignored"],
-                        corpus=str(tmp_path))
+    buggy = subjects("cpu", names=["scale_ignored"])[0]
+    monkeypatch.setattr(selftest_run, "subjects", lambda *a, **k: [dataclasses.replace(buggy, correct=True)])
+    rows = run_selftest(SelftestConfig("cpu", ("fp16",), cases=3, max_n=32, names=("scale_ignored",),
+                                       corpus=str(tmp_path)))
     assert rows[0].flashcheck.false_alarms >= 1
     saved = sorted(tmp_path.glob("*.json"))
     assert len(saved) == rows[0].flashcheck.false_alarms and "selftest-scale_ignored-fp16-case" in saved[0].name
@@ -150,7 +153,7 @@ def test_a_case_flashcheck_fails_on_is_counted_and_the_row_goes_on(monkeypatch, 
         judged(row, kernel, recipe, index, device, corpus)
 
     monkeypatch.setattr(selftest_run, "_forward_case", flaky)
-    rows = run_selftest(device="cpu", dtypes=("fp16",), cases=3, max_n=32, names=["torch:math"])
+    rows = run_selftest(SelftestConfig("cpu", ("fp16",), cases=3, max_n=32, names=("torch:math",)))
     assert (rows[0].cases, rows[0].errors) == (2, 1)
     assert "planted failure inside the judge" in capsys.readouterr().err
     assert Row.from_dict(rows[0].as_dict()).errors == 1

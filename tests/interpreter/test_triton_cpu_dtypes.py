@@ -10,12 +10,14 @@ import dataclasses
 import pytest
 
 import flashcheck
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.campaign.setup import prepare_campaign
 from flashcheck.cli import main
 from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.presets import load_preset
 from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.selftest.config import SelftestConfig
 from flashcheck.selftest.run import selftest_plan
 
 pytestmark = pytest.mark.interpreter
@@ -31,14 +33,14 @@ def test_a_campaign_over_a_preset_with_bf16_draws_none(tmp_path):
     # The adversarial preset's dtypes (bf16 among them) at small shapes: the interpreter takes minutes on its own.
     preset = dataclasses.replace(load_preset("adversarial"), max_n=40, head_dims=(16,), max_batch=1, max_heads=2)
     assert "bf16" in preset.dtypes
-    result = run_campaign("flashcheck:triton[block_m=16,block_n=16]", device="cpu", preset=preset,
-                          max_examples=6, seed=0, corpus=tmp_path, isolate=False, time_budget=120)
+    result = run_campaign(CampaignConfig(Target("flashcheck:triton[block_m=16,block_n=16]", "cpu", preset)).replace(
+        max_examples=6, seed=0, corpus=tmp_path, isolate=False, time_budget=120))
     assert result.examples > 0 and set(result.by_dtype) <= {"fp16", "fp32"}, dict(result.by_dtype)
 
 
 def test_an_explicit_bf16_is_a_usage_error_naming_the_interpreter(tmp_path, capsys):
     with pytest.raises(InvalidArgument) as info:
-        prepare_campaign("flashcheck:triton", device="cpu", preset=load_preset("smoke"), dtypes=["bf16"])
+        prepare_campaign(CampaignConfig(Target("flashcheck:triton", "cpu", load_preset("smoke"), ("bf16",))))
     assert info.value.argument == "dtype" and "bf16 tl.dot is wrong" in str(info.value)
     code = main(["fuzz", "flashcheck:triton", "--device", "cpu", "--dtype", "bf16", "--corpus", str(tmp_path),
                  "--no-progress"])
@@ -52,12 +54,12 @@ def test_a_users_triton_kernel_keeps_bf16_on_the_cpu():
     def mine(q, k, v, *, scale, causal, attn_mask=None):
         return q
 
-    resolved, _, dtypes = prepare_campaign(mine, device="cpu", preset=load_preset("adversarial"))
-    assert resolved.spec.dtypes == ("fp16", "bf16", "fp32") and dtypes == ["fp16", "bf16", "fp32"]
+    prepared = prepare_campaign(CampaignConfig(Target(mine, "cpu", load_preset("adversarial"))))
+    assert prepared.kernel.spec.dtypes == ("fp16", "bf16", "fp32") and prepared.dtypes == ["fp16", "bf16", "fp32"]
 
 
 def test_the_selftest_on_the_cpu_has_no_bf16_row_of_the_triton_kernels():
-    rows = selftest_plan(device="cpu", dtypes=("fp16", "bf16", "fp32"))
+    rows = selftest_plan(SelftestConfig("cpu", ("fp16", "bf16", "fp32")))
     triton = [(name, dtype) for name, dtype in rows if not name.startswith("torch:")]
     assert triton and {dtype for _, dtype in triton} == {"fp16", "fp32"}
-    assert {dtype for _, dtype in selftest_plan(device="cpu")} == {"fp16", "fp32"}
+    assert {dtype for _, dtype in selftest_plan(SelftestConfig("cpu"))} == {"fp16", "fp32"}

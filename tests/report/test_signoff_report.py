@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 
@@ -178,7 +179,7 @@ def test_an_interrupted_signoff_stops_and_reports_what_ran(tmp_path, monkeypatch
     from flashcheck.report import signoff
 
     def interrupted(*args, **kwargs):  # the first campaign is stopped by Ctrl-C
-        return {**run_campaigns(*args, **kwargs), "stopped": "interrupted"}
+        return dataclasses.replace(run_campaigns(*args, **kwargs), stopped="interrupted")
 
     monkeypatch.setattr(signoff, "run_campaigns", interrupted)
     from flashcheck.cli import main

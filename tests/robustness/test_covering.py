@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import flashcheck
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.campaign.share import PROPERTY_SHARE
 from flashcheck.inputs.covering import covering_plan, covering_size, pairs_of
@@ -18,8 +19,9 @@ DTYPES = ["fp16", "fp32"]
 
 
 def _campaign(tmp_path, kernel="torch:math", *, cases: int, seed=1, **options):
-    return run_campaign(kernel, device="cpu", preset=load_preset(options.pop("preset", "smoke")), dtypes=DTYPES,
-                        max_examples=cases, seed=seed, corpus=tmp_path / "corpus", isolate=False, **options)
+    target = Target(kernel, "cpu", load_preset(options.pop("preset", "smoke")), DTYPES)
+    return run_campaign(CampaignConfig(target).replace(max_examples=cases, seed=seed, corpus=tmp_path / "corpus",
+                                                       isolate=False, **options))
 
 
 def _pools():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.inputs.presets import load_preset
 
@@ -15,8 +16,8 @@ DTYPES = ["fp16", "bf16", "fp32"]
 
 
 def _campaign(tmp_path, *, cases: int, seed, dtypes=DTYPES, **options):
-    return run_campaign("torch:math", device="cpu", preset=load_preset("smoke"), dtypes=dtypes, max_examples=cases,
-                        seed=seed, corpus=tmp_path / "corpus", isolate=False, **options)
+    return run_campaign(CampaignConfig(Target("torch:math", "cpu", load_preset("smoke"), dtypes)).replace(
+        max_examples=cases, seed=seed, corpus=tmp_path / "corpus", isolate=False, **options))
 
 
 @pytest.mark.parametrize("seed, cases", [(0, 30), (1, 45), (2, 60)])
@@ -45,12 +46,12 @@ def test_without_a_seed_the_database_replays_a_stored_case_of_any_dtype(tmp_path
         out = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale)
         return (out * (1.5 if q.dtype == torch.float32 else 1.0)).to(q.dtype)
 
-    first = run_campaign(broken_fp32, device="cpu", preset=load_preset("smoke"), dtypes=DTYPES, max_examples=30,
-                         seed=3, corpus=tmp_path / "corpus", reuse=True)
+    config = CampaignConfig(Target(broken_fp32, "cpu", load_preset("smoke"), DTYPES)).replace(
+        max_examples=30, corpus=tmp_path / "corpus", reuse=True)
+    first = run_campaign(config.replace(seed=3))
     shrunk = [f for f in first.findings if f["shrunk"]]
     assert first.verdict == "BUG" and shrunk and shrunk[0]["dtype"] == "fp32", first.findings
-    again = run_campaign(broken_fp32, device="cpu", preset=load_preset("smoke"), dtypes=DTYPES, max_examples=30,
-                         seed=4, corpus=tmp_path / "corpus", reuse=True)
+    again = run_campaign(config.replace(seed=4))
     assert again.verdict == "BUG" and again.examples == 1, (again.examples, again.case_log[:3])
     assert again.case_log[0].startswith(shrunk[0]["case"] + " ")
 
@@ -74,9 +75,8 @@ def test_a_dtype_whose_time_share_is_spent_shrinking_leaves_the_others_theirs(tm
     import flashcheck
 
     kernel = flashcheck.kernel(_slow_and_wrong_in_fp16, dtypes=("fp16", "fp32"))
-    result = run_campaign(kernel, device="cpu", preset=load_preset("smoke"), dtypes=["fp16", "fp32"],
-                          max_examples=10_000, time_budget=8.0, seed=1, corpus=tmp_path / "corpus",
-                          keep_going=True)
+    result = run_campaign(CampaignConfig(Target(kernel, "cpu", load_preset("smoke"), ("fp16", "fp32"))).replace(
+        max_examples=10_000, time_budget=8.0, seed=1, corpus=tmp_path / "corpus", keep_going=True))
     assert result.stopped == "time_budget" and result.verdict == "BUG"
     assert {f["dtype"] for f in result.findings} == {"fp16"}
     # fp32 has its half, 4 s, after fp16 shrank: cases of 50 ms and more on a loaded 2-core machine

@@ -8,11 +8,14 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from flashcheck import AttentionCase
+from flashcheck.campaign import transport
+from flashcheck.campaign.messages import Message
 
 from ._kernels import CALLS_FILE
 from ._run import K, fuzz
@@ -113,71 +116,70 @@ def test_a_worker_killed_mid_campaign_keeps_the_findings_it_reported(tmp_path):
     assert all(b["smallest"]["path"] in _paths(summary) and b["dtypes"] for b in bugs)
 
 
-def _report_gpu(conn, index: int, payload) -> None:
-    conn.send(("gpu", os.environ.get("CUDA_VISIBLE_DEVICES")))
+@dataclass(frozen=True)
+class _Seen(Message):
+    """What a test's worker saw of its environment."""
+
+    value: object
+
+
+def _seen(child, workers: int, device: str) -> tuple[dict, list]:
+    """What each of ``workers`` workers running ``child`` reported, by index; and the workers."""
+    processes = transport.ProcessTransport(device)
+    started = processes.start(child, [None] * workers, "test")
+    try:
+        return {w.index: m.value for w, m in processes.events() if isinstance(m, _Seen)}, started
+    finally:
+        processes.end()
+
+
+def _report_gpu(channel, index: int, payload) -> None:
+    channel.send(_Seen(os.environ.get("CUDA_VISIBLE_DEVICES")))
 
 
 def test_worker_i_gets_visible_gpu_i_mod_n_before_it_starts(monkeypatch):
-    from flashcheck.campaign import jobs as parallel
-
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # what this process may use: workers share it out
-    jobs = parallel.start_jobs(_report_gpu, [{}] * 3, "cuda", "test")
-    try:
-        seen = {job.index: gpu for job, _, gpu in parallel.messages(jobs)}
-    finally:
-        parallel.end_jobs(jobs)
-    assert seen == {0: "3", 1: "5", 2: "3"} and [job.gpu for job in jobs] == ["3", "5", "3"]
+    seen, workers = _seen(_report_gpu, 3, "cuda")
+    assert seen == {0: "3", 1: "5", 2: "3"} and [w.gpu for w in workers] == ["3", "5", "3"]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,5"
-    assert parallel.visible_gpus("cpu") == []
+    assert transport.visible_gpus("cpu") == []
 
 
 def test_examples_and_seeds_are_split_deterministically():
-    from flashcheck.campaign.parallel import job_seed, split_examples
+    from flashcheck.campaign.scheduler.seeds import job_seed, split_examples
 
     assert split_examples(7, 3) == [3, 2, 2] and split_examples(2, 3) == [1, 1, 0]
     assert job_seed(5, 0, 1) == 5 and job_seed(None, 1, 2) is None
     assert job_seed(5, 1, 2) == job_seed(5, 1, 4) != job_seed(5, 0, 2)
 
 
-def _report_threads(conn, index: int, payload) -> None:
+def _report_threads(channel, index: int, payload) -> None:
     import torch
 
-    conn.send(("threads", (os.environ.get("OMP_NUM_THREADS"), os.environ.get("OPENBLAS_NUM_THREADS"),
-                           torch.get_num_threads())))
+    channel.send(_Seen((os.environ.get("OMP_NUM_THREADS"), os.environ.get("OPENBLAS_NUM_THREADS"),
+                        torch.get_num_threads())))
 
 
 def test_workers_share_the_cores_instead_of_each_taking_all(monkeypatch):
-    from flashcheck.campaign import jobs as parallel
-
-    for name in parallel.THREAD_VARIABLES:
+    for name in transport.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(parallel, "usable_cores", lambda: 8)
-    jobs = parallel.start_jobs(_report_threads, [{}] * 4, "cpu", "test")
-    try:
-        seen = [threads for _, _, threads in parallel.messages(jobs)]
-    finally:
-        parallel.end_jobs(jobs)
-    assert seen == [("2", "2", 2)] * 4  # 8 cores over 4 workers, torch's own pool included
+    monkeypatch.setattr(transport, "usable_cores", lambda: 8)
+    seen, _ = _seen(_report_threads, 4, "cpu")
+    assert list(seen.values()) == [("2", "2", 2)] * 4  # 8 cores over 4 workers, torch's own pool included
     assert "OMP_NUM_THREADS" not in os.environ
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
-    jobs = parallel.start_jobs(_report_threads, [{}] * 2, "cpu", "test")
-    try:
-        seen = [threads for _, _, threads in parallel.messages(jobs)]
-    finally:
-        parallel.end_jobs(jobs)
-    assert {t[0] for t in seen} == {"3"}
+    seen, _ = _seen(_report_threads, 2, "cpu")
+    assert {t[0] for t in seen.values()} == {"3"}
 
 
 def test_usable_cores_follow_the_affinity_not_the_machine():
-    from flashcheck.campaign import jobs as parallel
-
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")
     before = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {min(before)})  # as `taskset -c N` would
-        assert parallel.usable_cores() == 1
-        assert parallel.threads_per_worker(2) == "1"
+        assert transport.usable_cores() == 1
+        assert transport.threads_per_worker(2) == "1"
     finally:
         os.sched_setaffinity(0, before)
-    assert parallel.usable_cores() == len(before)
+    assert transport.usable_cores() == len(before)

@@ -19,7 +19,7 @@ from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.serving import ServingCase
 from flashcheck.judge.verdict import PASS
 from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.report.signoff import plan_signoff
+from flashcheck.report.signoff import SignoffConfig, plan_signoff
 
 from . import _serving_kernels as kernels
 
@@ -116,6 +116,6 @@ def test_the_backward_of_a_serving_form_is_refused_with_a_usage_error(tmp_path, 
         check_backward(kernel, _case("varlen", n_q=4, n_k=20), device="cpu")
     with pytest.raises(InvalidArgument, match="form='varlen'"):
         property_test(kernel, backward=True)
-    plan, not_checked = plan_signoff([f"{S}:varlen_differentiable"], device="cpu", preset=load_preset("smoke"),
-                                     backward=True)
+    plan, not_checked = plan_signoff(SignoffConfig((f"{S}:varlen_differentiable",), tmp_path / "out", "cpu",
+                                                   load_preset("smoke"), backward=True))
     assert [p[1] for p in plan] == ["forward"] and "form='varlen'" in not_checked[-1], not_checked

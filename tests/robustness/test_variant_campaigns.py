@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.inputs.presets import load_preset
 
@@ -26,8 +27,8 @@ KERNELS = _kernels()
 
 
 def _campaign(kernel, tmp_path, **options):
-    return run_campaign(kernel, device="cpu", preset=load_preset("adversarial"), seed=1, corpus=tmp_path,
-                        database=tmp_path / "db", isolate=False, **options)
+    return run_campaign(CampaignConfig(Target(kernel, "cpu", load_preset("adversarial"))).replace(
+        seed=1, corpus=tmp_path, database=tmp_path / "db", isolate=False, **options))
 
 
 def test_a_correct_kernel_with_every_variant_passes(tmp_path):

@@ -167,17 +167,18 @@ def test_fuzz_without_isolation_runs_in_process(tmp_path):
 
 def test_a_kernel_object_runs_in_process(tmp_path):
     # run_campaign cannot send an object to another process: it runs it here, as before the worker
+    from flashcheck.campaign.config import CampaignConfig, Target
     from flashcheck.campaign.run import run_campaign
     from flashcheck.errors import InvalidArgument
     from flashcheck.inputs.presets import load_preset
 
     from . import _kernels
 
-    result = run_campaign(_kernels.correct, device="cpu", preset=load_preset("smoke"), max_examples=3, seed=0,
-                          corpus=tmp_path)
+    config = CampaignConfig(Target(_kernels.correct, "cpu", load_preset("smoke"))).replace(corpus=tmp_path)
+    result = run_campaign(config.replace(max_examples=3, seed=0))
     assert result.isolation == "in-process" and result.verdict == PASS and result.cases == 3
     with pytest.raises(InvalidArgument, match="case_timeout"):
-        run_campaign(_kernels.correct, device="cpu", preset=load_preset("smoke"), case_timeout=5, corpus=tmp_path)
+        run_campaign(config.replace(case_timeout=5))
 
 
 def test_a_case_still_running_past_the_time_budget_is_given_up_and_the_campaign_ends(tmp_path, monkeypatch):
@@ -186,12 +187,13 @@ def test_a_case_still_running_past_the_time_budget_is_given_up_and_the_campaign_
     import time
 
     import flashcheck.campaign.run as campaign_run
+    from flashcheck.campaign.config import CampaignConfig, Target
     from flashcheck.inputs.presets import load_preset
 
     monkeypatch.setattr(campaign_run, "GRACE_MIN_S", 1.0)
     started = time.monotonic()
-    result = campaign_run.run_campaign(f"{K}:stalls", device="cpu", preset=load_preset("smoke"), time_budget=2.0,
-                                       case_timeout=120, corpus=tmp_path)
+    result = campaign_run.run_campaign(CampaignConfig(Target(f"{K}:stalls", "cpu", load_preset("smoke"))).replace(
+        time_budget=2.0, case_timeout=120, corpus=tmp_path))
     assert time.monotonic() - started < 40  # the kernel alone would take 60 s
     assert result.stopped == "time_budget" and result.cases == 0 and result.verdict != PASS
     assert any("past the time budget was given up" in note for note in result.notes)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import flashcheck
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.cli.main import main
 from flashcheck.contract.validation import Shapes
@@ -120,14 +121,14 @@ def test_a_saved_fp8_case_round_trips_and_replays(tmp_path, capsys):
 
 
 def test_an_adversarial_campaign_on_the_reference_passes_and_draws_both_formats(tmp_path):
-    result = run_campaign("torch:fp8", device="cpu", preset=load_preset("adversarial"), seed=1, max_examples=60,
-                          corpus=tmp_path, database=tmp_path / "db", isolate=False)
+    result = run_campaign(CampaignConfig(Target("torch:fp8", "cpu", load_preset("adversarial"))).replace(
+        seed=1, max_examples=60, corpus=tmp_path, database=tmp_path / "db", isolate=False))
     summary = result.as_dict()
     assert summary["verdict"] == "PASS", summary["findings"]
     assert set(result.max_ratio_by_dtype) == set(FP8)
 
 
 def test_a_campaign_finds_an_ignored_k_descale(tmp_path):
-    result = run_campaign("torch:fp8~ignores_k_descale", device="cpu", preset=load_preset("adversarial"), seed=1,
-                          max_examples=60, corpus=tmp_path, database=tmp_path / "db", isolate=False)
+    result = run_campaign(CampaignConfig(Target("torch:fp8~ignores_k_descale", "cpu", load_preset("adversarial"))).replace(
+        seed=1, max_examples=60, corpus=tmp_path, database=tmp_path / "db", isolate=False))
     assert result.as_dict()["verdict"] == "BUG"

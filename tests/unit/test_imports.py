@@ -53,7 +53,7 @@ def test_the_cli_starts_its_kernel_worker_before_importing_torch():
     # `flashcheck fuzz` imports these before it starts the worker process; torch and hypothesis come after,
     # while the worker imports its own (the two overlap). Nor does `import flashcheck` import torch.
     code = ("import flashcheck, flashcheck.cli, flashcheck.campaign.worker, flashcheck.inputs.presets, flashcheck.judge.verdict, "
-            "flashcheck.campaign.parallel, flashcheck.campaign.clock, flashcheck.campaign.merge")
+            "flashcheck.campaign.parallel, flashcheck.campaign.clock, flashcheck.campaign.combine")
     report = "\nimport sys, json; print(json.dumps([m for m in ('torch', 'numpy', 'hypothesis') if m in sys.modules]))"
     run = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

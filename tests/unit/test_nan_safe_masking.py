@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import flashcheck
 from flashcheck.campaign.causes import root_cause
+from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
 from flashcheck.contract.spec import DEFAULT_SPEC, KernelSpec, as_kernel
 from flashcheck.inputs.presets import load_preset
@@ -59,8 +60,8 @@ def test_a_plain_masked_kernel_keeps_every_property_with_the_default_spec(fn):
 
 @pytest.mark.parametrize("fn", NEWCOMERS)
 def test_a_plain_masked_kernel_passes_a_short_campaign_with_the_default_spec(fn, tmp_path):
-    result = run_campaign(flashcheck.kernel(fn, attn_mask=True), device="cpu", preset=load_preset("smoke"),
-                          dtypes=("fp32",), max_examples=40, seed=2, corpus=tmp_path)
+    target = Target(flashcheck.kernel(fn, attn_mask=True), "cpu", load_preset("smoke"), ("fp32",))
+    result = run_campaign(CampaignConfig(target).replace(max_examples=40, seed=2, corpus=tmp_path))
     assert result.verdict == "PASS", result.findings
     assert result.properties["cases"]["poison"] > 0  # cases with masked-out keys met the poison property
 

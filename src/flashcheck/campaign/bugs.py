@@ -3,7 +3,7 @@
 Each distinct bug keeps how many drawn cases hit it and under which regimes, dtypes, layouts and causal
 alignments, the largest error/budget seen, its saved cases, and the smallest of them with its replay
 command (a shrunk case before one as found). A campaign's summary and JSON lead with these; the raw
-findings follow. Summaries merged from several workers or machines merge their bugs by cause.
+findings follow. Summaries combined from several workers or machines combine their bugs by cause.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from ..judge.verdict import BUG, from_json_number, json_number
 from .causes import Cause
 
-__all__ = ["BugTally", "bugs_with_findings", "merge_bugs"]
+__all__ = ["BugTally", "bugs_with_findings", "combine_bugs"]
 
 _COUNTED = ("regimes", "dtypes", "layouts", "causal", "parts")  # counted per case that hits a bug
 
@@ -104,26 +104,26 @@ def bugs_with_findings(bugs: list[dict], findings: list[dict]) -> list[dict]:
     return tally.as_list()
 
 
-def merge_bugs(lists: list[list[dict]], sources: list[str] | None = None) -> list[dict]:
-    """The distinct bugs of campaigns run side by side: merged by cause, counts summed, the smallest
+def combine_bugs(lists: list[list[dict]], sources: list[str] | None = None) -> list[dict]:
+    """The distinct bugs of campaigns run side by side: combined by cause, counts summed, the smallest
     example kept (tagged with its source)."""
-    merged: dict[str, dict] = {}
+    combined: dict[str, dict] = {}
     for i, bugs in enumerate(lists):
         for bug in bugs or []:
             smallest = bug.get("smallest")
             if smallest is not None and sources is not None:
-                inner = smallest.get("source")  # a merge of merges keeps the whole path of sources
+                inner = smallest.get("source")  # a combination of combinations keeps every source's name
                 smallest = {**smallest, "source": f"{sources[i]}/{inner}" if inner else sources[i]}
-            into = merged.get(bug["cause"])
+            into = combined.get(bug["cause"])
             if into is None:
-                merged[bug["cause"]] = {**bug, "smallest": smallest,
-                                        **{k: dict(bug.get(k) or {}) for k in _COUNTED}}
+                combined[bug["cause"]] = {**bug, "smallest": smallest,
+                                          **{k: dict(bug.get(k) or {}) for k in _COUNTED}}
                 continue
-            _merge_into(into, bug, smallest)
-    return _ordered(merged.values())
+            _combine_into(into, bug, smallest)
+    return _ordered(combined.values())
 
 
-def _merge_into(into: dict, bug: dict, smallest: dict | None) -> None:
+def _combine_into(into: dict, bug: dict, smallest: dict | None) -> None:
     into["status"] = BUG if BUG in (into["status"], bug["status"]) else into["status"]
     into["cases"] += bug["cases"]
     into["shrink_cases"] += bug.get("shrink_cases", 0)

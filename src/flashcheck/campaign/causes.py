@@ -35,7 +35,7 @@ __all__ = ["Cause", "needs_layout_triage", "root_cause"]
 
 @dataclass(frozen=True)
 class Cause:
-    """A distinct bug: ``key`` is stable (it groups cases and merges campaigns), ``title`` is for people."""
+    """A distinct bug: ``key`` is stable (it groups cases and combines campaigns), ``title`` is for people."""
 
     key: str
     title: str

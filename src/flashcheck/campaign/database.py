@@ -61,7 +61,7 @@ def parse_redis_url(url: str) -> dict:
 
 
 def _redis_database(url: str, **address) -> ExampleDatabase:
-    try:
+    try:  # an optional dependency (flashcheck[redis]): imported only for a redis:// database
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
         from redis.backoff import NoBackoff

@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager
 
 __all__ = ["defer", "defer_terminate", "handle_signals", "restore", "restore_handlers", "restore_quietly",
-           "sigint_ignored_by_children", "take_pending"]
+           "sigint_ignored_by_children", "stop_requests", "take_pending"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
@@ -103,3 +103,16 @@ def handle_signals(handler) -> tuple[dict, bool]:
 def restore_handlers(previous: dict) -> None:
     for s, handler in previous.items():
         signal.signal(s, handler)
+
+
+@contextmanager
+def stop_requests(request):
+    """Inside, SIGINT and SIGTERM call ``request()`` (a signal that came while the command started up
+    calls it at once); the previous handlers come back after."""
+    previous, pending = handle_signals(lambda signum, frame: request())
+    if pending:
+        request()
+    try:
+        yield
+    finally:
+        restore_handlers(previous)

@@ -1,7 +1,8 @@
-"""What a campaign reports: its result while it runs, and the JSON summary written from it.
+"""What a campaign counts while it runs (:class:`CampaignResult`), and the summary it gives
+(:meth:`CampaignResult.summary`, a :class:`~flashcheck.campaign.summary.CampaignSummary`).
 
-The summary's schema (its keys and what they count) lives here, apart from the run that fills it, so
-that readers of summaries (merges, sign-off reports) need neither torch nor hypothesis to load it.
+Apart from the run that fills it, so that readers of summaries (combinations, sign-off reports) need
+neither torch nor hypothesis to load it.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import replay_command, write_json
+from ..files import replay_command
 from ..judge.verdict import Verdict, json_number, keep_largest, run_verdict
 from .bugs import BugTally
 from .causes import Cause
+from .summary import CampaignSummary
 
 __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS", "TRIAGE",
-           "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "shrink_state",
-           "write_summary"]
+           "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "shrink_state"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 # "generation" draws the tensors (in the worker process, or in-process); the summary's "draw" part is the
@@ -111,7 +112,7 @@ class CampaignResult:
             keep_largest(self.max_ratio_by_gradient.setdefault(recipe.dtype, {}), verdict.ratios)
 
     def _cover(self, recipe) -> None:
-        from ..inputs.covering import POOL_FIELDS, shape_classes
+        from ..inputs.covering import POOL_FIELDS, shape_classes  # hypothesis: summaries are read without it
 
         counts = self.coverage.setdefault(recipe.dtype, {})
         for name in POOL_FIELDS:
@@ -141,31 +142,32 @@ class CampaignResult:
         # PASS needs a judged case: with none (all skipped, or no case at all) the verdict is NO_CASES.
         self.verdict = run_verdict(self.findings, self.by_status)
 
-    def as_dict(self) -> dict:
+    def summary(self) -> CampaignSummary:
+        """The campaign's summary, as it stands."""
         log_hash = hashlib.sha256("\n".join(self.case_log).encode()).hexdigest()
-        return {
-            "verdict": self.verdict, "bugs": self.bugs.as_list(), "kernel": self.kernel, "device": self.device, "preset": self.preset,
-            "seed": self.seed, "cases": self.cases, "examples": self.examples, "elapsed_s": round(self.elapsed, 3),
-            "cases_per_s": round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
-            "first_case_s": round(self.first_case, 3) if self.first_case is not None else None,
-            "steady_cases_per_s": round(self.steady_rate, 3) if self.steady_rate is not None else None,
-            "time_split_s": {k: round(v, 3) for k, v in self.time_split.items()},
-            "counts": {"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
-                       "by_regime": dict(self.by_regime)},
-            "max_ratio_by_dtype": {k: json_number(v) for k, v in self.max_ratio_by_dtype.items()},
-            "max_ratio_by_gradient": {dtype: {k: json_number(v) for k, v in ratios.items()}
-                                      for dtype, ratios in self.max_ratio_by_gradient.items()},
-            "stopped": self.stopped,
-            "properties": self.properties,
-            "isolation": self.isolation, "case_timeout_s": self.case_timeout, "keep_going": self.keep_going,
-            "backward": self.backward,
-            "skipped": dict(self.skipped), "skipped_reasons": dict(self.skipped_reasons),
-            "compilations": self.compilations, "timeouts": self.timeouts, "worker_restarts": self.worker_restarts,
-            "bug_signatures": dict(self.bug_signatures), "notes": self.notes, "info": dict(self.info),
-            "coverage": self.coverage, "findings": self.findings,
-            "case_log_sha256": log_hash, "case_log": self.case_log,
-            **({} if self.records is None else {"record_columns": list(RECORD_COLUMNS), "records": self.records}),
-        }
+        return CampaignSummary(
+            verdict=self.verdict, bugs=self.bugs.as_list(), kernel=self.kernel, device=self.device, preset=self.preset,
+            seed=self.seed, cases=self.cases, examples=self.examples, elapsed_s=round(self.elapsed, 3),
+            cases_per_s=round(self.cases / self.elapsed, 3) if self.elapsed > 0 else None,
+            first_case_s=round(self.first_case, 3) if self.first_case is not None else None,
+            steady_cases_per_s=round(self.steady_rate, 3) if self.steady_rate is not None else None,
+            time_split_s={k: round(v, 3) for k, v in self.time_split.items()},
+            counts={"by_status": dict(self.by_status), "by_dtype": dict(self.by_dtype),
+                    "by_regime": dict(self.by_regime)},
+            max_ratio_by_dtype={k: json_number(v) for k, v in self.max_ratio_by_dtype.items()},
+            max_ratio_by_gradient={dtype: {k: json_number(v) for k, v in ratios.items()}
+                                   for dtype, ratios in self.max_ratio_by_gradient.items()},
+            stopped=self.stopped, properties=self.properties, isolation=self.isolation,
+            case_timeout_s=self.case_timeout, keep_going=self.keep_going, backward=self.backward,
+            skipped=dict(self.skipped), skipped_reasons=dict(self.skipped_reasons), compilations=self.compilations,
+            timeouts=self.timeouts, worker_restarts=self.worker_restarts, bug_signatures=dict(self.bug_signatures),
+            notes=self.notes, info=dict(self.info), coverage=self.coverage, findings=self.findings,
+            case_log_sha256=log_hash, case_log=self.case_log,
+            record_columns=None if self.records is None else list(RECORD_COLUMNS), records=self.records)
+
+    def as_dict(self) -> dict:
+        """The JSON summary."""
+        return self.summary().as_dict()
 
 
 def count_skip_reasons(counter: Counter, reasons: dict) -> None:
@@ -213,11 +215,6 @@ def shrink_state(entry: dict) -> str:
         return "shrunk" if entry.get("shrink_complete", True) else "partly shrunk"
     note = entry.get("shrink_note")
     return f"as found, not shrunk: {note}" if note else "as found"
-
-
-def write_summary(result: CampaignResult, path: str | Path) -> None:
-    """Write the JSON summary atomically."""
-    write_json(path, result.as_dict())
 
 
 def never_judged(coverage: dict) -> list[str]:

@@ -25,7 +25,7 @@ other, with the example database's keys apart; the failures stored for every dty
 The summary's ``first_case_s`` is the time a user waits for the first result: seconds from ``started_at``
 (``flashcheck fuzz``: the start of its process, :func:`flashcheck.campaign.clock.process_start`; by default the
 call of :func:`run_campaign`) to the end of the first judged case (None while no case was judged). A
-worker process started before this one imported torch (``worker_process``) loads the kernel meanwhile.
+worker process started before this one imported torch (``CampaignHooks.worker_process``) loads the kernel meanwhile.
 """
 
 from __future__ import annotations
@@ -36,11 +36,9 @@ from pathlib import Path
 
 from hypothesis import event
 
-from ..contract.spec import Kernel
 from ..inputs.case import AttentionCase
 from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.layout import Layout
-from ..inputs.presets import Preset
 from ..inputs.sizes import host_memory_problem
 from ..inputs.recipe import Recipe
 from ..inputs.recipe_draws import recipe_pools, recipes
@@ -48,74 +46,51 @@ from ..judge.backward import judge_case
 from ..judge.verdict import BUG, PASS, RATIO_CEILING, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause
 from .corpus import save_finding
+from .config import CampaignConfig, CampaignHooks
 from .database import KeyedDatabase, campaign_scope, open_database
 from .interrupts import handle_signals, restore_handlers
 from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
-from .serve import drawn_case
-from .setup import prepare_campaign, warm_oracle
+from .setup import Prepared, prepare_campaign, warm_oracle
 from .share import PropertyShare
-from .worker import KernelWorker, WorkerProcess, WorkerStartError
+from .worker import KernelWorker, WorkerStartError
+from .worker_child import drawn_case
 
 __all__ = ["run_campaign"]
 
-def run_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, max_examples: int | None = None,
-                 time_budget: float | None = None, seed: int | None = None, corpus: str | Path = "flashcheck-corpus",
-                 database: str | Path | None = None, progress=None, keep_going: bool = False, isolate: bool = True,
-                 case_timeout: float | None = None, kernel_options: dict | None = None, on_finding=None,
-                 reuse: bool = True, worker_process: WorkerProcess | None = None,
-                 started_at: float | None = None, backward: bool = False, records: bool = False,
-                 plan: tuple | None = None) -> CampaignResult:
+def run_campaign(config: CampaignConfig, hooks: CampaignHooks = CampaignHooks()) -> CampaignResult:
     """Run one campaign; never raises for what the kernel does (that is a finding).
 
-    ``kernel`` given by name (a built-in or ``package.module:function``; ``kernel_options`` for a
-    built-in) runs in a worker process, restarted whenever it dies or hangs, unless ``isolate=False``;
-    a :class:`Kernel` or a callable runs in this process. ``case_timeout`` bounds one case in the worker
-    (default 300 s on a GPU, 600 s on the CPU). ``keep_going`` goes on past the first bug.
-    ``progress(result)`` is called after each case, ``on_finding(entry)`` with each finding's summary
-    entry as soon as its case is saved. ``reuse=False`` leaves out hypothesis's replay of the example
-    database (it is still written), so that the seed alone fixes the cases (:mod:`flashcheck.campaign.parallel`).
-
-    ``worker_process``, a :class:`flashcheck.campaign.worker.WorkerProcess` started before this process imported
-    torch, becomes the kernel's worker: it is told the kernel's name at once and loads it while the
-    campaign is prepared here; it is closed when this returns or raises, used or not (a kernel object
-    runs in-process). ``started_at`` (a ``time.monotonic()`` value, default: now) is what the summary's
-    ``first_case_s`` counts from. ``records`` keeps one row per drawn, judged case (``RECORD_COLUMNS``).
-    ``plan``: this campaign's part of a covering plan that other campaigns share (``--jobs``), as the
-    fields of a :class:`~flashcheck.inputs.covering.PlanShare`; by default a plan of its own, from ``seed``.
+    A kernel given by name runs in a worker process, restarted whenever it dies or hangs, unless the
+    config's ``execution.isolate`` is False; a :class:`Kernel` or a callable runs in this process.
+    ``hooks``: what the campaign calls back, and a worker process started before this process imported
+    torch, which becomes the kernel's worker (told the kernel's name at once, it loads it while the campaign
+    is prepared here); it is closed when this returns or raises, used or not.
     """
-    started_at = time.monotonic() if started_at is None else started_at
-    corpus = Path(corpus)
+    started_at = time.monotonic() if config.started_at is None else config.started_at
+    target, worker_process = config.target, hooks.worker_process
     try:
-        if worker_process is not None and isolate and isinstance(kernel, str):  # it loads the kernel meanwhile
-            worker_process.assign(kernel, device=device, options=kernel_options)
-        if not (isolate and isinstance(kernel, str)):  # the oracle runs here; a worker process warms its own
-            warm_oracle(device)
-        resolved, isolate, dtypes = prepare_campaign(kernel, device=device, preset=preset, dtypes=dtypes,
-                                                     isolate=isolate, case_timeout=case_timeout,
-                                                     kernel_options=kernel_options, backward=backward)
-        spec = resolved.spec.for_backward() if backward else resolved.spec
-        options = preset.strategy_options()
-        strategies = {d: recipes(spec=spec, dtypes=[d], **options) for d in dtypes}
-        pools = {d: recipe_pools(spec=spec, dtypes=[d], **options) for d in dtypes}
-        corpus.mkdir(parents=True, exist_ok=True)
-        example_db = open_database(database, default_dir=corpus / ".hypothesis")  # a bad --database fails here
-        scope = campaign_scope(resolved, spec=spec, kernel_options=kernel_options, backward=backward, drawing=options)
-        example_db = KeyedDatabase(example_db, scope)  # this kernel's entries only, whoever shares the database
-        worker_args = dict(target=kernel, device=device, options=kernel_options, case_timeout=case_timeout,
-                           process=worker_process) if isolate else None
-        campaign = _Campaign(resolved, strategies, pools=pools, plan=None if plan is None else PlanShare(*plan),
-                             device=device, preset=preset, seed=seed, corpus=corpus,
-                             database=example_db, worker_args=worker_args, keep_going=keep_going, progress=progress,
-                             on_finding=on_finding, reuse=reuse, started_at=started_at, backward=backward)
-        campaign.result.coverage = {d: empty_coverage(pools[d]) for d in dtypes}
-        if records:
-            campaign.result.records = []
-        return campaign.run(max_examples=max_examples or preset.max_examples,
-                            time_budget=time_budget if time_budget is not None else preset.time_budget)
+        if worker_process is not None and config.isolated:  # it loads the kernel meanwhile
+            worker_process.assign(target.kernel, device=target.device, options=target.kernel_options)
+        if not config.isolated:  # the oracle runs here; a worker process warms its own
+            warm_oracle(target.device)
+        prepared = prepare_campaign(config)
+        campaign = _Campaign(config, prepared, hooks, started_at)
+        return campaign.run(max_examples=config.max_examples, time_budget=config.time_budget)
     finally:
         if worker_process is not None:
             worker_process.close()  # nothing to do once the campaign's worker took it over
+
+
+def _example_database(config: CampaignConfig, prepared: Prepared, spec, drawing: dict) -> KeyedDatabase:
+    """The example database, keyed to this campaign's scope: this kernel's entries only, whoever shares it."""
+    corpus = Path(config.storage.corpus)
+    corpus.mkdir(parents=True, exist_ok=True)
+    database = open_database(config.storage.database, default_dir=corpus / ".hypothesis")  # a bad one fails here
+    target = config.target
+    scope = campaign_scope(prepared.kernel, spec=spec, kernel_options=target.kernel_options, backward=target.backward,
+                           drawing=drawing)
+    return KeyedDatabase(database, scope)
 
 
 # A case in flight at the time budget may run on for this share of the budget (at least GRACE_MIN_S).
@@ -125,28 +100,38 @@ GRACE_SHARE, GRACE_MIN_S = 0.1, 10.0
 class _Campaign:
     """One campaign's state, shared by hypothesis's test body (:meth:`body`) and the loop over its rounds."""
 
-    def __init__(self, resolved: Kernel, strategies: dict, *, pools: dict, plan, device: str, preset: Preset,
-                 seed: int | None,
-                 corpus: Path,
-                 database, worker_args: dict | None, keep_going: bool, progress, on_finding, reuse: bool,
-                 started_at: float, backward: bool = False):
-        self.resolved, self.strategies, self.device, self.seed = resolved, strategies, device, seed  # dtype ->
+    def __init__(self, config: CampaignConfig, prepared: Prepared, hooks: CampaignHooks, started_at: float):
+        target = config.target
+        self.resolved, self.device, self.seed = prepared.kernel, target.device, config.drawing.seed
         self.started_at = started_at
-        self.backward = backward  # each case checks the backward pass, with a dO regime from its seed
-        self.corpus, self.database, self.reuse = corpus, database, reuse
-        self.keep_going, self.progress, self.on_finding = keep_going, progress, on_finding
-        self.worker = KernelWorker(**worker_args, should_stop=self.should_stop) if worker_args is not None else None
-        self.result = CampaignResult(verdict=PASS, kernel=resolved.name, device=str(device), preset=preset.name,
-                                     seed=seed, isolation="worker" if self.worker else "in-process",
-                                     keep_going=keep_going, backward=backward,
+        self.backward = target.backward  # each case checks the backward pass, with a dO regime from its seed
+        self.corpus = Path(config.storage.corpus)
+        self.keep_going, self.progress, self.on_finding = config.limits.keep_going, hooks.progress, hooks.on_finding
+        spec = self.resolved.spec.for_backward() if self.backward else self.resolved.spec
+        drawing = target.preset.strategy_options()
+        strategies = {d: recipes(spec=spec, dtypes=[d], **drawing) for d in prepared.dtypes}
+        pools = {d: recipe_pools(spec=spec, dtypes=[d], **drawing) for d in prepared.dtypes}
+        database = _example_database(config, prepared, spec, drawing)
+        self.worker = KernelWorker(target.kernel, device=target.device, options=target.kernel_options,
+                                   case_timeout=config.execution.case_timeout, should_stop=self.should_stop,
+                                   process=hooks.worker_process) if config.isolated else None
+        self.result = CampaignResult(verdict=PASS, kernel=self.resolved.name, device=str(self.device),
+                                     preset=target.preset.name, seed=self.seed,
+                                     isolation="worker" if self.worker else "in-process",
+                                     keep_going=self.keep_going, backward=self.backward,
                                      case_timeout=self.worker.case_timeout if self.worker else None)
+        self.result.coverage = {d: empty_coverage(pools[d]) for d in prepared.dtypes}
+        if config.storage.records:
+            self.result.records = []
         self.stop_reason: str | None = None  # "interrupted", "time_budget" or "worker_failed"
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
         self.start = self.last_end = time.monotonic()
         self.first_case_at: float | None = None
         self.property_share = PropertyShare()
-        self.schedule = Schedule(self, strategies, pools=pools, database=database, seed=seed, reuse=reuse,
-                                 keep_going=keep_going, plan=plan)
+        plan = config.drawing.plan
+        self.schedule = Schedule(self, strategies, pools=pools, database=database, seed=self.seed,
+                                 reuse=config.drawing.reuse, keep_going=self.keep_going,
+                                 plan=None if plan is None else PlanShare(*plan))
         self.saved_found: dict[str, dict] = {}  # causes whose first case is saved: its summary entry
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
 

@@ -4,43 +4,44 @@ finding), and on a GPU the oracle's CUDA state warmed in the background."""
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import torch
 
 from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
 from ..errors import InvalidArgument
-from ..inputs.presets import Preset
 from ..kernels.registry import dtype_left_out, resolve_kernel
 from ..numerics.oracle import reference_attention
+from .config import CampaignConfig
 
-__all__ = ["prepare_campaign", "warm_oracle"]
+__all__ = ["Prepared", "prepare_campaign", "warm_oracle"]
 
 
-def prepare_campaign(kernel: str | Kernel, *, device: str, preset: Preset, dtypes=None, isolate: bool = True,
-                     case_timeout: float | None = None, kernel_options: dict | None = None,
-                     backward: bool = False) -> tuple:
-    """Resolve the kernel and check the options: ``(kernel, isolate, dtypes)``, or :class:`InvalidArgument`."""
-    if isinstance(kernel, str):
-        resolved = resolve_kernel(kernel, device=device, **(kernel_options or {}))
+@dataclass(frozen=True)
+class Prepared:
+    """A campaign's kernel, resolved, and the dtypes it is checked in (those asked for that it supports)."""
+
+    kernel: Kernel
+    dtypes: list
+
+
+def prepare_campaign(config: CampaignConfig) -> Prepared:
+    """Resolve the kernel and check the config against it, or :class:`InvalidArgument` (what the config can
+    check alone it checked when it was made)."""
+    target = config.target
+    if target.by_name:
+        resolved = resolve_kernel(target.kernel, device=target.device, **(target.kernel_options or {}))
     else:
-        if kernel_options:
-            raise InvalidArgument("kernel_options", kernel_options, "options are for a kernel given by name",
-                                  "Pass the kernel's name, or bind the options in the kernel itself.")
-        resolved, isolate = as_kernel(kernel), False  # an object cannot be resolved again in another process
-    if case_timeout is not None and not isolate:
-        raise InvalidArgument("case_timeout", case_timeout, "only a worker process can be stopped when a case "
-                              "hangs, and this kernel runs in-process",
-                              "Pass the kernel by name with isolate=True (CLI: drop --no-isolation), or drop "
-                              "the timeout.")
-    problem = resolved.spec.backward_problem() if backward else None
+        resolved = as_kernel(target.kernel)
+    problem = resolved.spec.backward_problem() if target.backward else None
     if problem:
-        raise InvalidArgument("backward", backward, f"kernel {resolved.name} {problem}",
+        raise InvalidArgument("backward", target.backward, f"kernel {resolved.name} {problem}",
                               f"{BACKWARD_FIX}, or drop --backward (the forward pass is checked).")
-    wanted = list(preset.dtypes if dtypes is None else dtypes)
+    wanted = list(target.preset.dtypes if target.dtypes is None else target.dtypes)
     dtypes = [d for d in wanted if d in resolved.spec.dtypes]
     if not dtypes:
-        raise _no_dtype(resolved, device, wanted)
-    return resolved, isolate, dtypes
+        raise _no_dtype(resolved, target.device, wanted)
+    return Prepared(resolved, dtypes)
 
 
 def _no_dtype(resolved: Kernel, device: str, wanted: list) -> InvalidArgument:

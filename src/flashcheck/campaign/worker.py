@@ -20,7 +20,7 @@ GPU host). This module imports neither torch nor the case's code, so a process c
 :class:`WorkerProcess` first thing, before it imports torch itself: the worker imports while the parent
 imports and prepares its campaign, and waits for its kernel's name (:meth:`WorkerProcess.assign`, or
 the :class:`KernelWorker` that takes it over). ``flashcheck fuzz`` does this, in each ``--jobs`` worker
-too (:func:`flashcheck.campaign.run.run_campaign`'s ``worker_process``).
+too (:class:`flashcheck.campaign.config.CampaignHooks`'s ``worker_process``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import pickle
 import signal
 import time
 from typing import TYPE_CHECKING
@@ -37,7 +36,9 @@ from ..contract.counts import check_seconds
 from ..errors import FlashcheckError, InvalidArgument
 from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
 from .interrupts import sigint_ignored_by_children
-from .serve import poisons_cuda, send_message, serve
+from .messages import Assign, BuildCase, Built, Ended, JudgeCase, JudgeFailed, JudgeRecipe, Ready, Shutdown, TimedOut
+from .transport import channel_pair
+from .worker_child import poisons_cuda, worker_main
 
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
@@ -48,8 +49,6 @@ __all__ = ["KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "
 START_TIMEOUT = 300.0
 # How often the parent looks whether a worker it waits for is still alive.
 _POLL_S = 0.25
-# What the parent gets instead of a message when the worker died, or took too long.
-_DIED, _TIMEOUT = ("died",), ("timeout",)
 
 
 def default_case_timeout(device) -> float:
@@ -97,14 +96,14 @@ class WorkerProcess:
     """
 
     def __init__(self):
-        ctx = multiprocessing.get_context("spawn")
-        parent_end, child_end = ctx.Pipe()
-        process = ctx.Process(target=serve, args=(child_end,), name="flashcheck-worker", daemon=True)
+        parent_end, child_end = channel_pair()
+        process = multiprocessing.get_context("spawn").Process(target=worker_main, args=(child_end,),
+                                                               name="flashcheck-worker", daemon=True)
         with sigint_ignored_by_children():
             process.start()
         child_end.close()  # so that the parent sees EOF when the child dies
-        self._process, self._conn = process, parent_end
-        self.assignment: tuple | None = None
+        self._process, self._channel = process, parent_end
+        self.assignment: Assign | None = None
 
     @property
     def available(self) -> bool:
@@ -115,16 +114,16 @@ class WorkerProcess:
         """Name the kernel the worker is to load (as :class:`KernelWorker` takes them); returns at once."""
         if self._process is None or self.assignment is not None:
             return
-        self.assignment = (target, str(device), dict(options or {}), list(paths) if paths is not None
-                           else [os.getcwd()])
+        self.assignment = Assign(target, str(device), dict(options or {}),
+                                 tuple(paths) if paths is not None else (os.getcwd(),))
         try:
-            send_message(self._conn, self.assignment)
+            self._channel.send(self.assignment)
         except OSError:
             pass  # it died: whoever waits for it finds out
 
-    def take(self, assignment: tuple):
-        """``(process, conn)`` for a :class:`KernelWorker` of ``assignment``, assigned now unless it was
-        before; None when it cannot serve that one (closed, taken, or assigned another kernel)."""
+    def take(self, assignment: Assign):
+        """``(process, channel)`` for a :class:`KernelWorker` of ``assignment``, assigned now unless it was
+        before; None when it cannot take that one (closed, taken, or assigned another kernel)."""
         if self._process is None:
             return None
         if (self.assignment is not None and self.assignment != assignment) or \
@@ -132,20 +131,21 @@ class WorkerProcess:
             self.close()
             return None
         if self.assignment is None:
-            self.assign(assignment[0], device=assignment[1], options=assignment[2], paths=assignment[3])
-        taken, self._process, self._conn = (self._process, self._conn), None, None
+            self.assign(assignment.target, device=assignment.device, options=assignment.options,
+                        paths=assignment.paths)
+        taken, self._process, self._channel = (self._process, self._channel), None, None
         return taken
 
     def close(self) -> None:
         """End it unless a :class:`KernelWorker` took it: it holds no case, so it is simply killed."""
-        process, conn = self._process, self._conn
-        self._process = self._conn = None
+        process, channel = self._process, self._channel
+        self._process = self._channel = None
         if process is not None:
             if process.is_alive():
                 process.kill()
             process.join(timeout=10.0)
-        if conn is not None:
-            conn.close()
+        if channel is not None:
+            channel.close()
 
     def __enter__(self):
         return self
@@ -186,7 +186,7 @@ class KernelWorker:
         self.starts = 0
         self.kernel_name: str | None = None
         self._process = None
-        self._conn = None
+        self._channel = None
         self._busy = False
 
     @property
@@ -203,27 +203,28 @@ class KernelWorker:
         if self.alive:
             return
         self._discard()
-        assignment = (self.target, self.device, self.options, self.paths)
+        assignment = Assign(self.target, self.device, self.options, tuple(self.paths))
         spare, self._spare = self._spare, None
         taken = spare.take(assignment) if spare is not None else None
         if taken is None:
             taken = WorkerProcess().take(assignment)
-        process, self._conn = taken
+        process, self._channel = taken
         self._process = process
         self.starts += 1
         self._busy = True
         message = self._receive(max(START_TIMEOUT, self.case_timeout))
         self._busy = False
-        if message[0] == "ready":
-            self.kernel_name = message[2]
-            return
-        if message is _TIMEOUT:
-            why = f"it did not report ready within {max(START_TIMEOUT, self.case_timeout):g} s"
-        elif message is _DIED:
-            process.join(timeout=5.0)
-            why = f"it died while loading the kernel ({exit_text(process.exitcode)})"
-        else:
-            why = message[1]
+        match message:
+            case Ready(kernel=name):
+                self.kernel_name = name
+                return
+            case TimedOut():
+                why = f"it did not report ready within {max(START_TIMEOUT, self.case_timeout):g} s"
+            case Ended():
+                process.join(timeout=5.0)
+                why = f"it died while loading the kernel ({exit_text(process.exitcode)})"
+            case _:  # LoadFailed
+                why = message.error
         self._discard()
         raise WorkerStartError(f"kernel={self.target!r}: the worker process could not load it: {why}. "
                                "Check that the name resolves (flashcheck kernels; an import path must be importable "
@@ -232,14 +233,14 @@ class KernelWorker:
     def check(self, case: AttentionCase, *, properties=()) -> Verdict:
         """The verdict on ``case``, or a crash / timeout verdict when the worker died or hung on it."""
         regime = case.provenance.get("strategy") if case.provenance else None
-        return self._judge(("case", case, tuple(properties)), regime, case.describe())[0]
+        return self._judge(JudgeCase(case, tuple(properties)), regime, case.describe())[0]
 
     def check_recipe(self, recipe, *, properties=(), backward: bool = False, anchors: bool = False) -> tuple:
         """``(verdict, case)`` for the case the worker draws from ``recipe`` (on its GPU if it has one, so
         that no tensor crosses the pipe): ``case`` is the case when it failed (BUG or SUSPICIOUS), else
         None. A worker that died or hung on it leaves a fresh one to draw the case again, to be saved.
         ``anchors``: the field's rules judge the same output too (``verdict.anchors``)."""
-        verdict, case = self._judge(("recipe", recipe, tuple(properties), backward, anchors), recipe.regime,
+        verdict, case = self._judge(JudgeRecipe(recipe, tuple(properties), backward, anchors), recipe.regime,
                                     f"{recipe.dtype} {recipe.shapes} regime={recipe.regime}")
         if case is None and verdict.status in (BUG, SUSPICIOUS):
             case = self.build(recipe, backward=backward)
@@ -251,43 +252,50 @@ class KernelWorker:
         self.start()
         self._busy = True
         try:
-            send_message(self._conn, ("build", recipe, backward))
+            self._channel.send(BuildCase(recipe, backward))
             reply = self._receive(self.case_timeout)
         except OSError:
-            reply = _DIED
+            reply = Ended()
         self._busy = False
-        if isinstance(reply, tuple) and reply[:1] == ("case",):
-            return reply[1]
-        why = "it died" if reply is _DIED else "it timed out" if reply is _TIMEOUT else str(reply[1])
+        match reply:
+            case Built(case=case):
+                return case
+            case Ended():
+                why = "it died"
+            case TimedOut():
+                why = "it timed out"
+            case _:  # JudgeFailed
+                why = reply.error
         self._discard()
         raise WorkerStartError(f"a fresh worker could not draw the case of seed {recipe.seed} ({recipe.regime}) "
                                f"again to save it: {why}")
 
-    def _judge(self, message: tuple, regime: str | None, described: str) -> tuple:
+    def _judge(self, message: JudgeCase | JudgeRecipe, regime: str | None, described: str) -> tuple:
         self.start()
         started = time.monotonic()
         self._busy = True  # until the answer is in: an interrupted wait leaves the worker mid-case
         try:
-            send_message(self._conn, message)
+            self._channel.send(message)
         except OSError:  # a broken pipe: it died before reading the case
             self._busy = False
             return self._died(regime, described, time.monotonic() - started), None
         reply = self._receive(self.case_timeout)
         self._busy = False
         waited = time.monotonic() - started
-        if reply is _TIMEOUT:
-            return self._timed_out(regime, described, waited), None
-        if reply is _DIED:
-            return self._died(regime, described, waited), None
-        if reply[0] == "error":
-            raise WorkerError(f"flashcheck failed in the worker on {described}: {reply[1]}\n{reply[2]}")
-        verdict = Verdict.from_dict(reply[1])
+        match reply:
+            case TimedOut():
+                return self._timed_out(regime, described, waited), None
+            case Ended():
+                return self._died(regime, described, waited), None
+            case JudgeFailed(error=error, traceback=trace):
+                raise WorkerError(f"flashcheck failed in the worker on {described}: {error}\n{trace}")
+        verdict = Verdict.from_dict(reply.verdict)
         # The pipe both ways (a case past 2^31 elements is 8 GiB of it) and the worker's untimed steps.
         timed = sum(s for part, s in verdict.elapsed.items() if part not in ("compile", "transfer"))
         verdict.elapsed["transfer"] = max(0.0, waited - timed)
         if poisons_cuda(verdict):
             self._discard(wait=True)  # it exits by itself; the next case starts a fresh one
-        return verdict, reply[2]
+        return verdict, reply.case
 
     def close(self) -> None:
         """Stop the worker: politely if it is idle, by force if it is busy or does not go."""
@@ -298,9 +306,9 @@ class KernelWorker:
             self._busy = False
             self._discard()
             return
-        if self._conn is not None and self.alive:
+        if self._channel is not None and self.alive:
             try:
-                send_message(self._conn, None)
+                self._channel.send(Shutdown())
             except OSError:
                 pass
         self._discard(wait=True)
@@ -314,34 +322,34 @@ class KernelWorker:
     # ---- internals --------------------------------------------------------------------------------
 
     def _receive(self, timeout: float):
-        """The next message, ``_DIED`` when the worker's end of the pipe closed, ``_TIMEOUT`` when
-        ``timeout`` passed first."""
+        """The next message: :class:`Ended` when the worker's end of the pipe closed, :class:`TimedOut`
+        when ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return _TIMEOUT
+                return TimedOut()
             if self.should_stop is not None and self.should_stop():
                 raise KeyboardInterrupt  # close() then kills the busy worker
             try:
-                if self._conn.poll(min(left, _POLL_S)):
-                    return pickle.loads(self._conn.recv_bytes())
+                if self._channel.poll(min(left, _POLL_S)):
+                    return self._channel.receive()
             except (EOFError, OSError):
-                return _DIED  # the pipe closed: the process is exiting (maybe not yet reaped)
-            if not self._process.is_alive() and not self._conn.poll(0):
-                return _DIED
+                return Ended()  # the pipe closed: the process is exiting (maybe not yet reaped)
+            if not self._process.is_alive() and not self._channel.poll(0):
+                return Ended()
 
     def _discard(self, *, wait: bool = False) -> None:
-        process, conn = self._process, self._conn
-        self._process = self._conn = None
+        process, channel = self._process, self._channel
+        self._process = self._channel = None
         if process is not None:
             if wait:
                 process.join(timeout=2.0)
             if process.is_alive():
                 process.kill()
             process.join(timeout=10.0)
-        if conn is not None:
-            conn.close()
+        if channel is not None:
+            channel.close()
 
     def _verdict(self, regime: str | None, described: str, finding: Finding, waited: float) -> Verdict:
         finding.regime = regime

@@ -18,6 +18,7 @@ does the same. The summary's ``first_case_s`` is the seconds from the start of t
 from __future__ import annotations
 
 import sys
+import time
 
 from .options import (
     add_backward,
@@ -76,6 +77,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The campaign, its summary printed and written; the exit status of its verdict."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..files import check_writable_file, check_writable_folder
     from ..inputs.presets import load_preset
@@ -93,12 +95,11 @@ def run(args) -> int:
 
     worker_process = WorkerProcess() if jobs == 1 and not args.no_isolation else None
     try:
-        device = choose_device(args.device)
+        config = _campaign_config(args, choose_device(args.device), preset)
         importable_from_cwd([args.kernel])
-        total = args.max_examples or preset.max_examples
-        bar, update = _progress_printer(total, not args.no_progress and sys.stderr.isatty())
+        bar, update = _progress_printer(config.max_examples, not args.no_progress and sys.stderr.isatty())
         try:
-            summary = _run_fuzz(args, device, preset, jobs, _started(bar, update), worker_process)
+            summary = _run_fuzz(config, jobs, _started(bar, update), worker_process).as_dict()
         finally:
             if bar is not None:
                 bar.stop()
@@ -110,7 +111,7 @@ def run(args) -> int:
 
 
 def _jobs(args, preset) -> int:
-    from ..errors import InvalidArgument
+    from ..errors import InvalidArgument  # on first use: every command module loads at start-up
 
     if args.jobs is None:  # the preset's, unless the kernel must run in this process
         return 1 if args.no_isolation else preset.jobs
@@ -120,42 +121,55 @@ def _jobs(args, preset) -> int:
     return args.jobs
 
 
-def _run_fuzz(args, device: str, preset, jobs: int, progress, worker_process=None) -> dict:
-    """The campaign's summary: one process's, or the merged one of ``jobs`` worker processes."""
-    options = dict(device=device, preset=preset, dtypes=args.dtype, max_examples=args.max_examples,
-                   time_budget=args.time_budget, seed=args.seed, corpus=args.corpus, database=args.database,
-                   keep_going=args.keep_going, case_timeout=args.case_timeout, progress=progress,
-                   started_at=args.started_at, backward=args.backward)
-    if jobs > 1:
-        from ..campaign.parallel import run_campaigns
+def _campaign_config(args, device: str, preset):
+    """The :class:`~flashcheck.campaign.config.CampaignConfig` the options ask for."""
+    # imported once the kernel's worker process has started: what comes before delays the first case
+    from ..campaign.config import CampaignConfig, Drawing, Execution, Limits, Storage, Target
 
-        return run_campaigns(args.kernel, jobs=jobs, **options)
+    return CampaignConfig(
+        Target(args.kernel, device, preset, None if args.dtype is None else tuple(args.dtype), backward=args.backward),
+        limits=Limits(args.max_examples, args.time_budget, keep_going=args.keep_going),
+        drawing=Drawing(seed=args.seed), storage=Storage(args.corpus, args.database),
+        execution=Execution(isolate=not args.no_isolation, case_timeout=args.case_timeout),
+        started_at=args.started_at)
+
+
+def _run_fuzz(config, jobs: int, progress, worker_process=None):
+    """The campaign's :class:`~flashcheck.campaign.summary.CampaignSummary`: one process's, or the combined
+    one of ``jobs`` worker processes."""
+    if jobs > 1:
+        from ..campaign.parallel import run_campaigns  # once the workers' config is known
+
+        return run_campaigns(config, jobs=jobs, progress=progress)
+    # torch and hypothesis: imported while the kernel's worker process imports its own
+    from ..campaign.config import CampaignHooks
     from ..campaign.run import run_campaign
 
-    return run_campaign(args.kernel, isolate=not args.no_isolation, worker_process=worker_process,
-                        **options).as_dict()
+    return run_campaign(config, CampaignHooks(progress=progress, worker_process=worker_process)).summary()
 
 
 def _progress_printer(total: int, enabled: bool):
     if not enabled:
         return None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (  # only for a terminal: without one, rich is never imported
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     bar = Progress(TextColumn("[bold]fuzz"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                    TextColumn("{task.fields[found]}"), TimeElapsedColumn(), transient=False)
     task = bar.add_task("fuzz", total=total, rate="", found="")
 
     def update(result):
-        import time as _t
-
-        elapsed = max(_t.monotonic() - update.start, 1e-9)
+        elapsed = max(time.monotonic() - update.start, 1e-9)
         bugs = result.by_status.get("BUG", 0)
         bar.update(task, completed=min(result.examples, total), rate=f"{result.cases / elapsed:.1f} cases/s",
                    found=f"findings {len(result.findings) or bugs}")
 
-    import time as _t
-
-    update.start = _t.monotonic()
+    update.start = time.monotonic()
     return bar, update
 
 
@@ -167,8 +181,6 @@ def _started(bar, update):
 
     def progress(result):
         if not progress.started:
-            import time
-
             progress.started = True
             update.start = time.monotonic()
             bar.start()

@@ -16,6 +16,7 @@ def add_parser(subparsers) -> None:
 
 def run_kernels(args) -> int:
     """The built-in kernels' names, each with what it is, the options it takes and its planted bugs."""
+    # on first use: every command module loads at start-up
     from ..kernels.registry import BUILTIN_KERNELS, kernel_options, planted_bugs
 
     column = max(map(len, BUILTIN_KERNELS)) + 2
@@ -32,6 +33,7 @@ def run_kernels(args) -> int:
 
 def run_presets(args) -> int:
     """The built-in presets' names, each with its description."""
+    # on first use: every command module loads at start-up
     from ..inputs.presets import builtin_presets, load_preset
 
     for name in builtin_presets():

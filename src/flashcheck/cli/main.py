@@ -14,15 +14,26 @@ import argparse
 import sys
 import time
 
-from . import fuzz, listing, merge, replay, repro, selftest, signoff
+from ..campaign import interrupts
+from ..campaign.clock import process_start
+from ..campaign.worker_child import quiet_interpreter
+from ..errors import FlashcheckError
+from .fuzz import add_parser as add_fuzz
+from .listing import add_parser as add_listing
+from .merge import add_parser as add_merge
 from .options import EXIT_USAGE, check_options, prepare_device
+from .replay import add_parser as add_replay
+from .repro import add_parser as add_repro
+from .selftest import add_parser as add_selftest
+from .signoff import add_parser as add_signoff
 
 __all__ = ["main"]
 
 _DESCRIPTION = ("Numerical property testing for tiled (flash) attention kernels: fuzz a kernel, replay a saved "
                 "case, self-test, sign off kernels with a report.")
-# In the order `flashcheck --help` lists their commands.
-_COMMAND_MODULES = (fuzz, replay, repro, selftest, signoff, merge, listing)
+# Each command module adds its own parser, in the order `flashcheck --help` lists their commands. (By name,
+# not as `from . import fuzz`: that would import this package, which imports this module.)
+_ADD_PARSERS = (add_fuzz, add_replay, add_repro, add_selftest, add_signoff, add_merge, add_listing)
 # Their campaigns take a Ctrl-C that came while they started up, and stop with a summary.
 _CAMPAIGN_COMMANDS = ("fuzz", "signoff")
 
@@ -31,15 +42,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     """The top-level parser, and its commands' parsers by name: each command module adds its own."""
     parser = argparse.ArgumentParser(prog="flashcheck", description=_DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in _COMMAND_MODULES:
-        module.add_parser(commands)
+    for add_parser in _ADD_PARSERS:
+        add_parser(commands)
     return parser, commands.choices
 
 
 def main(argv=None) -> int:
-    from ..campaign import interrupts
-    from ..campaign.clock import process_start
-
     interrupts.defer()  # a Ctrl-C while torch loads is a request to stop, not a traceback
     started_at = process_start() if argv is None else time.monotonic()  # what first_case_s counts from
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -61,10 +69,6 @@ def main(argv=None) -> int:
 
 def _run_command(args) -> int:
     """The command ``args`` names, with its options checked first; flashcheck's own errors are usage errors."""
-    from ..campaign import interrupts
-    from ..campaign.serve import quiet_interpreter
-    from ..errors import FlashcheckError
-
     quiet_interpreter()
     if args.command not in _CAMPAIGN_COMMANDS:
         interrupts.restore()  # raises KeyboardInterrupt if one came meanwhile

@@ -1,4 +1,5 @@
-"""``flashcheck merge``: the ``--json`` summaries of campaigns run side by side, as one summary."""
+"""``flashcheck merge``: the ``--json`` summaries of campaigns run side by side, combined into one
+(:func:`flashcheck.campaign.combine.combine_summaries`)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    """The merged summary, printed and written; the exit status of its verdict, as for one campaign."""
-    from ..campaign.merge import load_summary, merge_summaries
+    """The combined summary, printed and written; the exit status of its verdict, as for one campaign."""
+    # on first use: every command module loads at start-up
+    from ..campaign.combine import combine_summaries
+    from ..campaign.summary import load_summary
     from ..files import check_writable_file
 
     check_writable_file("--json", args.json)
-    merged = merge_summaries([load_summary(p) for p in args.summaries], sources=args.summaries)
+    combined = combine_summaries([load_summary(p) for p in args.summaries], sources=args.summaries).as_dict()
     print(f"flashcheck merge of {len(args.summaries)} summaries:")
-    print_summary(merged, args.json)
-    return write_json_or_usage(args.json, merged) or exit_status(merged["verdict"])
+    print_summary(combined, args.json)
+    return write_json_or_usage(args.json, combined) or exit_status(combined["verdict"])

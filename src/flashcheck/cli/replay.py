@@ -21,6 +21,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The case's verdict, printed and written; exit 1 for a BUG (a single case is never NO_CASES)."""
+    # on first use: every command module loads at start-up
     from ..files import check_writable_file
     from ..inputs.case import AttentionCase
     from ..judge.backward import check_backward, is_backward_case
@@ -41,6 +42,7 @@ def run(args) -> int:
 def replay_kernel(case_path: str, provenance: dict, override: str | None, device: str):
     """The kernel the case saved at ``case_path`` replays on: ``--kernel``, else the one it was found with,
     reached as the user named it (import path or built-in name with options), whatever its display name is."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..kernels.origin import importable_from
     from ..kernels.registry import resolve_kernel
@@ -70,6 +72,7 @@ def replay_kernel(case_path: str, provenance: dict, override: str | None, device
 
 def _note_dropped_options(recorded: str, chosen: str) -> None:
     """Say so when ``--kernel`` names the case's kernel without the options it was found with."""
+    # on first use: every command module loads at start-up
     from ..kernels.registry import parse_kernel_name
 
     (base, mutant, had), (base2, mutant2, has) = parse_kernel_name(recorded), parse_kernel_name(chosen)

@@ -7,8 +7,8 @@ and the files are written anyway."""
 
 from __future__ import annotations
 
-from . import replay
-from .options import add_device
+from .options import add_device, choose_device
+from .replay import replay_kernel
 
 __all__ = ["add_parser", "run"]
 
@@ -26,10 +26,10 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """Write the reproducer and the issue; exit 0 once written (the replay's verdict is printed, not the status)."""
+    # on first use: every command module loads at start-up
     from ..files import check_writable_folder, write_bytes, write_text
     from ..judge.verdict import BUG
     from ..repro.arrays import TensorFile
-    from .options import choose_device
 
     _check_case("CASE", args.case)
     out = check_writable_folder("--out", args.out)
@@ -52,23 +52,26 @@ def run(args) -> int:
 def _made(args, device: str):
     """The reproducer of a saved attention case on its kernel, or of a saved merge case on its merge (--kernel
     overrides either)."""
+    # on first use: every command module loads at start-up
     from ..inputs.case import AttentionCase
     from ..inputs.casefile import MERGE_FORMAT_NAME, saved_format
     from ..repro import make_repro
 
     if saved_format(args.case) == MERGE_FORMAT_NAME:
+        # only for a saved merge case
         from ..inputs.merge_case import load_merge_case
         from ..repro.merge import merge_repro
 
         return merge_repro(load_merge_case(args.case), merge=args.kernel, device=device, case_path=args.case)
     case = AttentionCase.load(args.case)
     # The kernel as replay reaches it (import path or built-in with options; --kernel overrides).
-    kernel = replay.replay_kernel(args.case, case.provenance or {}, args.kernel, device)
+    kernel = replay_kernel(args.case, case.provenance or {}, args.kernel, device)
     return make_repro(kernel, case, device=device, case_path=args.case)
 
 
 def _check_case(option: str, value: str) -> None:
     """A missing case is a usage error that names the argument, before any output folder is made."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..inputs.casefile import case_paths
 

@@ -67,6 +67,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """The rows, each reported as it ends and all in one table at the end; or (``--table``) saved rows."""
+    # on first use: every command module loads at start-up
     from ..files import check_writable_folder, check_writable_file, write_json
     from ..selftest.table import format_table
 
@@ -101,19 +102,19 @@ def run(args) -> int:
 
 def _run_selftest(args, device: str, dtypes, progress) -> list:
     """The self-test's rows, run here or (``--jobs N``) in N processes: the same rows either way."""
-    from ..selftest.run import run_selftest, selftest_plan
-
-    options = dict(cases=args.cases, bug_cases=args.bug_cases, seed=args.seed, max_n=args.max_n,
-                   head_dims=_int_list("--head-dims", args.head_dims), backward=args.backward, corpus=args.corpus)
-    if args.jobs == 1:
-        return run_selftest(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
-                            time_budget=args.time_budget, progress=progress, **options)
+    # on first use (torch among them): every command module loads at start-up
+    from ..selftest.config import SelftestConfig
     from ..selftest.parallel import run_selftest_rows
+    from ..selftest.run import run_selftest
 
-    plan = selftest_plan(device=device, dtypes=dtypes, names=args.variant, which=args.variants,
-                         backward=args.backward)
-    return run_selftest_rows(plan, jobs=args.jobs, device=device, time_budget=args.time_budget, progress=progress,
-                             chunk=args.chunk, **options)
+    head_dims = _int_list("--head-dims", args.head_dims)
+    config = SelftestConfig(device, tuple(dtypes), names=None if args.variant is None else tuple(args.variant),
+                            which=args.variants, backward=args.backward, cases=args.cases, bug_cases=args.bug_cases,
+                            seed=args.seed, max_n=args.max_n, head_dims=None if head_dims is None else tuple(head_dims),
+                            time_budget=args.time_budget, corpus=args.corpus)
+    if args.jobs == 1:
+        return run_selftest(config, progress)
+    return run_selftest_rows(config, jobs=args.jobs, chunk=args.chunk, progress=progress)
 
 
 def _int_list(option: str, text: str | None):
@@ -125,6 +126,7 @@ def _int_list(option: str, text: str | None):
     except ValueError:
         values = []
     if not values or min(values) < 1:
+        # on first use: every command module loads at start-up
         from ..errors import InvalidArgument
 
         raise InvalidArgument(option, text, "expected positive integers separated by commas", f"Pass e.g. {option} 64,128.")
@@ -146,13 +148,14 @@ def _selftest_exit(rows) -> int:
 
 def _check_variant_names(names, device: str, backward: bool) -> None:
     """``--variant`` names the self-test knows (on this device, for this pass), else a usage error."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
-    from ..selftest.subjects import variants
+    from ..selftest.subjects import subjects
 
-    known = [v.name for v in variants(device, backward=backward)]
+    known = [s.name for s in subjects(device, backward=backward)]
     unknown = [n for n in names or [] if n not in known]
     if unknown:
-        other = {v.name for v in variants(device, backward=not backward)}
+        other = {s.name for s in subjects(device, backward=not backward)}
         misplaced = [n for n in unknown if n in other]
         hint = (f" {', '.join(misplaced)}: a variant of the {'forward' if backward else 'backward'} pass "
                 f"({'drop' if backward else 'add'} --backward)." if misplaced else "")
@@ -162,8 +165,9 @@ def _check_variant_names(names, device: str, backward: bool) -> None:
 
 def _saved_rows(paths):
     """The rows of earlier runs' ``--json`` files, for ``--table``; a file that holds none is a usage error."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
-    from ..selftest.run import Row
+    from ..selftest.rows import Row
 
     rows = []
     for path in paths:

@@ -64,27 +64,28 @@ def run(args) -> int:
     """The sign-off: its campaigns, each reported as it ends, then the report written and summed up."""
     importable_from_cwd(args.kernels)
     device = choose_device(args.device)
-    from ..campaign.jobs import check_jobs
+    # on first use (torch among them): every command module loads at start-up
+    from ..campaign.scheduler import check_jobs
     from ..inputs.presets import load_preset
-    from ..report.signoff import run_signoff
+    from ..report.signoff import SignoffConfig, run_signoff
 
     preset = load_preset(args.preset)  # the counts and durations are checked already
-    jobs = check_jobs(args.jobs if args.jobs is not None else preset.jobs)
-
-    def ended(kernel, pass_, summary):
-        bugs = len(summary.get("bugs") or [])
-        print(f"signoff: {kernel} {pass_}: {summary['verdict']}, {counted(summary['cases'], 'case')} in "
-              f"{summary['elapsed_s']:.0f} s, {counted(bugs, 'distinct bug')}", file=sys.stderr, flush=True)
-
-    report = run_signoff(args.kernels, out=args.out, device=device, preset=preset, backward=args.backward,
-                         jobs=jobs, dtypes=args.dtype, max_examples=args.max_examples, time_budget=args.time_budget,
-                         seed=args.seed, min_cases=args.min_cases, min_regime_cases=args.min_regime_cases,
-                         on_campaign=ended,
-                         argv=["flashcheck", "signoff", *args.argv])
+    config = SignoffConfig(tuple(args.kernels), Path(args.out), device, preset, backward=args.backward,
+                           jobs=check_jobs(args.jobs if args.jobs is not None else preset.jobs),
+                           dtypes=None if args.dtype is None else tuple(args.dtype), max_examples=args.max_examples,
+                           time_budget=args.time_budget, seed=args.seed, min_cases=args.min_cases,
+                           min_regime_cases=args.min_regime_cases, argv=("flashcheck", "signoff", *args.argv))
+    report = run_signoff(config, on_campaign=_ended)
     _print_signoff(report, Path(args.out))
     if not report["totals"]["judged"]:
         return EXIT_NO_CASES
     return EXIT_OK if report["status"] == "SIGNED-OFF" else EXIT_BUG
+
+
+def _ended(kernel: str, pass_: str, summary) -> None:
+    """A campaign of the sign-off has ended (its :class:`~flashcheck.campaign.summary.CampaignSummary`)."""
+    print(f"signoff: {kernel} {pass_}: {summary.verdict}, {counted(summary.cases, 'case')} in "
+          f"{summary.elapsed_s:.0f} s, {counted(len(summary.bugs or []), 'distinct bug')}", file=sys.stderr, flush=True)
 
 
 def _print_signoff(report: dict, out: Path) -> None:
@@ -107,6 +108,7 @@ def _print_signoff(report: dict, out: Path) -> None:
 
 def run_report(args) -> int:
     """One report re-rendered (into its own folder by default), or several compared (into ``--out``)."""
+    # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..files import check_writable_folder
     from ..report.compare import write_comparison

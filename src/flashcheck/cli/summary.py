@@ -1,25 +1,25 @@
 """A campaign's summary for people: what ``fuzz`` prints at its end and ``merge`` prints for the summaries
-it merged (``CampaignResult.as_dict()``, or the merged one of ``--jobs``)."""
+it combined (a :class:`~flashcheck.campaign.summary.CampaignSummary`'s JSON, or the combined one of ``--jobs``)."""
 
 from __future__ import annotations
 
 import re
 
-from ..campaign.result import shrink_state
+from ..campaign.result import never_judged, shrink_state
 from ..words import SHOWN, counted, listed, wrapped
 
 __all__ = ["print_summary"]
 
 
 def _text(value) -> str:
-    # A value that merged campaigns share, or their different values.
+    # A value that combined campaigns share, or their different values.
     if isinstance(value, list):
         return ", ".join(_text(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def print_summary(d: dict, json_path: str | None = None) -> None:
-    """A campaign's summary (``CampaignResult.as_dict()``, or the merged one of ``--jobs``), for people;
+    """A campaign's summary (a ``CampaignSummary``'s JSON, or the combined one of ``--jobs``), for people;
     ``json_path``: where the JSON summary goes (``--json``), which keeps what the console leaves out."""
     print(f"flashcheck fuzz {_text(d['kernel'])} on {_text(d['device'])} (preset {_text(d['preset'])})"
           f"{_pass(d.get('backward'))}: {d['verdict']}")
@@ -90,7 +90,7 @@ def _at_split_counts(rest: str, counts: list) -> str:
 
 
 def _pass(backward) -> str:
-    """The pass a campaign checked, when it is the backward (a merge of both: both)."""
+    """The pass a campaign checked, when it is the backward (a combination of both: both)."""
     if backward is True:
         return ", backward pass"
     return ", forward and backward passes" if isinstance(backward, list) and True in backward else ""
@@ -104,8 +104,6 @@ def _gradients(ratios: dict | None) -> str:
 def _print_coverage(coverage: dict) -> None:
     """How many values of each field the drawn cases were judged with, over all dtypes, and per dtype
     the values never judged (a sign-off cell is one dtype)."""
-    from ..campaign.result import never_judged
-
     total: dict = {}
     for fields in coverage.values():
         for name, counts in fields.items():

@@ -1,7 +1,8 @@
 """The self-test's subjects: flashcheck:triton's correct kernel at several tile shapes, PyTorch's backends, and
 flashcheck:triton's planted bugs (the catalog's :data:`~flashcheck.kernels.planted.SELFTEST` and
-:data:`~flashcheck.kernels.planted.SELFTEST_BACKWARD`, with their descriptions), each a :class:`Variant` that
-:mod:`flashcheck.selftest.run` judges row by row."""
+:data:`~flashcheck.kernels.planted.SELFTEST_BACKWARD`, with their descriptions), each a :class:`Subject` that
+:mod:`flashcheck.selftest.run` judges row by row (a subject, not a :class:`flashcheck.Variant`, which is what a
+case asks beyond plain attention)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from ..kernels.registry import resolve_kernel
 from ..kernels.triton.forward import make_kernel, on_device
 from ..kernels.triton.mutants import load_mutant
 
-__all__ = ["CORRECT_TILES", "MUTANT_TILE", "Variant", "variants"]
+__all__ = ["CORRECT_TILES", "MUTANT_TILE", "Subject", "subjects"]
 
 CORRECT_TILES = ((16, 16), (32, 64), (64, 32), (64, 64))
 MUTANT_TILE = (32, 32)
 
 
 @dataclass
-class Variant:
+class Subject:
+    """A kernel the self-test judges: correct (no alarm allowed) or a planted bug (to be caught)."""
+
     name: str
     correct: bool
     area: str
@@ -33,21 +36,21 @@ class Variant:
     features: tuple = ()  # the attention variants its cases draw (a planted bug's own and those it needs)
 
 
-def variants(device: str, *, names: list[str] | None = None, which: str = "all",
-             backward: bool = False) -> list[Variant]:
+def subjects(device: str, *, names: list[str] | None = None, which: str = "all",
+             backward: bool = False) -> list[Subject]:
     """The correct kernels (four tile shapes, PyTorch's backends) and the planted bugs (of the backward
     pass with ``backward``, those whose defect can show on ``device``).
 
-    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the variants named.
+    ``which``: ``"all"``, ``"correct"`` or ``"bugs"``; ``names`` keeps only the subjects named.
     """
     # The interpreter computes fp32 dots in IEEE fp32, so on the CPU the kernels declare (and are held
     # to) the strict contract; on a GPU they run as tf32 under the flash contract.
     precision = "ieee" if device == "cpu" else "tf32"
-    out = [Variant(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
+    out = [Subject(f"triton[{m}x{n}]", True, "correct", f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}",
                    lambda m=m, n=n: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device))
            for m, n in CORRECT_TILES]
     m, n = MUTANT_TILE
-    out.append(Variant(f"triton[{m}x{n}] variants", True, "correct",
+    out.append(Subject(f"triton[{m}x{n}] variants", True, "correct",
                        f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, ALiBi, biased, windowed, chunked "
                        "and sink cases",
                        lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
@@ -55,9 +58,9 @@ def variants(device: str, *, names: list[str] | None = None, which: str = "all",
     # PyTorch's fused backward kernels have defects of their own (reports/results.md, "Defects found"): campaigns
     # judge them; they are not rows that must stay clean here.
     torch_backends = ["torch:math"] + (["torch:flash", "torch:efficient"] if device == "cuda" and not backward else [])
-    out += [Variant(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
+    out += [Subject(name, True, "correct", f"PyTorch SDPA, {name}", lambda name=name: resolve_kernel(name, device=device))
             for name in torch_backends]
-    out += [Variant(m.name, False, m.area, m.description,
+    out += [Subject(m.name, False, m.area, m.description,
                     lambda m=m: on_device(load_mutant(
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
                     dtypes=m.dtypes, features=(m.area,) + m.features if m.area in FEATURES else ())

@@ -8,7 +8,7 @@ import math
 from ..contract.features import FEATURES
 from ..judge.verdict import rate_bound
 from ..numerics.gradients import GRADIENTS
-from .run import Detection, Row
+from .rows import Detection, Row
 
 __all__ = ["format_table"]
 

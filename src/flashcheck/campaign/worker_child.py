@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import time
@@ -16,12 +15,23 @@ import warnings
 from typing import TYPE_CHECKING
 
 from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
+from .messages import (
+    Assign,
+    BuildCase,
+    Built,
+    JudgeCase,
+    Judged,
+    JudgeFailed,
+    JudgeRecipe,
+    LoadFailed,
+    Ready,
+    Shutdown,
+)
 
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
 
-__all__ = ["POISON_MARKERS", "die_with_parent", "drawn_case", "poisons_cuda", "quiet_interpreter", "send_message",
-           "serve"]
+__all__ = ["POISON_MARKERS", "die_with_parent", "drawn_case", "poisons_cuda", "quiet_interpreter", "worker_main"]
 
 # Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
 POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
@@ -47,15 +57,11 @@ def die_with_parent() -> None:
     # exit closes the pipe, which ends an idle worker).
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
+            import ctypes  # Linux only
 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-
-
-def send_message(conn, message) -> None:
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def leave_terminal_group() -> None:
@@ -68,8 +74,8 @@ def leave_terminal_group() -> None:
         pass
 
 
-def serve(conn) -> None:
-    """The worker's main loop: import, receive the kernel to load and load it, then check each case
+def worker_main(channel) -> None:
+    """The worker's main loop: import, receive the kernel to load and load it, then judge each case
     received until told to stop."""
     # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -84,74 +90,79 @@ def serve(conn) -> None:
         from ..kernels.registry import resolve_kernel
         from .setup import warm_oracle
     except Exception as exc:
-        failed = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        failed = LoadFailed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
     else:
         failed = None
     try:
-        assignment = pickle.loads(conn.recv_bytes())
+        assignment = channel.receive()
     except (EOFError, OSError):
         return  # the parent is gone, or closed a process it did not need
-    if assignment is None:
+    if not isinstance(assignment, Assign):  # Shutdown
         return
     if failed is not None:  # reported in answer to the assignment: the parent reads it as its start's failure
-        send_message(conn, failed)
+        channel.send(failed)
         return
-    target, device, options, paths = assignment
-    for path in reversed(paths):
+    for path in reversed(assignment.paths):
         if path not in sys.path:
             sys.path.insert(0, path)
-    warm_oracle(device)  # in the background, while the kernel loads
+    warm_oracle(assignment.device)  # in the background, while the kernel loads
     try:
-        kernel = resolve_kernel(target, device=device, **options)
+        kernel = resolve_kernel(assignment.target, device=assignment.device, **assignment.options)
     except Exception as exc:
-        send_message(conn, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        channel.send(LoadFailed(f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return
-    send_message(conn, ("ready", os.getpid(), kernel.name))
+    channel.send(Ready(os.getpid(), kernel.name))
+    _judge_until_shutdown(channel, kernel, assignment.device, judge_case)
+
+
+def _judge_until_shutdown(channel, kernel, device: str, judge_case) -> None:
     while True:
         try:
-            message = pickle.loads(conn.recv_bytes())
+            message = channel.receive()
         except (EOFError, OSError):
             return  # the parent is gone
-        if message is None:
+        if isinstance(message, Shutdown):
             return
         reply, poisoned = _answer(kernel, device, message, judge_case)
-        send_message(conn, reply)
+        channel.send(reply)
         if poisoned:
-            conn.close()
+            channel.close()
             os._exit(0)
 
 
-def _answer(kernel, device: str, message: tuple, judge_case) -> tuple[tuple, bool]:
+def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, judge_case) -> tuple:
     """The reply to one message, and whether the kernel broke the process's CUDA context (the worker then
-    goes). ``("case", case, properties)`` and ``("recipe", recipe, properties, backward, anchors)`` get
-    ``("verdict", verdict, case)``: the case drawn here when it failed, else None (``anchors``: the field's
-    rules judge the recipe's case too). ``("build", recipe, backward)`` gets ``("case", case)``: a case
-    drawn again, to be saved."""
-    kind, case = message[0], None
+    goes). A :class:`JudgeCase` or a :class:`JudgeRecipe` gets :class:`Judged` (with the case drawn here
+    when a recipe's case failed), a :class:`BuildCase` :class:`Built`; :class:`JudgeFailed` when flashcheck
+    itself raised."""
+    case = None
     try:
-        if kind == "build":
-            return ("case", drawn_case(message[1], kernel=kernel.name, device=device, backward=message[2])), False
+        if isinstance(message, BuildCase):
+            return Built(drawn_case(message.recipe, kernel=kernel.name, device=device,
+                                    backward=message.backward)), False
         start = time.perf_counter()
-        case = message[1] if kind == "case" else drawn_case(message[1], kernel=kernel.name, device=device,
-                                                           backward=message[3])
-        drawn = time.perf_counter() - start if kind == "recipe" else 0.0
-        anchors = kind == "recipe" and message[4]
-        verdict = judge_case(kernel, case, device=device, properties=message[2], anchors=anchors)
+        recipe = isinstance(message, JudgeRecipe)
+        case = drawn_case(message.recipe, kernel=kernel.name, device=device, backward=message.backward) \
+            if recipe else message.case
+        drawn = time.perf_counter() - start if recipe else 0.0
+        verdict = judge_case(kernel, case, device=device, properties=message.properties,
+                             anchors=recipe and message.anchors)
         verdict.elapsed["generation"] = drawn
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         if case is None or not any(marker in text for marker in POISON_MARKERS):
-            return ("error", text, traceback.format_exc()), False
+            return JudgeFailed(text, traceback.format_exc()), False
         # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
         # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
         verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
-    failed = kind == "recipe" and verdict.status in (BUG, SUSPICIOUS)
-    return ("verdict", verdict.as_dict(), case if failed else None), poisons_cuda(verdict)
+    failed = recipe and verdict.status in (BUG, SUSPICIOUS)
+    return Judged(verdict.as_dict(), case if failed else None), poisons_cuda(verdict)
 
 
 def drawn_case(recipe, *, kernel: str, device, backward: bool):
     """The case a campaign draws from ``recipe``: on its GPU if it checks on one, its backward case with
     ``backward`` (the worker's and an in-process campaign's draw, the same numbers on one device)."""
+    # torch: this module is imported by the parent's worker.py, which must not import it
     from ..inputs.drawing import draw_device
     from ..judge.backward import drawn_backward_case
 
