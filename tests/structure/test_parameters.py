@@ -41,7 +41,6 @@ KNOWN_EXCEPTIONS = {
     "kernels.fla:_varlen.attention": _CALLING_CONVENTION,
     "kernels.fla:_decoding.attention": _CALLING_CONVENTION,
     "kernels.serving:_varlen.attention": _CALLING_CONVENTION,
-    "inputs.strategies:recipes": "the drawing options of a preset, one keyword each: to become a record",
     "numerics.twin:twin_attention": "the twin's knobs (tiling, precision, each kernel's rounding habits): to "
                                     "become a record",
     "numerics.blockwise:iter_blocks": "the oracle's block loop: to take its operands as one record",

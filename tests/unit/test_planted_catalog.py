@@ -12,7 +12,7 @@ from flashcheck.kernels import planted
 from flashcheck.kernels.builtins import BUILTINS
 from flashcheck.kernels.triton.mutants import known_mutants
 from flashcheck.kernels.triton.planted import Mutant
-from flashcheck.selftest.subjects import variants
+from flashcheck.selftest.subjects import subjects
 
 
 def test_a_planted_bug_two_kernels_carry_is_one_record():
@@ -35,6 +35,6 @@ def test_the_mutant_loader_takes_the_catalogs_names():
 
 @pytest.mark.parametrize("backward", [False, True])
 def test_the_selftest_rows_are_the_catalogs_with_its_descriptions(backward):
-    rows = variants("cpu", which="bugs", backward=backward)
+    rows = subjects("cpu", which="bugs", backward=backward)
     chosen = planted.SELFTEST_BACKWARD if backward else planted.SELFTEST
     assert [(r.name, r.description) for r in rows] == [(m.name, m.description) for m in chosen if "cpu" in m.devices]

@@ -23,7 +23,18 @@ import torch
 
 from ..contract.spec import Kernel
 from ..errors import BackendUnavailable
-from . import fla, flex, flex_varlen, planted
+from .fla import DECODING_NAME as FLA_DECODING
+from .fla import NAME as FLA
+from .fla import VARLEN_NAME as FLA_VARLEN
+from .fla import make_fla_decoding_kernel, make_fla_kernel
+from .fla import unavailable as fla_unavailable
+from .flex import NAME as FLEX
+from .flex import make_flex_kernel
+from .flex_varlen import NAME as FLEX_VARLEN
+from .flex_varlen import make_flex_varlen_kernel
+from .planted import FP8 as PLANTED_FP8
+from .planted import FP8_TRITON, PAGED, SPLIT_KV, TRITON_VARLEN, VARLEN, PlantedBug
+from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 from .serving import make_serving_kernel
@@ -68,7 +79,7 @@ class Builtin:
     description: str
     make: Callable[..., Kernel]
     options: tuple[Option, ...] = ()
-    planted: tuple = ()  # its planted bugs (planted.PlantedBug or triton.planted.Mutant), in listing order
+    planted: tuple = ()  # its planted bugs (PlantedBug or triton.planted.Mutant), in listing order
     unavailable: Callable[[str], BackendUnavailable | None] | None = None
 
 
@@ -156,46 +167,46 @@ _SDPA_BACKEND = " (option backend=math|flash|efficient|cudnn)"
 
 BUILTINS: tuple[Builtin, ...] = (
     *(Builtin(name, description, partial(make_sdpa_kernel, name)) for name, (_, description) in SDPA_KERNELS.items()),
-    Builtin(flex.NAME, "PyTorch FlexAttention, the torch.compile'd fused kernel (options compile=False: unfused eager "
-            "path; alibi=linear: ALiBi as slope (j - i))", flex.make_flex_kernel, options_of(flex.make_flex_kernel)),
+    Builtin(FLEX, "PyTorch FlexAttention, the torch.compile'd fused kernel (options compile=False: unfused eager "
+            "path; alibi=linear: ALiBi as slope (j - i))", make_flex_kernel, options_of(make_flex_kernel)),
     Builtin(TRITON, "flashcheck's own Triton flash-attention kernel (tile sizes and compiler settings as options; "
             "alibi=linear: ALiBi as slope (j - i); on the CPU it runs under the Triton interpreter)", _make_triton,
-            options_of(make_kernel), planted.TRITON, triton_unavailable),
-    # importing fla jits its kernels: fla.unavailable only looks for it
-    Builtin(fla.NAME, "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, "
-            "sinks; pip install fla-core einops)", partial(fla.make_fla_kernel, form="dense"),
-            unavailable=partial(fla.unavailable, name=fla.NAME)),
-    Builtin(fla.VARLEN_NAME, "fla-core's parallel_attn on a packed varlen batch (its cu_seqlens: each sequence's "
-            "queries are its keys)", partial(fla.make_fla_kernel, form="varlen"),
-            unavailable=partial(fla.unavailable, name=fla.VARLEN_NAME)),
-    Builtin(fla.DECODING_NAME, "fla-core's attn_decoding_one_step on a packed varlen batch: each query as a decoding "
-            "step at the end of its key prefix (bottom-right causal)", fla.make_fla_decoding_kernel,
-            unavailable=partial(fla.unavailable, name=fla.DECODING_NAME)),
+            options_of(make_kernel), PLANTED_TRITON, triton_unavailable),
+    # importing fla jits its kernels: fla_unavailable only looks for it
+    Builtin(FLA, "flash-linear-attention's Triton softmax attention (fla-core's parallel_attn: causal, window, "
+            "sinks; pip install fla-core einops)", partial(make_fla_kernel, form="dense"),
+            unavailable=partial(fla_unavailable, name=FLA)),
+    Builtin(FLA_VARLEN, "fla-core's parallel_attn on a packed varlen batch (its cu_seqlens: each sequence's "
+            "queries are its keys)", partial(make_fla_kernel, form="varlen"),
+            unavailable=partial(fla_unavailable, name=FLA_VARLEN)),
+    Builtin(FLA_DECODING, "fla-core's attn_decoding_one_step on a packed varlen batch: each query as a decoding "
+            "step at the end of its key prefix (bottom-right causal)", make_fla_decoding_kernel,
+            unavailable=partial(fla_unavailable, name=FLA_DECODING)),
     _serving("torch:varlen", "packed variable-length batches (flash-attention's varlen convention, seqused_k "
-             "included), one PyTorch SDPA call per sequence" + _SDPA_BACKEND, planted.VARLEN,
+             "included), one PyTorch SDPA call per sequence" + _SDPA_BACKEND, VARLEN,
              options_of(make_serving_kernel)),
     _serving("torch:paged", "a paged KV cache with a block table (flash-attention's kvcache convention), one PyTorch "
-             "SDPA call per sequence" + _SDPA_BACKEND, planted.PAGED, options_of(make_serving_kernel)),
+             "SDPA call per sequence" + _SDPA_BACKEND, PAGED, options_of(make_serving_kernel)),
     # torch:jagged and torch:split-kv run no SDPA backend: no option
     _serving("torch:jagged", "PyTorch's jagged nested tensors through scaled_dot_product_attention, one call for the "
              "packed batch (varlen; no causal mask, no GQA)"),
     _serving("torch:split-kv", "split-KV decoding over a paged cache in fp32, judged at 1, 2, 3, 16 and 32 splits, "
-             "with its own merge of the partial states", planted.SPLIT_KV),
-    Builtin(flex_varlen.NAME, "FlexAttention on a packed varlen batch with a document mask (causal per document; "
-            "option compile=False: unfused eager path)", flex_varlen.make_flex_varlen_kernel,
-            options_of(flex_varlen.make_flex_varlen_kernel)),
+             "with its own merge of the partial states", SPLIT_KV),
+    Builtin(FLEX_VARLEN, "FlexAttention on a packed varlen batch with a document mask (causal per document; "
+            "option compile=False: unfused eager path)", make_flex_varlen_kernel,
+            options_of(make_flex_varlen_kernel)),
     _triton_form("flashcheck:triton-varlen", "varlen", "make_varlen_kernel",
-                 "flashcheck's own Triton kernel over packed varlen batches", planted.TRITON_VARLEN),
+                 "flashcheck's own Triton kernel over packed varlen batches", TRITON_VARLEN),
     _triton_form("flashcheck:triton-paged", "paged", "make_paged_kernel", "flashcheck's own Triton kernel over a "
-                 "paged KV cache with a block table, any page size", planted.PAGED),
+                 "paged KV cache with a block table, any page size", PAGED),
     _triton_form("flashcheck:triton-split-kv", "split_kv", "make_split_kv_kernel", "flashcheck's own Triton "
                  "split-KV decoding over a paged cache: partial states, then a Triton merge; judged at 1, 2, 3, 16 "
-                 "and 32 splits", planted.SPLIT_KV),
+                 "and 32 splits", SPLIT_KV),
     Builtin(FP8, "fp8 attention (e4m3, e5m2) with FA3's q/k/v descales in torch: fp32 scores, P rounded to fp8, bf16 "
-            "out", make_fp8_kernel, planted=planted.FP8),
+            "out", make_fp8_kernel, planted=PLANTED_FP8),
     Builtin(TRITON_FP8, "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU "
             "only: the Triton interpreter's fp8 conversion rounds wrongly)", _make_triton_fp8,
-            planted=planted.FP8_TRITON),
+            planted=FP8_TRITON),
 )
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}
