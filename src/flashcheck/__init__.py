@@ -38,7 +38,7 @@ _PUBLIC = {
     "Kernel": ("contract.spec", "Kernel"),
     "KernelSpec": ("contract.spec", "KernelSpec"),
     "kernel": ("contract.spec", "kernel"),
-    "Variant": ("contract.variants", "Variant"),
+    "Variant": ("features.variant", "Variant"),
     "BUG": ("judge.verdict", "BUG"),
     "PASS": ("judge.verdict", "PASS"),
     "SUSPICIOUS": ("judge.verdict", "SUSPICIOUS"),

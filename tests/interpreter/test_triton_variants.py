@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import flashcheck
-from flashcheck.contract.variants import BIASES
+from flashcheck.features.variant import BIASES
 from flashcheck.errors import InvalidArgument
 from flashcheck.judge.properties import PROPERTIES
 from flashcheck.kernels.triton.forward import make_kernel

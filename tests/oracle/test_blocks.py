@@ -72,7 +72,7 @@ def test_gpu_blocks_are_sized_from_free_memory(monkeypatch):
 
 
 def test_blocks_of_one_head_keep_each_heads_sink(monkeypatch):
-    from flashcheck.contract.variants import Variant
+    from flashcheck.features.variant import Variant
 
     q, k, v, mask = _case(gqa=True)
     variant = Variant(sinks=torch.tensor([0.5, -1.0, 3.0, -math.inf]))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashcheck.contract.formats import raw_bits
-from flashcheck.contract.variants import Variant
+from flashcheck.features.variant import Variant
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.layout import Layout
 from flashcheck.judge.backward import backward_case

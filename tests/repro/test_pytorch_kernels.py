@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from flashcheck.contract.variants import Variant
+from flashcheck.features.variant import Variant
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.layout import Layout
 

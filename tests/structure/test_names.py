@@ -28,7 +28,7 @@ WORDS = {
     "serve": ("contract.", "inputs.", "kernels.", "judge.", "repro."),
 }
 COMMAND_MODULES = {"cli.merge"}  # named after their command
-VARIANT_CLASS = "contract.variants"
+VARIANT_CLASS = "features.variant"
 
 
 def names_of(source: str) -> list[str]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from flashcheck import AttentionCase, CaseFormatError, InvalidArgument, KernelSpec, Variant
 from flashcheck.contract.validation import Shapes
-from flashcheck.contract.variants import unsupported_variant
+from flashcheck.features.variant import unsupported_variant
 from flashcheck.inputs.recipe import Recipe
 from flashcheck.inputs.recipe_draws import draw_recipes, recipe_pools, recipes
 from flashcheck.inputs.variant_regimes import BIAS_LIMIT, VARIANT_REGIMES, WIDE_BIASES, make_variant

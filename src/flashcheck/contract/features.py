@@ -1,4 +1,4 @@
-"""The names of the attention variants (their meaning is :mod:`flashcheck.contract.variants`'s): the keywords
+"""The names of the attention variants (their meaning is :mod:`flashcheck.features.variant`'s): the keywords
 a kernel may take, how ALiBi slopes make a bias, and where a cap and a bias meet. Torch-free, for what a
 command line reads before it imports torch."""
 

@@ -214,7 +214,7 @@ def materialize(mask: MaskFn, shape: Sequence[int], *, device: str | torch.devic
 def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[int],
             *, device: str | torch.device = "cpu", variant=None) -> torch.Tensor:
     """The keys each query may attend under the calling convention's ``causal`` and ``attn_mask``, and
-    the window and chunk of ``variant`` (a :class:`~flashcheck.contract.variants.Variant`)."""
+    the window and chunk of ``variant`` (a :class:`~flashcheck.features.variant.Variant`)."""
     B, H, Nq, Nk = _shape(shape)
     fn = causal(check_causal(causal_mode, "causal_mode"), Nq, Nk)
     extra = None if variant is None else variant.visible(Nq, Nk)

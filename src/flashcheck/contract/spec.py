@@ -93,7 +93,7 @@ class KernelSpec:
     known once the oracle has run, so a campaign counts such a case as skipped; a direct
     :func:`flashcheck.check_backward` or a replay still gives the real verdict.
 
-    Variants (:mod:`flashcheck.contract.variants`): ``softcap``, ``attn_bias``, ``window``, ``chunk`` and
+    Variants (:mod:`flashcheck.features.variant`): ``softcap``, ``attn_bias``, ``window``, ``chunk`` and
     ``sinks`` declare that the kernel takes the keyword argument of that name, ``alibi`` (``"symmetric"``
     or ``"linear"``, the bias it makes of them) that it takes ``alibi_slopes``; a case that uses one is
     drawn only for a kernel that declares it, and only then does the kernel receive it. ``fp32_bias``: an

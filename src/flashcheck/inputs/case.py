@@ -25,7 +25,7 @@ from ..contract import masks
 from ..contract.counts import check_count
 from ..contract.formats import format_of, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
-from ..contract.variants import Variant, check_shapes
+from ..features.variant import Variant, check_shapes
 from ..errors import InvalidArgument
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
 
@@ -162,7 +162,7 @@ class AttentionCase:
                provenance=None, variant=None) -> "AttentionCase":
         """Validate one input (torch tensors or numpy arrays) and keep a contiguous CPU copy of it.
 
-        ``variant``: a :class:`~flashcheck.contract.variants.Variant` (soft-cap, ALiBi slopes, attn_bias,
+        ``variant``: a :class:`~flashcheck.features.variant.Variant` (soft-cap, ALiBi slopes, attn_bias,
         window, chunk, sinks), or None for plain attention."""
         return cls(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, layout=layout,
                    provenance=provenance, variant=Variant() if variant is None else variant)

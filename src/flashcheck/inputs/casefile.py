@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from ..contract.formats import FORMATS, format_of
-from ..contract.variants import TENSORS as TENSORS_OF_VARIANTS
-from ..contract.variants import Variant
+from ..features.variant import TENSORS as TENSORS_OF_VARIANTS
+from ..features.variant import Variant
 from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
 from .case import AttentionCase

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..contract.formats import FP8_DTYPES
 from ..contract.validation import Shapes
-from ..contract.variants import FEATURES
+from ..features.variant import FEATURES
 from .case import AttentionCase
 from .drawing import drawing_on
 from .packing import serving_case

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
-from ..contract.variants import FEATURES, declared
+from ..features.variant import FEATURES, declared
 from ..errors import InvalidArgument
 from ..hypothesis_internals import without_local_constants
 from .case import AttentionCase

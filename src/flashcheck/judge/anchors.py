@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from ..inputs.case import AttentionCase
 from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
 

@@ -20,7 +20,7 @@ import torch
 from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel, promise_note
-from ..contract.variants import check_variant
+from ..features.variant import check_variant
 from ..errors import InvalidArgument
 from ..inputs.case import AttentionCase
 from ..inputs.regimes import make_upstream

@@ -23,7 +23,7 @@ import torch
 from ..contract.formats import output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
-from ..contract.variants import check_variant
+from ..features.variant import check_variant
 from ..errors import InvalidArgument
 from ..inputs.case import AttentionCase, describe_inputs
 from ..inputs.serving import ServingCase
@@ -53,7 +53,7 @@ class KernelRun:
 
 def run_kernel(kernel, q, k, v, *, scale, causal, attn_mask=None, **variant) -> KernelRun:
     """Call a kernel, catching what it raises; never lets a kernel's exception escape. ``variant``: the
-    keywords of the case's variant (:meth:`~flashcheck.contract.variants.Variant.kwargs`), passed on."""
+    keywords of the case's variant (:meth:`~flashcheck.features.variant.Variant.kwargs`), passed on."""
     start = time.perf_counter()
     try:
         result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)

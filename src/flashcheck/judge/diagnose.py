@@ -14,7 +14,7 @@ import torch
 
 from ..contract.formats import output_format
 from ..contract.validation import Shapes
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from ..numerics.blockwise import dequantized
 from .variant_misreads import compose, misread_logits, row_biases
 

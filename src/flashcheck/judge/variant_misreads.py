@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ..contract.variants import Variant
+from ..features.variant import Variant
 
 __all__ = ["capped", "compose", "row_biases", "misread_logits"]
 

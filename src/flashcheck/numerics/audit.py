@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from .oracle import reference_attention
 
 __all__ = ["Audit", "audit_reference"]

@@ -283,7 +283,7 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
 
     ``allow_none``: a block whose keys are all visible gets ``vis=None`` (see :func:`visible_block`).
     ``cap`` overrides the elements of one work array (:func:`block_elements`). ``variant``: the case's
-    :class:`~flashcheck.contract.variants.Variant` (its keys restrict ``vis``; see :class:`Block`).
+    :class:`~flashcheck.features.variant.Variant` (its keys restrict ``vis``; see :class:`Block`).
     """
     device = q.device
     Q_all, K_all, V_all = _grouped(shapes, q, k, v)

@@ -32,7 +32,7 @@ import torch
 from ..contract.formats import FORMATS, FP8_DTYPES, TF32, format_of, output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from .blockwise import dequantized, iter_blocks, ops_for, scatter
 from .oracle import Reference, block_softmax, float64_reference_walk
 

@@ -17,7 +17,7 @@ import torch
 
 from ..contract.formats import FP64
 from ..contract.validation import Shapes
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from .blockwise import visible_block
 from .variant_gradients import Reductions
 

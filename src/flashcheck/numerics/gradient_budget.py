@@ -33,7 +33,7 @@ import torch
 from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from .blockwise import ops_for
 from .budget import (
     FP32_TINY,

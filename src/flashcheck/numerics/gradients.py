@@ -34,7 +34,7 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
-from ..contract.variants import Variant
+from ..features.variant import Variant
 from ..errors import InvalidArgument
 from .blockwise import ops_for
 from .oracle import SAFETY, UNDERFLOW, Reference, float64_reference_walk

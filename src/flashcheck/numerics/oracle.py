@@ -39,7 +39,7 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
-from ..contract.variants import Variant, check_shapes
+from ..features.variant import Variant, check_shapes
 from ..errors import FlashcheckError, InvalidArgument
 from .blockwise import dequantized, iter_blocks, ops_for, scatter
 
@@ -93,7 +93,7 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU. ``method="mpmath"``
     computes the same quantities with ``dps`` decimal digits (an auditor: about 1 ms per row and
     head at N = 100, D = 64). ``rows`` restricts either method to the given query indices.
-    ``variant``: soft-cap, window, chunk and sinks (:class:`~flashcheck.contract.variants.Variant`).
+    ``variant``: soft-cap, window, chunk and sinks (:class:`~flashcheck.features.variant.Variant`).
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel
-from ..contract.variants import FEATURES
+from ..features.variant import FEATURES
 from ..kernels.planted import SELFTEST, SELFTEST_BACKWARD
 from ..kernels.registry import resolve_kernel
 from ..kernels.triton.forward import make_kernel, on_device

@@ -39,7 +39,7 @@ from ...contract.counts import check_count
 from ...contract.formats import DTYPES
 from ...contract.spec import Kernel, KernelSpec
 from ...contract.validation import CAUSAL_MODES, check_attention_inputs
-from ...contract.variants import ALIBI_MODES, Variant
+from ...features.variant import ALIBI_MODES, Variant
 from ...errors import BackendUnavailable, InvalidArgument
 from .arguments import alibi_offset, fp32_zero
 from .backward import triton_attention_backward
@@ -462,7 +462,7 @@ def triton_attention(
     fp32), any strides. ``out`` is (B, Hq, Nq, Dv) in q's dtype, ``lse`` (B, Hq, Nq) fp32 natural-log
     log-sum-exp. Rows with no visible key give ``out = 0`` and ``lse = -inf``.
 
-    The variants of :mod:`flashcheck.contract.variants`: ``softcap=c`` (``math.inf``: no cap),
+    The variants of :mod:`flashcheck.features.variant`: ``softcap=c`` (``math.inf``: no cap),
     ``window=(left, right)`` (-1: unbounded), ``chunk=c`` and ``sinks``, a float32 tensor (Hq,) on q's
     device (then ``lse = sink`` on rows with no visible key), ``alibi_slopes`` ((Hq,) or (B, Hq), the bias
     ``alibi`` says: ``"symmetric"`` or ``"linear"``) and ``attn_bias`` (broadcastable to (B, Hq, Nq, Nk), in

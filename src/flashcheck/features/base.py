@@ -1,0 +1,68 @@
+"""What a feature declares, in one record: :class:`Feature`.
+
+A feature is a part of the attention problem a kernel takes as a keyword argument, declared by a spec flag:
+a score transform (a cap), an additive bias, a restriction of the keys a query sees, or an extra logit in
+each row's denominator. Its module (one per feature, listed by :mod:`flashcheck.features.registry`) says, in
+one :class:`Feature`, everything the other layers ask of it: how a value is checked, written, saved and cut,
+which spec flag declares it and what a spec must also promise to take it, the regimes cases draw it from, its
+neutral value (the exact property), the misreads a diagnosis tries, and the planted bugs that must be caught.
+The layers above iterate the registry instead of naming features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["Feature", "Term"]
+
+# What a feature does to the softmax, for the numerics: how they see it.
+Term = str  # "cap" | "bias" | "keys" | "sink"
+TERMS = ("cap", "bias", "keys", "sink")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature of the attention problem (see the module's docstring).
+
+    ``name``: the keyword the kernel receives and the field of :class:`flashcheck.Variant`; ``flag``: the
+    spec field that declares it; ``term``: what it is to the numerics (:data:`TERMS`).
+    ``check(value)``: the value checked and normalised (an :class:`~flashcheck.errors.InvalidArgument` naming
+    ``name`` otherwise); ``text(value)``: a few characters for a case's description.
+    ``tensor``: saved with the case's arrays (else in its JSON, through ``to_json``/``from_json``);
+    ``dims(value)``: a tensor's (batch, head) dims counted from its end (None: it has none), to cut a case.
+    ``shape_problem(value, shapes)``: (what, why, fix) where the value does not fit the case's shapes, or None.
+    ``refusal(variant, spec, dtype)``: why a spec that declares the feature still cannot take this value, or
+    None. ``regimes``: name -> draw(generator, shapes) (attn_bias: draw(generator, shapes, dtype)), or None
+    for "none", which comes first (hypothesis shrinks towards it).
+    ``visible(value, n_q, n_k)``: the mask function of the keys a "keys" feature leaves visible
+    (:mod:`flashcheck.contract.masks` convention); ``bias(variant, n_q, n_k, rows, device, size)``: a "bias"
+    feature's float64 bias of ``rows``, broadcastable to (B, Hq, R, Nk), or with ``size`` the magnitude a
+    legal kernel's bias arithmetic rounds on.
+    ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
+    None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
+    """
+
+    name: str
+    flag: str
+    term: Term
+    summary: str
+    check: Callable
+    text: Callable
+    regimes: dict
+    tensor: bool = False
+    draw: Callable = lambda name, regime, gen, shapes, bias_dtype: regime(gen, shapes)
+    dims: Callable = lambda value: (None, None)
+    to_json: Callable = lambda value: value
+    from_json: Callable = lambda value: value
+    shape_problem: Callable = lambda value, shapes: None
+    refusal: Callable = lambda variant, spec, dtype: None
+    neutral: Callable | None = None
+    visible: Callable | None = None
+    bias: Callable | None = None
+
+    def __post_init__(self):
+        if self.term not in TERMS:
+            raise ValueError(f"{self.name}: term {self.term!r} is not one of {TERMS}")
+        if next(iter(self.regimes), None) != "none" or self.regimes["none"] is not None:
+            raise ValueError(f"{self.name}: its regimes start with 'none': None (hypothesis shrinks towards it)")

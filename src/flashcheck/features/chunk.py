@@ -1,0 +1,26 @@
+"""Chunked attention (Llama 4): ``chunk=c`` shows a query only the keys of its chunk of positions,
+``(i + Nk - Nq) // c == j // c``, bottom-right aligned."""
+
+from __future__ import annotations
+
+from ..contract import masks
+from ..contract.counts import check_count
+from .base import Feature
+from .draws import pick
+
+__all__ = ["FEATURE"]
+
+
+def _check(chunk):
+    return check_count("chunk", chunk, none_ok=True, what="a chunk length",
+                       fix="Pass chunk=N keys per chunk (N >= 1), or None for no chunks.")
+
+
+FEATURE = Feature(
+    name="chunk", flag="chunk", term="keys", summary="keys only in the query's chunk of c positions",
+    check=_check, text=str,
+    # tile sizes, odd sizes, one key
+    regimes={"none": None, "tile": lambda gen, s: pick(gen, (16, 32, 64, 128)),
+             "odd": lambda gen, s: pick(gen, (3, 7, 13, 37, 61)), "one": lambda gen, s: 1},
+    visible=lambda value, n_q, n_k: masks.chunked(value, n_q=n_q, n_k=n_k),
+)

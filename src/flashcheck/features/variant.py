@@ -1,0 +1,267 @@
+"""Attention variants: what a case asks of a kernel beyond plain softmax attention, as one record.
+
+One logical problem per case: Q, K, V, the scale, a score transform, the visibility and optional sinks.
+A kernel receives each part as a keyword argument, only when its spec declares it (a spec flag of the
+same name) and the case uses it, so every kernel written for the plain calling convention keeps working:
+
+- ``softcap=c`` (spec ``softcap=True``): the scaled logits s become ``c * tanh(s / c)`` (Gemma 2), before
+  the masks hide any key. ``c = inf`` is no cap.
+- ``alibi_slopes`` ((Hq,) or (B, Hq) fp32; spec ``alibi="symmetric"`` or ``"linear"``): a bias added to
+  the scaled logits, ``-slope * |i + Nk - Nq - j|`` (flash-attention's) or ``slope * (j - i)`` (FlashInfer's
+  and attention-gym's). The mode belongs to the kernel; a case records the one it was drawn for.
+- ``attn_bias`` (spec ``attn_bias=True``): a float tensor broadcastable to (B, Hq, Nq, Nk), in the inputs'
+  dtype (or fp32 where the spec says ``fp32_bias=True``), added to the scaled logits; -inf hides a key.
+  Where a cap and a bias (ALiBi or ``attn_bias``) both apply, ``bias_order`` says which comes first:
+  ``"cap_first"`` (``c tanh(s / c) + bias``, flash-attention's) or ``"bias_first"`` (``c tanh((s + bias) / c)``);
+  the spec declares its kernel's, the case records it.
+- ``window=(left, right)`` (spec ``window=True``): key j is visible to query i iff
+  ``i + Nk - Nq - left <= j <= i + Nk - Nq + right``, bottom-right aligned as flash-attention's
+  ``window_size``; -1 leaves a side unbounded. ``(Nk - 1, 0)`` is the bottom-right causal mask.
+- ``chunk=c`` (spec ``chunk=True``): keys only in the query's chunk of positions, ``(i + Nk - Nq) // c ==
+  j // c``, bottom-right aligned (Llama 4's chunked attention).
+- ``sinks`` (spec ``sinks=True``): one fp32 logit per query head, (Hq,), added to each row's denominator:
+  ``O_i = sum_j e^s_ij v_j / (sum_j e^s_ij + e^sink)`` and ``lse_i = log(sum_j e^s_ij + e^sink)`` (gpt-oss).
+  A row with no visible key has ``O = 0`` and ``lse = sink``. A sink of -inf is no sink.
+- ``descales`` (fp8 inputs only, no spec flag: an fp8 dtype brings them): (3, B, Hkv) fp32, the descales of
+  q, k and v; a kernel receives them as ``q_descale``, ``k_descale``, ``v_descale`` ((B, Hkv) each, FA3's
+  convention) and attends the dequantized values ``x8 * descale`` (:mod:`flashcheck.inputs.quantization`).
+
+Window, chunk, causal alignment and boolean mask all restrict the keys a query sees; a key is visible
+when every one of them allows it. The numerics see the variant through :meth:`Variant.visible` (the
+keys) and the score transform and sinks (:mod:`flashcheck.numerics.oracle`), so every check, regime and
+property applies to every variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..contract import masks
+from ..contract.features import ALIBI_MODES, BIAS_ORDERS
+from ..errors import InvalidArgument
+from ..contract.features import FEATURES
+from .registry import REGISTRY, by_term
+from .tensors import as_float_tensor, head_values_text
+
+__all__ = ["FEATURES", "SPEC_FLAGS", "TENSORS", "Variant", "check_shapes", "check_variant", "declared",
+           "unsupported_variant"]
+
+SPEC_FLAGS = {f.name: f.flag for f in REGISTRY}
+# Saved with the case's arrays, not its JSON: the tensor features and an fp8 case's descales.
+TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",)
+DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
+SETTINGS = ("alibi", "bias_order")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
+
+
+def declared(spec) -> tuple[str, ...]:
+    """The features ``spec`` declares, in registry order."""
+    return tuple(f.name for f in REGISTRY if getattr(spec, f.flag, False))
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """The variant parts of one case; the default is plain attention."""
+
+    softcap: float | None = None
+    alibi_slopes: torch.Tensor | None = None  # (Hq,) or (B, Hq) float32, on the CPU
+    attn_bias: torch.Tensor | None = None  # float, broadcastable to (B, Hq, Nq, Nk), on the CPU
+    window: tuple[int, int] | None = None
+    chunk: int | None = None
+    sinks: torch.Tensor | None = None  # (Hq,) float32, on the CPU
+    alibi: str = "symmetric"  # how the slopes make a bias (ALIBI_MODES)
+    bias_order: str = "cap_first"  # where a cap and a bias meet (BIAS_ORDERS)
+    descales: torch.Tensor | None = None  # (3, B, Hkv) fp32 of fp8 inputs, on the CPU
+
+    def __post_init__(self):
+        for f in REGISTRY:
+            object.__setattr__(self, f.name, f.check(getattr(self, f.name)))
+        _check_choice("alibi", self.alibi, ALIBI_MODES)
+        _check_choice("bias_order", self.bias_order, BIAS_ORDERS)
+        object.__setattr__(self, "descales", _check_descales(self.descales))
+
+    @property
+    def used(self) -> tuple[str, ...]:
+        """The features this case uses, in registry order."""
+        return tuple(f.name for f in REGISTRY if getattr(self, f.name) is not None)
+
+    @property
+    def restricts_keys(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in by_term("keys"))
+
+    @property
+    def biased(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in by_term("bias"))
+
+    @property
+    def capped(self) -> bool:
+        return self.softcap is not None and math.isfinite(self.softcap)
+
+    def kwargs(self, device=None) -> dict:
+        """The keyword arguments a kernel receives (none for plain attention); tensors as fresh copies on
+        ``device``, so a kernel writing into them cannot change the case."""
+        out = {f: getattr(self, f) for f in self.used}
+        for name in TENSORS:
+            if name in out:
+                out[name] = out[name].to(device or "cpu", copy=True)
+        if self.descales is not None:
+            out.update(zip(DESCALE_KWARGS, self.descales.to(device or "cpu", copy=True).unbind(0)))
+        return out
+
+    def bias(self, n_q: int, n_k: int, rows: torch.Tensor, device, *, size: bool = False):
+        """The additive bias of ``rows`` in float64, every bias feature's summed, broadcastable to
+        (B, Hq, R, Nk) (-inf where ``attn_bias`` hides a key), or None without one.
+
+        ``size``: instead, the magnitude a legal kernel's bias arithmetic rounds on (each feature's own)."""
+        out = None
+        rows = rows.to(device)
+        for f in by_term("bias"):
+            if getattr(self, f.name) is not None:
+                term = f.bias(self, n_q, n_k, rows, device, size)
+                out = term if out is None else out + term
+        return out
+
+    def visible(self, n_q: int, n_k: int):
+        """The mask function (:mod:`~flashcheck.contract.masks` convention) of the keys the key-restricting
+        features leave visible, or None when none restricts them."""
+        parts = [f.visible(getattr(self, f.name), n_q, n_k) for f in by_term("keys") if getattr(self, f.name) is not None]
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else masks.and_masks(*parts)
+
+    def select(self, batch: slice = slice(None), heads: slice = slice(None)) -> "Variant":
+        """The variant of the batch entries ``batch`` and query heads ``heads`` of its case (each tensor
+        feature cut where it has those dims)."""
+        if self.descales is not None and heads != slice(None):
+            raise InvalidArgument("heads", heads, "descales are per K/V head: a cut of query heads cannot keep them",
+                                  "Select whole batch entries of an fp8 case.")
+        cuts = {f.name: _cut(getattr(self, f.name), f.dims(getattr(self, f.name)), batch, heads)
+                for f in REGISTRY if f.tensor}
+        return self.replace(**cuts, descales=_cut(self.descales, (-2, None), batch, heads))
+
+    def replace(self, **changes) -> "Variant":
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        parts = [f"{f.name}={f.text(getattr(self, f.name))}" for f in REGISTRY if getattr(self, f.name) is not None]
+        if self.alibi_slopes is not None:
+            parts.append(f"alibi={self.alibi}")
+        if self.biased and self.capped:
+            parts.append(f"bias_order={self.bias_order}")
+        if self.descales is not None:
+            parts.append(f"descales={head_values_text(self.descales)}")
+        return " ".join(parts)
+
+    def equal_bits(self, other: "Variant") -> bool:
+        if self.used != other.used or self.alibi != other.alibi or self.bias_order != other.bias_order:
+            return False
+        if any(getattr(self, f.name) != getattr(other, f.name) for f in REGISTRY if not f.tensor):
+            return False
+        return all(_same_bits(getattr(self, t), getattr(other, t)) for t in TENSORS)
+
+    def as_dict(self) -> dict:
+        """The scalar parts as JSON values (the tensors are saved with the case's arrays)."""
+        out = {}
+        for f in REGISTRY:
+            value = getattr(self, f.name)
+            if not f.tensor and value is not None:
+                out[f.name] = f.to_json(value)
+        if self.alibi_slopes is not None:
+            out["alibi"] = self.alibi
+        if self.biased and self.softcap is not None:
+            out["bias_order"] = self.bias_order
+        return out
+
+    @classmethod
+    def from_dict(cls, data, tensors=None) -> "Variant":
+        """The variant of :meth:`as_dict`'s ``data`` with its ``tensors`` (a dict of :data:`TENSORS`)."""
+        data = {} if data is None else data
+        keys = tuple(f.name for f in REGISTRY if not f.tensor) + SETTINGS
+        if not isinstance(data, dict) or set(data) - set(keys):
+            raise InvalidArgument("variant", data, f"expected a dict of {', '.join(keys[:-1])} and {keys[-1]}",
+                                  "Pass e.g. {'window': [64, 0]}, {'chunk': 128} or {'softcap': 30.0}.")
+        scalars = {f.name: f.from_json(data[f.name]) for f in REGISTRY if not f.tensor and data.get(f.name) is not None}
+        tensors = {t: (tensors or {}).get(t) for t in TENSORS}
+        return cls(**scalars, alibi=data.get("alibi", "symmetric"), bias_order=data.get("bias_order", "cap_first"),
+                   **tensors)
+
+
+def _cut(t, dims, batch: slice, heads: slice):
+    """``t`` cut to ``batch`` and ``heads`` along its (batch, head) ``dims`` (None: it has none), where the dim
+    exists and does not broadcast."""
+    if t is None:
+        return None
+    index = [slice(None)] * t.dim()
+    for dim, part in zip(dims, (batch, heads)):
+        if dim is not None and t.dim() + dim >= 0 and t.shape[dim] > 1:
+            index[dim] = part
+    return t[tuple(index)]
+
+
+def _same_bits(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise InvalidArgument(name, value, "unknown choice", f"Use one of {list(choices)}.")
+
+
+def _check_descales(descales):
+    if descales is None:
+        return None
+    fix = "Pass descales as a float32 tensor of shape (3, B, Hkv) (q's, k's and v's), finite and positive."
+    t = as_float_tensor("descales", descales, fix, (3,))
+    if t.shape[0] != 3 or not bool((torch.isfinite(t) & (t > 0)).all()):
+        raise InvalidArgument("descales", tuple(t.shape), "expected (3, B, Hkv), finite and positive", fix)
+    return t.to("cpu", torch.float32).clone()
+
+
+def unsupported_variant(variant: Variant, spec, dtype) -> str | None:
+    """Why ``spec`` cannot take ``variant`` (a feature it does not declare, or a value of one it declares that it
+    refuses: another ALiBi mode, a bias dtype it does not accept; another bias order), or None."""
+    missing = [f for f in variant.used if f not in declared(spec)]
+    if missing:
+        return f"uses {missing}, which the kernel's spec does not declare"
+    for f in REGISTRY:
+        why = f.refusal(variant, spec, dtype) if getattr(variant, f.name) is not None else None
+        if why:
+            return why
+    if variant.biased and variant.capped and variant.bias_order != spec.bias_order:
+        return f"uses bias_order={variant.bias_order!r}, the kernel's spec declares {spec.bias_order!r}"
+    return None
+
+
+def check_variant(variant: Variant, spec, *, shapes, dtype) -> None:
+    """An :class:`InvalidArgument` when ``spec`` cannot take ``variant`` (:func:`unsupported_variant`) or its
+    tensors do not fit the case's shapes (:func:`check_shapes`)."""
+    why = unsupported_variant(variant, spec, dtype)
+    if why:
+        flags = ", ".join(f"alibi={variant.alibi!r}" if f == "alibi_slopes" else f"{f}=True" for f in variant.used)
+        raise InvalidArgument("case", variant.describe(), why,
+                              f"Declare what the case uses ({flags}) in the kernel's spec if it takes it, or "
+                              "check a case without it.")
+    check_shapes(variant, shapes)
+
+
+def check_shapes(variant: Variant, shapes) -> None:
+    """An :class:`InvalidArgument` unless every tensor feature fits the case's shapes (each feature's own rule)
+    and the descales give one per batch entry and K/V head."""
+    for f in REGISTRY:
+        value = getattr(variant, f.name)
+        problem = f.shape_problem(value, shapes) if value is not None else None
+        if problem:
+            raise InvalidArgument(f.name, *problem)
+    descales = variant.descales
+    if descales is not None and tuple(descales.shape) != (3, shapes.batch, shapes.heads_kv):
+        raise InvalidArgument("descales", tuple(descales.shape),
+                              f"expected shape (3, {shapes.batch}, {shapes.heads_kv})",
+                              "Pass q's, k's and v's descales, one per batch entry and K/V head.")
