@@ -30,6 +30,7 @@ import math
 
 import torch
 
+from ..features.scores import bias_after_cap, capped_scores, finite_cap
 from ..features.variant import Variant
 from ..inputs.case import AttentionCase
 from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
@@ -64,10 +65,8 @@ def _scores(s: torch.Tensor, variant: Variant) -> torch.Tensor:
     n_q, n_k = s.shape[-2:]
     bias = variant.bias(n_q, n_k, torch.arange(n_q), s.device)
     bias = None if bias is None else bias.to(s.dtype)
-    first = bias is not None and (not variant.capped or variant.bias_order == "bias_first")
-    s = s + bias if first else s
-    s = variant.softcap * torch.tanh(s / variant.softcap) if variant.capped else s
-    return s + bias if bias is not None and not first else s
+    late = bias_after_cap(bias is not None, variant.softcap, variant.bias_order)
+    return capped_scores(s, bias, finite_cap(variant.softcap), late, torch.tanh)[1]
 
 
 def _on(device, case: AttentionCase):

@@ -38,6 +38,7 @@ import torch
 
 from ..contract.formats import format_of, raw_bits
 from ..contract.spec import KernelSpec, promise_note
+from ..features.registry import REGISTRY
 from ..inputs.case import AttentionCase
 from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
@@ -260,16 +261,16 @@ _NOTES = {"layout_dependence": "layout-dependent", "neutral_variant": "variant-d
 
 
 def neutral_cases(case: AttentionCase, spec: KernelSpec) -> list[tuple[str, AttentionCase]]:
-    """(what, case) for each declared variant feature the case leaves unused, set to its neutral value."""
-    out, variant, n_k = [], case.variant, case.shapes.n_k
-    if spec.softcap and variant.softcap is None:
-        out.append(("softcap=inf", dataclasses.replace(case, variant=variant.replace(softcap=math.inf))))
-    if spec.sinks and variant.sinks is None:
-        sinks = torch.full((case.shapes.heads_q,), -math.inf)
-        out.append(("sinks of -inf", dataclasses.replace(case, variant=variant.replace(sinks=sinks))))
-    if spec.window and variant.window is None and case.causal == "bottom_right" and "none" in spec.causal:
-        windowed = dataclasses.replace(case, causal="none", variant=variant.replace(window=(n_k - 1, 0)))
-        out.append((f"window=({n_k - 1},0) in place of causal='bottom_right'", windowed))
+    """(what, case) for each declared variant feature the case leaves unused, set to its neutral value (the
+    feature's own, :attr:`~flashcheck.features.base.Feature.neutral`)."""
+    out, variant = [], case.variant
+    for feature in REGISTRY:
+        if feature.neutral is None or not getattr(spec, feature.flag) or getattr(variant, feature.name) is not None:
+            continue
+        neutral = feature.neutral(variant, case.causal, spec, case.shapes)
+        if neutral is not None:
+            what, changed, causal = neutral
+            out.append((what, dataclasses.replace(case, causal=causal, variant=changed)))
     return out
 
 

@@ -5,25 +5,23 @@ descale of q or k ignored or applied twice)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..features.scores import bias_after_cap, capped_scores, finite_cap
 from ..features.variant import Variant
 
 __all__ = ["capped", "compose", "row_biases", "misread_logits"]
 
 
 def capped(scores: torch.Tensor, softcap) -> torch.Tensor:
-    return scores if softcap in (None, math.inf) else softcap * torch.tanh(scores / softcap)
+    return capped_scores(scores, None, finite_cap(softcap), False, torch.tanh)[1]
 
 
 def compose(scaled, alibi, bias, softcap, order: str):
     """A row's logits from its scaled ones, its ALiBi and bias terms (None: none) and its cap, in ``order``."""
     total = sum(t for t in (alibi, bias) if t is not None)
-    if softcap in (None, math.inf) or order == "bias_first":
-        return capped(scaled + total, softcap)
-    return capped(scaled, softcap) + total
+    late = bias_after_cap(True, softcap, order)
+    return capped_scores(scaled, total, finite_cap(softcap), late, torch.tanh)[1]
 
 
 def row_biases(variant: Variant, b: int, h: int, i: int, n_q: int, n_k: int):
@@ -45,7 +43,7 @@ def misread_logits(row) -> list[tuple[str, torch.Tensor]]:
     v, scaled = row.variant, row.dots * row.scale
     cap, order, alibi, bias = v.softcap, v.bias_order, row.alibi, row.bias
     out = []
-    if cap not in (None, math.inf):
+    if finite_cap(cap) is not None:
         biases = sum(t for t in (alibi, bias) if t is not None)
         out += [("the cap applied to the unscaled logits", capped(row.dots, cap) * row.scale + biases),
                 ("no cap (softcap ignored)", compose(scaled, alibi, bias, None, order))]

@@ -39,6 +39,7 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
+from ..features.scores import capped_scores
 from ..features.variant import Variant, check_shapes
 from ..errors import FlashcheckError, InvalidArgument
 from .blockwise import dequantized, iter_blocks, ops_for, scatter
@@ -184,9 +185,7 @@ def block_scores(ops, blk, scale: float):
     K = blk.K if blk.sink is None else blk.K[:, :, :-1]
     raw = ops.matmul(blk.Q, ops.swap(K)) * scale
     late = blk.bias is not None and blk.softcap is not None and not blk.bias_first
-    raw = raw + blk.bias if blk.bias is not None and not late else raw
-    s = raw if blk.softcap is None else blk.softcap * ops.tanh(raw / blk.softcap)
-    s = s + blk.bias if late else s
+    raw, s = capped_scores(raw, blk.bias, blk.softcap, late, ops.tanh)
     if blk.sink is not None:
         sink = ops.broadcast_to(blk.sink, s.shape[:-1] + (1,))
         raw, s = ops.concat((raw, sink), -1), ops.concat((s, sink), -1)

@@ -17,6 +17,7 @@ from ..contract.masks import visible
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
+from ..features.scores import bias_after_cap, capped_scores, finite_cap
 
 __all__ = ["twin_attention", "round_tf32"]
 
@@ -150,7 +151,7 @@ class _Scores:
 
     @classmethod
     def of(cls, variant, scale: float, device, tanh_from_exp: bool = False, shapes=None) -> "_Scores":
-        softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
+        softcap = None if variant is None else finite_cap(variant.softcap)
         sinks = None if variant is None or variant.sinks is None else variant.sinks.to(device).view(1, -1, 1, 1)
         bias, parts = None, []
         if variant is not None and variant.biased:
@@ -162,7 +163,7 @@ class _Scores:
             pairs = (("alibi_slopes", "attn_bias"), ("attn_bias", "alibi_slopes"))  # (the part, the other)
             parts = [fp32(variant.replace(**{other: None})) for name, other in pairs
                      if getattr(variant, name) is not None]
-        late = bias is not None and softcap is not None and variant.bias_order == "cap_first"
+        late = bias_after_cap(bias is not None, softcap, variant.bias_order if variant is not None else "cap_first")
         scores = cls(scale, softcap, sinks, device, tanh_from_exp, bias, late)
         scores.parts = parts
         return scores
@@ -182,11 +183,8 @@ class _Scores:
         self.bias, *self.parts = (b[..., order] if b.shape[-1] > 1 else b for b in [self.bias, *self.parts])
 
     def natural(self, qk, rows=slice(None), cols=slice(None)):
-        s = qk * self.scale
         bias = None if self.bias is None else self._bias_tile(rows, cols)
-        s = s + bias if bias is not None and not self.late else s
-        s = s if self.softcap is None else self._capped(s)
-        return s + bias if self.late else s
+        return capped_scores(qk * self.scale, bias, self.softcap, self.late, self.tanh)[1]
 
     def _capped(self, s):
         return self.softcap * self.tanh(s / self.softcap)
