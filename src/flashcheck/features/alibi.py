@@ -8,6 +8,7 @@ import torch
 
 from ..errors import InvalidArgument
 from .base import Feature
+from .scores import RowTerms
 from .tensors import as_float_tensor, head_values_text
 
 __all__ = ["FEATURE", "geometric"]
@@ -51,6 +52,18 @@ def _bias(variant, n_q: int, n_k: int, rows: torch.Tensor, device, size: bool):
     return slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * pos
 
 
+def _misreads(variant, row: RowTerms) -> list:
+    slopes = variant.alibi_slopes.double().reshape(-1, variant.alibi_slopes.shape[-1])
+    slope = float(slopes[row.b if slopes.shape[0] > 1 else 0, row.h])
+    j = torch.arange(row.n_k, dtype=torch.float64)
+    top_left = slope * (-(row.i - j).abs() if variant.alibi == "symmetric" else j - row.i)
+    return [("ALiBi ignored", row.logits(alibi=None)),
+            ("ALiBi slopes negated", row.logits(alibi=-row.alibi)),
+            # one key more distance: -slope (|d| + 1) symmetric, slope (j - i - 1) linear
+            ("ALiBi one key off (distance + 1)", row.logits(alibi=row.alibi - slope)),
+            ("ALiBi aligned top-left", row.logits(alibi=top_left))]
+
+
 def geometric(heads: int) -> torch.Tensor:
     """The ALiBi paper's slopes, 2^(-8 k / H) for k = 1..H."""
     return torch.exp2(-8.0 * torch.arange(1, heads + 1, dtype=torch.float32) / heads)
@@ -60,7 +73,7 @@ FEATURE = Feature(
     name="alibi_slopes", flag="alibi", term="bias", summary="a bias of slope times the query-key distance",
     check=_check, text=head_values_text, tensor=True,
     dims=lambda value: (-2, -1) if value is not None and value.dim() == 2 else (None, -1),
-    shape_problem=_shape_problem, refusal=_refusal, bias=_bias,
+    shape_problem=_shape_problem, refusal=_refusal, bias=_bias, misreads=_misreads,
     # (Hq,) or (B, Hq) fp32; the bias reaches slope * Nk on long rows
     regimes={
         "none": None,

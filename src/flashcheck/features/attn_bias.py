@@ -14,6 +14,7 @@ from ..contract.formats import format_of
 from ..contract.validation import broadcasts_to
 from ..errors import InvalidArgument
 from .base import Feature
+from .scores import RowTerms
 from .tensors import as_float_tensor
 
 __all__ = ["BIAS_LIMIT", "FEATURE", "WIDE_BIASES"]
@@ -54,6 +55,11 @@ def _bias(variant, n_q: int, n_k: int, rows: torch.Tensor, device, size: bool):
     bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
     bias = bias if bias.shape[2] == 1 else bias.index_select(2, rows)
     return bias.abs().nan_to_num(posinf=0.0) if size else bias
+
+
+def _misreads(variant, row: RowTerms) -> list:
+    return [("attn_bias ignored", row.logits(bias=None)),
+            ("attn_bias multiplied by the softmax scale", row.logits(bias=row.bias * row.scale))]
 
 
 def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:
@@ -122,7 +128,7 @@ FEATURE = Feature(
     name="attn_bias", flag="attn_bias", term="bias", summary="a float bias added to the scaled logits",
     check=_check, text=lambda value: f"{tuple(value.shape)}:{str(value.dtype).replace('torch.', '')}",
     tensor=True, dims=lambda value: (-4, -3), shape_problem=_shape_problem, refusal=_refusal, bias=_bias,
-    draw=_draw,
+    draw=_draw, misreads=_misreads,
     # logits of the value regimes sit near 0..10
     regimes={
         "none": None,

@@ -39,6 +39,8 @@ class Feature:
     (:mod:`flashcheck.contract.masks` convention); ``bias(variant, n_q, n_k, rows, device, size)``: a "bias"
     feature's float64 bias of ``rows``, broadcastable to (B, Hq, R, Nk), or with ``size`` the magnitude a
     legal kernel's bias arithmetic rounds on.
+    ``misreads(variant, row)``: (what, logits) of a row (:class:`~flashcheck.features.scores.RowTerms`) with
+    the feature read as kernels get it wrong, for a diagnosis to try.
     ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
     """
@@ -58,6 +60,7 @@ class Feature:
     shape_problem: Callable = lambda value, shapes: None
     refusal: Callable = lambda variant, spec, dtype: None
     neutral: Callable | None = None
+    misreads: Callable = lambda variant, row: []
     visible: Callable | None = None
     bias: Callable | None = None
 

@@ -9,8 +9,11 @@ twin, the references and the diagnoses all compose the logits through :func:`cap
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-__all__ = ["bias_after_cap", "capped_scores", "finite_cap"]
+import torch
+
+__all__ = ["RowTerms", "bias_after_cap", "capped_scores", "compose", "finite_cap"]
 
 
 def finite_cap(softcap) -> float | None:
@@ -30,3 +33,38 @@ def capped_scores(s, bias, cap, late: bool, tanh):
     raw = s + bias if bias is not None and not late else s
     out = raw if cap is None else cap * tanh(raw / cap)
     return raw, (out + bias if late else out)
+
+
+def compose(scaled, alibi, bias, cap, order: str):
+    """A row's logits (torch) from its scaled ones, its ALiBi and bias terms (None: none) and its cap, in
+    ``order``."""
+    total = sum(t for t in (alibi, bias) if t is not None)
+    return capped_scores(scaled, total, finite_cap(cap), bias_after_cap(True, cap, order), torch.tanh)[1]
+
+
+@dataclass(frozen=True)
+class RowTerms:
+    """One row's parts, for the misreads a diagnosis tries (each feature's ``misreads``): its unscaled logits
+    ``dots`` (Nk,), the softmax ``scale``, its ALiBi and bias terms (None: none), the cap and the bias order,
+    and (b, h, i) with the case's lengths."""
+
+    dots: torch.Tensor
+    scale: float
+    alibi: torch.Tensor | None
+    bias: torch.Tensor | None
+    cap: float | None
+    order: str
+    b: int
+    h: int
+    i: int
+    n_q: int
+    n_k: int
+
+    @property
+    def scaled(self) -> torch.Tensor:
+        return self.dots * self.scale
+
+    def logits(self, *, scaled=None, alibi=..., bias=..., cap=..., order=None) -> torch.Tensor:
+        """The row's logits with the parts given changed (``...``: as they are)."""
+        return compose(self.scaled if scaled is None else scaled, self.alibi if alibi is ... else alibi,
+                       self.bias if bias is ... else bias, self.cap if cap is ... else cap, order or self.order)

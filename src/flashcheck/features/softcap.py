@@ -7,8 +7,11 @@ from __future__ import annotations
 import math
 import numbers
 
+import torch
+
 from ..errors import InvalidArgument
 from .base import Feature
+from .scores import RowTerms, capped_scores, finite_cap
 
 __all__ = ["FEATURE"]
 
@@ -26,6 +29,20 @@ def _neutral(variant, causal: str, spec, shapes):
     return ("softcap=inf", variant.replace(softcap=math.inf), causal)
 
 
+def _misreads(variant, row: RowTerms) -> list:
+    cap = finite_cap(row.cap)
+    if cap is None:
+        return []
+    biases = sum(t for t in (row.alibi, row.bias) if t is not None)
+    unscaled = capped_scores(row.dots, None, cap, False, torch.tanh)[1]
+    out = [("the cap applied to the unscaled logits", unscaled * row.scale + biases),
+           ("no cap (softcap ignored)", row.logits(cap=None))]
+    if variant.biased:
+        other = "bias_first" if row.order == "cap_first" else "cap_first"
+        out.append((f"cap and bias in the other order ({other})", row.logits(order=other)))
+    return out
+
+
 FEATURE = Feature(
     name="softcap", flag="softcap", term="cap", summary="the scaled logits s become c tanh(s / c)",
     check=_check, text=lambda value: f"{value:g}",
@@ -33,5 +50,5 @@ FEATURE = Feature(
     from_json=lambda value: math.inf if value == "inf" else value,
     # Gemma 2's caps are 50 (attention) and 30 (final logits); 1 saturates every logit.
     regimes={"none": None, "cap_50": lambda gen, s: 50.0, "cap_30": lambda gen, s: 30.0, "cap_1": lambda gen, s: 1.0},
-    neutral=_neutral,
+    neutral=_neutral, misreads=_misreads,
 )

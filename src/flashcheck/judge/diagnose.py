@@ -14,9 +14,10 @@ import torch
 
 from ..contract.formats import output_format
 from ..contract.validation import Shapes
+from ..features.scores import compose
 from ..features.variant import Variant
 from ..numerics.blockwise import dequantized
-from .variant_misreads import compose, misread_logits, row_biases
+from .variant_misreads import misread_logits, row_biases
 
 __all__ = ["describe_ranges", "describe_rows", "diagnose_elements", "first_index", "growth_with_length",
            "which_keys"]
