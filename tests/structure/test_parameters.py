@@ -41,8 +41,6 @@ KNOWN_EXCEPTIONS = {
     "kernels.fla:_varlen.attention": _CALLING_CONVENTION,
     "kernels.fla:_decoding.attention": _CALLING_CONVENTION,
     "kernels.serving:_varlen.attention": _CALLING_CONVENTION,
-    "numerics.merge:_tolerances": "the bounds of a merge's states, tensor by tensor: to become a record",
-    "numerics.merge:_fold_step": "one step of the merge's error fold, tensor by tensor: to become a record",
 }
 
 
