@@ -16,7 +16,7 @@ from flashcheck.contract.spec import KernelSpec
 from flashcheck.inputs.recipe_draws import recipes
 from flashcheck.judge.comparison import compare
 from flashcheck.numerics.budget import contract_terms, error_budget
-from flashcheck.numerics.twin import twin_attention
+from flashcheck.numerics.twin import Habits, Tiling, twin_attention
 
 ALL = KernelSpec(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
                  min_head_dim=1, max_head_dim=96)
@@ -38,9 +38,9 @@ def test_legal_reorderings_stay_inside_the_budget(recipe, tiles, precision, shuf
     softmax_first &= not contract.rescales_per_tile
     order = torch.randperm(case.shapes.n_k, generator=torch.Generator().manual_seed(recipe.seed)) if shuffle else None
     out, lse = twin_attention(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
-                              attn_mask=case.attn_mask, precision=precision, block_m=tiles[0],
-                              block_n=tiles[1], key_order=order, tf32_mode=tf32_mode,
-                              scale_inputs=scale_inputs, softmax_first=softmax_first)
+                              attn_mask=case.attn_mask, precision=precision, tiling=Tiling(*tiles, key_order=order),
+                              habits=Habits(tf32_mode=tf32_mode, scale_inputs=scale_inputs,
+                                            softmax_first=softmax_first))
     budget = error_budget(case.q, case.k, case.v, scale=case.scale, causal=case.causal,
                           attn_mask=case.attn_mask, precision=precision)
     findings, ratio = compare(out, lse, budget, fully_masked_rows="zero")

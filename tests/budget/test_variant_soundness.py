@@ -23,7 +23,7 @@ from flashcheck.numerics.budget import error_budget
 from flashcheck.numerics.gradient_budget import gradient_budget
 from flashcheck.numerics.gradients import audit_gradients
 from flashcheck.numerics.oracle import reference_attention
-from flashcheck.numerics.twin import twin_attention
+from flashcheck.numerics.twin import Habits, Tiling, twin_attention
 
 VARIANTS = KernelSpec(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
                       min_head_dim=1, max_head_dim=96, softcap=True, window=True, chunk=True, sinks=True,
@@ -42,8 +42,8 @@ def test_legal_reorderings_of_variants_stay_inside_the_budget(recipe, tiles, pre
     case = recipe.build()
     order = torch.randperm(case.shapes.n_k, generator=torch.Generator().manual_seed(recipe.seed)) if shuffle else None
     out, lse = twin_attention(case.q, case.k, case.v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
-                              precision=precision, block_m=tiles[0], block_n=tiles[1], key_order=order,
-                              variant=case.variant, tanh_from_exp=tanh_from_exp)
+                              precision=precision, variant=case.variant, tiling=Tiling(*tiles, key_order=order),
+                              habits=Habits(tanh_from_exp=tanh_from_exp))
     budget = error_budget(case.q, case.k, case.v, scale=case.scale, causal=case.causal, attn_mask=case.attn_mask,
                           precision=precision, variant=case.variant)
     findings, _ = compare(out, lse, budget, fully_masked_rows="zero")

@@ -3,7 +3,7 @@
 import torch
 
 import flashcheck
-from flashcheck.numerics.twin import twin_attention
+from flashcheck.numerics.twin import Tiling, twin_attention
 from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
@@ -12,7 +12,7 @@ SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=Tru
 
 @flashcheck.kernel(**SPEC)
 def correct(q, k, v, *, scale, causal, attn_mask=None):
-    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, block_m=32, block_n=32)
+    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, tiling=Tiling(32, 32))
 
 
 @flashcheck.kernel(**SPEC)

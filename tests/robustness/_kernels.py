@@ -14,7 +14,7 @@ import time
 import torch
 
 import flashcheck
-from flashcheck.numerics.twin import twin_attention
+from flashcheck.numerics.twin import Tiling, twin_attention
 from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
@@ -23,7 +23,7 @@ BIG = 16  # query rows above which the misbehaving kernels misbehave
 
 
 def _attention(q, k, v, *, scale, causal, attn_mask=None):
-    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, block_m=32, block_n=32)
+    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, tiling=Tiling(32, 32))
 
 
 def _big(q) -> bool:

@@ -13,7 +13,7 @@ from flashcheck.inputs.covering import covering_plan, covering_size, pairs_of
 from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.recipe_draws import MASK_ORDER, VALUE_ORDER, recipe_pools
 from flashcheck.kernels.registry import resolve_kernel
-from flashcheck.numerics.twin import twin_attention
+from flashcheck.numerics.twin import Tiling, twin_attention
 
 DTYPES = ["fp16", "fp32"]
 
@@ -64,7 +64,7 @@ def test_a_campaign_judges_every_regime_within_its_first_cases(tmp_path):
 
 
 def _wrong_on_huge_logits(q, k, v, *, scale, causal, attn_mask=None):
-    out, lse = twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, block_m=32, block_n=32)
+    out, lse = twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, tiling=Tiling(32, 32))
     return (out * 1.01 if q.abs().amax() > 50 else out), lse
 
 

@@ -11,7 +11,6 @@ KNOWN_CYCLES = [
     {"inputs.case", "inputs.casefile", "inputs.serving"},
     {"inputs.covering", "inputs.strategies"},
     {"kernels.triton.backward", "kernels.triton.forward"},
-    {"numerics.exact", "numerics.gradients", "numerics.oracle", "numerics.variant_gradients"},
 ]
 
 

@@ -41,11 +41,6 @@ KNOWN_EXCEPTIONS = {
     "kernels.fla:_varlen.attention": _CALLING_CONVENTION,
     "kernels.fla:_decoding.attention": _CALLING_CONVENTION,
     "kernels.serving:_varlen.attention": _CALLING_CONVENTION,
-    "numerics.twin:twin_attention": "the twin's knobs (tiling, precision, each kernel's rounding habits): to "
-                                    "become a record",
-    "numerics.blockwise:iter_blocks": "the oracle's block loop: to take its operands as one record",
-    "numerics.merge:_tolerances": "the bounds of a merge's states, tensor by tensor: to become a record",
-    "numerics.merge:_fold_step": "one step of the merge's error fold, tensor by tensor: to become a record",
 }
 
 

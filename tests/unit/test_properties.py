@@ -11,7 +11,7 @@ from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.regimes import make_mask, make_values
 from flashcheck.judge.check import check
 from flashcheck.judge.properties import hidden_keys
-from flashcheck.numerics.twin import twin_attention
+from flashcheck.numerics.twin import Tiling, twin_attention
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
             fully_masked_rows="zero", precision="flash")
@@ -108,7 +108,7 @@ def test_layout_that_breaks_the_budget_is_a_bug():
 
 def test_layout_with_other_legal_rounding_is_a_note_unless_invariance_is_promised():
     def other_tiling(q, k, v, **kw):  # another legal reordering: other bits, inside the budget
-        return twin_attention(q, k, v, block_n=16, key_order=torch.arange(k.shape[2]).flip(0), **kw)
+        return twin_attention(q, k, v, tiling=Tiling(block_n=16, key_order=torch.arange(k.shape[2]).flip(0)), **kw)
 
     kernel = layout_sensitive(other_tiling)
     verdict = check(flashcheck.kernel(kernel, **SPEC), padded_case(), device="cpu", properties=("layout",))

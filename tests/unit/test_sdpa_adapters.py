@@ -284,13 +284,13 @@ def test_math_backend_orders_of_operations_are_inside_its_envelope():
 
 
 def test_orders_of_operations_a_contract_does_not_allow_are_refused():
-    from flashcheck.numerics.twin import twin_attention
+    from flashcheck.numerics.twin import Habits, twin_attention
 
     q = torch.randn(1, 1, 4, 8)
     with pytest.raises(InvalidArgument, match="softmax_first"):
-        twin_attention(q, q, q, scale=0.3, precision="flash", softmax_first=True)
+        twin_attention(q, q, q, scale=0.3, precision="flash", habits=Habits(softmax_first=True))
     with pytest.raises(InvalidArgument, match="scale_inputs"):
-        twin_attention(q, q, q, scale=0.3, precision="strict", scale_inputs=True)
+        twin_attention(q, q, q, scale=0.3, precision="strict", habits=Habits(scale_inputs=True))
 
 
 @pytest.fixture

@@ -8,12 +8,13 @@ The budget bounds every legal order; a kernel many times past the worst of them 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
 from ..inputs.case import AttentionCase
 from ..numerics.budget import Budget
-from ..numerics.twin import twin_attention
+from ..numerics.twin import Habits, Tiling, twin_attention
 from .comparison import error_ratios, on_oracle_rows
 from .verdict import SUSPICIOUS, Finding
 
@@ -33,15 +34,16 @@ ENVELOPE_TILINGS = ((16, 16, False), (64, 64, False), (32, 128, True), (128, 32,
 ENVELOPE_ONE_PASS = ((False, False, False), (True, True, False), (True, False, True), (False, True, True))
 
 
-def _envelope_runs(precision, dtype: str):
+def _envelope_runs(precision, dtype: str) -> list[tuple[Tiling, Habits, bool]]:
+    """The twin's runs: each one's tiling, habits, and whether its keys are shuffled."""
     tf32_modes = ("nearest", "truncate") if precision.tf32 and dtype == "fp32" else ("nearest",)
     if precision.rescales_per_tile:
-        runs = [dict(block_m=m, block_n=n, shuffled=shuffled, bias_base2=shuffled)
-                for m, n, shuffled in ENVELOPE_TILINGS]
+        runs = [(Tiling(m, n), Habits(bias_base2=shuffled), shuffled) for m, n, shuffled in ENVELOPE_TILINGS]
     else:
-        runs = [dict(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first, shuffled=shuffled)
+        runs = [(Tiling(), Habits(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first), shuffled)
                 for scaled, first, shuffled in ENVELOPE_ONE_PASS]
-    return [dict(run, tf32_mode=mode) for run in runs for mode in tf32_modes]
+    return [(tiling, replace(habits, tf32_mode=mode), shuffled) for tiling, habits, shuffled in runs
+            for mode in tf32_modes]
 
 
 def reordering_envelope(case: AttentionCase, budget: Budget, *, device, enough: float = math.inf,
@@ -54,10 +56,11 @@ def reordering_envelope(case: AttentionCase, budget: Budget, *, device, enough: 
     q, k, v, mask, variant, ref_parts = _envelope_inputs(case, budget, device, head)
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
-    for run in _envelope_runs(budget.precision, case.dtype):
-        order = torch.randperm(case.shapes.n_k, generator=gen) if run.pop("shuffled") else None
+    for tiling, habits, shuffled in _envelope_runs(budget.precision, case.dtype):
+        if shuffled:
+            tiling = replace(tiling, key_order=torch.randperm(case.shapes.n_k, generator=gen))
         out, _ = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
-                                precision=budget.precision, key_order=order, variant=variant, **run)
+                                precision=budget.precision, variant=variant, tiling=tiling, habits=habits)
         ratio, _ = error_ratios(on_oracle_rows(out, budget.reference), *ref_parts)
         worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
         if worst >= enough:

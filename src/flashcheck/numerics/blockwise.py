@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from ..contract import masks
 from ..contract.validation import Shapes
+from ..contract.variants import Variant
 
-__all__ = ["ops_for", "Block", "iter_blocks", "scatter", "visible_block", "block_elements", "dequantized"]
+__all__ = ["ops_for", "AttentionCall", "Block", "iter_blocks", "scatter", "add_into", "visible_block", "block_elements",
+           "dequantized"]
 
 # How many (rows x keys) float64 work arrays the budget keeps alive at once, with room to spare.
 LIVE_ARRAYS = 16
@@ -277,16 +279,37 @@ def _bias_block(variant, shapes: Shapes, rows, heads: slice, vis, device):
     return bias, size, vis
 
 
-def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch.Tensor, *,
-                allow_none: bool = False, cap: int | None = None, variant=None):
+@dataclass(frozen=True)
+class AttentionCall:
+    """One attention call as the numerics compute on it: q (B, Hq, Nq, D), k and v (B, Hkv, Nk, .) as they
+    are walked (fp8 already dequantized where the caller wants the values), validated with their ``shapes``;
+    ``variant`` None for plain attention."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scale: float
+    causal: str
+    attn_mask: torch.Tensor | None
+    shapes: Shapes
+    variant: Variant | None = None
+
+    def dequantized(self) -> AttentionCall:
+        """The call with fp8 q, k and v as the values they stand for (:func:`dequantized`)."""
+        q, k, v = dequantized(self.q, self.k, self.v, self.variant)
+        return replace(self, q=q, k=k, v=v)
+
+
+def iter_blocks(ops, call: AttentionCall, rows_all: torch.Tensor, *, allow_none: bool = False,
+                cap: int | None = None):
     """The attention call in as few blocks as memory allows (usually one), with float64 operands.
 
     ``allow_none``: a block whose keys are all visible gets ``vis=None`` (see :func:`visible_block`).
-    ``cap`` overrides the elements of one work array (:func:`block_elements`). ``variant``: the case's
-    :class:`~flashcheck.features.variant.Variant` (its keys restrict ``vis``; see :class:`Block`).
+    ``cap`` overrides the elements of one work array (:func:`block_elements`). The call's variant
+    restricts ``vis`` by its keys (see :class:`Block`).
     """
-    device = q.device
-    Q_all, K_all, V_all = _grouped(shapes, q, k, v)
+    shapes, variant, device = call.shapes, call.variant, call.q.device
+    Q_all, K_all, V_all = _grouped(shapes, call.q, call.k, call.v)
     softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
     R, P = rows_all.numel(), shapes.batch * shapes.heads_kv
     head_step, row_step = _steps(shapes, R, cap or block_elements(device))
@@ -298,7 +321,7 @@ def iter_blocks(ops, q, k, v, causal, attn_mask, shapes: Shapes, rows_all: torch
                                 heads)
         for r0 in range(0, R, row_step):
             rows = rows_all[r0:r0 + row_step]
-            vis = visible_block(causal, attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
+            vis = visible_block(call.causal, call.attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
                                 variant=variant)
             bias, size, vis = _bias_block(variant, shapes, rows, heads, vis, device)
             if sinks is not None:
@@ -315,3 +338,12 @@ def scatter(ops, outputs, block: Block, results) -> None:
     for dst, src in zip(outputs, results):
         grouped = dst.view(-1, block.Q.shape[1], *dst.shape[2:])  # (P, G, R, ...)
         ops.store(grouped, (block.heads, slice(None), block.sl), src)
+
+
+def add_into(ops, target: torch.Tensor, index, value) -> None:
+    """``target[index] += value``, for a numpy block (through the tensor's memory) or a torch one."""
+    if isinstance(value, np.ndarray):
+        view = target.numpy()[index]  # a CPU tensor shares its memory with this array
+        view += value.reshape(view.shape)
+    else:
+        target[index] += value.reshape(target[index].shape)

@@ -33,7 +33,7 @@ from ..contract.formats import FORMATS, FP8_DTYPES, TF32, format_of, output_form
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..features.variant import Variant
-from .blockwise import dequantized, iter_blocks, ops_for, scatter
+from .blockwise import AttentionCall, iter_blocks, ops_for, scatter
 from .oracle import Reference, block_softmax, float64_reference_walk
 
 __all__ = ["Budget", "BudgetTerms", "TERMS", "error_budget", "contract_terms", "raw_logit_error"]
@@ -130,7 +130,7 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
     variant = Variant() if variant is None else variant
     model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sinks is not None)
     ops = ops_for(q.device)
-    values = dequantized(q, k, v, variant)
+    values = AttentionCall(q, k, v, scale, causal, attn_mask, shapes, variant).dequantized()
     parts = None
 
     def add(blk, sm, o, w):
@@ -148,8 +148,7 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
         else:
             parts = _Parts(reference.out.shape, q.device)
             rows_all = reference.rows if reference.rows is not None else torch.arange(shapes.n_q)
-            for blk in iter_blocks(ops, *values, causal, attn_mask, shapes, rows_all, allow_none=True,
-                                   variant=variant):
+            for blk in iter_blocks(ops, values, rows_all, allow_none=True):
                 sm = block_softmax(ops, blk, scale)
                 o_w = ops.matmul(sm.p, ops.concat((blk.V, ops.abs(blk.V)), -1)) / sm.l
                 add(blk, sm, o_w[..., :shapes.head_dim_v], o_w[..., shapes.head_dim_v:])

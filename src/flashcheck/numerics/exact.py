@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,12 +17,9 @@ import torch
 from ..contract.formats import FP64
 from ..contract.validation import Shapes
 from ..features.variant import Variant
-from .blockwise import visible_block
+from .answers import GRADIENTS, Gradients, Reference
+from .blockwise import AttentionCall, visible_block
 from .variant_gradients import Reductions
-
-if TYPE_CHECKING:
-    from .gradients import Gradients
-    from .oracle import Reference
 
 __all__ = ["mpmath_gradients", "mpmath_reference"]
 
@@ -33,9 +29,9 @@ SUBNORMAL = 2.0**-1074
 
 # --- mpmath -----------------------------------------------------------------------------------------
 
-def mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, dps, variant) -> "Reference":
-    from .oracle import Reference
-
+def mpmath_reference(call: AttentionCall, row_index, dps: int) -> Reference:
+    """The call's attention with ``dps`` digits on the query rows ``row_index`` (None: every row)."""
+    q, shapes, variant = call.q, call.shapes, call.variant
     B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
     rows_all = row_index if row_index is not None else torch.arange(Nq)
     R = rows_all.numel()
@@ -43,10 +39,9 @@ def mpmath_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_inde
     w = torch.zeros_like(out)
     lse = torch.full((B, Hq, R), -math.inf, dtype=torch.float64)
     empty = torch.zeros((B, Hq, R), dtype=torch.bool)
-    qd, kd, vd = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v))
-    row = _MpRow(mpmath_context(dps), scale, variant, shapes)
-    visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, rows_all, "cpu",
-                            variant=variant)
+    qd, kd, vd = (t.detach().cpu().to(torch.float64).numpy() for t in (q, call.k, call.v))
+    row = _MpRow(mpmath_context(dps), call.scale, variant, shapes)
+    visible = _visible(call, rows_all)
     visible = torch.broadcast_to(visible, (B * shapes.heads_kv, shapes.group, R, shapes.n_k)).numpy()
     for b in range(B):
         for kvh in range(shapes.heads_kv):
@@ -166,16 +161,14 @@ class _MpRow:
         return torch.tensor(out, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), float(m + ctx.log(total))
 
 
-def mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, dps: int, variant) -> "Gradients":
-    """dQ, dK and dV with ``dps`` digits, row by row (an auditor: small cases only), variants included."""
-    from .gradients import GRADIENTS, Gradients
-    from .oracle import reference_attention
-
+def mpmath_gradients(call: AttentionCall, do, forward: Reference) -> Gradients:
+    """dQ, dK and dV with as many digits as ``forward`` (the call's mpmath forward) has, row by row (an
+    auditor: small cases only), variants included."""
+    q, scale, shapes, variant, dps = call.q, call.scale, call.shapes, call.variant, forward.dps
     ctx = mpmath_context(dps)
     row = _MpRow(ctx, scale, variant, shapes)
-    qd, kd, vd, dod = (t.detach().cpu().to(torch.float64).numpy() for t in (q, k, v, do))
-    visible = visible_block(causal, None if attn_mask is None else attn_mask.cpu(), shapes, torch.arange(shapes.n_q),
-                            "cpu", variant=variant)
+    qd, kd, vd, dod = (t.detach().cpu().to(torch.float64).numpy() for t in (q, call.k, call.v, do))
+    visible = _visible(call, torch.arange(shapes.n_q))
     visible = torch.broadcast_to(visible, (shapes.batch * shapes.heads_kv, shapes.group, shapes.n_q,
                                            shapes.n_k)).numpy()
     grads = {"dq": np.zeros(qd.shape), "dk": np.zeros(kd.shape), "dv": np.zeros(vd.shape)}
@@ -212,10 +205,14 @@ def mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, dps:
         values[n] = extra.reduced(n, "value").to(q.device)
         summed = (extra.terms(n) + 1) * U64 * extra.reduced(n, "abs") + digits * extra.reduced(n, "scale")
         bound[n], scales[n] = (summed + SUBNORMAL).to(q.device), extra.reduced(n, "scale").to(q.device)
-    forward = reference_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, method="mpmath",
-                                  dps=dps, variant=variant)
     return Gradients(dq=as_t(grads["dq"]), dk=as_t(grads["dk"]), dv=as_t(grads["dv"]), bound=bound, scale=scales,
                      forward=forward, method="mpmath", dps=dps, shapes=shapes, **values)
+
+
+def _visible(call: AttentionCall, rows):
+    """The call's visibility of ``rows`` on the CPU, as the mpmath rows read it."""
+    mask = None if call.attn_mask is None else call.attn_mask.cpu()
+    return visible_block(call.causal, mask, call.shapes, rows, "cpu", variant=call.variant)
 
 
 def _add_row(extra: Reductions, at: tuple, keys, g: _RowGradients) -> None:
@@ -230,7 +227,7 @@ def _add_row(extra: Reductions, at: tuple, keys, g: _RowGradients) -> None:
 
 
 def mpmath_context(dps: int):
-    import mpmath
+    import mpmath  # on first use: the float64 oracle, the hot path, never loads mpmath
 
     ctx = mpmath.MPContext()
     ctx.dps = dps

@@ -34,7 +34,7 @@ from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..features.variant import Variant
-from .blockwise import ops_for
+from .blockwise import add_into, ops_for
 from .budget import (
     FP32_TINY,
     LOGIT_ULPS,
@@ -240,8 +240,6 @@ class _TermSums:
                      "dv": [z(P, shapes.n_k, shapes.head_dim_v) for _ in range(2)]}
 
     def add(self, ops, blk, block_terms: dict) -> None:
-        from .gradients import add_into
-
         for name, values in block_terms.items():
             index = (blk.heads, slice(None), blk.sl) if name == "dq" else (blk.heads,)
             for target, value in zip(self.sums[name], values):

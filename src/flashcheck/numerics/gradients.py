@@ -26,7 +26,7 @@ and exact in form; a final factor (1 + 2^-16) covers the rounding of the bound's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,14 +36,15 @@ from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..features.variant import Variant
 from ..errors import InvalidArgument
-from .blockwise import ops_for
-from .oracle import SAFETY, UNDERFLOW, Reference, float64_reference_walk
+from .answers import GRADIENTS, Gradients
+from .blockwise import AttentionCall, add_into, ops_for
+from .exact import mpmath_gradients
+from .oracle import SAFETY, UNDERFLOW, float64_reference_walk, reference_attention
 from .variant_gradients import Reductions, bias_source
 
 __all__ = ["Gradients", "GradientAudit", "reference_gradients", "audit_gradients", "group_share_max", "GRADIENTS"]
 
 U64 = FP64.unit_roundoff
-GRADIENTS = ("dq", "dk", "dv")
 METHODS = ("float64", "mpmath")
 # A product that underflows rounds with an absolute error of up to half of this (the smallest subnormal):
 # P^ and dS^ can be as small as float64 allows, where a relative bound says nothing.
@@ -52,40 +53,6 @@ SUBNORMAL = 2.0**-1074
 
 def _gamma(n: int) -> float:
     return n * U64 / (1 - n * U64)
-
-
-@dataclass
-class Gradients:
-    """The oracle's gradients for one attention call and upstream gradient, float64 on the inputs' device.
-
-    ``dq`` (B, Hq, Nq, D), ``dk`` (B, Hkv, Nk, D), ``dv`` (B, Hkv, Nk, Dv), each with a certified bound
-    on its error (``bound["dq"]``, ...) and its natural scale (``scale["dq"]``: the sum of the absolute
-    terms behind each element before they cancel, with P_ij (|dP_ij| + |D_i|) for dS_ij; what an error is
-    measured against). ``forward`` is the forward oracle's answer on the same call.
-    """
-
-    dq: torch.Tensor
-    dk: torch.Tensor
-    dv: torch.Tensor
-    bound: dict[str, torch.Tensor]
-    scale: dict[str, torch.Tensor]
-    forward: Reference
-    method: str
-    dps: int | None = None
-    shapes: Shapes | None = field(default=None, repr=False)
-    ds_max: float = 0.0  # the largest exact |dS_ij| (the spec's gradient exclusions read it)
-    # The variant's own gradients (variant_gradients): dBias in attn_bias's shape, dSinks (Hq,); None
-    # where the case has no such tensor. Their bounds and scales are in ``bound`` and ``scale``.
-    dbias: torch.Tensor | None = None
-    dsinks: torch.Tensor | None = None
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return getattr(self, name)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The gradients this call has: dq, dk, dv, then dbias and dsinks where the variant has them."""
-        return GRADIENTS + tuple(n for n in ("dbias", "dsinks") if getattr(self, n) is not None)
 
 
 def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn_mask=None,
@@ -106,9 +73,9 @@ def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn
     check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
                 fix="Pass dps=50 (the default) or more digits for extreme inputs.")
     if method == "mpmath":
-        from .exact import mpmath_gradients
-
-        return mpmath_gradients(q, k, v, do, scale, causal, attn_mask, shapes, dps, variant)
+        forward = reference_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, method="mpmath",
+                                      dps=dps, variant=variant)
+        return mpmath_gradients(AttentionCall(q, k, v, scale, causal, attn_mask, shapes, variant), do, forward)
     return float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, variant=variant)
 
 
@@ -238,15 +205,6 @@ def _largest_magnitude(x):
     if isinstance(x, np.ndarray):
         return float(np.nanmax(np.abs(x), initial=0.0))
     return torch.nan_to_num(x.abs(), nan=0.0).max()
-
-
-def add_into(ops, target: torch.Tensor, index, value) -> None:
-    """``target[index] += value``, for a numpy block (through the tensor's memory) or a torch one."""
-    if isinstance(value, np.ndarray):
-        view = target.numpy()[index]  # a CPU tensor shares its memory with this array
-        view += value.reshape(view.shape)
-    else:
-        target[index] += value.reshape(target[index].shape)
 
 
 @dataclass

@@ -91,21 +91,37 @@ def _theta(lses: torch.Tensor, m: torch.Tensor, live: torch.Tensor) -> torch.Ten
     return 2 * U32 * (torch.where(live, lses.abs() + (lses - m).abs(), 0.0) + m.abs())
 
 
-def _tolerances(share, theta, live, o_abs, dev_abs, out_abs, lse_abs, m_abs, *, g: float, fmt,
-                exp_ulps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out_tol, lse_tol) of a legal merge, from bounds on its states: ``share`` (S, R) each state's share of the
-    merged sum (w_s / L), ``theta`` its exponent's error, |o_s| and |o_s - out| (S, R, Dv), |out| (R, Dv), |lse|
-    and |M| (R,). The weight errors e_s / L <= share_s (expm1(theta_s) + e^theta_s exp_err) + FP32_TINY (L >= 1:
-    the largest weight is e^0)."""
-    rho = torch.where(live, share * (torch.expm1(theta) + torch.exp(theta) * exp_ulps * U32) + FP32_TINY, 0.0)
+@dataclass(frozen=True)
+class StateBounds:
+    """Bounds on a merge's S states and its result, from which a legal merge's tolerances follow: each state's
+    ``share`` of the merged sum (w_s / L) and ``theta`` its exponent's error, (S, R), with ``live`` its finite
+    lse; ``o_abs`` |o_s| and ``dev_abs`` |o_s - out|, (S, R, Dv); ``out_abs`` |out| (R, Dv); ``lse_abs`` |lse|
+    and ``m_abs`` |M|, (R,)."""
+
+    share: torch.Tensor
+    theta: torch.Tensor
+    live: torch.Tensor
+    o_abs: torch.Tensor
+    dev_abs: torch.Tensor
+    out_abs: torch.Tensor
+    lse_abs: torch.Tensor
+    m_abs: torch.Tensor
+
+
+def _tolerances(b: StateBounds, *, g: float, fmt, exp_ulps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out_tol, lse_tol) of a legal merge whose sums have error factor ``g``, its out rounded to ``fmt``. The
+    weight errors e_s / L <= share_s (expm1(theta_s) + e^theta_s exp_err) + FP32_TINY (L >= 1: the largest
+    weight is e^0)."""
+    live = b.live
+    rho = torch.where(live, b.share * (torch.expm1(b.theta) + torch.exp(b.theta) * exp_ulps * U32) + FP32_TINY, 0.0)
     floor = (1 - rho.sum(0))[..., None]
-    shift = (rho[..., None] * torch.where(live[..., None], dev_abs, 0.0)).sum(0)
-    sums = g * ((share[..., None] * torch.where(live[..., None], o_abs, 0.0)).sum(0) + out_abs)
+    shift = (rho[..., None] * torch.where(live[..., None], b.dev_abs, 0.0)).sum(0)
+    sums = g * ((b.share[..., None] * torch.where(live[..., None], b.o_abs, 0.0)).sum(0) + b.out_abs)
     moved = torch.where(floor > 0, (shift + sums) / torch.where(floor > 0, floor, 1.0), math.inf)
-    out_tol = moved + (2 * U32 + fmt.unit_roundoff) * out_abs + fmt.subnormal_spacing
+    out_tol = moved + (2 * U32 + fmt.unit_roundoff) * b.out_abs + fmt.subnormal_spacing
     rel = rho.sum(0) + g
     sum_error = torch.where(rel < 1, -torch.log1p(-torch.clamp(rel, max=1 - 2.0**-40)), math.inf)
-    return out_tol, 3 * U32 * (lse_abs + m_abs) + sum_error
+    return out_tol, 3 * U32 * (b.lse_abs + b.m_abs) + sum_error
 
 
 def merge_budget(outs: torch.Tensor, lses: torch.Tensor, *, dtype, exp_ulps: float = 2.0) -> MergeBudget:
@@ -115,28 +131,48 @@ def merge_budget(outs: torch.Tensor, lses: torch.Tensor, *, dtype, exp_ulps: flo
     o, l = outs.double(), lses.double()
     m = torch.where(empty, 0.0, l.amax(0))
     live = torch.isfinite(l)
-    out_tol, lse_tol = _tolerances(_shares(l, lse, empty), _theta(l, m, live), live, o.abs(), (o - out).abs(),
-                                   out.abs(), torch.where(empty, 0.0, lse.abs()), m.abs(),
-                                   g=_gamma(2 * outs.shape[0] + 2, U32), fmt=format_of(dtype), exp_ulps=exp_ulps)
+    bounds = StateBounds(_shares(l, lse, empty), _theta(l, m, live), live, o.abs(), (o - out).abs(), out.abs(),
+                         torch.where(empty, 0.0, lse.abs()), m.abs())
+    out_tol, lse_tol = _tolerances(bounds, g=_gamma(2 * outs.shape[0] + 2, U32), fmt=format_of(dtype),
+                                   exp_ulps=exp_ulps)
     return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, out_tol), torch.where(empty, 0.0, lse_tol))
+
+
+@dataclass(frozen=True)
+class State:
+    """A partial state, or the merge of several: its out (R, Dv) and natural-log lse (R,), float64."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """How far the fold's computed prefix may sit from its exact merge: D on out (R, Dv), E on lse (R,)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
 
 
 def fold_budget(outs: torch.Tensor, lses: torch.Tensor, *, dtype, exp_ulps: float = 2.0) -> MergeBudget:
     """The budget of folding the states with a legal two-state merge, ((s1 + s2) + s3) + ..., each merge's out
     rounded to ``dtype`` and its lse to fp32 before the next (see the module's contract: the fold)."""
     o, l = outs.double(), lses.double()
-    fmt, a, la = format_of(dtype), o[0], l[0]
-    err, lse_err = torch.zeros_like(a), torch.zeros_like(la)  # D and E of the prefix merged so far
+    fmt = format_of(dtype)
+    prefix = State(o[0], l[0])
+    error = Deviation(torch.zeros_like(prefix.out), torch.zeros_like(prefix.lse))
     for b, lb in zip(o[1:], l[1:]):
-        out, lse, empty = merge_reference(torch.stack([a, b]), torch.stack([la, lb]))
-        err, lse_err = _fold_step(a, la, b, lb, out, lse, empty, err, lse_err, fmt, exp_ulps)
-        a, la = out, lse
+        prefix, error = _fold_step(prefix, error, State(b, lb), fmt, exp_ulps)
     out, lse, empty = merge_reference(outs, lses)
-    return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, err), torch.where(empty, 0.0, lse_err))
+    return MergeBudget(out, lse, empty, torch.where(empty[..., None], 0.0, error.out),
+                       torch.where(empty, 0.0, error.lse))
 
 
-def _fold_step(a, la, b, lb, out, lse, empty, err, lse_err, fmt, exp_ulps):
-    """(D, E) after merging the prefix (a, la), computed within (err, lse_err) of it, with the state (b, lb)."""
+def _fold_step(prefix: State, error: Deviation, state: State, fmt, exp_ulps: float) -> tuple[State, Deviation]:
+    """The exact merge of the prefix with the next ``state``, and (D, E) after the call that merges the prefix as
+    computed, within ``error`` of it."""
+    a, la, b, lb, err, lse_err = prefix.out, prefix.lse, state.out, state.lse, error.out, error.lse
+    out, lse, empty = merge_reference(torch.stack([a, b]), torch.stack([la, lb]))
     ls = torch.stack([la, lb])
     alpha, beta = _shares(ls, lse, empty)  # the prefix's share of the merged sum, and the state's
     grow, spread = torch.exp(lse_err), torch.expm1(lse_err)
@@ -153,7 +189,8 @@ def _fold_step(a, la, b, lb, out, lse, empty, err, lse_err, fmt, exp_ulps):
     theta = _theta(ls, m, live) + 8 * U32 * lse_err
     o_abs = torch.stack([a.abs() + err, b.abs()])
     dev = torch.stack([(a - out).abs() + err, (b - out).abs()]) + moved
-    own, own_lse = _tolerances(share, theta, live, o_abs, dev, out.abs() + moved,
-                               torch.where(empty, 0.0, lse.abs()) + lse_moved, m.abs() + lse_err,
-                               g=_gamma(6, U32), fmt=fmt, exp_ulps=exp_ulps)
-    return (torch.where(empty[..., None], 0.0, moved + own), torch.where(empty, 0.0, lse_moved + own_lse))
+    bounds = StateBounds(share, theta, live, o_abs, dev, out.abs() + moved,
+                         torch.where(empty, 0.0, lse.abs()) + lse_moved, m.abs() + lse_err)
+    own, own_lse = _tolerances(bounds, g=_gamma(6, U32), fmt=fmt, exp_ulps=exp_ulps)
+    return State(out, lse), Deviation(torch.where(empty[..., None], 0.0, moved + own),
+                                      torch.where(empty, 0.0, lse_moved + own_lse))

@@ -30,7 +30,7 @@ rounding of the bound's own arithmetic, which are below 2^-30 relative.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -42,7 +42,9 @@ from ..contract.validation import Shapes, check_attention_inputs
 from ..features.scores import capped_scores
 from ..features.variant import Variant, check_shapes
 from ..errors import FlashcheckError, InvalidArgument
-from .blockwise import dequantized, iter_blocks, ops_for, scatter
+from .answers import Reference
+from .blockwise import AttentionCall, iter_blocks, ops_for, scatter
+from .exact import mpmath_reference
 
 __all__ = ["Reference", "reference_attention"]
 
@@ -58,34 +60,6 @@ def _gamma(n: int) -> float:
     return n * U64 / (1 - n * U64)
 
 
-@dataclass
-class Reference:
-    """The oracle's answer for one attention call.
-
-    All arrays are float64 torch tensors on the input's device, indexed (B, Hq, rows, ...):
-
-    - ``out`` (B, Hq, R, Dv): the attention output; NaN on rows with no visible key.
-    - ``lse`` (B, Hq, R): natural-log log-sum-exp of the scaled logits; -inf on empty rows.
-    - ``w`` (B, Hq, R, Dv): the weight scale sum_j a_ij |v_jk|, the natural size of output (i, k).
-    - ``bound`` (B, Hq, R, Dv): certified bound on |out - exact|; NaN on empty rows.
-    - ``lse_bound`` (B, Hq, R): certified bound on |lse - exact|.
-    - ``empty_rows`` (B, Hq, R) bool: rows with no visible key.
-    - ``rows``: the query indices computed (``None``: all).
-    """
-
-    out: torch.Tensor
-    lse: torch.Tensor
-    w: torch.Tensor
-    bound: torch.Tensor
-    lse_bound: torch.Tensor
-    empty_rows: torch.Tensor
-    method: str
-    rows: torch.Tensor | None = None
-    dps: int | None = None
-    shapes: Shapes | None = field(default=None, repr=False)
-    inputs: dict | None = field(default=None, repr=False)  # the call it answers, for budgets
-
-
 def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                         method: str = "float64", dps: int = 50,
                         rows: Sequence[int] | None = None, variant: Variant | None = None) -> Reference:
@@ -96,37 +70,43 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     head at N = 100, D = 64). ``rows`` restricts either method to the given query indices.
     ``variant``: soft-cap, window, chunk and sinks (:class:`~flashcheck.features.variant.Variant`).
     """
-    q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
-        q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    variant = _check_variant(variant, shapes)
+    call = _checked_call(q, k, v, scale, causal, attn_mask, variant)
     if method not in METHODS:
         raise InvalidArgument("method", method, "unknown oracle method", f"Use one of {list(METHODS)}.")
     check_count("dps", dps, minimum=20, maximum=10_000, what="a number of digits",
                 fix="Pass dps=50 (the default) or more digits for extreme inputs.")
-    row_index = _check_rows(rows, shapes.n_q)
-    values = dequantized(q, k, v, variant)
+    row_index = _check_rows(rows, call.shapes.n_q)
+    values = call.dequantized()
     if method == "mpmath":
-        for name, t in zip("qkv", values):
+        for name, t in zip("qkv", (values.q, values.k, values.v)):
             _check_finite(name, t, bool(torch.isfinite(t).all()))
-        from .exact import mpmath_reference
-
-        ref = mpmath_reference(*values, scale, causal, attn_mask, shapes, row_index, dps, variant)
+        ref = mpmath_reference(values, row_index, dps)
     else:
-        ref = _float64_reference(*values, scale, causal, attn_mask, shapes, row_index, variant=variant)
-    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
+        ref = _float64_reference(values, row_index)
+    ref.inputs = _inputs(call)
     return ref
 
 
 def float64_reference_walk(q, k, v, *, scale: float, causal: str, attn_mask, rows, on_block,
                            variant: Variant | None = None) -> Reference:
     """The float64 oracle of :func:`reference_attention` with a hook on every block (for the budget)."""
+    call = _checked_call(q, k, v, scale, causal, attn_mask, variant)
+    ref = _float64_reference(call.dequantized(), _check_rows(rows, call.shapes.n_q), on_block)
+    ref.inputs = _inputs(call)
+    return ref
+
+
+def _checked_call(q, k, v, scale, causal, attn_mask, variant) -> AttentionCall:
+    """The call validated, its variant too (None: plain attention); q, k and v as given."""
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
-    variant = _check_variant(variant, shapes)
-    ref = _float64_reference(*dequantized(q, k, v, variant), scale, causal, attn_mask, shapes,
-                             _check_rows(rows, shapes.n_q), on_block, variant)
-    ref.inputs = dict(q=q, k=k, v=v, scale=scale, causal=causal, attn_mask=attn_mask, variant=variant)
-    return ref
+    return AttentionCall(q, k, v, scale, causal, attn_mask, shapes, _check_variant(variant, shapes))
+
+
+def _inputs(call: AttentionCall) -> dict:
+    """What :attr:`Reference.inputs` records of the call it answers (q, k and v as the caller gave them)."""
+    return dict(q=call.q, k=call.k, v=call.v, scale=call.scale, causal=call.causal, attn_mask=call.attn_mask,
+                variant=call.variant)
 
 
 def _check_variant(variant, shapes: Shapes) -> Variant:
@@ -257,11 +237,10 @@ def _variant_error(variant: Variant, scale: float) -> tuple[float, float]:
     return to_c, to_rho
 
 
-def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_index, on_block=None,
-                       variant: Variant | None = None) -> Reference:
+def _float64_reference(call: AttentionCall, row_index, on_block=None) -> Reference:
     """The float64 oracle; ``on_block(block, forward)`` sees each block's :class:`BlockForward` (the
     budget and the gradients use it, so that one walk over the scores gives them all)."""
-    device = q.device
+    shapes, scale, variant, device = call.shapes, call.scale, call.variant, call.q.device
     ops = ops_for(device)
     B, Hq, Nq, Dv = shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim_v
     rows_all = row_index if row_index is not None else torch.arange(Nq)
@@ -274,12 +253,12 @@ def _float64_reference(q, k, v, scale, causal, attn_mask, shapes: Shapes, row_in
     outputs = (out, w, bound, lse, lse_bound, empty)
     # eta_ij <= C ||q_i|| ||k_j|| + u |m_i| + eps_exp: the dot's rounding, the scale multiply (|s| is
     # at most |scale| ||q|| ||k||) and the subtraction of the max (|x| <= |s| + |m|).
-    variant = Variant() if variant is None else variant
     to_c, to_rho = _variant_error(variant, scale)
     C = abs(scale) * (_gamma(shapes.head_dim + 2) + 2 * U64) * (1 + U64) + to_c
-    small_eta = _call_checks(q, k, v, shapes, row_index, scale, C, to_rho + _bias_extent(variant, shapes))
+    small_eta = _call_checks(call.q, call.k, call.v, shapes, row_index, scale, C,
+                             to_rho + _bias_extent(variant, shapes))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # inf/nan handled (delta <= 1)
-        for blk in iter_blocks(ops, q, k, v, causal, attn_mask, shapes, rows_all, allow_none=True, variant=variant):
+        for blk in iter_blocks(ops, call, rows_all, allow_none=True):
             forward, res = _float64_block(ops, blk, scale, C, small_eta, to_rho)
             scatter(ops, outputs, blk, res)
             if on_block is not None:
@@ -329,7 +308,7 @@ def _float64_block(ops, blk, scale, C, small_eta: bool, to_rho: float) -> tuple[
     """One block: its :class:`BlockForward`, and the results out, w, bound, lse, lse_bound and empty,
     each (p, G, R, .), with empty rows marked. ``small_eta``: the whole call is known to take the
     first-order bound (else the block finds out)."""
-    Q, K, V, vis = blk.Q, blk.K, blk.V, blk.vis
+    Q, K, V = blk.Q, blk.K, blk.V
     absV = ops.abs(V)
     k_norm = ops.sqrt(ops.sum(K * K, -1))  # (p, 1, Nk, 1)
     q_norm = ops.sqrt(ops.sum(Q * Q, -1))  # (p, G, R, 1)

@@ -9,6 +9,7 @@ end. Its errors over several tilings and key orders are an empirical envelope of
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -19,9 +20,39 @@ from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
 from ..features.scores import bias_after_cap, capped_scores, finite_cap
 
-__all__ = ["twin_attention", "round_tf32"]
+__all__ = ["Habits", "Tiling", "twin_attention", "round_tf32"]
 
 LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The tiles of the online softmax, ``block_m`` query rows by ``block_n`` keys, and the order the keys
+    are visited in (``key_order``, a permutation of them; None: in order)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    key_order: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Habits:
+    """How a kernel computes where its contract leaves it the choice, each rounding differently.
+
+    ``tf32_mode``: how fp32 operands are rounded to tf32 (``"nearest"`` or ``"truncate"``). ``scale_inputs``
+    multiplies Q and K by sqrt(|scale|) before the product instead of scaling the scores (PyTorch's math
+    backend does). ``softmax_first`` (one-pass contracts only) normalises the weights before P @ V, as
+    softmax-then-matmul does, instead of dividing the output by l. ``tanh_from_exp`` computes the cap's tanh
+    as ``1 - 2 / (exp(2x) + 1)`` in fp32, as kernels without a tanh do. ``bias_base2`` adds the variant's
+    biases to the base-2 logits, ``s log2(e) + b log2(e)``, as exp2 kernels do, instead of ``(s + b)
+    log2(e)``: the two round differently where |b| is large.
+    """
+
+    tf32_mode: str = "nearest"
+    scale_inputs: bool = False
+    softmax_first: bool = False
+    tanh_from_exp: bool = False
+    bias_base2: bool = False
 
 
 def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
@@ -37,59 +68,56 @@ def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
 
 
 def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
-                   precision: Precision | str = "flash", block_m: int = 64, block_n: int = 64,
-                   key_order: torch.Tensor | None = None, tf32_mode: str = "nearest",
-                   scale_inputs: bool = False, softmax_first: bool = False, variant=None,
-                   tanh_from_exp: bool = False, bias_base2: bool = False):
-    """(out, lse) of the tiled algorithm under ``precision``; keys visited in ``key_order``; ``variant``'s
-    cap on the logits, its window and chunk, and its sinks added to l at the end. ``tanh_from_exp``
-    computes the cap's tanh as ``1 - 2 / (exp(2x) + 1)`` in fp32, as kernels without a tanh do.
-    ``bias_base2`` adds the variant's biases to the base-2 logits, ``s log2(e) + b log2(e)``, as exp2 kernels
-    do, instead of ``(s + b) log2(e)``: the two round differently where |b| is large.
-
-    ``scale_inputs`` multiplies Q and K by sqrt(|scale|) before the product instead of scaling the
-    scores (PyTorch's math backend does). ``softmax_first`` (one-pass contracts only) normalises the
-    weights before P @ V, as softmax-then-matmul does, instead of dividing the output by l.
-    Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
+                   precision: Precision | str = "flash", variant=None, tiling: Tiling = Tiling(),
+                   habits: Habits = Habits()):
+    """(out, lse) of the tiled algorithm under ``precision``, in ``tiling``'s tiles and key order, computed
+    with a kernel's ``habits``; ``variant``'s cap on the logits, its window and chunk, and its sinks added to
+    l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
     """
     q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
                                                                   attn_mask=attn_mask)
     precision = precision_named(precision)
-    for name, value in (("block_m", block_m), ("block_n", block_n)):
-        check_count(name, value, what="a tile size", fix=f"Pass {name}=16, 32, 64, ...")
-    if scale_inputs and not precision.scale_on_inputs:
-        raise InvalidArgument("scale_inputs", scale_inputs, f"the {precision.name!r} contract scales the scores, "
-                              "not Q and K", "Pass scale_inputs only with a contract that has scale_on_inputs=True.")
-    if softmax_first and precision.rescales_per_tile:
-        raise InvalidArgument("softmax_first", softmax_first, f"the {precision.name!r} contract rescales per tile, "
-                              "so no kernel under it can normalise the weights before P @ V",
-                              "Pass softmax_first only with a one-pass contract such as 'upcast'.")
+    _check_knobs(precision, tiling, habits)
     dtype = q.dtype
     tf32 = precision.tf32 and dtype == torch.float32
     vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device, variant=variant)
     kq = k.repeat_interleave(s.group, dim=1).float()
     vq = v.repeat_interleave(s.group, dim=1).float()
     qf = q.float()
-    if scale_inputs:
+    if habits.scale_inputs:
         root = math.sqrt(abs(scale))
         qf, kq = qf * math.copysign(root, scale), kq * root
         scale = 1.0
-    scores = _Scores.of(variant, scale, q.device, tanh_from_exp, s)
-    scores.base2 = bias_base2
-    if key_order is not None:
-        order = torch.as_tensor(key_order, device=q.device, dtype=torch.long)
+    scores = _Scores.of(variant, scale, q.device, habits.tanh_from_exp, s)
+    scores.base2 = habits.bias_base2
+    if tiling.key_order is not None:
+        order = torch.as_tensor(tiling.key_order, device=q.device, dtype=torch.long)
         if sorted(order.tolist()) != list(range(s.n_k)):
-            raise InvalidArgument("key_order", key_order, "not a permutation of the keys",
+            raise InvalidArgument("key_order", tiling.key_order, "not a permutation of the keys",
                                   f"Pass a permutation of range({s.n_k}).")
         kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
         if scores.bias is not None:
             scores.permute_keys(order)
     if tf32:
-        qf, kq, vq = (round_tf32(t, mode=tf32_mode) for t in (qf, kq, vq))
+        qf, kq, vq = (round_tf32(t, mode=habits.tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
-        return _upcast(qf, kq, vq, vis, scores, dtype, softmax_first)
-    return _tiled(qf, kq, vq, vis, scores, s, dtype=dtype, p_rounding=_p_rounding(precision, dtype, tf32, tf32_mode),
-                  block_m=block_m, block_n=block_n)
+        return _upcast(qf, kq, vq, vis, scores, dtype, habits.softmax_first)
+    p_rounding = _p_rounding(precision, dtype, tf32, habits.tf32_mode)
+    return _tiled(qf, kq, vq, vis, scores, s, dtype=dtype, p_rounding=p_rounding, tiling=tiling)
+
+
+def _check_knobs(precision: Precision, tiling: Tiling, habits: Habits) -> None:
+    """Tiles of a positive size, and only the habits the contract allows a kernel."""
+    for name in ("block_m", "block_n"):
+        check_count(name, getattr(tiling, name), what="a tile size", fix=f"Pass {name}=16, 32, 64, ...")
+    if habits.scale_inputs and not precision.scale_on_inputs:
+        raise InvalidArgument("scale_inputs", habits.scale_inputs, f"the {precision.name!r} contract scales the "
+                              "scores, not Q and K",
+                              "Pass scale_inputs only with a contract that has scale_on_inputs=True.")
+    if habits.softmax_first and precision.rescales_per_tile:
+        raise InvalidArgument("softmax_first", habits.softmax_first, f"the {precision.name!r} contract rescales "
+                              "per tile, so no kernel under it can normalise the weights before P @ V",
+                              "Pass softmax_first only with a one-pass contract such as 'upcast'.")
 
 
 def _p_rounding(precision: Precision, dtype, tf32: bool, tf32_mode: str):
@@ -99,8 +127,9 @@ def _p_rounding(precision: Precision, dtype, tf32: bool, tf32_mode: str):
     return (lambda p: round_tf32(p, mode=tf32_mode)) if tf32 else (lambda p: p.to(dtype).float())
 
 
-def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, block_m: int, block_n: int):
+def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
     """The online softmax over key tiles of ``block_n``: (out, lse)."""
+    block_m, block_n = tiling.block_m, tiling.block_n
     out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=qf.device)
     lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=qf.device)
     # Rows are independent in the online softmax, so block_m changes no number: rows go through in

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .blockwise import add_into
+
 __all__ = ["VARIANT_GRADIENTS", "Reductions", "wanted", "bias_source"]
 
 VARIANT_GRADIENTS = ("dbias", "dsinks")
@@ -42,8 +44,6 @@ class Reductions:
     def add(self, ops, blk, name: str, values: dict) -> None:
         """Add one block's per-element ``values`` (part -> array): dbias (p, G, R, Nk), dsinks the sink
         column (p, G, R, 1)."""
-        from .gradients import add_into
-
         if name not in self.sums:
             return
         for part, value in values.items():

@@ -158,7 +158,10 @@ def _bug(bug: dict) -> list:
 def _bugs(report: dict) -> list:
     if not report["bugs"]:
         return [("h2", "Distinct bugs"), ("p", "None found.")]
-    return [("h2", f"Distinct bugs ({len(report['bugs'])})"),
+    bugs = len([b for b in report["bugs"] if b["status"] == "BUG"])
+    suspicious = len(report["bugs"]) - bugs
+    heading = f"Distinct bugs ({bugs})" + (f" and suspicious findings ({suspicious})" if suspicious else "")
+    return [("h2", heading),
             ("p", "Failing cases grouped by root cause. Each keeps its smallest saved case; run its replay command "
                   "from this report's folder.")] + [b for bug in report["bugs"] for b in _bug(bug)]
 
