@@ -19,7 +19,7 @@ import torch
 
 from ..contract import masks
 from ..contract.validation import Shapes
-from ..contract.variants import Variant
+from ..features.variant import Variant
 
 __all__ = ["ops_for", "AttentionCall", "Block", "iter_blocks", "scatter", "add_into", "visible_block", "block_elements",
            "dequantized"]
