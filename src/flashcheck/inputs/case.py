@@ -306,7 +306,7 @@ class AttentionCase:
         return save_case(self, path_stem)
 
     @classmethod
-    def load(cls, path) -> "AttentionCase | ServingCase":
+    def load(cls, path) -> "AttentionCase":
         """Load a case saved by :meth:`save` (or a serving case's) from its ``.json``, its ``.npz`` or their stem."""
         return load_case(path)
 
