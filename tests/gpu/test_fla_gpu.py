@@ -15,7 +15,7 @@ import torch
 
 import flashcheck
 from flashcheck import AttentionCase
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import load_case
 from flashcheck.kernels.fla import make_fla_decoding_kernel
 from tests.gpu._marks import COMPILED_TRITON
 

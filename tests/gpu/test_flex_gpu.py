@@ -13,7 +13,7 @@ import torch
 
 import flashcheck
 from flashcheck import AttentionCase
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import load_case
 from tests.gpu._marks import COMPILED_TRITON
 
 pytestmark = COMPILED_TRITON + [

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import flashcheck
-from flashcheck.inputs.case import AttentionCase
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import AttentionCase, load_case
 from flashcheck.inputs.packing import PAGE_REGIMES, serving_case
 from flashcheck.inputs.serving import ServingCase
 from flashcheck.inputs.recipe_draws import draw_recipes

@@ -127,7 +127,7 @@ def test_a_correct_rows_failures_are_saved_to_the_corpus_and_replay(tmp_path, mo
 
     import flashcheck.selftest.run as selftest_run
     from flashcheck import check
-    from flashcheck.inputs.casefile import load_case
+    from flashcheck.inputs.case import load_case
 
     buggy = subjects("cpu", names=["scale_ignored"])[0]
     monkeypatch.setattr(selftest_run, "subjects", lambda *a, **k: [dataclasses.replace(buggy, correct=True)])

@@ -292,7 +292,7 @@ def test_biases_added_one_by_one_to_base_2_logits_are_a_legal_order_not_an_outli
     error looked 2e11 times the worst legal order. The envelope now includes exp2 kernels' order."""
     import os
 
-    from flashcheck.inputs.casefile import load_case
+    from flashcheck.inputs.case import load_case
     from flashcheck.judge.check import check
     from flashcheck.kernels.registry import resolve_kernel
 

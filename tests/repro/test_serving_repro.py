@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from flashcheck.contract.formats import raw_bits
-from flashcheck.inputs.case import AttentionCase
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import AttentionCase, load_case
 from flashcheck.inputs.packing import serving_case
 
 from ._repro import imports_flashcheck, repro, run_without_flashcheck, save_case

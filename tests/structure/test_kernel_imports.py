@@ -14,7 +14,8 @@ MODULES = modules()
 KERNELS = {name: path for name, path in MODULES.items()
            if name.startswith("kernels.") and path.name != "__init__.py"}
 # Modules of other layers whose lazy imports follow the same rule.
-LAZY_CHECKED = {**KERNELS, "cli.options": MODULES["cli.options"]}
+LAZY_CHECKED = {**KERNELS, "cli.options": MODULES["cli.options"], "judge.merge": MODULES["judge.merge"],
+                **{name: path for name, path in MODULES.items() if name.startswith("inputs.")}}
 
 
 def _graph(imports: dict[str, list[Import]]) -> dict[str, set[str]]:

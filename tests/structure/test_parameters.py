@@ -36,7 +36,6 @@ TRITON_KERNELS = {
 _CALLING_CONVENTION = ("a kernel callable: q, k, v and the keywords of the calling convention "
                        "(flashcheck.contract.validation), one parameter each")
 KNOWN_EXCEPTIONS = {
-    "judge.merge:check_merge": "public API (flashcheck.check_merge): its keywords are documented in docs/api.md",
     "kernels.triton.forward:make_kernel.attention": _CALLING_CONVENTION,
     "kernels.fla:_varlen.attention": _CALLING_CONVENTION,
     "kernels.fla:_decoding.attention": _CALLING_CONVENTION,

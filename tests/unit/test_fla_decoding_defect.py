@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import flashcheck
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import load_case
 from tests._fla_decoding import model_kernel
 
 CASES = sorted((Path(__file__).parents[2] / "reports" / "serving-2026-12-03" / "h200" / "fla-decoding-cases")

@@ -18,7 +18,7 @@ import torch
 import flashcheck
 import flashcheck.kernels.flex as flex
 from flashcheck import AttentionCase, Variant
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import load_case
 from flashcheck.judge.properties import PROPERTIES
 
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")),

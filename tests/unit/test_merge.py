@@ -10,6 +10,7 @@ import torch
 
 import flashcheck
 from flashcheck.errors import InvalidArgument
+from flashcheck.judge.merge import MergeOptions, check_merge
 from flashcheck.numerics.merge import merge_reference
 
 
@@ -112,6 +113,27 @@ def test_the_oracle_merges_exactly_where_the_answer_is_known():
 def test_bad_options_name_the_argument(option, value):
     with pytest.raises(InvalidArgument, match=option):
         flashcheck.check_merge(_natural, **{option: value})
+
+
+def test_options_come_as_a_record_or_as_keywords():
+    options = MergeOptions(cases=6, seed=3, rows=4)
+    assert check_merge(_natural, options).as_dict() == check_merge(_natural, cases=6, seed=3, rows=4).as_dict()
+    assert check_merge(_natural, options, cases=3).case.startswith("3 merges")
+    assert check_merge(merge_fn=_natural, cases=2).status == "PASS"
+
+
+def test_an_unknown_option_is_named_with_the_known_ones():
+    with pytest.raises(InvalidArgument, match=r"case=8: not an option of MergeOptions\. Use one of \['cases'") as e:
+        flashcheck.check_merge(_natural, case=8)
+    assert isinstance(e.value, TypeError)  # what Python raises for an unexpected keyword
+    with pytest.raises(InvalidArgument, match="options=64: expected a MergeOptions"):
+        flashcheck.check_merge(_natural, 64)
+
+
+def test_the_options_are_checked_once_where_the_record_is_made():
+    with pytest.raises(InvalidArgument, match="max_splits"):
+        MergeOptions(convention="pair", max_splits=1)
+    assert MergeOptions(device="cpu").device == torch.device("cpu")
 
 
 @pytest.mark.parametrize("regime", ["random", "empty_splits", "dominant", "huge_lse", "negative_lse", "large_values"])

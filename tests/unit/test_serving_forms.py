@@ -10,8 +10,7 @@ import torch
 
 import flashcheck
 from flashcheck.errors import InvalidArgument
-from flashcheck.inputs.case import AttentionCase
-from flashcheck.inputs.casefile import load_case
+from flashcheck.inputs.case import AttentionCase, load_case
 from flashcheck.inputs.packing import LENGTH_REGIMES, PAGE_REGIMES, serving_case
 from flashcheck.inputs.serving import ServingCase
 from flashcheck.inputs.recipe_draws import draw_recipes

@@ -5,7 +5,8 @@ only when it is materialised on a device (:meth:`AttentionCase.to_device`), so t
 handed to a kernel contiguous, transposed, strided, with stride-0 heads or at a storage offset, and
 optionally inside NaN guard bands that expose out-of-bounds reads.
 
-Saved cases are one ``.npz`` plus one ``.json``: the format is :mod:`flashcheck.inputs.casefile`.
+Saved cases are one ``.npz`` plus one ``.json``: the format is :mod:`flashcheck.inputs.casefile`. A saved case
+may be a serving form's (:mod:`flashcheck.inputs.serving`), so loading one, of either kind, is here, above both.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from ..contract.formats import format_of, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
 from ..features.variant import Variant, check_shapes
 from ..errors import InvalidArgument
+from .casefile import load_saved_case, save_case
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
+from .serving import ServingCase
 
-__all__ = ["AttentionCase", "describe_inputs"]
+__all__ = ["AttentionCase", "describe_inputs", "load_case"]
 
 def _heads_identical(t: torch.Tensor) -> bool:
     bits = raw_bits(t)
@@ -300,15 +303,19 @@ class AttentionCase:
 
     def save(self, path_stem) -> tuple[Path, Path]:
         """Write ``<stem>.npz`` and ``<stem>.json`` atomically; return their paths."""
-        from .casefile import save_case
-
         return save_case(self, path_stem)
 
     @classmethod
     def load(cls, path) -> "AttentionCase":
-        """Load a case saved by :meth:`save` from its ``.json``, its ``.npz`` or their stem."""
-        from .casefile import load_case
-
+        """Load a case saved by :meth:`save` (or a serving case's) from its ``.json``, its ``.npz`` or their stem."""
         return load_case(path)
 
 
+def load_case(path) -> AttentionCase | ServingCase:
+    """The case saved at ``path`` (its ``.json``, its ``.npz`` or their stem): dense, or a serving form's."""
+    return load_saved_case(path, _built)
+
+
+def _built(fields: dict, form: dict | None) -> AttentionCase | ServingCase:
+    case = AttentionCase(**fields)
+    return case if form is None else ServingCase(case, **form)

@@ -3,7 +3,9 @@
 
 Both files are written atomically (:mod:`flashcheck.files`), the npz first and the JSON last, and the JSON
 records the npz's hash, so a crash or a stray file never passes for a valid case: loading refuses it,
-naming the file and what is wrong with it. The case itself is :mod:`flashcheck.inputs.case`.
+naming the file and what is wrong with it. The cases themselves are :mod:`flashcheck.inputs.case` and
+:mod:`flashcheck.inputs.serving`, which save themselves here and build what :func:`load_saved_case` reads: this
+module knows their fields, not their classes, so that both can import it.
 """
 
 from __future__ import annotations
@@ -24,11 +26,9 @@ from ..features.variant import TENSORS as TENSORS_OF_VARIANTS
 from ..features.variant import Variant
 from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
-from .case import AttentionCase
 from .layout import TENSORS, Layout
-from .serving import ServingCase
 
-__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_case", "loaded_tensor", "read_case_files",
+__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_saved_case", "loaded_tensor", "read_case_files",
            "save_case", "saved_format", "stored_array", "write_case_files"]
 
 FORMAT_VERSION = 4
@@ -92,11 +92,16 @@ def _sha256(path) -> str:
 
 
 
-def _metadata(case) -> dict:
-    if isinstance(case, ServingCase):
-        table = {} if case.block_table is None else {"block_table": {"shape": list(case.block_table.shape)}}
-        return {**_metadata(case.base), "format_version": FORMAT_VERSION, "describe": case.describe(),
-                "form": _form_metadata(case), **table}
+def _metadata(case, serving) -> dict:
+    meta = _dense_metadata(case)
+    if serving is None:
+        return meta
+    table = {} if serving.block_table is None else {"block_table": {"shape": list(serving.block_table.shape)}}
+    return {**meta, "format_version": FORMAT_VERSION, "describe": serving.describe(),
+            "form": _form_metadata(serving), **table}
+
+
+def _dense_metadata(case) -> dict:
     s = case.shapes
     return {
         "format": _FORMAT_NAME,
@@ -118,7 +123,7 @@ def _metadata(case) -> dict:
     }
 
 
-def _form_metadata(case: ServingCase) -> dict:
+def _form_metadata(case) -> dict:
     form = {key: getattr(case, key) for key in _FORM_KEYS}
     form.update({key: getattr(case, key) for key in _OPTIONAL_FORM_KEYS if getattr(case, key) is not None})
     return form
@@ -143,16 +148,15 @@ def _variant_metadata(variant) -> dict:
     return out
 
 
-def _arrays(case) -> dict:
-    if isinstance(case, ServingCase):
-        table = {} if case.block_table is None else {"block_table": case.block_table.numpy()}
-        return {**_arrays(case.base), **table}
+def _arrays(case, serving) -> dict:
     arrays = {"q": stored_array(case.q), "k": stored_array(case.k), "v": stored_array(case.v)}
     if case.attn_mask is not None:
         arrays["attn_mask"] = case.attn_mask.numpy()
     for name in TENSORS_OF_VARIANTS:
         if getattr(case.variant, name) is not None:
             arrays[name] = stored_array(getattr(case.variant, name))
+    if serving is not None and serving.block_table is not None:
+        arrays["block_table"] = serving.block_table.numpy()
     return arrays
 
 
@@ -172,9 +176,10 @@ def loaded_tensor(a: np.ndarray, dtype) -> torch.Tensor:
     return torch.from_numpy(np.array(a, order="C"))
 
 
-def save_case(case, path_stem) -> tuple[Path, Path]:
-    """Write ``case`` as ``<stem>.npz`` and ``<stem>.json`` atomically; return their paths."""
-    return write_case_files(path_stem, _arrays(case), lambda: _metadata(case))
+def save_case(case, path_stem, *, serving=None) -> tuple[Path, Path]:
+    """Write the dense ``case`` (with ``serving``, the serving-form case over it as its base, when it is one) as
+    ``<stem>.npz`` and ``<stem>.json`` atomically; return their paths."""
+    return write_case_files(path_stem, _arrays(case, serving), lambda: _metadata(case, serving))
 
 
 def write_case_files(path_stem, arrays: dict, metadata) -> tuple[Path, Path]:
@@ -199,24 +204,29 @@ def write_case_files(path_stem, arrays: dict, metadata) -> tuple[Path, Path]:
     return npz_path, json_path
 
 
-def load_case(path) -> AttentionCase | ServingCase:
-    """Load a case saved by :meth:`save` from its ``.json``, its ``.npz`` or their stem."""
+def load_saved_case(path, build):
+    """The case saved at ``path`` (its ``.json``, its ``.npz`` or their stem), checked and handed to ``build(fields,
+    form)``: ``fields`` the dense case's constructor keywords, ``form`` a serving case's besides its base (None for
+    a dense case). A case ``build`` refuses (InvalidArgument, TypeError) is a :class:`CaseFormatError`."""
     meta, arrays = read_case_files(path, _check_meta)
     npz_path, json_path = case_paths(path)
     tensors = _check_arrays(npz_path, meta, arrays)
     try:
-        case = AttentionCase(tensors["q"], tensors["k"], tensors["v"], scale=meta["_scale"], causal=meta["causal"],
-                             attn_mask=tensors.get("attn_mask"), layout=meta["layout"],
-                             provenance=meta.get("provenance") or {},
-                             variant=Variant.from_dict(meta.get("variant"), tensors))
-        if meta.get("form") is None:
-            return case
-        return ServingCase(case, block_table=tensors.get("block_table"), **meta["form"])
+        return build(_dense_fields(meta, tensors), _serving_fields(meta, tensors))
     except (InvalidArgument, TypeError) as exc:
         raise CaseFormatError(json_path, f"the stored case is not a valid input: {exc}",
                               "Re-save the case, or delete this pair of files.") from None
 
 
+def _dense_fields(meta: dict, tensors: dict) -> dict:
+    return {"q": tensors["q"], "k": tensors["k"], "v": tensors["v"], "scale": meta["_scale"], "causal": meta["causal"],
+            "attn_mask": tensors.get("attn_mask"), "layout": meta["layout"],
+            "provenance": meta.get("provenance") or {}, "variant": Variant.from_dict(meta.get("variant"), tensors)}
+
+
+def _serving_fields(meta: dict, tensors: dict) -> dict | None:
+    form = meta.get("form")
+    return None if form is None else {**form, "block_table": tensors.get("block_table")}
 
 
 def read_case_files(path, check_meta) -> tuple[dict, dict]:

@@ -24,6 +24,7 @@ from ..hypothesis_internals import without_local_constants
 from .case import AttentionCase
 from .covering import covering_plan, covering_size, planned_choices
 from .layout import layouts as layout_names
+from .options import Options
 from .packing import LENGTH_REGIMES, PAGE_REGIMES, SEQUSED_REGIMES
 from .presets import token_cap_problem
 from .recipe import POOL_FIELDS, Recipe
@@ -100,7 +101,7 @@ def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
 
 
 @dataclass(frozen=True)
-class RecipeOptions:
+class RecipeOptions(Options):
     """What :func:`recipes` draws from: a kernel's spec, the regimes of its pools and the sizes of its shapes.
     :func:`recipe_pools` checks the pools, :func:`recipes` and :func:`shapes` the sizes."""
 
@@ -122,11 +123,6 @@ class RecipeOptions:
     max_decode_n: int | None = None
     max_total_tokens: int | None = None  # the batch cut so that batch x (Nq + Nk) stays within it
     large_tensors: bool = False  # one 16-bit recipe in eight grown past 2^31 elements (uncapped)
-
-    @classmethod
-    def of(cls, options: RecipeOptions | None, keywords: dict) -> RecipeOptions:
-        """``options`` (None: the defaults) with the fields ``keywords`` names replaced."""
-        return dataclasses.replace(options or cls(), **keywords)
 
 
 def recipe_pools(options: RecipeOptions | None = None, /, **keywords) -> dict[str, list]:

@@ -20,7 +20,11 @@ import torch
 from ..contract.formats import format_of
 from ..contract.forms import SERVING_FORMS, output_shapes
 from ..errors import InvalidArgument
-from .case import AttentionCase
+from .casefile import save_case
+
+# The dense case (flashcheck.inputs.case.AttentionCase) is named in annotations only, never imported: loading a
+# saved case of either kind builds a ServingCase there, so that module imports this one. Cases are derived from
+# the base with dataclasses.replace, which validates them as AttentionCase.create does.
 
 __all__ = ["POISONS", "ServingCase", "SequenceGroup", "poison_values"]
 
@@ -195,8 +199,8 @@ class ServingCase:
             mask = torch.zeros(1, 1, 1, 1, dtype=torch.bool)
         else:
             k, v = k[:, :, :n_k], v[:, :, :n_k]
-        return AttentionCase.create(q[:, :, :n_q], k, v, scale=base.scale, causal=base.causal, attn_mask=mask,
-                                    provenance=base.provenance, variant=_variant_of(base.variant, rows))
+        return dataclasses.replace(base, q=q[:, :, :n_q], k=k, v=v, attn_mask=mask,
+                                   variant=_variant_of(base.variant, rows))
 
     # ---- the physical form ------------------------------------------------------------------------------
 
@@ -287,8 +291,8 @@ class ServingCase:
     def only(self, b: int) -> "ServingCase":
         """Sequence ``b`` alone, in the same form (a paged one keeps the whole page pool)."""
         base, keep = self.base, slice(b, b + 1)
-        alone = AttentionCase.create(base.q[keep], base.k[keep], base.v[keep], scale=base.scale, causal=base.causal,
-                                     provenance=base.provenance, variant=_variant_of(base.variant, torch.tensor([b])))
+        alone = dataclasses.replace(base, q=base.q[keep], k=base.k[keep], v=base.v[keep],
+                                    variant=_variant_of(base.variant, torch.tensor([b])))
         table = None if self.block_table is None else self.block_table[keep]
         slack = None if self.k_slack is None else self.k_slack[keep]
         return dataclasses.replace(self, base=alone, q_lens=self.q_lens[keep], k_lens=self.k_lens[keep],
@@ -300,9 +304,9 @@ class ServingCase:
         return dataclasses.replace(self, block_table=order[self.block_table.long()].to(torch.int32))
 
     def save(self, path_stem):
-        from .casefile import save_case
-
-        return save_case(self, path_stem)
+        """Write ``<stem>.npz`` and ``<stem>.json`` atomically (:mod:`flashcheck.inputs.casefile`); return their
+        paths."""
+        return save_case(self.base, path_stem, serving=self)
 
 
 def _variant_of(variant, rows: torch.Tensor):

@@ -9,7 +9,9 @@ drawn on the CPU and handed to the merge on its device; the judgement is made on
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+
 import torch
 
 from ..contract.counts import check_count
@@ -20,19 +22,54 @@ from ..errors import InvalidArgument
 from ..files import check_writable_folder
 from ..inputs.merge_case import MergeCase
 from ..inputs.merge_states import MERGE_REGIMES, draw_states
+from ..inputs.options import Options, keywords_of
 from ..kernels.origin import kernel_origin
 from ..numerics.merge import MergeBudget, fold_budget, merge_budget
 from .verdict import BUG, Finding, Verdict
 
-__all__ = ["LSE_BASES", "EMPTY_LSE", "MergeJudgement", "check_merge", "fold_states", "judge_merge"]
+__all__ = ["LSE_BASES", "EMPTY_LSE", "MergeJudgement", "MergeOptions", "check_merge", "fold_states", "judge_merge"]
 
 EMPTY_LSE = EMPTY_LSE_PROMISES  # what a row with no live split may return as its lse
 
 
-def check_merge(merge_fn, *, cases: int = 64, seed: int = 0, dtype="fp32", lse_base: str = "e",
-                empty_lse: str = "-inf", max_splits: int = 16, rows: int = 8, head_dim: int = 64, device="cpu",
-                convention: str = "states", save_dir=None) -> Verdict:
-    """The verdict on ``merge_fn`` over ``cases`` drawn sets of partial states, the regimes taken in turn.
+@dataclass(frozen=True)
+class MergeOptions(Options):
+    """What :func:`check_merge` draws and how it calls the merge, checked here, once (the device as a torch
+    device)."""
+
+    cases: int = 64
+    seed: int = 0
+    dtype: str | torch.dtype = "fp32"
+    lse_base: str = "e"
+    empty_lse: str = "-inf"
+    max_splits: int = 16
+    rows: int = 8
+    head_dim: int = 64
+    device: str | torch.device = "cpu"
+    convention: str = "states"
+    save_dir: str | os.PathLike | None = None
+
+    def __post_init__(self):
+        format_of(self.dtype)
+        check_count("cases", self.cases, fix="Pass cases=64 or more: a merge judged on no case is not a pass.")
+        check_count("max_splits", self.max_splits, maximum=4096,
+                    fix="Pass max_splits=16 (splits drawn from 1 to it).")
+        check_count("rows", self.rows, fix="Pass rows=8.")
+        check_count("head_dim", self.head_dim, fix="Pass head_dim=64.")
+        if self.conventions.pairwise and self.max_splits < 2:
+            raise InvalidArgument("max_splits", self.max_splits, "a two-state merge needs two states at least",
+                                  "Pass max_splits=16 (states drawn from 2 to it).")
+        object.__setattr__(self, "device", device_named(self.device))
+
+    @property
+    def conventions(self) -> MergeConventions:
+        return MergeConventions(self.convention, self.lse_base, self.empty_lse)
+
+
+@keywords_of(MergeOptions)
+def check_merge(merge_fn, options: MergeOptions | None = None, **keywords) -> Verdict:
+    """The verdict on ``merge_fn`` over ``cases`` drawn sets of partial states, the regimes taken in turn; the
+    options (:class:`MergeOptions`) given whole, as keywords, or both.
 
     ``convention="states"``: ``merge_fn(outs, lses) -> (out, lse)``, ``outs`` (S, R, Dv) in ``dtype``, ``lses``
     (S, R) fp32; ``convention="pair"``: ``merge_fn(out_a, lse_a, out_b, lse_b) -> (out, lse)``, each out (R, Dv)
@@ -41,29 +78,21 @@ def check_merge(merge_fn, *, cases: int = 64, seed: int = 0, dtype="fp32", lse_b
     with no live split must give out = 0 and the lse ``empty_lse`` says ("-inf", "+inf" or "any"). The states
     reach the merge on ``device`` ("cpu", "cuda", "cuda:N"). ``save_dir``: where to save the states of a failing
     case (one per distinct set of finding kinds), for ``flashcheck repro``."""
-    fmt = format_of(dtype)
-    check_count("cases", cases, fix="Pass cases=64 or more: a merge judged on no case is not a pass.")
-    check_count("max_splits", max_splits, maximum=4096, fix="Pass max_splits=16 (splits drawn from 1 to it).")
-    check_count("rows", rows, fix="Pass rows=8.")
-    check_count("head_dim", head_dim, fix="Pass head_dim=64.")
-    conventions = MergeConventions(convention, lse_base, empty_lse)
-    if conventions.pairwise and max_splits < 2:
-        raise InvalidArgument("max_splits", max_splits, "a two-state merge needs two states at least",
-                              "Pass max_splits=16 (states drawn from 2 to it).")
-    device = device_named(device)
-    folder = None if save_dir is None else check_writable_folder("save_dir", save_dir)
+    o = MergeOptions.of(options, keywords)
+    fmt, conventions, device = format_of(o.dtype), o.conventions, o.device
+    folder = None if o.save_dir is None else check_writable_folder("save_dir", o.save_dir)
     if not callable(merge_fn):
         raise InvalidArgument("merge_fn", merge_fn, "not callable",
                               f"Pass a function {conventions.signature} -> (out, lse).")
     regimes, saved = list(MERGE_REGIMES), {}
     findings, worst = [], 0.0
-    for index in range(cases):
+    for index in range(o.cases):
         regime = regimes[index % len(regimes)]
         low = 2 if conventions.pairwise else 1
-        splits = low + (index * 7919 + seed) % (max_splits - low + 1)
-        draw = seed * 100003 + index
-        outs, lses = draw_states(regime, seed=draw, splits=splits, rows=rows, head_dim=head_dim, dtype=fmt.dtype)
-        given = lses if lse_base == "e" else (lses.double() / math.log(2)).float()
+        splits = low + (index * 7919 + o.seed) % (o.max_splits - low + 1)
+        draw = o.seed * 100003 + index
+        outs, lses = draw_states(regime, seed=draw, splits=splits, rows=o.rows, head_dim=o.head_dim, dtype=fmt.dtype)
+        given = lses if o.lse_base == "e" else (lses.double() / math.log(2)).float()
         judged = judge_merge(merge_fn, outs, given, conventions, device=device, where=f"{regime} S={splits}")
         if folder is not None and judged.findings:
             _save(folder, saved, merge_fn, MergeCase(outs, given, conventions, {"regime": regime, "seed": draw,
@@ -71,7 +100,7 @@ def check_merge(merge_fn, *, cases: int = 64, seed: int = 0, dtype="fp32", lse_b
         findings += judged.findings
         worst = max(worst, judged.ratio)
     verdict = Verdict.from_findings(findings, max_ratio=worst, kernel=getattr(merge_fn, "__name__", repr(merge_fn)),
-                                    case=f"{cases} merges, {fmt.name}, lse base {lse_base}"
+                                    case=f"{o.cases} merges, {fmt.name}, lse base {o.lse_base}"
                                     + (", two states at a time" if conventions.pairwise else ""))
     verdict.notes += [f"saved the states of a case with {', '.join(kinds)} as {path} (flashcheck repro {path} "
                       "--out DIR writes its reproducer)" for kinds, path in saved.items()]
