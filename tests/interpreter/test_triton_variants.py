@@ -19,12 +19,14 @@ import pytest
 import torch
 
 import flashcheck
-from flashcheck.features.variant import BIASES
 from flashcheck.errors import InvalidArgument
+from flashcheck.features.registry import by_term
 from flashcheck.judge.properties import PROPERTIES
 from flashcheck.kernels.triton.forward import make_kernel
 from flashcheck.kernels.triton.mutants import load_mutant
 from flashcheck.kernels.triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
+
+BIASES = tuple(f.name for f in by_term("bias"))
 
 pytestmark = pytest.mark.interpreter
 
