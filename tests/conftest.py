@@ -17,6 +17,19 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_configure(config):
+    # The documented installs' resolutions wait on the index for a minute: started now, they run beside the tests.
+    from tests.docs._resolution import start_for_the_run
+
+    start_for_the_run(config)
+
+
+def pytest_unconfigure(config):
+    from tests.docs._resolution import clean_up
+
+    clean_up(config)
+
+
 def _shared_folder(tmp_path_factory) -> Path:
     """A folder of this test run that every pytest-xdist worker of it sees (the run's own without xdist)."""
     base = tmp_path_factory.getbasetemp()
@@ -46,7 +59,6 @@ def signoff_report(tmp_path_factory):
 # workers at the start, and the run ends on short tests instead of one worker finishing a long one alone.
 LONGEST_FIRST = (
     "tests/docs/test_commands.py::test_documented_commands_in_a_fresh_clone",
-    "tests/docs/test_setup_resolution.py",
     "tests/robustness/test_variant_campaigns.py",
     "tests/unit/test_fp8.py::test_an_adversarial_campaign",
     "tests/browser/",
@@ -58,7 +70,13 @@ LONGEST_FIRST = (
 )
 
 
+# Last: the test that reads what the resolutions started with the run wrote, by then mostly done.
+LAST = ("tests/docs/test_setup_resolution.py::test_every_install_resolves_from_the_package_index_alone",)
+
+
 def _rank(item) -> int:
+    if item.nodeid.startswith(LAST):
+        return len(LONGEST_FIRST) + 1
     return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
 
 

@@ -12,31 +12,13 @@ install itself would.
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from ._markdown import ROOT, blocks, documents, show
+from ._markdown import ROOT, show
+from ._resolution import installs, results
 
-PIP_INSTALL = re.compile(r"\bpip install ([^&|;]+)")
-
-
-def _installs() -> list[tuple[Path, str]]:
-    """(folder it runs in, arguments) of every ``pip install`` in a command block, the test command's too."""
-    found = []
-    for path in documents():
-        for block in blocks(path):
-            if block.info in ("sh", "bash", "shell", "console") or block.exempt:
-                found += [(path.parent, match[1].strip()) for match in PIP_INSTALL.finditer(block.text)]
-    return found
-
-
-INSTALLS = _installs()
+INSTALLS = installs()
 
 
 def test_the_readme_installs_torch_and_the_interpreter():
@@ -44,32 +26,16 @@ def test_the_readme_installs_torch_and_the_interpreter():
     assert any("torch==" in args and "[cpu" in args for args in readme), readme
 
 
-def _index_only_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTEST_", "PYTHON", "VIRTUAL_ENV"))}
-    env["PIP_CONFIG_FILE"] = os.devnull  # pip then reads no configuration file at all
-    return env
-
-
-def _resolve(folder: Path, args: str, report: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-cache-dir",
-               "--use-feature=fast-deps", "--report", str(report), *shlex.split(args)]
-    return subprocess.Popen(command, cwd=folder, env=_index_only_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
 @pytest.mark.slow
-def test_every_install_resolves_from_the_package_index_alone(tmp_path):
-    # All at once: each waits on the network, not on this machine's cores.
-    runs = [(folder, args, tmp_path / f"report{i}.json") for i, (folder, args) in enumerate(INSTALLS)]
-    started = [(folder, args, report, _resolve(folder, args, report)) for folder, args, report in runs]
-    for folder, args, report, process in started:
-        output = process.communicate(timeout=900)[0]
-        assert process.returncode == 0, f"`pip install {args}` in {show(folder)} does not resolve from the index " \
-                                        f"alone:\n{output[-3000:]}"
+def test_every_install_resolves_from_the_package_index_alone():
+    # The resolutions started with the run (tests/docs/_resolution.py): each waits on the network, not on a core.
+    for r in results():
+        assert r.status == 0, f"`pip install {r.args}` in {show(r.folder)} does not resolve from the index alone:\n" \
+                              f"{r.output[-3000:]}"
         chosen = {item["metadata"]["name"].lower(): item["metadata"]["version"]
-                  for item in json.loads(report.read_text())["install"]}
+                  for item in json.loads(r.report.read_text())["install"]}
         if "torch" in chosen and "triton" in chosen:
             # The triton the index's torch pins (torch 2.13.0: triton 3.7.1) must be one the interpreter runs
             # under (tests/interpreter passes with 3.7.1 and 3.9.0).
             major, minor = (int(part) for part in chosen["triton"].split(".")[:2])
-            assert (major, minor) >= (3, 7), (args, chosen)
+            assert (major, minor) >= (3, 7), (r.args, chosen)
