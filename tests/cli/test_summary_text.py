@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from flashcheck.cli.summary import print_summary
 
 WIDTH = 100

@@ -39,9 +39,9 @@ from hypothesis import event
 from ..inputs.case import AttentionCase
 from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.layout import Layout
-from ..inputs.sizes import host_memory_problem
 from ..inputs.recipe import Recipe
 from ..inputs.recipe_draws import recipe_pools, recipes
+from ..inputs.sizes import host_memory_problem
 from ..judge.backward import judge_case
 from ..judge.verdict import BUG, PASS, RATIO_CEILING, SUSPICIOUS, Verdict
 from .causes import Cause, needs_layout_triage, root_cause

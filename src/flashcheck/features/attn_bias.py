@@ -128,7 +128,7 @@ FEATURE = Feature(
     name="attn_bias", flag="attn_bias", term="bias", summary="a float bias added to the scaled logits",
     check=_check, text=lambda value: f"{tuple(value.shape)}:{str(value.dtype).replace('torch.', '')}",
     tensor=True, dims=lambda value: (-4, -3), shape_problem=_shape_problem, refusal=_refusal, bias=_bias,
-    draw=_draw, misreads=_misreads,
+    draw=_draw, misreads=_misreads, gradient="dbias",
     # logits of the value regimes sit near 0..10
     regimes={
         "none": None,

@@ -41,6 +41,8 @@ class Feature:
     legal kernel's bias arithmetic rounds on.
     ``misreads(variant, row)``: (what, logits) of a row (:class:`~flashcheck.features.scores.RowTerms`) with
     the feature read as kernels get it wrong, for a diagnosis to try.
+    ``gradient``: the name of the gradient a backward pass gives of a tensor feature (``dbias``), where it is
+    judged; None where it is not.
     ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
     """
@@ -60,6 +62,7 @@ class Feature:
     shape_problem: Callable = lambda value, shapes: None
     refusal: Callable = lambda variant, spec, dtype: None
     neutral: Callable | None = None
+    gradient: str | None = None
     misreads: Callable = lambda variant, row: []
     visible: Callable | None = None
     bias: Callable | None = None

@@ -58,5 +58,5 @@ FEATURE = Feature(
         "mixed": _heads(lambda gen, h: torch.tensor([-math.inf, -50.0, 0.0, 50.0])[torch.randint(0, 4, (h,),
                                                                                                  generator=gen)]),
     },
-    neutral=_neutral,
+    neutral=_neutral, gradient="dsinks",
 )

@@ -41,9 +41,8 @@ from dataclasses import dataclass
 import torch
 
 from ..contract import masks
-from ..contract.features import ALIBI_MODES, BIAS_ORDERS
+from ..contract.features import ALIBI_MODES, BIAS_ORDERS, FEATURES
 from ..errors import InvalidArgument
-from ..contract.features import FEATURES
 from .registry import REGISTRY, by_term
 from .tensors import as_float_tensor, head_values_text
 

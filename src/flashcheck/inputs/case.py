@@ -26,8 +26,8 @@ from ..contract import masks
 from ..contract.counts import check_count
 from ..contract.formats import format_of, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
-from ..features.variant import Variant, check_shapes
 from ..errors import InvalidArgument
+from ..features.variant import Variant, check_shapes
 from .casefile import load_saved_case, save_case
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
 from .serving import ServingCase

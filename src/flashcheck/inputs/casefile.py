@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from ..contract.formats import FORMATS, format_of
+from ..errors import CaseFormatError, InvalidArgument
 from ..features.variant import TENSORS as TENSORS_OF_VARIANTS
 from ..features.variant import Variant
-from ..errors import CaseFormatError, InvalidArgument
 from ..files import remove_quietly, write_temporary
 from .layout import TENSORS, Layout
 

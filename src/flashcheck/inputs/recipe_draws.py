@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
-from ..features.variant import FEATURES, declared
 from ..errors import InvalidArgument
+from ..features.variant import FEATURES, declared
 from ..hypothesis_internals import without_local_constants
 from .case import AttentionCase
 from .covering import covering_plan, covering_size, planned_choices

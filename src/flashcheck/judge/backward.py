@@ -20,8 +20,9 @@ import torch
 from ..contract.formats import format_of
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel, promise_note
-from ..features.variant import check_variant
 from ..errors import InvalidArgument
+from ..features.registry import REGISTRY
+from ..features.variant import check_variant
 from ..inputs.case import AttentionCase
 from ..inputs.regimes import make_upstream
 from ..numerics.gradient_budget import GradientBudget, gradient_budget
@@ -90,7 +91,7 @@ class BackwardRun:
 
 
 # The variant tensors whose gradients are judged where the kernel returns them.
-_VARIANT_INPUTS = {"attn_bias": "dbias", "sinks": "dsinks"}
+_VARIANT_INPUTS = {f.name: f.gradient for f in REGISTRY if f.gradient}
 
 
 def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **variant) -> BackwardRun:
@@ -117,7 +118,7 @@ def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **varian
 
 def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
     shapes = budget.gradients.shapes
-    if name in ("dbias", "dsinks"):
+    if name in _VARIANT_INPUTS.values():
         where = [describe_ranges(torch.nonzero(bad.reshape(-1)).flatten().tolist()[:64])]
         return f"{int(bad.sum())} of {bad.numel()} elements (flat indices {where[0]} of shape {tuple(bad.shape)})"
     if name == "dq":

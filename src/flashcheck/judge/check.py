@@ -23,8 +23,8 @@ import torch
 from ..contract.formats import output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
-from ..features.variant import check_variant
 from ..errors import InvalidArgument
+from ..features.variant import check_variant
 from ..inputs.case import AttentionCase, describe_inputs
 from ..inputs.serving import ServingCase
 from ..kernels.registry import resolve_kernel

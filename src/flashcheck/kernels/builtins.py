@@ -33,7 +33,7 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import FP8_TRITON, PAGED, SPLIT_KV, TRITON_VARLEN, VARLEN, PlantedBug
+from .planted import FP8_TRITON, PAGED, SPLIT_KV, TRITON_VARLEN, VARLEN
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel

@@ -34,8 +34,8 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
-from ..features.variant import Variant
 from ..errors import InvalidArgument
+from ..features.variant import Variant
 from .answers import GRADIENTS, Gradients
 from .blockwise import AttentionCall, add_into, ops_for
 from .exact import mpmath_gradients

@@ -39,9 +39,9 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
+from ..errors import FlashcheckError, InvalidArgument
 from ..features.scores import capped_scores
 from ..features.variant import Variant, check_shapes
-from ..errors import FlashcheckError, InvalidArgument
 from .answers import Reference
 from .blockwise import AttentionCall, iter_blocks, ops_for, scatter
 from .exact import mpmath_reference

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import torch
 
+from ..features.registry import REGISTRY
 from .blockwise import add_into
 
 __all__ = ["VARIANT_GRADIENTS", "Reductions", "wanted", "bias_source"]
 
-VARIANT_GRADIENTS = ("dbias", "dsinks")
+VARIANT_GRADIENTS = tuple(f.gradient for f in REGISTRY if f.gradient)  # each tensor feature's, where judged
 
 
 def wanted(variant) -> tuple[str, ...]:
     """The variant gradients a case has: dbias with an ``attn_bias``, dsinks with sinks."""
-    return tuple(n for n, t in (("dbias", variant.attn_bias), ("dsinks", variant.sinks)) if t is not None)
+    return tuple(f.gradient for f in REGISTRY if f.gradient and getattr(variant, f.name) is not None)
 
 
 def bias_source(blk, at_logits, at_cap_input):
