@@ -32,7 +32,7 @@ def _campaign(kernel, tmp_path, **options):
 
 
 def test_a_correct_kernel_with_every_variant_passes(tmp_path):
-    result = _campaign(KERNELS.correct, tmp_path, max_examples=80)
+    result = _campaign(KERNELS.correct, tmp_path, max_examples=40)
     summary = result.as_dict()
     assert summary["verdict"] == "PASS", summary["findings"]
     judged = result.coverage
@@ -56,7 +56,7 @@ def test_a_kernel_wrong_in_one_feature_is_found(tmp_path, name, named):
 
 def test_a_backward_that_drops_the_cap_s_slope_is_found(tmp_path):
     kernel = KERNELS.cap_slope_dropped
-    assert _campaign(kernel, tmp_path / "forward", max_examples=40).as_dict()["verdict"] == "PASS"
+    assert _campaign(kernel, tmp_path / "forward", max_examples=20).as_dict()["verdict"] == "PASS"
     summary = _campaign(kernel, tmp_path / "backward", max_examples=200, backward=True).as_dict()
     assert summary["verdict"] == "BUG"
     assert all("softcap=" in f["case"] and "gradients" in f["cause"] for f in summary["findings"]), summary["findings"]
