@@ -62,6 +62,8 @@ import pytest
 from .contract.counts import check_count
 from .contract.formats import DEVICES
 from .errors import InvalidArgument, sentences
+from .files import write_json
+from .inputs.presets import builtin_presets, load_preset
 from .testing import session as testing
 
 _KEY = "flashcheck_verdicts"
@@ -116,8 +118,6 @@ def _parse(name: str, value, where: str, base: Path):
             raise _usage(where, value, "unknown device", f"Use one of {list(DEVICES)}.")
         return value
     if name == "preset":
-        from .inputs.presets import builtin_presets, load_preset
-
         text = str(value)
         if text not in builtin_presets() and not Path(text).is_absolute() and (base / text).is_file():
             text = str(base / text)  # a path relative to the ini file (or the invocation directory)
@@ -174,7 +174,7 @@ def _require_gpu(device) -> None:
     if device == "cpu":
         raise pytest.UsageError("flashcheck: --flashcheck-require-gpu with device cpu: a GPU lane runs on the GPU. "
                                 "Drop --flashcheck-require-gpu (or flashcheck_require_gpu in the ini file) for a CPU run.")
-    import torch
+    import torch  # only for a GPU lane: the plugin is loaded by every pytest run
 
     if not torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -221,7 +221,7 @@ def _no_deadline(item) -> None:
         return
     from hypothesis import HealthCheck, settings  # here: loading the plugin imports no hypothesis
 
-    from .hypothesis_internals import given_settings, set_given_settings
+    from .hypothesis_internals import given_settings, set_given_settings  # as hypothesis, for the same reason
 
     current = given_settings(fn)
     suppressed = list(current.suppress_health_check)
@@ -243,7 +243,7 @@ class FlashcheckFixture:
         """Check ``kernel`` on ``case``; fail the test on BUG (and on SUSPICIOUS unless allowed), with the
         verdict and the replay command of the saved case (see :func:`flashcheck.assert_passes`)."""
         __tracebackhide__ = True
-        from .testing.asserts import assert_passes
+        from .testing.asserts import assert_passes  # imports torch: the plugin is loaded by every pytest run
 
         return assert_passes(kernel, case, allow_suspicious=allow_suspicious, **options)
 
@@ -266,8 +266,6 @@ def pytest_sessionfinish(session):
         return
     path = state.option("json")
     if path:
-        from .files import write_json
-
         rows = testing.summary_rows(state.records)
         write_json(path, {"summary": rows, "verdicts": state.records,
                           "replay": [cmd for row in rows for cmd in row["replay"]]})

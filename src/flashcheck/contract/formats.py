@@ -34,7 +34,7 @@ class FloatFormat:
 
     @property
     def dtype(self):
-        import torch
+        import torch  # on first use: the CLI reads the formats without torch
 
         return getattr(torch, self.torch_name)
 
@@ -100,7 +100,7 @@ def format_of(value: object, *, argument: str = "dtype") -> FloatFormat:
 def device_named(value: object, *, argument: str = "device"):
     """The torch device ``value`` names ("cpu", "cuda", "cuda:N" or a torch.device of them), one that torch can
     use here: CUDA where torch sees no GPU, or not that many, is refused by name."""
-    import torch
+    import torch  # on first use: the CLI reads the formats without torch
 
     try:
         device = torch.device(value) if isinstance(value, (str, torch.device)) else None
@@ -133,7 +133,7 @@ def output_format(value) -> FloatFormat:
 def raw_bits(t):
     """``t`` viewed as integers of its width: copies and comparisons of bits that never do float
     arithmetic (NaN payloads kept, -0.0 apart from +0.0)."""
-    import torch
+    import torch  # on first use: the CLI reads the formats without torch
 
     width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
     return t.view(width) if t.is_floating_point() and width is not None else t

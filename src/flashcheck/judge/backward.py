@@ -24,7 +24,8 @@ from ..errors import InvalidArgument
 from ..features.registry import REGISTRY
 from ..features.variant import check_variant
 from ..inputs.case import AttentionCase
-from ..inputs.regimes import make_upstream
+from ..inputs.regimes import UPSTREAM_REGIMES, make_upstream
+from ..kernels.registry import resolve_kernel
 from ..numerics.gradient_budget import GradientBudget, gradient_budget
 from ..numerics.gradients import GRADIENTS, group_share_max
 from ..numerics.oracle import reference_attention
@@ -41,8 +42,6 @@ __all__ = ["BackwardRun", "run_backward", "compare_gradients", "check_backward",
 def backward_case(case: AttentionCase, *, upstream: str, seed: int) -> AttentionCase:
     """``case`` marked as a backward case: its provenance names the dO regime and seed, so that a saved
     case replays its backward pass with the same upstream gradient."""
-    from ..inputs.regimes import UPSTREAM_REGIMES
-
     if upstream not in UPSTREAM_REGIMES:
         raise InvalidArgument("upstream", upstream, "unknown dO regime", f"Use one of {sorted(UPSTREAM_REGIMES)}.")
     marks = {"pass": "backward", "upstream": upstream, "upstream_seed": int(seed)}
@@ -52,8 +51,6 @@ def backward_case(case: AttentionCase, *, upstream: str, seed: int) -> Attention
 def drawn_backward_case(case: AttentionCase, seed: int) -> AttentionCase:
     """The backward case a campaign or the self-test draws: its dO regime follows from the recipe's
     ``seed`` (replayable, no extra draw)."""
-    from ..inputs.regimes import UPSTREAM_REGIMES
-
     regimes = sorted(UPSTREAM_REGIMES)
     return backward_case(case, upstream=regimes[seed % len(regimes)], seed=seed)
 
@@ -311,6 +308,4 @@ def judge_case(kernel: Kernel, case: AttentionCase, *, device, properties, ancho
 
 
 def _resolve(name: str, device) -> Kernel:
-    from ..kernels.registry import resolve_kernel
-
     return resolve_kernel(name, device=torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type)

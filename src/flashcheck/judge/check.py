@@ -28,6 +28,7 @@ from ..features.variant import check_variant
 from ..inputs.case import AttentionCase, describe_inputs
 from ..inputs.serving import ServingCase
 from ..kernels.registry import resolve_kernel
+from ..kernels.triton.cache import compilation_stats
 from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
 from .comparison import compare, promises
@@ -136,8 +137,6 @@ def compilations_so_far() -> tuple[int, float] | None:
     # Only a process that imported triton can have compiled a Triton kernel: never import it here.
     if "triton" not in sys.modules:
         return None
-    from ..kernels.triton.cache import compilation_stats
-
     return compilation_stats()
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..contract.formats import output_format
+from ..contract.masks import and_masks
+from ..contract.masks import causal as causal_fn
 from ..contract.validation import Shapes
 from ..features.scores import compose
 from ..features.variant import Variant
@@ -178,9 +180,6 @@ class _KeyRow:
     @classmethod
     def at(cls, got, inputs: dict, index: tuple, budget, row: int | None) -> "_KeyRow | None":
         """The row at ``index`` (see :func:`which_keys`); None when its query sees no key."""
-        from ..contract.masks import and_masks
-        from ..contract.masks import causal as causal_fn
-
         b, h, r = index[:3]
         i = r if row is None else row
         variant = inputs.get("variant") or Variant()

@@ -18,13 +18,12 @@ __all__ = ["BLOCKED", "SCHEMA_VERSION", "SIGNED_OFF", "build_report", "load_repo
 
 
 def __getattr__(name):
-    # The sign-off imports the campaign machinery, the comparison matplotlib: only when asked for.
     if name == "run_signoff":
-        from .signoff import run_signoff
+        from .signoff import run_signoff  # the campaigns (torch): a report renders without torch
 
         return run_signoff
     if name == "write_comparison":
-        from .compare import write_comparison
+        from .compare import write_comparison  # matplotlib, only when asked for
 
         return write_comparison
     raise AttributeError(name)

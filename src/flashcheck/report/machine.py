@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .. import __version__
+
 __all__ = ["flashcheck_version", "machine_info"]
 
 
@@ -36,8 +38,6 @@ def flashcheck_version() -> dict:
     """The version, and the git commit of the checkout the package runs from. ``$FLASHCHECK_SOURCE_COMMIT``,
     when set, names it instead: a copy of the source on a CI machine or a remote runner may have no .git,
     or a stale one."""
-    from .. import __version__
-
     version = _version("flashcheck") or __version__
     if os.environ.get(SOURCE_COMMIT):
         return {"version": version, "commit": os.environ[SOURCE_COMMIT], "dirty": None}

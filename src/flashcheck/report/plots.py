@@ -21,12 +21,12 @@ FLOOR, CEILING = 1e-4, RATIO_CEILING  # where 0 and non-finite ratios are drawn
 
 def _pyplot():
     try:
-        import matplotlib
+        import matplotlib  # an optional extra, imported only where plots are drawn
     except ImportError:
         raise InvalidArgument("plots", "matplotlib", "is not installed; a report's plots need it",
                               "pip install 'flashcheck[report]' (or pip install matplotlib).") from None
     matplotlib.use("Agg")  # no screen: render to files only
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use(): pyplot picks its backend when imported
 
     return plt
 

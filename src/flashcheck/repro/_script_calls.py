@@ -34,6 +34,7 @@ def sdpa_float_mask(kw, mask, shape, dtype, device):
 
 
 def sdpa_call(target):
+    # here: a reproducer copies this function without the module's imports
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     spec, causal = CASE["kernel"], CASE["causal"]
@@ -56,7 +57,7 @@ def sdpa_call(target):
         elif causal == "top_left" or (causal == "bottom_right" and nq == nk):
             kwargs["is_causal"] = True  # where Nq == Nk the two alignments coincide
         elif causal == "bottom_right" and spec["native_lower_right"]:
-            from torch.nn.attention.bias import causal_lower_right
+            from torch.nn.attention.bias import causal_lower_right  # imports torch._dynamo: only when used
 
             kwargs["attn_mask"] = causal_lower_right(nq, nk)
         elif causal == "bottom_right":
@@ -127,6 +128,7 @@ def flex_score_mod(device, full, kw, alibi):
 
 
 def flex_call(target):
+    # here: a reproducer copies this function without the module's imports
     from torch.nn.attention import flex_attention as fa
 
     spec = CASE["kernel"]

@@ -22,8 +22,16 @@ import dataclasses
 import shlex
 from pathlib import Path
 
+from hypothesis import currently_in_test_context, reject
+
+from ..campaign.corpus import save_finding
 from ..contract.formats import DEVICES
 from ..errors import InvalidArgument
+from ..files import replay_command as replay_path_command
+from ..hypothesis_internals import final_run
+from ..judge.check import check
+from ..judge.verdict import BUG, SUSPICIOUS
+from ..kernels.origin import import_root, reserved, source_of
 from .session import Session, active_session, current_session, default_device
 
 __all__ = ["KernelCheckFailed", "assert_passes", "display_path", "replay_command", "save_failure"]
@@ -49,9 +57,6 @@ def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
 
     The case records how to reach its kernel (:func:`flashcheck.kernels.origin.kernel_origin`); a module
     that a fresh process would not find on its own gets a ``PYTHONPATH`` prefix as well."""
-    from ..files import replay_command as replay_path_command
-    from ..kernels.origin import import_root, reserved, source_of
-
     command = replay_path_command(display_path(path, session.invocation_dir), device=device)
     prefix = ""
     source = source_of(kernel)
@@ -64,8 +69,6 @@ def replay_command(path: Path, kernel, *, device: str, session: Session) -> str:
 
 
 def save_failure(session: Session, verdict, case, kernel, *, label: str, device: str, corpus=None) -> tuple[Path, str]:
-    from ..campaign.corpus import save_finding
-
     folder = Path(corpus) if corpus is not None else session.corpus
     folder.mkdir(parents=True, exist_ok=True)
     if not (case.provenance or {}).get("kernel"):  # cases(): the kernel was not known when it was drawn
@@ -75,10 +78,6 @@ def save_failure(session: Session, verdict, case, kernel, *, label: str, device:
 
 
 def _in_hypothesis() -> bool:
-    try:
-        from hypothesis import currently_in_test_context
-    except ImportError:  # pragma: no cover - hypothesis is a dependency
-        return False
     return currently_in_test_context()
 
 
@@ -86,8 +85,6 @@ def _final_hypothesis_run() -> bool:
     """True outside hypothesis, and on the run hypothesis reports (the shrunk failing example)."""
     if not _in_hypothesis():
         return True
-    from ..hypothesis_internals import final_run  # here: assert_passes outside hypothesis imports none of it
-
     return final_run()
 
 
@@ -123,9 +120,6 @@ def assert_passes(kernel, case, *, allow_suspicious: bool = True, device: str | 
                               "Pass allow_suspicious=False to fail on SUSPICIOUS verdicts too.")
     if device is not None and device not in DEVICES:
         raise InvalidArgument("device", device, "unknown device", f"Pass one of {list(DEVICES)} or None.")
-    from ..judge.check import check
-    from ..judge.verdict import BUG, SUSPICIOUS
-
     session = current_session()
     device = default_device(session, device)
     verdict = check(kernel, case, device=device, **check_options)
@@ -147,11 +141,9 @@ def assert_passes(kernel, case, *, allow_suspicious: bool = True, device: str | 
 
 def _not_judged(reason: str) -> None:
     if _in_hypothesis():
-        from hypothesis import reject
-
         reject()
     if active_session() is not None:
-        import pytest
+        import pytest  # pytest is no dependency of flashcheck: only where a pytest run needs it
 
         pytest.skip(f"flashcheck did not judge the case: {reason}")
 

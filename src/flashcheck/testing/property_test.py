@@ -26,10 +26,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+from hypothesis import Phase, Verbosity, settings
+from hypothesis import strategies as st
+from hypothesis.database import InMemoryExampleDatabase
+
+from ..campaign.database import PlannedDatabase
 from ..campaign.engine import Outcome, Shrink, hypothesis_test, run_test
 from ..contract.counts import check_count
 from ..contract.formats import DEVICES
+from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
 from ..errors import InvalidArgument
+from ..hypothesis_internals import without_local_constants
+from ..inputs.covering import covering_plan, covering_size, planned_choices
+from ..inputs.presets import builtin_presets, load_preset
+from ..inputs.recipe_draws import recipe_pools, recipes
+from ..inputs.regimes import UPSTREAM_REGIMES
+from ..judge.backward import backward_case, check_backward
+from ..judge.check import check
+from ..judge.properties import properties_for
 from ..words import counted
 from .asserts import display_path, save_failure
 from .session import DEFAULT_PRESET, Session, active_session, default_device, register_profiles
@@ -73,8 +88,6 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
     dO regime, and :func:`flashcheck.check_backward` judges dQ, dK and dV (the spec must declare
     ``backward=True``).
     """
-    from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
-
     if isinstance(kernel, str) or not (isinstance(kernel, Kernel) or callable(kernel)):
         raise InvalidArgument("kernel", kernel, "expected a kernel function (ideally decorated with "
                               "@flashcheck.kernel(...))",
@@ -91,8 +104,6 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
         if not isinstance(preset, (str, os.PathLike)) or not str(preset):
             raise InvalidArgument("preset", preset, "expected a preset name or the path of a TOML file",
                                   "Pass e.g. preset='smoke' or preset='tests/my-preset.toml'.")
-        from ..inputs.presets import builtin_presets, load_preset
-
         preset = str(preset)
         caller = Path(sys._getframe(1).f_globals.get("__file__") or ".").resolve().parent
         if preset not in builtin_presets() and not Path(preset).is_absolute() and (caller / preset).is_file():
@@ -112,7 +123,7 @@ def property_test(kernel, *, preset: str | os.PathLike | None = None, dtypes=Non
                               "CUDA when available.")
     options = _Options(preset, max_examples, seed, device)
 
-    import pytest
+    import pytest  # pytest is no dependency of flashcheck: only the test made here needs it
 
     def test_property(flashcheck_dtype, flashcheck_pass, request):
         _run_property_test(kern, flashcheck_dtype, options, request.node.nodeid, backward=flashcheck_pass == "backward")
@@ -191,10 +202,6 @@ class _PropertyTest:
             run.fail(key, _Failed(verdict, case, key))
 
     def _check(self, recipe, upstream):
-        from ..judge.backward import backward_case, check_backward
-        from ..judge.check import check
-        from ..judge.properties import properties_for
-
         case = recipe.build(kernel=self.kern.name)
         if self.backward:
             case = backward_case(case, upstream=upstream, seed=recipe.seed)
@@ -204,15 +211,9 @@ class _PropertyTest:
     def given_args(self, strategy) -> dict:
         if not self.backward:
             return dict(recipe=strategy)
-        from hypothesis import strategies as st
-
-        from ..inputs.regimes import UPSTREAM_REGIMES
-
         return dict(recipe=strategy, upstream=st.sampled_from(sorted(UPSTREAM_REGIMES)))
 
     def hypothesis_test(self, given_args: dict, *, examples: int, seed: int | None, database, phases=None):
-        from hypothesis import Verbosity, settings
-
         if self.backward:
             def body(recipe, upstream):
                 self.judge(recipe, upstream)
@@ -228,13 +229,6 @@ class _PropertyTest:
     def run_all(self, strategy, pools: dict, *, examples: int, seed: int | None):
         """The covering order's cases first, each in an engine of its own (a failing one is shrunk
         there), then hypothesis's free drawing for the examples left; the outcome of the first failure."""
-        from hypothesis import Phase, settings
-        from hypothesis import strategies as st
-        from hypothesis.database import InMemoryExampleDatabase
-
-        from ..campaign.database import PlannedDatabase
-        from ..inputs.covering import covering_plan, covering_size, planned_choices
-
         given_args = self.given_args(strategy)
         drawn = st.fixed_dictionaries(given_args) if self.backward else strategy  # as the test draws them
         database = settings.default.database
@@ -257,19 +251,13 @@ class _PropertyTest:
 
 
 def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, backward: bool = False) -> None:
-    import pytest
+    import pytest  # pytest is no dependency of flashcheck: only the test made here needs it
 
     session = active_session()
     if session is None:
         pytest.fail("flashcheck.property_test needs flashcheck's pytest plugin (it was disabled: drop "
                     "-p no:flashcheck, or add `pytest_plugins = ['flashcheck.plugin']` to a conftest.py)",
                     pytrace=False)
-    from hypothesis import settings
-
-    from ..inputs.presets import load_preset
-    from ..hypothesis_internals import without_local_constants
-    from ..inputs.recipe_draws import recipe_pools, recipes
-
     register_profiles()
     preset = load_preset(session.option("preset", options.preset, DEFAULT_PRESET))
     examples = session.option("max_examples", options.max_examples)
@@ -294,11 +282,9 @@ def _run_property_test(kern, dtype: str, options: _Options, nodeid: str, *, back
 
 
 def _skip_unless_runnable(kern, device: str) -> None:
-    import pytest
+    import pytest  # pytest is no dependency of flashcheck: only the test made here needs it
 
     if device == "cuda":
-        import torch
-
         if not torch.cuda.is_available():
             pytest.skip("no CUDA GPU here (a GPU lane passes --flashcheck-require-gpu so that it cannot pass "
                         "by skipping; --flashcheck-device cpu runs on the CPU)")

@@ -29,6 +29,7 @@ def register_profiles() -> None:
     """Register the hypothesis profiles of :data:`PROFILES` not registered yet (the plugin does it when
     ``--hypothesis-profile`` names one, and property tests when they run); a profile of that name that
     a user registered first is kept."""
+    # hypothesis on first use: the plugin imports this module in every pytest run
     from hypothesis import settings
     from hypothesis.errors import InvalidArgument as NoSuchProfile
 
@@ -94,7 +95,7 @@ def current_session() -> Session:
 def default_device(session: Session, code_value=None) -> str:
     device = session.option("device", code_value)
     if device is None:
-        import torch
+        import torch  # on first use: the plugin imports this module in every pytest run
 
         device = "cuda" if session.require_gpu or torch.cuda.is_available() else "cpu"
     return device
