@@ -35,7 +35,6 @@ property applies to every variant.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +43,7 @@ from ..contract import masks
 from ..contract.features import ALIBI_MODES, BIAS_ORDERS, FEATURES
 from ..errors import InvalidArgument
 from .registry import REGISTRY, by_term
+from .scores import finite_cap
 from .tensors import as_float_tensor, head_values_text
 
 __all__ = ["FEATURES", "SPEC_FLAGS", "TENSORS", "Variant", "check_shapes", "check_variant", "declared",
@@ -97,7 +97,23 @@ class Variant:
 
     @property
     def capped(self) -> bool:
-        return self.softcap is not None and math.isfinite(self.softcap)
+        return self.cap is not None
+
+    # The terms, as the numerics see the variant (they name no feature; a new feature of a term needs none of
+    # their code): the cap, the bias (:meth:`bias`), the visible keys (:meth:`visible`) and the sink.
+    @property
+    def cap(self) -> float | None:
+        """The finite cap of the logits (None: none, or an infinite one)."""
+        return finite_cap(self._term("cap"))
+
+    @property
+    def sink(self) -> torch.Tensor | None:
+        """The sink logits, one per query head (Hq,) float32 (None: none)."""
+        return self._term("sink")
+
+    def _term(self, term: str):
+        values = [getattr(self, f.name) for f in by_term(term) if getattr(self, f.name) is not None]
+        return values[0] if values else None
 
     def kwargs(self, device=None) -> dict:
         """The keyword arguments a kernel receives (none for plain attention); tensors as fresh copies on
