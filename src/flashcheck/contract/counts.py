@@ -10,7 +10,7 @@ import numbers
 
 from ..errors import InvalidArgument
 
-__all__ = ["check_count", "check_seconds"]
+__all__ = ["check_count", "check_seconds", "check_sizes"]
 
 
 def check_count(argument: str, value, *, minimum: int = 1, maximum: int | None = None, none_ok: bool = False,
@@ -38,3 +38,15 @@ def check_seconds(argument: str, value, *, none_ok: bool = False, fix: str | Non
         return float(value)
     raise InvalidArgument(argument, value, "expected a positive number of seconds",
                           fix or f"Pass e.g. {argument}=600" + (", or None for no limit." if none_ok else "."))
+
+
+def check_sizes(argument: str, value) -> tuple | None:
+    """A size or sizes as a sorted tuple of counts (None stays None: any size)."""
+    if value is None:
+        return None
+    sizes = (value,) if isinstance(value, int) else tuple(value)
+    for size in sizes:
+        check_count(argument, size)
+    if not sizes:
+        raise InvalidArgument(argument, value, "empty", "Pass None or a list of sizes.")
+    return tuple(sorted(sizes))

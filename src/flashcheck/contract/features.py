@@ -1,10 +1,61 @@
 """The names of the attention variants (their meaning is :mod:`flashcheck.features.variant`'s): the keywords
-a kernel may take, how ALiBi slopes make a bias, and where a cap and a bias meet. Torch-free, for what a
-command line reads before it imports torch."""
+a kernel may take, how ALiBi slopes make a bias, and where a cap and a bias meet; and the kernel spec's
+declarations of them, :class:`FeatureFlags`. Torch-free, for what a command line reads before it imports
+torch."""
 
-__all__ = ["FEATURES", "ALIBI_MODES", "BIAS_ORDERS"]
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+
+__all__ = ["FEATURES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 
 # In the order a kernel receives them; each is declared by the spec flag of the same name (ALiBi: ``alibi``).
 FEATURES = ("softcap", "alibi_slopes", "attn_bias", "window", "chunk", "sinks")
 ALIBI_MODES = ("symmetric", "linear")
 BIAS_ORDERS = ("cap_first", "bias_first")
+
+
+@dataclass(frozen=True)
+class FeatureFlags:
+    """The variants a kernel takes and what it promises of them: the kernel spec's fields of that concern
+    (:class:`~flashcheck.contract.spec.KernelSpec` takes and reads them flat).
+
+    ``softcap``, ``attn_bias``, ``window``, ``chunk`` and ``sinks`` declare that the kernel takes the keyword
+    argument of that name, ``alibi`` (``"symmetric"`` or ``"linear"``, the bias it makes of them) that it takes
+    ``alibi_slopes``; a case that uses one is drawn only for a kernel that declares it, and only then does the
+    kernel receive it. ``fp32_bias``: an fp32 ``attn_bias`` with fp16 or bf16 inputs (else the bias is in the
+    inputs' dtype). ``bias_order``: ``"cap_first"`` (``c tanh(s / c) + bias``) or ``"bias_first"``
+    (``c tanh((s + bias) / c)``). ``neutral_variants``: a declared feature at its neutral value
+    (``softcap=inf``, every sink -inf, ``window=(Nk - 1, 0)`` in place of ``causal="bottom_right"``) gives the
+    bits of the call without it; without the promise, the output must still stay within the error budget.
+    ``bias_shift_invariant``: a constant added to a row's ``attn_bias`` (exact in its dtype) gives the output's
+    bits (the lse moves by the constant); without the promise, the output must stay within the shifted case's
+    budget.
+    """
+
+    softcap: bool = False
+    alibi: str | None = None
+    attn_bias: bool = False
+    fp32_bias: bool = False
+    bias_order: str = "cap_first"
+    window: bool = False
+    chunk: bool = False
+    sinks: bool = False
+    neutral_variants: bool = False
+    bias_shift_invariant: bool = False
+
+    def __post_init__(self):
+        if self.alibi not in (None,) + ALIBI_MODES:
+            raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
+                                  f"Use None or one of {list(ALIBI_MODES)}.")
+        if self.bias_order not in BIAS_ORDERS:
+            raise InvalidArgument("bias_order", self.bias_order, "unknown order",
+                                  f"Use one of {list(BIAS_ORDERS)}.")
+
+    def check_with(self, spec) -> None:
+        """The declarations against the rest of ``spec``: the serving forms take no dense mask or bias."""
+        if spec.form != "dense" and (spec.attn_mask or self.attn_bias):
+            raise InvalidArgument("form", spec.form, "a serving form takes no attn_mask or attn_bias here",
+                                  "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")

@@ -21,10 +21,56 @@ variant keywords are those of the dense form; ``alibi_slopes`` of shape (B, Hq) 
 
 from __future__ import annotations
 
-__all__ = ["FORMS", "SERVING_FORMS", "output_shapes"]
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+from .counts import check_sizes
+
+__all__ = ["FORMS", "SERVING_FORMS", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "output_shapes"]
 
 FORMS = ("dense", "varlen", "paged")
 SERVING_FORMS = FORMS[1:]
+LSE_BASES = ("e", "2")
+EMPTY_LSE_PROMISES = ("-inf", "+inf", "any")
+
+
+@dataclass(frozen=True)
+class CallingForm:
+    """How a kernel takes its inputs and returns its lse: the kernel spec's fields of that concern
+    (:class:`~flashcheck.contract.spec.KernelSpec` takes and reads them flat).
+
+    ``form``: ``"dense"`` (the default), ``"varlen"`` (packed sequences with offsets) or ``"paged"`` (a paged
+    KV cache with a block table), with the conventions above. ``page_sizes``: the page sizes a paged kernel
+    takes (None: any). ``seqused_k``: a varlen kernel takes and honours ``seqused_k`` (the keys it uses of each
+    sequence's span). ``num_splits``: the split counts of a split-KV kernel (its keyword ``num_splits``); every
+    case is judged at each of them, and with ``split_invariant`` they must give the same bits.
+
+    The lse a kernel returns beside its output: ``lse_base`` ``"e"`` (natural log, the default) or ``"2"``
+    (log2, FlashInfer's and many Triton kernels' own); ``empty_lse``, its value on a row with no visible key:
+    ``"-inf"``, ``"+inf"`` or ``"any"`` (None: -inf where ``fully_masked_rows="zero"``, unchecked otherwise).
+    """
+
+    form: str = "dense"
+    page_sizes: tuple | None = None
+    seqused_k: bool = False
+    num_splits: tuple | None = None
+    split_invariant: bool = False
+    lse_base: str = "e"
+    empty_lse: str | None = None
+
+    def __post_init__(self):
+        if self.lse_base not in LSE_BASES:
+            raise InvalidArgument("lse_base", self.lse_base, "unknown base", f"Use one of {list(LSE_BASES)}.")
+        if self.empty_lse not in (None,) + EMPTY_LSE_PROMISES:
+            raise InvalidArgument("empty_lse", self.empty_lse, "unknown promise",
+                                  f"Use None or one of {list(EMPTY_LSE_PROMISES)}.")
+        if self.form not in FORMS:
+            raise InvalidArgument("form", self.form, "unknown form", f"Use one of {list(FORMS)}.")
+        if self.seqused_k and self.form != "varlen":
+            raise InvalidArgument("seqused_k", self.seqused_k, f"only the varlen form takes it (form={self.form!r})",
+                                  "Declare seqused_k=True with form='varlen' only.")
+        object.__setattr__(self, "page_sizes", check_sizes("page_sizes", self.page_sizes))
+        object.__setattr__(self, "num_splits", check_sizes("num_splits", self.num_splits))
 
 
 def output_shapes(form: str, *, batch: int, heads_q: int, n_q: int, head_dim_v: int,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 from ..errors import InvalidArgument
 
-__all__ = ["Precision", "PRESETS", "TANH_APPROX_F32", "precision_named"]
+__all__ = ["Precision", "PRESETS", "TANH_APPROX_F32", "PrecisionPromises", "precision_named"]
 
 # PTX's tanh.approx.f32: maximum relative error 2^-10.987 over its whole range (the PTX ISA manual).
 TANH_APPROX_F32 = 2.0**-10.987
@@ -30,9 +30,9 @@ class Precision:
     - ``exp_ulps``: accuracy of the fp32 exp/exp2 the kernel uses, in fp32 ulps.
     - ``scale_on_inputs``: the scale may multiply Q and K (each by sqrt(|scale|), in fp32) before the
       product instead of the scores, as PyTorch's math backend does: two more roundings per logit.
-    - ``tanh_error``: the largest absolute error of the fp32 tanh a soft-capping kernel uses (|tanh| <= 1,
-      so a relative error bound serves as well): a few fp32 ulps for libdevice's tanh or a tanh built from
-      exp, :data:`TANH_APPROX_F32` for the hardware's ``tanh.approx.f32``.
+    - ``tanh_error``: the largest absolute error of the fp32 tanh a kernel that caps its logits uses
+      (|tanh| <= 1, so a relative error bound serves as well): a few fp32 ulps for libdevice's tanh or a tanh
+      built from exp, :data:`TANH_APPROX_F32` for the hardware's ``tanh.approx.f32``.
     """
 
     name: str = "custom"
@@ -76,3 +76,25 @@ def precision_named(value: object, *, argument: str = "precision") -> Precision:
         return PRESETS[value]
     raise InvalidArgument(argument, value, "unknown precision contract",
                           f"Use one of {sorted(PRESETS)} or a flashcheck.Precision(...).")
+
+
+@dataclass(frozen=True)
+class PrecisionPromises:
+    """What rounding a kernel may do and which bits it promises to repeat: the kernel spec's fields of that
+    concern (:class:`~flashcheck.contract.spec.KernelSpec` takes and reads them flat).
+
+    ``precision``: a preset's name or a :class:`Precision` (the error budget is built from it).
+    ``deterministic``: two identical calls give identical bits (on by default). ``batch_invariant``: a
+    sequence gives the same bits alone and inside a batch (off by default: many correct kernels tile
+    differently by batch size). ``layout_invariant``: the same numbers in another memory layout give the same
+    bits (off by default: compilers and libraries pick other instructions for other strides); without it,
+    another layout must still stay within the error budget.
+    """
+
+    precision: Precision | str = "flash"
+    deterministic: bool = True
+    batch_invariant: bool = False
+    layout_invariant: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "precision", precision_named(self.precision))

@@ -3,6 +3,13 @@
 ``@flashcheck.kernel(...)`` attaches a :class:`KernelSpec` to a callable that follows the calling
 convention. Strategies draw only inputs the spec allows, and the checks hold the kernel to what the
 spec promises (fully masked rows, precision).
+
+A spec's fields come in groups by concern, each a small frozen dataclass that checks its own fields where
+that concern lives: :class:`InputLimits`, :class:`MaskingPromises` and :class:`BackwardSupport` here,
+:class:`~flashcheck.contract.precision.PrecisionPromises`, :class:`~flashcheck.contract.features.FeatureFlags`
+and :class:`~flashcheck.contract.forms.CallingForm` beside the precision contracts, the variants' names and
+the calling forms. :class:`KernelSpec` gathers their fields as its own, flat (``KernelSpec(softcap=True)``,
+``spec.dtypes``), and keeps each group's checked record (``spec.inputs``, ``spec.features``, ...).
 """
 
 from __future__ import annotations
@@ -13,18 +20,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InvalidArgument
-from .counts import check_count
-from .features import ALIBI_MODES, BIAS_ORDERS
+from .counts import check_count, check_sizes
+from .features import FeatureFlags
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
-from .forms import FORMS
-from .precision import Precision, precision_named
+from .forms import EMPTY_LSE_PROMISES, LSE_BASES, CallingForm  # noqa: F401  (the lse's names, read from here too)
+from .precision import PrecisionPromises
 from .validation import CAUSAL_MODES, Shapes
 
-__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES", "BACKWARD_FIX", "promise_note"]
+__all__ = ["KernelSpec", "Kernel", "kernel", "DEFAULT_SPEC", "FULLY_MASKED_PROMISES", "BACKWARD_FIX", "promise_note",
+           "InputLimits", "MaskingPromises", "BackwardSupport", "GROUPS"]
 
 FULLY_MASKED_PROMISES = ("zero", "nan", "any")
-LSE_BASES = ("e", "2")
-EMPTY_LSE_PROMISES = ("-inf", "+inf", "any")
 
 
 def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tuple:
@@ -34,18 +40,6 @@ def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tu
         raise InvalidArgument(argument, value, f"unknown value(s) {bad}" if bad else "empty",
                               f"Choose from {list(allowed)}.")
     return items
-
-
-def _sizes(argument: str, value) -> tuple | None:
-    """A size or sizes as a sorted tuple of counts (None stays None: any size)."""
-    if value is None:
-        return None
-    sizes = (value,) if isinstance(value, int) else tuple(value)
-    for size in sizes:
-        check_count(argument, size)
-    if not sizes:
-        raise InvalidArgument(argument, value, "empty", "Pass None or a list of sizes.")
-    return tuple(sorted(sizes))
 
 
 # Input classes a spec can keep campaigns away from: known defects of a kernel that every campaign
@@ -71,54 +65,14 @@ GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range", "group_share_pas
 
 
 @dataclass(frozen=True)
-class KernelSpec:
-    """What a kernel supports (inputs it accepts) and promises (outputs it guarantees).
+class InputLimits:
+    """The inputs a kernel accepts: dtypes, devices, causal modes, mask, heads and shapes.
 
-    Promises beyond the output: ``deterministic`` (two identical calls give identical bits; on by default) and
-    ``nan_safe_masking`` (a NaN stored in a key no query may see never reaches the output: the kernel
-    does not read such keys, or masks before it multiplies; off by default, since a correct kernel that
-    computes 0 x V for a masked key's row gives NaN there). Huge finite values in such keys must
-    never leak, whatever the spec says. ``batch_invariant``: a sequence gives the same bits alone and
-    inside a batch (off by default: many correct kernels tile differently by batch size).
-    ``excludes`` names input classes of :data:`EXCLUSIONS` that strategies do not draw: a kernel's known
-    defects, kept out of campaigns so that they find something new (the verdict on such an input, when
-    given one, is still the real one).
-    ``layout_invariant``: the same numbers in another memory layout give the same bits (off by default:
-    compilers and libraries pick other instructions for other strides). Without it, another layout must
-    still stay within the error budget; with it, it must give identical bits.
-    ``backward``: autograd differentiates the kernel (:func:`flashcheck.check_backward` judges dQ, dK,
-    dV); ``deterministic_backward``: two identical backward calls give the same bits.
-    ``backward_excludes``: more classes of :data:`EXCLUSIONS` that backward campaigns keep out (those of
-    ``excludes`` too): defects of the backward pass alone. The classes of :data:`GRADIENT_EXCLUSIONS` are
-    known once the oracle has run, so a campaign counts such a case as skipped; a direct
-    :func:`flashcheck.check_backward` or a replay still gives the real verdict.
-
-    Variants (:mod:`flashcheck.features.variant`): ``softcap``, ``attn_bias``, ``window``, ``chunk`` and
-    ``sinks`` declare that the kernel takes the keyword argument of that name, ``alibi`` (``"symmetric"``
-    or ``"linear"``, the bias it makes of them) that it takes ``alibi_slopes``; a case that uses one is
-    drawn only for a kernel that declares it, and only then does the kernel receive it. ``fp32_bias``: an
-    fp32 ``attn_bias`` with fp16 or bf16 inputs (else the bias is in the inputs' dtype). ``bias_order``:
-    ``"cap_first"`` (``c tanh(s / c) + bias``) or ``"bias_first"`` (``c tanh((s + bias) / c)``). ``neutral_variants``: a
-    declared feature at its neutral value (``softcap=inf``, every sink -inf, ``window=(Nk - 1, 0)`` in
-    place of ``causal="bottom_right"``) gives the bits of the call without it; without the promise, the
-    output must still stay within the error budget. ``bias_shift_invariant``: a constant added to a row's
-    ``attn_bias`` (exact in its dtype) gives the output's bits (the lse moves by the constant); without
-    the promise, the output must stay within the shifted case's budget.
-
-    Shape limits: ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to
-    ``max_head_dim``); ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be
-    multiples of it; ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths.
-
-    ``form``: how the kernel receives its inputs, ``"dense"`` (the default), ``"varlen"`` (packed sequences
-    with offsets) or ``"paged"`` (a paged KV cache with a block table); the conventions are those of
-    :mod:`flashcheck.contract.forms`. ``page_sizes``: the page sizes a paged kernel takes (None: any).
-    ``seqused_k``: a varlen kernel takes and honours ``seqused_k`` (the keys it uses of each sequence's span).
-    ``num_splits``: the split counts of a split-KV kernel (its keyword ``num_splits``); every case is judged at
-    each of them, and with ``split_invariant`` they must give the same bits.
-
-    The lse a kernel returns beside its output: ``lse_base`` ``"e"`` (natural log, the default) or ``"2"``
-    (log2, FlashInfer's and many Triton kernels' own); ``empty_lse``, its value on a row with no visible key:
-    ``"-inf"``, ``"+inf"`` or ``"any"`` (None: -inf where ``fully_masked_rows="zero"``, unchecked otherwise).
+    ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to ``max_head_dim``);
+    ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be multiples of it;
+    ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths. ``excludes`` names input classes of
+    :data:`EXCLUSIONS` that strategies do not draw: a kernel's known defects, kept out of campaigns so that
+    they find something new (the verdict on such an input, when given one, is still the real one).
     """
 
     dtypes: tuple = DTYPES
@@ -132,34 +86,8 @@ class KernelSpec:
     seq_multiple: int = 1
     equal_lengths: bool = False
     max_seqlen: int | None = None
-    fully_masked_rows: str = "any"
-    precision: Precision | str = "flash"
     devices: tuple = DEVICES
-    deterministic: bool = True
-    nan_safe_masking: bool = False
-    batch_invariant: bool = False
-    layout_invariant: bool = False
     excludes: tuple = ()
-    backward: bool = False
-    deterministic_backward: bool = True
-    backward_excludes: tuple = ()
-    softcap: bool = False
-    alibi: str | None = None
-    attn_bias: bool = False
-    fp32_bias: bool = False
-    bias_order: str = "cap_first"
-    window: bool = False
-    chunk: bool = False
-    sinks: bool = False
-    neutral_variants: bool = False
-    bias_shift_invariant: bool = False
-    form: str = "dense"
-    page_sizes: tuple | None = None
-    seqused_k: bool = False
-    num_splits: tuple | None = None
-    split_invariant: bool = False
-    lse_base: str = "e"
-    empty_lse: str | None = None
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -167,9 +95,7 @@ class KernelSpec:
         put("causal", _tuple_of("causal", self.causal, CAUSAL_MODES))
         put("devices", _tuple_of("devices", self.devices, DEVICES))
         put("excludes", _tuple_of("excludes", self.excludes, tuple(EXCLUSIONS), allow_empty=True))
-        put("backward_excludes", _tuple_of("backward_excludes", self.backward_excludes, tuple(EXCLUSIONS),
-                                           allow_empty=True))
-        put("head_dims", _sizes("head_dims", self.head_dims))
+        put("head_dims", check_sizes("head_dims", self.head_dims))
         check_count("min_head_dim", self.min_head_dim)
         check_count("max_head_dim", self.max_head_dim)
         if self.min_head_dim > self.max_head_dim:
@@ -177,44 +103,6 @@ class KernelSpec:
                                   "Pass min_head_dim <= max_head_dim.")
         check_count("seq_multiple", self.seq_multiple)
         check_count("max_seqlen", self.max_seqlen, none_ok=True)
-        if self.fully_masked_rows not in FULLY_MASKED_PROMISES:
-            raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
-                                  f"Use one of {list(FULLY_MASKED_PROMISES)}.")
-        put("precision", precision_named(self.precision))
-        if self.lse_base not in LSE_BASES:
-            raise InvalidArgument("lse_base", self.lse_base, "unknown base", f"Use one of {list(LSE_BASES)}.")
-        if self.empty_lse not in (None,) + EMPTY_LSE_PROMISES:
-            raise InvalidArgument("empty_lse", self.empty_lse, "unknown promise",
-                                  f"Use None or one of {list(EMPTY_LSE_PROMISES)}.")
-        if self.form not in FORMS:
-            raise InvalidArgument("form", self.form, "unknown form", f"Use one of {list(FORMS)}.")
-        if self.form != "dense" and (self.attn_mask or self.attn_bias):
-            raise InvalidArgument("form", self.form, "a serving form takes no attn_mask or attn_bias here",
-                                  "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")
-        if self.seqused_k and self.form != "varlen":
-            raise InvalidArgument("seqused_k", self.seqused_k, f"only the varlen form takes it (form={self.form!r})",
-                                  "Declare seqused_k=True with form='varlen' only.")
-        put("page_sizes", _sizes("page_sizes", self.page_sizes))
-        put("num_splits", _sizes("num_splits", self.num_splits))
-        if self.alibi not in (None,) + ALIBI_MODES:
-            raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
-                                  f"Use None or one of {list(ALIBI_MODES)}.")
-        if self.bias_order not in BIAS_ORDERS:
-            raise InvalidArgument("bias_order", self.bias_order, "unknown order",
-                                  f"Use one of {list(BIAS_ORDERS)}.")
-
-    def backward_problem(self) -> str | None:
-        """Why flashcheck cannot check the backward pass of a kernel of this spec (None: it can)."""
-        if not self.backward:
-            return "declares no backward pass"
-        if self.form != "dense":
-            return f"declares form={self.form!r}, and flashcheck checks the backward pass of the dense form only"
-        return None
-
-    def for_backward(self) -> "KernelSpec":
-        """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""
-        merged = self.excludes + tuple(x for x in self.backward_excludes if x not in self.excludes)
-        return dataclasses.replace(self, excludes=merged, backward_excludes=())
 
     def allowed_head_dims(self) -> tuple:
         if self.head_dims is not None:
@@ -222,7 +110,7 @@ class KernelSpec:
         return tuple(range(self.min_head_dim, self.max_head_dim + 1))
 
     def unsupported(self, shapes: Shapes, *, dtype, causal: str, has_mask: bool) -> str | None:
-        """Why the spec excludes this input, or None if it is supported."""
+        """Why these limits exclude this input, or None if it is supported."""
         name = name_of_dtype(dtype) if not isinstance(dtype, str) else dtype
         if name not in self.dtypes:
             return f"dtype {name} not in {self.dtypes}"
@@ -245,6 +133,115 @@ class KernelSpec:
         if self.max_seqlen is not None and max(shapes.n_q, shapes.n_k) > self.max_seqlen:
             return f"length above max_seqlen={self.max_seqlen}"
         return None
+
+
+@dataclass(frozen=True)
+class MaskingPromises:
+    """What a kernel promises where keys are masked.
+
+    ``fully_masked_rows``: a row with no visible key gives ``"zero"`` (out 0, lse -inf), ``"nan"``, or
+    ``"any"`` (not checked). ``nan_safe_masking``: a NaN stored in a key no query may see never reaches the
+    output: the kernel does not read such keys, or masks before it multiplies (off by default, since a
+    correct kernel that computes 0 x V for a masked key's row gives NaN there). Huge finite values in such
+    keys must never leak, whatever the spec says.
+    """
+
+    fully_masked_rows: str = "any"
+    nan_safe_masking: bool = False
+
+    def __post_init__(self):
+        if self.fully_masked_rows not in FULLY_MASKED_PROMISES:
+            raise InvalidArgument("fully_masked_rows", self.fully_masked_rows, "unknown promise",
+                                  f"Use one of {list(FULLY_MASKED_PROMISES)}.")
+
+
+@dataclass(frozen=True)
+class BackwardSupport:
+    """The backward pass a kernel has.
+
+    ``backward``: autograd differentiates the kernel (:func:`flashcheck.check_backward` judges dQ, dK, dV);
+    ``deterministic_backward``: two identical backward calls give the same bits. ``backward_excludes``: more
+    classes of :data:`EXCLUSIONS` that backward campaigns keep out (those of ``excludes`` too): defects of the
+    backward pass alone. The classes of :data:`GRADIENT_EXCLUSIONS` are known once the oracle has run, so a
+    campaign counts such a case as skipped; a direct :func:`flashcheck.check_backward` or a replay still gives
+    the real verdict.
+    """
+
+    backward: bool = False
+    deterministic_backward: bool = True
+    backward_excludes: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "backward_excludes", _tuple_of("backward_excludes", self.backward_excludes,
+                                                                tuple(EXCLUSIONS), allow_empty=True))
+
+
+# The groups, each under the attribute a spec keeps it as, in the order they check their fields.
+GROUPS = {"inputs": InputLimits, "gradients": BackwardSupport, "masking": MaskingPromises,
+          "numerics": PrecisionPromises, "calling": CallingForm, "features": FeatureFlags}
+# The order of the flat fields (KernelSpec's positional arguments, the keys of as_dict), as the spec listed them
+# before it had groups: runs of a group's next fields, (group, how many; None: the rest of them).
+_FLAT_ORDER = (("inputs", 11), ("masking", 1), ("numerics", 1), ("inputs", 1), ("numerics", 1), ("masking", 1),
+               ("numerics", 2), ("inputs", 1), ("gradients", None), ("features", None), ("calling", None))
+
+
+def _flat_fields(cls):
+    """``cls`` as a frozen dataclass whose fields are the groups' fields, in :data:`_FLAT_ORDER`."""
+    left = {name: list(dataclasses.fields(group)) for name, group in GROUPS.items()}
+    cls.__annotations__ = {}
+    for name, count in _FLAT_ORDER:
+        run, left[name] = left[name][:count], left[name][len(left[name]) if count is None else count:]
+        for f in run:
+            cls.__annotations__[f.name] = f.type
+            setattr(cls, f.name, dataclasses.field(default=f.default, default_factory=f.default_factory))
+    assert not any(left.values()) and not set(GROUPS) & set(cls.__annotations__), (left, GROUPS)
+    return dataclass(frozen=True)(cls)
+
+
+@_flat_fields
+class KernelSpec:
+    """What a kernel supports (inputs it accepts) and promises (outputs it guarantees).
+
+    Its fields are those of its groups (see the module's docstring), taken flat as keywords and read flat as
+    attributes; each group checks and normalises its own (``dtypes="fp16"`` becomes ``("fp16",)``,
+    ``precision="flash"`` the :class:`~flashcheck.contract.precision.Precision` of that name), and the spec
+    keeps the checked records too: ``spec.inputs`` (:class:`InputLimits`), ``spec.masking``
+    (:class:`MaskingPromises`), ``spec.numerics`` (:class:`~flashcheck.contract.precision.PrecisionPromises`),
+    ``spec.gradients`` (:class:`BackwardSupport`), ``spec.features``
+    (:class:`~flashcheck.contract.features.FeatureFlags`) and ``spec.calling``
+    (:class:`~flashcheck.contract.forms.CallingForm`). The groups' docstrings say what each field means.
+    """
+
+    def __post_init__(self):
+        for name, group in GROUPS.items():
+            record = group(**{f.name: getattr(self, f.name) for f in dataclasses.fields(group)})
+            for f in dataclasses.fields(group):  # the group's normalised values, read flat
+                object.__setattr__(self, f.name, getattr(record, f.name))
+            object.__setattr__(self, name, record)
+        for name in GROUPS:  # the checks that read more than one group
+            check_with = getattr(getattr(self, name), "check_with", None)
+            if check_with is not None:
+                check_with(self)
+
+    def backward_problem(self) -> str | None:
+        """Why flashcheck cannot check the backward pass of a kernel of this spec (None: it can)."""
+        if not self.backward:
+            return "declares no backward pass"
+        if self.form != "dense":
+            return f"declares form={self.form!r}, and flashcheck checks the backward pass of the dense form only"
+        return None
+
+    def for_backward(self) -> "KernelSpec":
+        """The spec backward campaigns draw from: ``excludes`` and ``backward_excludes`` together."""
+        merged = self.excludes + tuple(x for x in self.backward_excludes if x not in self.excludes)
+        return dataclasses.replace(self, excludes=merged, backward_excludes=())
+
+    def allowed_head_dims(self) -> tuple:
+        return self.inputs.allowed_head_dims()
+
+    def unsupported(self, shapes: Shapes, *, dtype, causal: str, has_mask: bool) -> str | None:
+        """Why the spec excludes this input, or None if it is supported."""
+        return self.inputs.unsupported(shapes, dtype=dtype, causal=causal, has_mask=has_mask)
 
     def replace(self, **changes) -> "KernelSpec":
         return dataclasses.replace(self, **changes)
@@ -290,7 +287,7 @@ class Kernel:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, q, k, v, *, scale, causal, attn_mask=None, **variant):
-        # Variant keywords (softcap, window, chunk, sinks) only when the case uses them.
+        # A variant's keyword only when the case uses it.
         return self.fn(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
 
     def __repr__(self) -> str:
