@@ -11,6 +11,8 @@ import torch
 import flashcheck
 from flashcheck import AttentionCase, InvalidArgument, Variant
 from flashcheck.contract import masks
+from flashcheck.features.chunk import chunked
+from flashcheck.features.window import window as window_mask
 from flashcheck.numerics.oracle import reference_attention
 
 
@@ -35,7 +37,7 @@ def test_bad_variants_are_refused_by_name(kwargs, argument):
 @pytest.mark.parametrize("window", [(2, 0), (0, 0), (-1, 1), (3, -1), (1, 2)])
 def test_the_window_is_the_bottom_right_band(n_q, n_k, window):
     left, right = window
-    vis = masks.materialize(masks.window(left, right, n_q=n_q, n_k=n_k), (1, 1, n_q, n_k))[0, 0]
+    vis = masks.materialize(window_mask(left, right, n_q=n_q, n_k=n_k), (1, 1, n_q, n_k))[0, 0]
     for i in range(n_q):
         for j in range(n_k):
             centre = i + n_k - n_q
@@ -45,7 +47,7 @@ def test_the_window_is_the_bottom_right_band(n_q, n_k, window):
 
 @pytest.mark.parametrize("n_q,n_k,size", [(5, 9, 4), (9, 5, 3), (8, 8, 1)])
 def test_a_chunk_is_the_query_s_block_of_positions(n_q, n_k, size):
-    vis = masks.materialize(masks.chunked(size, n_q=n_q, n_k=n_k), (1, 1, n_q, n_k))[0, 0]
+    vis = masks.materialize(chunked(size, n_q=n_q, n_k=n_k), (1, 1, n_q, n_k))[0, 0]
     for i in range(n_q):
         for j in range(n_k):
             assert bool(vis[i, j]) == ((i + n_k - n_q) // size == j // size)

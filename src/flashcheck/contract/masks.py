@@ -4,7 +4,8 @@ A *mask function* has the signature ``mask(b, h, q_idx, kv_idx) -> bool tensor``
 integer index tensors and returns ``True`` where query ``q_idx`` may attend key ``kv_idx`` (the
 FlexAttention ``mask_mod`` convention). Functions that need parameters are built by a named factory.
 :func:`materialize` turns any of them into the boolean (B, H, Nq, Nk) tensor the calling convention
-takes.
+takes. A feature that restricts the keys a query sees builds its mask functions in its own module
+(:mod:`flashcheck.features`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,6 @@ __all__ = [
     "causal",
     "key_padding_right",
     "key_padding_left",
-    "sliding_window",
-    "window",
-    "chunked",
     "from_tensor",
     "and_masks",
     "or_masks",
@@ -95,53 +93,6 @@ def key_padding_left(lengths: Sequence[int] | torch.Tensor, n_k: int) -> MaskFn:
         return kv_idx >= n_k - lens.to(kv_idx.device)[b]
 
     return key_padding_left
-
-
-def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> MaskFn:
-    """Query i sees keys j with ``i + offset - left <= j <= i + offset + right``.
-
-    ``offset = n_k - n_q`` aligns the window bottom-right; ``right=0`` makes it causal.
-    """
-    for name, side in (("left", left), ("right", right)):
-        if int(side) < 0:
-            raise InvalidArgument(name, side, "window sides must be non-negative", "Pass left >= 0 and right >= 0.")
-    left, right, offset = int(left), int(right), int(offset)
-
-    def sliding_window(b, h, q_idx, kv_idx):
-        centre = q_idx + offset
-        return (kv_idx >= centre - left) & (kv_idx <= centre + right)
-
-    return sliding_window
-
-
-def window(left: int, right: int, *, n_q: int, n_k: int) -> MaskFn:
-    """flash-attention's ``window_size=(left, right)``, bottom-right aligned: query i sees keys j with
-    ``i + n_k - n_q - left <= j <= i + n_k - n_q + right``; -1 leaves that side unbounded."""
-    left, right, offset = int(left), int(right), int(n_k) - int(n_q)
-
-    def window(b, h, q_idx, kv_idx):
-        centre = q_idx + offset
-        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
-        if left >= 0:
-            out = out & (kv_idx >= centre - left)
-        if right >= 0:
-            out = out & (kv_idx <= centre + right)
-        return out
-
-    return window
-
-
-def chunked(size: int, *, n_q: int, n_k: int) -> MaskFn:
-    """Chunked attention (Llama 4), bottom-right aligned: query i sees the keys of its chunk of
-    ``size`` positions, ``(i + n_k - n_q) // size == j // size``."""
-    size, offset = int(size), int(n_k) - int(n_q)
-    if size < 1:
-        raise InvalidArgument("size", size, "a chunk holds at least one key", "Pass size >= 1.")
-
-    def chunked(b, h, q_idx, kv_idx):
-        return torch.div(q_idx + offset, size, rounding_mode="floor") == torch.div(kv_idx, size, rounding_mode="floor")
-
-    return chunked
 
 
 def from_tensor(mask: torch.Tensor) -> MaskFn:
@@ -214,7 +165,8 @@ def materialize(mask: MaskFn, shape: Sequence[int], *, device: str | torch.devic
 def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[int],
             *, device: str | torch.device = "cpu", variant=None) -> torch.Tensor:
     """The keys each query may attend under the calling convention's ``causal`` and ``attn_mask``, and
-    the window and chunk of ``variant`` (a :class:`~flashcheck.features.variant.Variant`)."""
+    ``variant``'s (a :class:`~flashcheck.features.variant.Variant`): the keys its features restrict to, less
+    those its bias hides."""
     B, H, Nq, Nk = _shape(shape)
     fn = causal(check_causal(causal_mode, "causal_mode"), Nq, Nk)
     extra = None if variant is None else variant.visible(Nq, Nk)
@@ -227,6 +179,7 @@ def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[in
             raise InvalidArgument("attn_mask", attn_mask, f"does not broadcast to {(B, H, Nq, Nk)}",
                                   "The mask must broadcast to (B, Hq, Nq, Nk).") from None
         out = out & dense
-    if variant is not None and variant.attn_bias is not None:  # a bias of -inf hides its key
-        out = out & torch.broadcast_to(variant.attn_bias.to(device) > -math.inf, (B, H, Nq, Nk))
+    bias = None if variant is None else variant.bias(Nq, Nk, torch.arange(Nq), device)
+    if bias is not None:  # a bias of -inf hides its key
+        out = out & torch.broadcast_to(bias > -math.inf, (B, H, Nq, Nk))
     return out

@@ -3,12 +3,28 @@
 
 from __future__ import annotations
 
-from ..contract import masks
+import torch
+
 from ..contract.counts import check_count
+from ..contract.masks import MaskFn
+from ..errors import InvalidArgument
 from .base import Feature
 from .draws import pick
 
-__all__ = ["FEATURE"]
+__all__ = ["FEATURE", "chunked"]
+
+
+def chunked(size: int, *, n_q: int, n_k: int) -> MaskFn:
+    """Chunked attention (Llama 4), bottom-right aligned: query i sees the keys of its chunk of
+    ``size`` positions, ``(i + n_k - n_q) // size == j // size``."""
+    size, offset = int(size), int(n_k) - int(n_q)
+    if size < 1:
+        raise InvalidArgument("size", size, "a chunk holds at least one key", "Pass size >= 1.")
+
+    def chunked(b, h, q_idx, kv_idx):
+        return torch.div(q_idx + offset, size, rounding_mode="floor") == torch.div(kv_idx, size, rounding_mode="floor")
+
+    return chunked
 
 
 def _check(chunk):
@@ -22,5 +38,5 @@ FEATURE = Feature(
     # tile sizes, odd sizes, one key
     regimes={"none": None, "tile": lambda gen, s: pick(gen, (16, 32, 64, 128)),
              "odd": lambda gen, s: pick(gen, (3, 7, 13, 37, 61)), "one": lambda gen, s: 1},
-    visible=lambda value, n_q, n_k: masks.chunked(value, n_q=n_q, n_k=n_k),
+    visible=lambda value, n_q, n_k: chunked(value, n_q=n_q, n_k=n_k),
 )

@@ -4,13 +4,48 @@ is the bottom-right causal mask, the feature's neutral value in place of ``causa
 
 from __future__ import annotations
 
+import torch
+
 from ..contract import masks
 from ..contract.counts import check_count
 from ..errors import InvalidArgument
 from .base import Feature
 from .draws import TILE_EDGES, pick, upto
 
-__all__ = ["FEATURE"]
+__all__ = ["FEATURE", "sliding_window", "window"]
+
+
+def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> masks.MaskFn:
+    """Query i sees keys j with ``i + offset - left <= j <= i + offset + right``.
+
+    ``offset = n_k - n_q`` aligns the window bottom-right; ``right=0`` makes it causal.
+    """
+    for name, side in (("left", left), ("right", right)):
+        if int(side) < 0:
+            raise InvalidArgument(name, side, "window sides must be non-negative", "Pass left >= 0 and right >= 0.")
+    return _band(int(left), int(right), int(offset))
+
+
+def window(left: int, right: int, *, n_q: int, n_k: int) -> masks.MaskFn:
+    """flash-attention's ``window_size=(left, right)``, bottom-right aligned: query i sees keys j with
+    ``i + n_k - n_q - left <= j <= i + n_k - n_q + right``; -1 leaves that side unbounded."""
+    return _band(int(left), int(right), int(n_k) - int(n_q))
+
+
+def _band(left: int, right: int, offset: int) -> masks.MaskFn:
+    """Keys within ``left`` before and ``right`` after the query's diagonal ``i + offset`` (a side below 0:
+    unbounded)."""
+
+    def window(b, h, q_idx, kv_idx):
+        centre = q_idx + offset
+        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
+        if left >= 0:
+            out = out & (kv_idx >= centre - left)
+        if right >= 0:
+            out = out & (kv_idx <= centre + right)
+        return out
+
+    return window
 
 
 def _check(window):
@@ -43,5 +78,5 @@ FEATURE = Feature(
         "unbounded_right": lambda gen, s: (upto(gen, 3), -1),
     },
     neutral=_neutral,
-    visible=lambda value, n_q, n_k: masks.window(*value, n_q=n_q, n_k=n_k),
+    visible=lambda value, n_q, n_k: window(*value, n_q=n_q, n_k=n_k),
 )
