@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from flashcheck.campaign.messages import ChunkDone, Shutdown, WorkerReady
+from flashcheck.campaign.messages import PartDone, Shutdown, WorkerReady
 from flashcheck.campaign.transport import Worker
 from flashcheck.cli import main
-from flashcheck.selftest.parallel import SelftestChunks
-from flashcheck.selftest.rows import Detection, Row, combine_chunks, row_chunks
+from flashcheck.selftest.parallel import SelftestParts
+from flashcheck.selftest.rows import Detection, Row, combine_parts, row_parts
 from flashcheck.selftest.table import format_table
 
 ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-tutorial/randn",
@@ -20,12 +20,12 @@ ANCHOR_KEYS = ("flash-attention/randn", "flash-attention/adversarial", "triton-t
 
 
 def test_row_chunks_cut_correct_rows_evenly_and_give_planted_bugs_a_small_first_chunk():
-    assert row_chunks(True, 7, 60, 3) == [(0, 3), (3, 6), (6, 7)]
-    assert row_chunks(True, 600, 60) == [(i, i + 50) for i in range(0, 600, 50)]
-    assert row_chunks(False, 600, 60) == [(0, 12), (12, 60)]
-    assert row_chunks(False, 600, 60, 20) == [(0, 12), (12, 32), (32, 52), (52, 60)]
-    assert row_chunks(False, 60, 8, 3) == [(0, 3), (3, 6), (6, 8)]
-    assert row_chunks(False, 60, 5) == [(0, 5)] and row_chunks(True, 0, 60) == [(0, 0)]
+    assert row_parts(True, 7, 60, 3) == [(0, 3), (3, 6), (6, 7)]
+    assert row_parts(True, 600, 60) == [(i, i + 50) for i in range(0, 600, 50)]
+    assert row_parts(False, 600, 60) == [(0, 12), (12, 60)]
+    assert row_parts(False, 600, 60, 20) == [(0, 12), (12, 32), (32, 52), (52, 60)]
+    assert row_parts(False, 60, 8, 3) == [(0, 3), (3, 6), (6, 8)]
+    assert row_parts(False, 60, 5) == [(0, 5)] and row_parts(True, 0, 60) == [(0, 0)]
 
 
 def _row(cases, first=None, how="", alarms=0, ratio=0.0, caught=math.inf, susp=0, stopped=False, anchors=None):
@@ -42,22 +42,22 @@ def test_merged_chunks_keep_the_first_case_sum_counts_and_keep_extremes():
     c = _row(2, first=8, how="over_budget", alarms=1, ratio=0.7, caught=2.0, stopped=True,
              anchors={"triton-tutorial/randn": Detection(7, "crash or wrong output", 2)})
     for order in ([a, b, c], [c, a, b]):
-        row = combine_chunks(order)
+        row = combine_parts(order)
         assert (row.cases, row.max_ratio, row.min_caught_ratio, row.suspicious, row.seconds) == (8, 0.9, 2.0, 1, 4.5)
         assert row.flashcheck.as_dict() == {"first_case": 5, "how": "lse", "false_alarms": 3}
         assert row.anchors["flash-attention/randn"].as_dict() == {"first_case": None, "how": "n/a", "false_alarms": 0}
         assert row.anchors["triton-tutorial/randn"].as_dict() == {"first_case": 6, "how": "rejected", "false_alarms": 3}
         assert row.anchors["triton-tutorial/adversarial"].as_dict() == Detection().as_dict()
         assert row.stopped
-    assert not combine_chunks([a, b]).stopped
+    assert not combine_parts([a, b]).stopped
     a.gradient_max, b.gradient_max = {"dq": 0.5, "dv": 0.2}, {"dq": 0.3, "dk": 0.9}
-    assert combine_chunks([a, b, c]).gradient_max == {"dk": 0.9, "dq": 0.5, "dv": 0.2}
+    assert combine_parts([a, b, c]).gradient_max == {"dk": 0.9, "dq": 0.5, "dv": 0.2}
 
 
 def test_merged_chunks_add_up_the_features_and_the_table_says_what_a_clean_sample_rules_out():
     a, b = _row(300), _row(200)
     a.features, b.features = {"softcap": 250, "sinks": 100}, {"softcap": 50, "window": 150}
-    row = combine_chunks([a, b])
+    row = combine_parts([a, b])
     assert row.features == {"softcap": 300, "window": 150, "sinks": 100}
     assert Row.from_dict(json.loads(json.dumps(row.as_dict()))).features == row.features
     line = [x for x in format_table([row]).splitlines() if x.startswith("correct variants by feature")]
@@ -83,13 +83,13 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
     plan = [("good", "fp16"), ("bug", "fp16"), ("other", "fp16")]
     correct = {"good": True, "bug": False, "other": True}
     done = []
-    scheduler = SelftestChunks(plan, correct, lambda ok: row_chunks(ok, 9, 9, 3, 2), None, done.append)
+    scheduler = SelftestParts(plan, correct, lambda ok: row_parts(ok, 9, 9, 3, 2), None, done.append)
     worker = Worker(0, _Channel(), None)
     order = []
 
     def step(result=None):
         if result is not None:
-            scheduler.handle(worker, ChunkDone(worker.channel.sent[-1].task_id, result.as_dict()))
+            scheduler.handle(worker, PartDone(worker.channel.sent[-1].task_id, result.as_dict()))
         else:
             scheduler.handle(worker, WorkerReady())
         message = worker.channel.sent[-1]
@@ -120,14 +120,14 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
 def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
     plan = [("good", "fp16"), ("bug", "fp16")]
     done = []
-    scheduler = SelftestChunks(plan, {"good": True, "bug": False}, lambda ok: row_chunks(ok, 9, 9, 3), 0.0,
+    scheduler = SelftestParts(plan, {"good": True, "bug": False}, lambda ok: row_parts(ok, 9, 9, 3), 0.0,
                                done.append)
     worker = Worker(0, _Channel(), None)
     scheduler.handle(worker, WorkerReady())  # past the deadline, a row still gets its first chunk (its first case)
-    scheduler.handle(worker, ChunkDone(worker.channel.sent[-1].task_id, _row(1, stopped=True).as_dict()))
+    scheduler.handle(worker, PartDone(worker.channel.sent[-1].task_id, _row(1, stopped=True).as_dict()))
     task = worker.channel.sent[-1]
     assert (task.start, task.stop) == (0, 3) and (task.subject, task.dtype) == ("bug", "fp16")
-    scheduler.handle(worker, ChunkDone(task.task_id, _row(1, stopped=True).as_dict()))
+    scheduler.handle(worker, PartDone(task.task_id, _row(1, stopped=True).as_dict()))
     assert worker.channel.sent[-1] == Shutdown() and len(worker.channel.sent) == 3
     assert [(r.cases, r.stopped) for r in done] == [(1, True), (1, True)]
 

@@ -7,7 +7,7 @@ import pytest
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.selftest import run as selftest_run
 from flashcheck.selftest.config import SelftestConfig
-from flashcheck.selftest.rows import row_chunks
+from flashcheck.selftest.rows import row_parts
 from flashcheck.selftest.run import RowRunner, run_selftest
 from flashcheck.selftest.subjects import Subject
 
@@ -43,6 +43,6 @@ def test_fewer_bug_cases_than_cases_keep_the_cases_they_had(subjects):
 
 
 def test_chunks_of_a_planted_bug_cover_its_bug_cases_whatever_cases_is():
-    assert row_chunks(False, 3, 9, 3) == [(0, 3), (3, 6), (6, 9)]
-    assert row_chunks(False, 5, 10) == [(0, 10)]
-    assert row_chunks(True, 3, 9, 3) == [(0, 3)]
+    assert row_parts(False, 3, 9, 3) == [(0, 3), (3, 6), (6, 9)]
+    assert row_parts(False, 5, 10) == [(0, 10)]
+    assert row_parts(True, 3, 9, 3) == [(0, 3)]

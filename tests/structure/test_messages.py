@@ -60,7 +60,7 @@ def test_every_message_is_a_small_frozen_dataclass(cls):
 def test_a_channel_carries_messages_and_refuses_anything_else():
     parent, child = channel_pair()
     try:
-        sent = messages.ChunkTask(3, "torch:math", "fp16", 0, 50, ("flashcheck",), None)
+        sent = messages.PartTask(3, "torch:math", "fp16", 0, 50, ("flashcheck",), None)
         parent.send(sent)
         assert child.receive() == sent
         with pytest.raises(TypeError, match="carries flashcheck.campaign.messages only"):

@@ -11,8 +11,8 @@ index, no kind spelled as a string. Three conversations use them:
 - ``fuzz --jobs`` (:mod:`.scheduler.seeds`): each worker reports :class:`FindingSaved` at once,
   :class:`Progress` now and then and :class:`Finished` at its end, or :class:`CampaignRefused` (a usage
   error) or :class:`CampaignCrashed`;
-- ``selftest --jobs`` (:mod:`.scheduler.chunks`): a worker says :class:`WorkerReady`, is sent
-  :class:`ChunkTask` after :class:`ChunkTask` and answers each with :class:`ChunkDone`, until
+- ``selftest --jobs`` (:mod:`.scheduler.parts`): a worker says :class:`WorkerReady`, is sent
+  :class:`PartTask` after :class:`PartTask` and answers each with :class:`PartDone`, until
   :class:`Shutdown`.
 
 :class:`Ended` and :class:`TimedOut` are never sent: the receiving side makes them when a channel closed or
@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # not at run time: each pulls torch or hypothesis in, and mes
     from ..inputs.strategies import Recipe
     from .summary import CampaignSummary
 
-__all__ = ["Assign", "Built", "BuildCase", "CampaignCrashed", "CampaignRefused", "ChunkDone", "ChunkTask", "Ended",
-           "FindingSaved", "Finished", "JudgeCase", "JudgeFailed", "JudgeRecipe", "Judged", "LoadFailed", "Message",
+__all__ = ["Assign", "Built", "BuildCase", "CampaignCrashed", "CampaignRefused", "Ended", "FindingSaved", "Finished",
+           "JudgeCase", "JudgeFailed", "JudgeRecipe", "Judged", "LoadFailed", "Message", "PartDone", "PartTask",
            "Progress", "Ready", "Shutdown", "TimedOut", "WorkerReady"]
 
 
@@ -185,13 +185,13 @@ class CampaignCrashed(Message):
 
 @_message
 class WorkerReady(Message):
-    """Self-test worker to parent: ready for a chunk."""
+    """Self-test worker to parent: ready for a part."""
 
 
 @_message
-class ChunkTask(Message):
+class PartTask(Message):
     """Parent to self-test worker: run cases ``[start, stop)`` of the row ``(subject, dtype)``; ``fired``:
-    the detectors earlier chunks of a planted bug's row flagged; ``time_left``: seconds to the deadline."""
+    the detectors earlier parts of a planted bug's row flagged; ``time_left``: seconds to the deadline."""
 
     task_id: int
     subject: str
@@ -203,8 +203,8 @@ class ChunkTask(Message):
 
 
 @_message
-class ChunkDone(Message):
-    """Self-test worker to parent: the row of one chunk (``Row.as_dict()``)."""
+class PartDone(Message):
+    """Self-test worker to parent: the row of one part (``Row.as_dict()``)."""
 
     task_id: int
     row: dict[str, Any]

@@ -16,7 +16,7 @@ from ..contract.formats import ALL_DTYPES, DEVICES
 from ..files import write_json
 from ..kernels.origin import importable_from, reserved
 
-__all__ = ["EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
+__all__ = ["DESTS", "EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
            "choose_device", "exit_status", "importable_from_cwd", "prepare_device", "whole_number",
            "write_json_or_usage"]
@@ -31,6 +31,8 @@ PRESET_DTYPES_HELP = "repeat for several (default: the preset's)"
 COUNTS = {"--max-examples": "cases", "--jobs": "worker processes", "--cases": "cases", "--bug-cases": "cases",
           "--max-n": "keys", "--chunk": "cases", "--min-cases": "judged cases", "--min-regime-cases": "judged cases"}
 DURATIONS = ("--time-budget", "--case-timeout")
+# Options whose value argparse keeps under another name (``dest``) than the option's own.
+DESTS = {"--chunk": "part_cases"}
 
 
 def whole_number(text: str) -> int:
@@ -50,7 +52,7 @@ def exit_status(verdict: str) -> int:
 def check_options(args) -> None:
     """Every count option a whole number >= 1 and every duration positive, before anything runs."""
     for option in (*COUNTS, *DURATIONS):
-        value = getattr(args, option[2:].replace("-", "_"), None)
+        value = getattr(args, DESTS.get(option, option[2:].replace("-", "_")), None)
         if value is None:
             continue
         fix = f"Pass e.g. {option} {4 if option in COUNTS else 600}, or leave it out for the default."

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..contract.formats import DTYPES
 from .options import (
+    DESTS,
     EXIT_BUG,
     EXIT_NO_CASES,
     EXIT_OK,
@@ -28,6 +29,9 @@ from .options import (
 )
 
 __all__ = ["add_parser", "run"]
+
+# The option that sizes the parts a row's cases are cut into under --jobs (a name users know, kept).
+PART_OPTION = "--chunk"
 
 
 def add_parser(subparsers) -> None:
@@ -53,11 +57,11 @@ def add_parser(subparsers) -> None:
     add_time_budget(selftest, help="seconds; rows still running then stop early and are marked stopped")
     add_json(selftest, help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
     add_jobs(selftest, default=1, help="run the rows (variant x dtype) in N processes, spread over the visible "
-                                       "GPUs, in chunks of their cases handed out round-robin (see --chunk)")
-    selftest.add_argument("--chunk", type=int, default=None, metavar="K",
-                          help="with --jobs: cases per chunk of a row (default 50; a planted bug's first chunk "
+                                       f"GPUs, in parts of their cases handed out round-robin (see {PART_OPTION})")
+    selftest.add_argument(PART_OPTION, dest=DESTS[PART_OPTION], type=int, default=None, metavar="K",
+                          help="with --jobs: cases per part of a row (default 50; a planted bug's first part "
                                "holds at most 12, its later ones run only while it is not caught); the rows "
-                               "are the same whatever --jobs and --chunk are")
+                               f"are the same whatever --jobs and {PART_OPTION} are")
     selftest.add_argument("--corpus", default=None, metavar="DIR",
                           help="save each case a correct kernel failed (BUG or SUSPICIOUS) here as it is found, "
                                "to replay with `flashcheck replay`")
@@ -114,7 +118,7 @@ def _run_selftest(args, device: str, dtypes, progress) -> list:
                             time_budget=args.time_budget, corpus=args.corpus)
     if args.jobs == 1:
         return run_selftest(config, progress)
-    return run_selftest_rows(config, jobs=args.jobs, chunk=args.chunk, progress=progress)
+    return run_selftest_rows(config, jobs=args.jobs, part_cases=args.part_cases, progress=progress)
 
 
 def _int_list(option: str, text: str | None):

@@ -1,33 +1,33 @@
 """``selftest --jobs N``: the self-test's rows (subject x dtype) in N processes.
 
-:func:`run_selftest_rows` cuts each row's cases into chunks (``selftest --chunk``,
-:func:`flashcheck.selftest.rows.row_chunks`) and hands them out with the chunk policy
-(:mod:`flashcheck.campaign.scheduler.chunks`): chunk 0 of every row, then chunk 1 of every row, and so on,
+:func:`run_selftest_rows` cuts each row's cases into parts (``selftest --chunk``,
+:func:`flashcheck.selftest.rows.row_parts`) and hands them out with the parts policy
+(:mod:`flashcheck.campaign.scheduler.parts`): part 0 of every row, then part 1 of every row, and so on,
 each to the next free worker, so that long rows do not hold the others back and a deadline cuts every row
-alike. A planted bug's row has a small first chunk and runs its next one only once the earlier ones are in
-and not every detector has fired. A case depends on the seed, the row and its index alone, so the chunks
-combined (:func:`flashcheck.selftest.rows.combine_chunks`) give the rows of one process, in the same order.
+alike. A planted bug's row has a small first part and runs its next one only once the earlier ones are in
+and not every detector has fired. A case depends on the seed, the row and its index alone, so the parts
+combined (:func:`flashcheck.selftest.rows.combine_parts`) give the rows of one process, in the same order.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..campaign.messages import ChunkDone, ChunkTask, Shutdown, WorkerReady
+from ..campaign.messages import PartDone, PartTask, Shutdown, WorkerReady
 from ..campaign.scheduler import check_jobs, run_workers
-from ..campaign.scheduler.chunks import ChunkScheduler
+from ..campaign.scheduler.parts import PartScheduler
 from ..campaign.transport import ProcessTransport, child_setup
 from ..contract.counts import check_count
 from .config import SelftestConfig
-from .rows import DEFAULT_CHUNK, Row, all_fired, combine_chunks, fired_detectors, row_chunks
+from .rows import DEFAULT_PART, Row, all_fired, combine_parts, fired_detectors, row_parts
 from .run import RowRunner, selftest_plan
 from .subjects import subjects
 
-__all__ = ["SelftestChunks", "run_selftest_rows"]
+__all__ = ["SelftestParts", "run_selftest_rows"]
 
 
 def _selftest_child(channel, index: int, config: SelftestConfig) -> None:
-    """A worker process: runs each chunk of a row the parent sends, until it is told to stop."""
+    """A worker process: runs each part of a row the parent sends, until it is told to stop."""
     child_setup()
     runner = RowRunner(config)
     channel.send(WorkerReady())
@@ -35,29 +35,29 @@ def _selftest_child(channel, index: int, config: SelftestConfig) -> None:
         task = channel.receive()
         if isinstance(task, Shutdown):
             return
-        assert isinstance(task, ChunkTask), task
+        assert isinstance(task, PartTask), task
         row = runner.run(task.subject, task.dtype, task.start, task.stop, fired=task.fired,
                          time_budget=task.time_left)
-        channel.send(ChunkDone(task.task_id, row.as_dict()))
+        channel.send(PartDone(task.task_id, row.as_dict()))
 
 
-class SelftestChunks(ChunkScheduler):
-    """The chunk policy with the self-test's rows and workers; each of ``jobs`` workers (at most one per
-    chunk) starts with ``config``."""
+class SelftestParts(PartScheduler):
+    """The parts policy with the self-test's rows and workers; each of ``jobs`` workers (at most one per
+    part) starts with ``config``."""
 
     name = "flashcheck-selftest"
     child = staticmethod(_selftest_child)
 
-    def __init__(self, plan: list, correct: dict, chunks_of, deadline: float | None, progress=None, *,
+    def __init__(self, plan: list, correct: dict, parts_of, deadline: float | None, progress=None, *,
                  config: SelftestConfig | None = None, jobs: int = 1):
-        super().__init__(plan, correct, chunks_of, deadline, progress)
+        super().__init__(plan, correct, parts_of, deadline, progress)
         self.config, self.jobs = config, jobs
 
     def payloads(self) -> list[SelftestConfig]:
         return [self.config] * self.workers_wanted(self.jobs)
 
     def combine(self, results: list) -> Row:
-        return combine_chunks(results)
+        return combine_parts(results)
 
     def fired(self, row: Row) -> frozenset:
         return fired_detectors(row)
@@ -69,18 +69,20 @@ class SelftestChunks(ChunkScheduler):
         return Row.from_dict(data)
 
 
-def run_selftest_rows(config: SelftestConfig, *, jobs: int, chunk: int | None = None, progress=None) -> list[Row]:
+def run_selftest_rows(config: SelftestConfig, *, jobs: int, part_cases: int | None = None,
+                      progress=None) -> list[Row]:
     """The self-test's rows (:func:`flashcheck.selftest.run.selftest_plan`) run in ``jobs`` processes, in
-    chunks of ``chunk`` cases; the same rows, in the same order, as :func:`flashcheck.selftest.run.run_selftest`
-    gives. ``progress(row)`` is called as each row completes."""
+    parts of ``part_cases`` cases; the same rows, in the same order, as
+    :func:`flashcheck.selftest.run.run_selftest` gives. ``progress(row)`` is called as each row completes."""
     check_jobs(jobs, "jobs")
-    chunk = DEFAULT_CHUNK if chunk is None else chunk
-    check_count("chunk", chunk, what="a number of cases", fix="Pass e.g. --chunk 50, or leave it out for the default.")
+    part_cases = DEFAULT_PART if part_cases is None else part_cases
+    check_count("part_cases", part_cases, what="a number of cases",
+                fix=f"Pass e.g. part_cases={DEFAULT_PART}, or leave it out for the default.")
     plan = selftest_plan(config)
     correct = {s.name: s.correct for s in subjects(config.device, names=sorted({name for name, _ in plan}),
                                                    backward=config.backward)}
     deadline = None if config.time_budget is None else time.monotonic() + config.time_budget
-    policy = SelftestChunks(plan, correct, lambda ok: row_chunks(ok, config.cases, config.bug_cases, chunk), deadline,
-                            progress, config=config, jobs=jobs)
+    policy = SelftestParts(plan, correct, lambda ok: row_parts(ok, config.cases, config.bug_cases, part_cases),
+                           deadline, progress, config=config, jobs=jobs)
     run_workers(policy, ProcessTransport(config.device))
     return policy.result()

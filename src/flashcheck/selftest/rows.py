@@ -1,5 +1,5 @@
 """The self-test's rows (subject x dtype): when each detector (flashcheck, the field's rules) first flagged a
-subject, its margins, and a row's cases cut into chunks (``selftest --jobs``) and combined back into the row
+subject, its margins, and a row's cases cut into parts (``selftest --jobs``) and combined back into the row
 one process gives. Readable without torch: ``selftest --table`` prints saved rows."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from ..contract.features import FEATURES
 from ..judge.verdict import from_json_number, json_number
 
-__all__ = ["BUG_FIRST_CHUNK", "DEFAULT_CHUNK", "Detection", "Row", "all_fired", "combine_chunks", "fired_detectors",
-           "row_cases", "row_chunks"]
+__all__ = ["BUG_FIRST_PART", "DEFAULT_PART", "Detection", "Row", "all_fired", "combine_parts", "fired_detectors",
+           "row_cases", "row_parts"]
 
 
 @dataclass
@@ -82,31 +82,31 @@ def fired_detectors(row: Row) -> frozenset:
 
 
 def all_fired(row: Row, fired=()) -> bool:
-    """Whether every detector is done with ``row``, counting those ``fired`` (by earlier chunks) too."""
+    """Whether every detector is done with ``row``, counting those ``fired`` (by earlier parts) too."""
     done = fired_detectors(row) | set(fired)
     return "flashcheck" in done and all(key in done for key in row.anchors)
 
 
 # ------------------------------------------------------------------------------------------------
-# Chunks: slices of a row's cases, run apart (``selftest --jobs N``) and combined back into its row
-# ------------------------------------------------------------------------------------------------
+# Parts: slices of a row's cases, run apart (``selftest --jobs N``) and combined back into its row
+# -----------------------------------------------------------------------------------------------
 
-DEFAULT_CHUNK = 50      # cases per chunk (``selftest --chunk``)
-BUG_FIRST_CHUNK = 12    # a planted bug's first chunk: most are caught by then
+DEFAULT_PART = 50      # cases per part (``selftest --chunk``)
+BUG_FIRST_PART = 12    # a planted bug's first part: most are caught by then
 
 
-def row_chunks(correct: bool, cases: int, bug_cases: int, chunk: int = DEFAULT_CHUNK,
-               first_bug_chunk: int = BUG_FIRST_CHUNK) -> list[tuple[int, int]]:
-    """A row's cases as ``[start, stop)`` slices, in order: ``chunk`` cases each; a planted bug's first
-    slice holds at most ``first_bug_chunk`` (its later slices run only while it is not caught)."""
-    if chunk < 1:
-        raise ValueError(f"chunk must be at least 1, got {chunk}")
+def row_parts(correct: bool, cases: int, bug_cases: int, size: int = DEFAULT_PART,
+              first_bug_size: int = BUG_FIRST_PART) -> list[tuple[int, int]]:
+    """A row's cases as ``[start, stop)`` slices, in order: ``size`` cases each; a planted bug's first
+    slice holds at most ``first_bug_size`` (its later slices run only while it is not caught)."""
+    if size < 1:
+        raise ValueError(f"a part holds at least 1 case, got {size}")
     total = max(row_cases(correct, cases, bug_cases), 0)
     if total == 0:
         return [(0, 0)]
-    bounds = [0, min(total, chunk if correct else min(chunk, first_bug_chunk))]
+    bounds = [0, min(total, size if correct else min(size, first_bug_size))]
     while bounds[-1] < total:
-        bounds.append(min(bounds[-1] + chunk, total))
+        bounds.append(min(bounds[-1] + size, total))
     return list(zip(bounds, bounds[1:]))
 
 
@@ -117,30 +117,30 @@ def _combine_detections(dets: list[Detection]) -> Detection:
     return Detection(first.first_case if first else None, how, sum(d.false_alarms for d in dets))
 
 
-def combine_chunks(chunks: list[Row]) -> Row:
-    """One row from the rows of its chunks (any order): what the whole row gives on the same cases.
+def combine_parts(parts: list[Row]) -> Row:
+    """One row from the rows of its parts (any order): what the whole row gives on the same cases.
 
     Cases, suspicious cases, false alarms and seconds add up; the largest ratio and the smallest caught
-    ratio are kept; each detector's first case is the smallest of the chunks' (with its "how"); stopped
-    if any chunk was.
+    ratio are kept; each detector's first case is the smallest of the parts' (with its "how"); stopped
+    if any part was.
     """
-    if not chunks:
-        raise ValueError("no chunks to combine")
-    head = chunks[0]
+    if not parts:
+        raise ValueError("no parts to combine")
+    head = parts[0]
     return Row(head.variant, head.correct, head.area, head.dtype,
-               cases=sum(c.cases for c in chunks),
-               flashcheck=_combine_detections([c.flashcheck for c in chunks]),
-               anchors={key: _combine_detections([c.anchors[key] for c in chunks]) for key in head.anchors},
-               max_ratio=max(c.max_ratio for c in chunks),
-               min_caught_ratio=min(c.min_caught_ratio for c in chunks),
-               suspicious=sum(c.suspicious for c in chunks),
-               seconds=sum(c.seconds for c in chunks),
-               stopped=any(c.stopped for c in chunks),
-               gradient_max={k: max(c.gradient_max.get(k, 0.0) for c in chunks)
-                             for k in sorted({k for c in chunks for k in c.gradient_max})},
-               errors=sum(c.errors for c in chunks),
-               features={k: sum(c.features.get(k, 0) for c in chunks)
-                         for k in FEATURES if any(k in c.features for c in chunks)})
+               cases=sum(c.cases for c in parts),
+               flashcheck=_combine_detections([c.flashcheck for c in parts]),
+               anchors={key: _combine_detections([c.anchors[key] for c in parts]) for key in head.anchors},
+               max_ratio=max(c.max_ratio for c in parts),
+               min_caught_ratio=min(c.min_caught_ratio for c in parts),
+               suspicious=sum(c.suspicious for c in parts),
+               seconds=sum(c.seconds for c in parts),
+               stopped=any(c.stopped for c in parts),
+               gradient_max={k: max(c.gradient_max.get(k, 0.0) for c in parts)
+                             for k in sorted({k for c in parts for k in c.gradient_max})},
+               errors=sum(c.errors for c in parts),
+               features={k: sum(c.features.get(k, 0) for c in parts)
+                         for k in FEATURES if any(k in c.features for c in parts)})
 
 
 def row_cases(correct: bool, cases: int, bug_cases: int) -> int:

@@ -51,7 +51,7 @@ def _randn_twin(recipe: Recipe) -> Recipe:
 @dataclass(frozen=True)
 class RowPart:
     """Which of a row's cases to run: ``[start, stop)`` (0-based; case ``i`` is numbered ``i + 1`` in the
-    row; ``stop`` None: to the end), ``fired``: the detectors earlier chunks of a planted bug's row flagged
+    row; ``stop`` None: to the end), ``fired``: the detectors earlier parts of a planted bug's row flagged
     already (:func:`~flashcheck.selftest.rows.fired_detectors`), ``deadline``: a ``time.monotonic()`` value
     past which no case but the row's first starts."""
 
@@ -63,8 +63,8 @@ class RowPart:
 
 def _run_row(subject: Subject, kernel: Kernel, dtype: str, recipes: list[Recipe], config: SelftestConfig,
              part: RowPart = RowPart()) -> Row:
-    """The row's cases of ``part``: a whole row by default. A slice (a chunk,
-    :func:`~flashcheck.selftest.rows.row_chunks`) runs the same cases as the whole row would, numbered
+    """The row's cases of ``part``: a whole row by default. A slice (a part,
+    :func:`~flashcheck.selftest.rows.row_parts`) runs the same cases as the whole row would, numbered
     alike, and stops where the whole row would."""
     row = Row(subject.name, subject.correct, subject.area, dtype)
     for rule in (BACKWARD_ANCHORS if config.backward else ANCHORS):
@@ -75,7 +75,7 @@ def _run_row(subject: Subject, kernel: Kernel, dtype: str, recipes: list[Recipe]
     limit = len(recipes) if subject.correct else min(config.bug_cases, len(recipes))
     stop = limit if part.stop is None else min(part.stop, limit)
     for index, recipe in enumerate(recipes[part.start:stop], start=part.start + 1):
-        # index > 1: a row runs its first case even past the deadline; a later chunk then runs none
+        # index > 1: a row runs its first case even past the deadline; a later part then runs none
         if part.deadline is not None and index > 1 and time.monotonic() > part.deadline:
             row.stopped = True
             break
@@ -166,7 +166,7 @@ def _anchor_says(row: Row, key: str, index: int, accepted: bool | None, how: str
 
 
 class RowRunner:
-    """Runs the self-test's rows, or chunks of them (a ``selftest --jobs`` worker), in one process, keeping
+    """Runs the self-test's rows, or parts of them (a ``selftest --jobs`` worker), in one process, keeping
     the kernels it built and the case lists it drew: a row's cases depend on the seed and the row alone."""
 
     def __init__(self, config: SelftestConfig):
@@ -199,7 +199,7 @@ class RowRunner:
 
     def run(self, name: str, dtype: str, start: int = 0, stop: int | None = None, fired=(),
             time_budget: float | None = None) -> Row:
-        """Cases ``[start, stop)`` of the row ``(name, dtype)``, as a row of their own (see combine_chunks)."""
+        """Cases ``[start, stop)`` of the row ``(name, dtype)``, as a row of their own (see combine_parts)."""
         deadline = None if time_budget is None else time.monotonic() + time_budget
         subject, kernel = self.subject(name)
         return self.row(subject, kernel, dtype, RowPart(start, stop, tuple(fired), deadline))

@@ -51,8 +51,7 @@ def subjects(device: str, *, names: list[str] | None = None, which: str = "all",
            for m, n in CORRECT_TILES]
     m, n = MUTANT_TILE
     out.append(Subject(f"triton[{m}x{n}] variants", True, "correct",
-                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on soft-capped, ALiBi, biased, windowed, chunked "
-                       "and sink cases",
+                       f"flashcheck:triton, BLOCK_M={m}, BLOCK_N={n}, on cases of each feature ({', '.join(FEATURES)})",
                        lambda: on_device(make_kernel(block_m=m, block_n=n, input_precision=precision), device),
                        features=FEATURES))
     # PyTorch's fused backward kernels have defects of their own (reports/results.md, "Defects found"): campaigns

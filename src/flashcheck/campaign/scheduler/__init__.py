@@ -6,8 +6,8 @@ does, and the loop between them (as pytest-xdist splits its ``dsession``, ``work
   :mod:`flashcheck.campaign.messages`, dispatched by type) and stops them. Today's is
   :class:`flashcheck.campaign.transport.ProcessTransport`: "spawn" children on this host.
 - A :class:`Policy` names what each worker starts with, the function it runs, and what to do with each
-  message: :mod:`.seeds` (``fuzz --jobs``: one campaign's cases shared out by seed) and :mod:`.chunks`
-  (``selftest --jobs``: the rows' cases handed out in chunks).
+  message: :mod:`.seeds` (``fuzz --jobs``: one campaign's cases shared out by seed) and :mod:`.parts`
+  (``selftest --jobs``: the rows' cases handed out in parts).
 - :func:`run_workers` is the loop.
 
 A distributed backend plugs in as one more transport (and, if it shares work otherwise, one more policy);

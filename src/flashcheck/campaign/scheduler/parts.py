@@ -1,13 +1,13 @@
-"""``selftest --jobs N``'s policy: rows of cases cut into chunks, handed out round-robin to whichever worker
+"""``selftest --jobs N``'s policy: rows of cases cut into parts, handed out round-robin to whichever worker
 is free, and combined back into rows.
 
-Chunk 0 of every row goes out first (in the plan's order), then chunk 1 of every row, and so on, so that long
+Part 0 of every row goes out first (in the plan's order), then part 1 of every row, and so on, so that long
 rows do not hold the others back and a deadline cuts every row alike; a worker is given a row it ran before
-when it can (its kernel and cases are ready there). A planted bug's row runs its next chunk only once the
+when it can (its kernel and cases are ready there). A planted bug's row runs its next part only once the
 earlier ones are in and not every detector has fired, so it ends where one process would end it.
 
-The policy knows rows only as what :meth:`ChunkScheduler.combine`, :meth:`~ChunkScheduler.fired` and
-:meth:`~ChunkScheduler.caught` say of them: the self-test (:mod:`flashcheck.selftest.parallel`) subclasses
+The policy knows rows only as what :meth:`PartScheduler.combine`, :meth:`~PartScheduler.fired` and
+:meth:`~PartScheduler.caught` say of them: the self-test (:mod:`flashcheck.selftest.parallel`) subclasses
 it with its rows' rules and its worker's function.
 """
 
@@ -17,32 +17,32 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..messages import ChunkDone, ChunkTask, Ended, Shutdown, WorkerReady
+from ..messages import Ended, PartDone, PartTask, Shutdown, WorkerReady
 from ..transport import Worker
 from . import JobError, Transport
 
-__all__ = ["ChunkScheduler"]
+__all__ = ["PartScheduler"]
 
 
 @dataclass
-class _RowChunks:
-    """The parent's account of one row: its chunks, sent and received."""
+class _RowParts:
+    """The parent's account of one row: its parts, sent and received."""
 
     index: int                 # in the plan
     key: tuple                 # (subject, dtype)
     correct: bool
-    chunks: list               # [start, stop) of each chunk, in order
-    sent: int = 0              # chunks handed out so far (in order)
+    parts: list                # [start, stop) of each part, in order
+    sent: int = 0              # parts handed out so far (in order)
     in_flight: int = 0
-    results: dict = field(default_factory=dict)  # chunk number -> its row
-    caught: bool = False       # a planted bug's row: every detector fired, its later chunks are not needed
-    lost: bool = False         # a worker died running one of its chunks
+    results: dict = field(default_factory=dict)  # part number -> its row
+    caught: bool = False       # a planted bug's row: every detector fired, its later parts are not needed
+    lost: bool = False         # a worker died running one of its parts
     row: object = None         # the combined row, once complete
 
     def available(self, past_deadline: bool) -> bool:
-        """Whether its next chunk may go out now: a planted bug's only once its earlier ones are in (it
-        runs on only while not caught); after the deadline only a row's first chunk (its first case)."""
-        if self.caught or self.lost or self.row is not None or self.sent >= len(self.chunks):
+        """Whether its next part may go out now: a planted bug's only once its earlier ones are in (it
+        runs on only while not caught); after the deadline only a row's first part (its first case)."""
+        if self.caught or self.lost or self.row is not None or self.sent >= len(self.parts):
             return False
         if past_deadline and self.sent > 0:
             return False
@@ -50,34 +50,34 @@ class _RowChunks:
 
     def prefix(self) -> list:
         out = []
-        for number in range(len(self.chunks)):
+        for number in range(len(self.parts)):
             if number not in self.results:
                 break
             out.append(self.results[number])
         return out
 
 
-class ChunkScheduler:
-    """Hands out the chunks of the rows of ``plan`` (``(subject, dtype)`` pairs; ``correct[subject]``: a
-    correct kernel's row, else a planted bug's; ``chunks_of(correct)``: its ``[start, stop)`` chunks).
-    ``deadline`` (``time.monotonic()``) stops all but a row's first chunk; ``progress(row)`` is called as
+class PartScheduler:
+    """Hands out the parts of the rows of ``plan`` (``(subject, dtype)`` pairs; ``correct[subject]``: a
+    correct kernel's row, else a planted bug's; ``parts_of(correct)``: its ``[start, stop)`` parts).
+    ``deadline`` (``time.monotonic()``) stops all but a row's first part; ``progress(row)`` is called as
     each row completes. Subclasses name ``child`` and ``name`` and the rows' rules."""
 
     name: str
     child: Callable
 
-    def __init__(self, plan: list, correct: dict, chunks_of, deadline: float | None, progress=None):
-        self.rows = [_RowChunks(i, key, correct[key[0]], chunks_of(correct[key[0]])) for i, key in enumerate(plan)]
+    def __init__(self, plan: list, correct: dict, parts_of, deadline: float | None, progress=None):
+        self.rows = [_RowParts(i, key, correct[key[0]], parts_of(correct[key[0]])) for i, key in enumerate(plan)]
         self.deadline, self.progress = deadline, progress
-        self.idle: list[Worker] = []  # workers waiting for a chunk
-        self.tasks: dict = {}         # task id -> (worker, row, chunk number)
+        self.idle: list[Worker] = []  # workers waiting for a part
+        self.tasks: dict = {}         # task id -> (worker, row, part number)
         self.seen: dict = {}          # worker index -> rows it ran
         self.next_id = 0
 
     # ---- the rows' rules ------------------------------------------------------------------------------
 
     def combine(self, results: list):
-        """One row from the rows of its chunks."""
+        """One row from the rows of its parts."""
         raise NotImplementedError
 
     def fired(self, row) -> frozenset:
@@ -85,17 +85,17 @@ class ChunkScheduler:
         raise NotImplementedError
 
     def caught(self, row) -> bool:
-        """Whether every detector is done with a planted bug's ``row``: its later chunks are not needed."""
+        """Whether every detector is done with a planted bug's ``row``: its later parts are not needed."""
         raise NotImplementedError
 
     def read_row(self, data: dict):
-        """A chunk's row from the dict a worker sent."""
+        """A part's row from the dict a worker sent."""
         raise NotImplementedError
 
     # ---- the policy ---------------------------------------------------------------------------------------
 
     def workers_wanted(self, jobs: int) -> int:
-        return min(jobs, sum(len(s.chunks) for s in self.rows))
+        return min(jobs, sum(len(s.parts) for s in self.rows))
 
     def started(self, workers: list[Worker], transport: Transport) -> None:
         pass  # a worker asks for work once it is ready
@@ -104,7 +104,7 @@ class ChunkScheduler:
         match message:
             case WorkerReady():
                 self.idle.append(worker)
-            case ChunkDone(task_id=task_id, row=row):
+            case PartDone(task_id=task_id, row=row):
                 self.received(worker, task_id, row)
             case Ended():
                 self.ended(worker)
@@ -127,7 +127,7 @@ class ChunkScheduler:
         self.idle.append(worker)
 
     def ended(self, worker: Worker) -> None:
-        """A worker's channel closed: the chunk it was running (if any) will not come back."""
+        """A worker's channel closed: the part it was running (if any) will not come back."""
         for task_id, (owner, state, _) in list(self.tasks.items()):
             if owner is worker:
                 del self.tasks[task_id]
@@ -152,18 +152,18 @@ class ChunkScheduler:
             self.idle = []
 
     def _send_next(self, worker: Worker, ready: list) -> bool:
-        """Send ``worker`` the next chunk of a row in the earliest round, one it ran before if it can."""
+        """Send ``worker`` the next part of a row in the earliest round, one it ran before if it can."""
         first_round = min(s.sent for s in ready)
         ready = [s for s in ready if s.sent == first_round]
         seen = self.seen.setdefault(worker.index, set())
         state = next((s for s in ready if s.index in seen), ready[0])
         number = state.sent
-        start, stop = state.chunks[number]
+        start, stop = state.parts[number]
         time_left = None if self.deadline is None else max(self.deadline - time.monotonic(), 1e-3)
         fired = () if state.correct else tuple(sorted(self._fired_before(state)))
         task_id, self.next_id = self.next_id, self.next_id + 1
         try:
-            worker.channel.send(ChunkTask(task_id, state.key[0], state.key[1], start, stop, fired, time_left))
+            worker.channel.send(PartTask(task_id, state.key[0], state.key[1], start, stop, fired, time_left))
         except (OSError, ValueError):  # the worker is gone; its channel's end will say so
             return False
         self.tasks[task_id] = (worker, state, number)
@@ -172,7 +172,7 @@ class ChunkScheduler:
         seen.add(state.index)
         return True
 
-    def _fired_before(self, state: _RowChunks) -> frozenset:
+    def _fired_before(self, state: _RowParts) -> frozenset:
         prefix = state.prefix()
         return self.fired(self.combine(prefix)) if prefix else frozenset()
 
@@ -182,8 +182,8 @@ class ChunkScheduler:
             if state.row is not None or state.lost or state.in_flight or state.available(past) or not state.results:
                 continue
             row = self.combine([state.results[n] for n in sorted(state.results)])
-            # chunks never sent because the deadline came: the row stopped before its last case
-            row.stopped = row.stopped or (not state.caught and len(state.results) < len(state.chunks))
+            # parts never sent because the deadline came: the row stopped before its last case
+            row.stopped = row.stopped or (not state.caught and len(state.results) < len(state.parts))
             state.row = row
             if self.progress is not None:
                 self.progress(row)
