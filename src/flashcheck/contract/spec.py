@@ -190,7 +190,8 @@ def _flat_fields(cls):
     left = {name: list(dataclasses.fields(group)) for name, group in GROUPS.items()}
     cls.__annotations__ = {}
     for name, count in _FLAT_ORDER:
-        run, left[name] = left[name][:count], left[name][len(left[name]) if count is None else count:]
+        count = len(left[name]) if count is None else count
+        run, left[name] = left[name][:count], left[name][count:]
         for f in run:
             cls.__annotations__[f.name] = f.type
             setattr(cls, f.name, dataclasses.field(default=f.default, default_factory=f.default_factory))
