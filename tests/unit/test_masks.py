@@ -9,7 +9,6 @@ import torch
 
 from flashcheck.contract import masks
 from flashcheck.errors import InvalidArgument
-from flashcheck.features.window import sliding_window
 
 # (B, H, Nq, Nk): square, Nq > Nk (rows with no visible key under bottom-right), Nq < Nk, and length 1.
 SHAPES = [(2, 3, 5, 5), (1, 2, 7, 4), (2, 1, 4, 9), (1, 1, 1, 1), (1, 1, 1, 6), (1, 1, 6, 1)]
@@ -107,13 +106,13 @@ def test_key_padding_bad_lengths(factory, lengths):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("left,right,offset", [(0, 0, 0), (2, 0, 0), (1, 2, 0), (3, 1, -2), (0, 0, 5)])
 def test_sliding_window(shape, left, right, offset):
-    check(sliding_window(left, right, offset=offset), shape,
+    check(masks.sliding_window(left, right, offset=offset), shape,
           lambda b, h, i, j: i + offset - left <= j <= i + offset + right)
 
 
 def test_sliding_window_bottom_right_causal_equals_causal_bottom_right_with_wide_window():
     Nq, Nk = 5, 9
-    wide = masks.materialize(sliding_window(Nk, 0, offset=Nk - Nq), (1, 1, Nq, Nk))
+    wide = masks.materialize(masks.sliding_window(Nk, 0, offset=Nk - Nq), (1, 1, Nq, Nk))
     assert torch.equal(wide, masks.materialize(masks.causal_bottom_right(Nq, Nk), (1, 1, Nq, Nk)))
 
 
@@ -121,7 +120,7 @@ def test_sliding_window_bottom_right_causal_equals_causal_bottom_right_with_wide
 def test_sliding_window_bad_sides(left, right, name):
     bad = left if name == "left" else right
     with pytest.raises(InvalidArgument, match=rf"^{name}={bad}: window sides must be non-negative\. Pass"):
-        sliding_window(left, right)
+        masks.sliding_window(left, right)
 
 
 @pytest.mark.parametrize("mshape", [(2, 3, 5, 7), (1, 1, 5, 7), (2, 1, 1, 7), (1, 3, 5, 1), (1, 1, 1, 1)])
@@ -157,7 +156,7 @@ def _random_mask(shape, seed):
 def test_and_or_masks(shape):
     _, _, Nq, Nk = shape
     fn, m = _random_mask(shape, 0)
-    window = sliding_window(1, 1)
+    window = masks.sliding_window(1, 1)
     both = masks.and_masks(masks.causal_bottom_right(Nq, Nk), fn, window)
     either = masks.or_masks(masks.causal_top_left, fn, window)
     check(both, shape, lambda b, h, i, j: j <= i + Nk - Nq and bool(m[b, h, i, j]) and i - 1 <= j <= i + 1)
@@ -176,7 +175,7 @@ def test_mask_functions_work_on_scalar_indices_like_flex_attention():
     # FlexAttention calls mask_mod with 0-d index tensors (under vmap); every function must accept them.
     m = torch.rand(2, 3, 5, 7, generator=torch.Generator().manual_seed(2)) > 0.5
     fns = [masks.full, masks.causal_top_left, masks.causal_bottom_right(5, 7), masks.key_padding_right([3, 6]),
-           masks.key_padding_left([3, 6], 7), sliding_window(1, 2), masks.from_tensor(m),
+           masks.key_padding_left([3, 6], 7), masks.sliding_window(1, 2), masks.from_tensor(m),
            masks.and_masks(masks.causal_top_left, masks.from_tensor(m)), masks.or_masks(masks.full)]
     full = [masks.materialize(fn, (2, 3, 5, 7)) for fn in fns]
     for b, h, i, j in itertools.product(range(2), range(3), range(5), range(7)):

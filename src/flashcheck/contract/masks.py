@@ -26,6 +26,7 @@ __all__ = [
     "causal",
     "key_padding_right",
     "key_padding_left",
+    "sliding_window",
     "from_tensor",
     "and_masks",
     "or_masks",
@@ -93,6 +94,23 @@ def key_padding_left(lengths: Sequence[int] | torch.Tensor, n_k: int) -> MaskFn:
         return kv_idx >= n_k - lens.to(kv_idx.device)[b]
 
     return key_padding_left
+
+
+def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> MaskFn:
+    """Query i sees keys j with ``i + offset - left <= j <= i + offset + right``.
+
+    ``offset = n_k - n_q`` aligns the window bottom-right; ``right=0`` makes it causal.
+    """
+    for name, side in (("left", left), ("right", right)):
+        if int(side) < 0:
+            raise InvalidArgument(name, side, "window sides must be non-negative", "Pass left >= 0 and right >= 0.")
+    left, right, offset = int(left), int(right), int(offset)
+
+    def sliding_window(b, h, q_idx, kv_idx):
+        centre = q_idx + offset
+        return (kv_idx >= centre - left) & (kv_idx <= centre + right)
+
+    return sliding_window
 
 
 def from_tensor(mask: torch.Tensor) -> MaskFn:

@@ -12,18 +12,7 @@ from ..errors import InvalidArgument
 from .base import Feature
 from .draws import TILE_EDGES, pick, upto
 
-__all__ = ["FEATURE", "sliding_window", "window"]
-
-
-def sliding_window(left: int, right: int = 0, *, offset: int = 0) -> masks.MaskFn:
-    """Query i sees keys j with ``i + offset - left <= j <= i + offset + right``.
-
-    ``offset = n_k - n_q`` aligns the window bottom-right; ``right=0`` makes it causal.
-    """
-    for name, side in (("left", left), ("right", right)):
-        if int(side) < 0:
-            raise InvalidArgument(name, side, "window sides must be non-negative", "Pass left >= 0 and right >= 0.")
-    return _band(int(left), int(right), int(offset))
+__all__ = ["FEATURE", "window"]
 
 
 def window(left: int, right: int, *, n_q: int, n_k: int) -> masks.MaskFn:
