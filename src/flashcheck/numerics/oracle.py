@@ -161,12 +161,12 @@ class Softmax:
 
 def block_scores(ops, blk, scale: float):
     """(raw, s): the block's cap input (the scaled logits, with the bias where it goes first or there is no
-    cap), and its logits as the variant has them: soft-capped and biased, with the sink's logit as the
+    cap), and its logits as the variant has them: capped and biased, with the sink's logit as the
     last column (Block's sink key)."""
     K = blk.K if blk.sink is None else blk.K[:, :, :-1]
     raw = ops.matmul(blk.Q, ops.swap(K)) * scale
-    late = blk.bias is not None and blk.softcap is not None and not blk.bias_first
-    raw, s = capped_scores(raw, blk.bias, blk.softcap, late, ops.tanh)
+    late = blk.bias is not None and blk.cap is not None and not blk.bias_first
+    raw, s = capped_scores(raw, blk.bias, blk.cap, late, ops.tanh)
     if blk.sink is not None:
         sink = ops.broadcast_to(blk.sink, s.shape[:-1] + (1,))
         raw, s = ops.concat((raw, sink), -1), ops.concat((s, sink), -1)
