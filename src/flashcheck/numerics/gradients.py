@@ -61,8 +61,9 @@ def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn
     a kernel's backward, each with a bound on its own error.
 
     ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU; ``method="mpmath"``
-    computes the same with ``dps`` digits (an auditor for small cases). ``variant``: the case's soft-cap
-    (its slope 1 - tanh^2 carries dS back to the scaled logits), window, chunk and sinks.
+    computes the same with ``dps`` digits (an auditor for small cases). ``variant``: the case's cap (its
+    slope 1 - tanh^2 carries dS back to the scaled logits), bias, visible keys and sink; the gradients of its
+    tensors (:mod:`.variant_gradients`) come with dQ, dK and dV.
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
@@ -223,7 +224,7 @@ class BlockGradients:
 
 def block_gradients(ops, blk, fwd, dO, g_dot: float, scale: float) -> BlockGradients:
     """The backward's intermediates of one block of the forward walk (``fwd``: its BlockForward); with a
-    soft-cap, dS is carried back to the scaled logits (see :func:`_through_the_cap`)."""
+    cap, dS is carried back to the scaled logits (see :func:`_through_the_cap`)."""
     sm = fwd.softmax
     weights = sm.p / sm.l  # P^; 0 on masked keys and on rows with no visible key
     E = _weight_bound(ops, blk, fwd, weights)
