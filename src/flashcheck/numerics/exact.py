@@ -84,8 +84,8 @@ class _MpRow:
     """One row of attention in mpmath: the variant's cap on the scaled logits, its bias, its sink in the sum.
     A row is named by ``at`` = (batch entry, query head, query index).
 
-    Each bias feature's float64 term is exact (a float32 slope times a whole distance has at most 24 + 31
-    significant bits), so mpmath sums the terms exactly converted; their float64 sum may round."""
+    Each bias feature's float64 term is exact (a float32 slope times a whole distance below 2^29 fits in 53
+    bits), so mpmath sums the terms, each converted exactly; their float64 sum (``Variant.bias``) may round."""
 
     def __init__(self, ctx, scale, variant: Variant, shapes: Shapes):
         self.ctx, self.scale = ctx, ctx.mpf(scale)
