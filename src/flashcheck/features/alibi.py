@@ -52,6 +52,11 @@ def _bias(variant, n_q: int, n_k: int, rows: torch.Tensor, device, size: bool):
     return slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * pos
 
 
+def _bias_extent(variant, n_q: int, n_k: int) -> float:
+    """|slope| (|i' - j| + |i'| + j), :func:`_bias`'s size, bounded over every row and key at once."""
+    return float(variant.alibi_slopes.abs().max()) * (3 * max(n_q, n_k) + abs(n_k - n_q))
+
+
 def _misreads(variant, row: RowTerms) -> list:
     slopes = variant.alibi_slopes.double().reshape(-1, variant.alibi_slopes.shape[-1])
     slope = float(slopes[row.b if slopes.shape[0] > 1 else 0, row.h])
@@ -74,6 +79,7 @@ FEATURE = Feature(
     check=_check, text=head_values_text, tensor=True,
     dims=lambda value: (-2, -1) if value is not None and value.dim() == 2 else (None, -1),
     shape_problem=_shape_problem, refusal=_refusal, bias=_bias, misreads=_misreads,
+    bias_extent=_bias_extent,
     # (Hq,) or (B, Hq) fp32; the bias reaches slope * Nk on long rows
     regimes={
         "none": None,

@@ -57,6 +57,11 @@ def _bias(variant, n_q: int, n_k: int, rows: torch.Tensor, device, size: bool):
     return bias.abs().nan_to_num(posinf=0.0) if size else bias
 
 
+def _bias_extent(variant, n_q: int, n_k: int) -> float:
+    """The largest |bias| (a hidden key rounds nothing)."""
+    return float(variant.attn_bias.abs().nan_to_num(posinf=0.0).max())
+
+
 def _misreads(variant, row: RowTerms) -> list:
     return [("attn_bias ignored", row.logits(bias=None)),
             ("attn_bias multiplied by the softmax scale", row.logits(bias=row.bias * row.scale))]
@@ -129,6 +134,7 @@ FEATURE = Feature(
     check=_check, text=lambda value: f"{tuple(value.shape)}:{str(value.dtype).replace('torch.', '')}",
     tensor=True, dims=lambda value: (-4, -3), shape_problem=_shape_problem, refusal=_refusal, bias=_bias,
     draw=_draw, misreads=_misreads, gradient="dbias",
+    bias_extent=_bias_extent,
     # logits of the value regimes sit near 0..10
     regimes={
         "none": None,

@@ -38,7 +38,8 @@ class Feature:
     ``visible(value, n_q, n_k)``: the mask function of the keys a "keys" feature leaves visible
     (:mod:`flashcheck.contract.masks` convention); ``bias(variant, n_q, n_k, rows, device, size)``: a "bias"
     feature's float64 bias of ``rows``, broadcastable to (B, Hq, R, Nk), or with ``size`` the magnitude a
-    legal kernel's bias arithmetic rounds on.
+    legal kernel's bias arithmetic rounds on; ``bias_extent(variant, n_q, n_k)``: a float no smaller than that
+    magnitude on any row and key of the call, found without a pass over them (the oracle's bound on the logits).
     ``misreads(variant, row)``: (what, logits) of a row (:class:`~flashcheck.features.scores.RowTerms`) with
     the feature read as kernels get it wrong, for a diagnosis to try.
     ``gradient``: the name of the gradient a backward pass gives of a tensor feature (``dbias``), where it is
@@ -66,6 +67,7 @@ class Feature:
     misreads: Callable = lambda variant, row: []
     visible: Callable | None = None
     bias: Callable | None = None
+    bias_extent: Callable | None = None
 
     def __post_init__(self):
         if self.term not in TERMS:

@@ -4,15 +4,17 @@ walk of :mod:`.oracle` and :mod:`.gradients`, or mpmath in :mod:`.exact`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 import torch
 
 from ..contract.validation import Shapes
+from ..features.registry import REGISTRY
 
-__all__ = ["GRADIENTS", "Gradients", "Reference"]
+__all__ = ["GRADIENTS", "VARIANT_GRADIENTS", "Gradients", "Reference"]
 
 GRADIENTS = ("dq", "dk", "dv")
+VARIANT_GRADIENTS = tuple(f.gradient for f in REGISTRY if f.gradient)  # each tensor feature's, where judged
 
 
 @dataclass
@@ -44,13 +46,17 @@ class Reference:
 
 
 @dataclass
-class Gradients:
+class _Gradients:
     """The oracle's gradients for one attention call and upstream gradient, float64 on the inputs' device.
 
     ``dq`` (B, Hq, Nq, D), ``dk`` (B, Hkv, Nk, D), ``dv`` (B, Hkv, Nk, Dv), each with a certified bound
     on its error (``bound["dq"]``, ...) and its natural scale (``scale["dq"]``: the sum of the absolute
     terms behind each element before they cancel, with P_ij (|dP_ij| + |D_i|) for dS_ij; what an error is
     measured against). ``forward`` is the forward oracle's answer on the same call.
+
+    The variant's own gradients (:mod:`.variant_gradients`) follow, one field each, named as the tensor
+    feature's ``gradient`` (:data:`VARIANT_GRADIENTS`): each in its tensor's shape, None where the case has no
+    such tensor; their bounds and scales are in ``bound`` and ``scale``.
     """
 
     dq: torch.Tensor
@@ -63,15 +69,17 @@ class Gradients:
     dps: int | None = None
     shapes: Shapes | None = field(default=None, repr=False)
     ds_max: float = 0.0  # the largest exact |dS_ij| (the spec's gradient exclusions read it)
-    # The variant's own gradients (variant_gradients): dBias in attn_bias's shape, dSinks (Hq,); None
-    # where the case has no such tensor. Their bounds and scales are in ``bound`` and ``scale``.
-    dbias: torch.Tensor | None = None
-    dsinks: torch.Tensor | None = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return getattr(self, name)
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The gradients this call has: dq, dk, dv, then dbias and dsinks where the variant has them."""
-        return GRADIENTS + tuple(n for n in ("dbias", "dsinks") if getattr(self, n) is not None)
+        """The gradients this call has: dq, dk, dv, then the variant's own where it has them."""
+        return GRADIENTS + tuple(n for n in VARIANT_GRADIENTS if getattr(self, n) is not None)
+
+
+# The variant gradients' fields come from the registry, so that a feature with a gradient needs no line here.
+Gradients = make_dataclass("Gradients", [(n, "torch.Tensor | None", field(default=None)) for n in VARIANT_GRADIENTS],
+                           bases=(_Gradients,), namespace={"__doc__": _Gradients.__doc__})
+Gradients.__module__ = __name__

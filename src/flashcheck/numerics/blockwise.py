@@ -49,7 +49,8 @@ def block_elements(device) -> int:
 def visible_block(causal: str, attn_mask, shapes: Shapes, rows: torch.Tensor, device, *,
                   heads: slice | None = None, allow_none: bool = False, variant=None):
     """Visibility of the given query rows as a (P or 1, G or 1, R, Nk) bool tensor, P = B * Hkv flattened
-    (``heads`` selects a range of it); ``variant``'s window and chunk restrict it further.
+    (``heads`` selects a range of it); ``variant``'s visible keys (:meth:`~flashcheck.Variant.visible`)
+    restrict it further.
 
     With ``allow_none``, None stands for "every key visible" (no causal mode, no mask), which spares
     the caller a pass over the scores.
@@ -194,12 +195,12 @@ class Block:
     K: object  # (p, 1, Nk, D) float64
     V: object  # (p, 1, Nk, Dv) float64
     vis: object  # (p or 1, G or 1, R, Nk) bool, or None when every key is visible
-    softcap: float | None = None  # the variant's finite soft-cap, applied to the scaled logits
+    cap: float | None = None  # the variant's finite cap, applied to the scaled logits
     # The variant's sink logits, (p, G, 1, 1) float64: K and V then end with one more key, a zero row,
     # which stands for the sink (its logit is the sink, its value 0), and vis with a visible column for it.
     sink: object = None
-    # The variant's additive bias (ALiBi and attn_bias), (p or 1, G or 1, R or 1, Nk or 1) float64, 0 where
-    # it hides a key (vis has those keys masked), and the magnitude a kernel's bias arithmetic rounds on.
+    # The variant's additive bias (every bias feature's, summed), (p or 1, G or 1, R or 1, Nk or 1) float64, 0
+    # where it hides a key (vis has those keys masked), and the magnitude a kernel's bias arithmetic rounds on.
     bias: object = None
     bias_size: object = None
     bias_first: bool = False  # the bias goes into the cap (else it is added to the capped logits)
@@ -234,20 +235,20 @@ def _steps(shapes: Shapes, rows: int, cap: int) -> tuple[int, int]:
 
 
 def _sink_key(ops, shapes: Shapes, K, V, variant, device, heads: slice):
-    """A block's K and V (its ``heads``) with the sink's zero key appended, and its sinks as (p, G, 1, 1);
-    unchanged without sinks."""
-    if variant is None or variant.sinks is None:
+    """A block's K and V (its ``heads``) with the sink's zero key appended, and its sink logits as
+    (p, G, 1, 1); unchanged without a sink."""
+    if variant is None or variant.sink is None:
         return K, V, None
     P, G = shapes.batch * shapes.heads_kv, shapes.group
-    sinks = variant.sinks.to(device).reshape(1, shapes.heads_kv, G).expand(shapes.batch, -1, -1)
+    sink = variant.sink.to(device).reshape(1, shapes.heads_kv, G).expand(shapes.batch, -1, -1)
     # Inputs are finite (the oracle checks), so 0 * a row is a zero row of the array's own kind.
     return (ops.concat((K, 0 * K[:, :, :1]), -2), ops.concat((V, 0 * V[:, :, :1]), -2),
-            ops.asarray(sinks.reshape(P, G, 1, 1)[heads]))
+            ops.asarray(sink.reshape(P, G, 1, 1)[heads]))
 
 
-def _with_sink_column(vis, sinks, rows: int, n_k: int):
+def _with_sink_column(vis, sink, rows: int, n_k: int):
     """``vis`` with the sink's column: visible where the sink is finite (a -inf sink is no key at all)."""
-    finite = torch.as_tensor(sinks > -math.inf)  # (p, G, 1, 1)
+    finite = torch.as_tensor(sink > -math.inf)  # (p, G, 1, 1)
     if vis is None and bool(finite.all()):
         return None
     finite = finite.to(vis.device) if vis is not None else finite
@@ -310,25 +311,24 @@ def iter_blocks(ops, call: AttentionCall, rows_all: torch.Tensor, *, allow_none:
     """
     shapes, variant, device = call.shapes, call.variant, call.q.device
     Q_all, K_all, V_all = _grouped(shapes, call.q, call.k, call.v)
-    softcap = None if variant is None or variant.softcap in (None, math.inf) else variant.softcap
     R, P = rows_all.numel(), shapes.batch * shapes.heads_kv
     head_step, row_step = _steps(shapes, R, cap or block_elements(device))
     in_order = R == shapes.n_q and torch.equal(rows_all, torch.arange(R))
     for p0 in range(0, P, head_step):
         heads = slice(p0, p0 + head_step)
         Q = ops.asarray(Q_all[heads])  # only these heads in float64: memory bounded on long rows
-        K, V, sinks = _sink_key(ops, shapes, ops.asarray(K_all[heads]), ops.asarray(V_all[heads]), variant, device,
-                                heads)
+        K, V, sink = _sink_key(ops, shapes, ops.asarray(K_all[heads]), ops.asarray(V_all[heads]), variant, device,
+                               heads)
         for r0 in range(0, R, row_step):
             rows = rows_all[r0:r0 + row_step]
             vis = visible_block(call.causal, call.attn_mask, shapes, rows, device, heads=heads, allow_none=allow_none,
                                 variant=variant)
             bias, size, vis = _bias_block(variant, shapes, rows, heads, vis, device)
-            if sinks is not None:
-                vis = _with_sink_column(vis, sinks, rows.numel(), shapes.n_k)
+            if sink is not None:
+                vis = _with_sink_column(vis, sink, rows.numel(), shapes.n_k)
             Qb = Q[:, :, r0:r0 + row_step] if in_order else Q[:, :, ops.mask(rows.to(device))]
             yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K, V,
-                        None if vis is None else ops.mask(vis), softcap, sinks,
+                        None if vis is None else ops.mask(vis), None if variant is None else variant.cap, sink,
                         None if bias is None else ops.asarray(bias), None if size is None else ops.asarray(size),
                         variant is not None and variant.bias_order == "bias_first")
 

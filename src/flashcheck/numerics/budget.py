@@ -128,7 +128,7 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
     variant = Variant() if variant is None else variant
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sinks is not None)
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None)
     ops = ops_for(q.device)
     values = AttentionCall(q, k, v, scale, causal, attn_mask, shapes, variant).dequantized()
     parts = None
@@ -211,14 +211,14 @@ def logit_error(ops, blk, sm, model: BudgetModel):
     """eta_ij: how far a legal kernel's logit j may sit from the exact one (0 on masked keys). A sink's
     logit has a zero key (|q||k| = 0): only its conversion to the exp2 domain and the max's subtraction."""
     eta, raw_abs = raw_logit_error(ops, blk, sm, model)
-    # The bias's own arithmetic (ALiBi's products, the addition, log2 e), on its size; into the cap's input
-    # where the bias goes first.
+    # The bias's own arithmetic (a product forming it, the addition, log2 e), on its size; into the cap's
+    # input where the bias goes first.
     bias_err = 0.0
     if blk.bias is not None:
         bias_err = _bias_column(ops, blk, model.terms.u_32 * (LOGIT_ULPS + 2) * blk.bias_size)
-    late = blk.softcap is not None and not blk.bias_first
+    late = blk.cap is not None and not blk.bias_first
     eta = eta if late else eta + bias_err
-    if blk.softcap is not None:
+    if blk.cap is not None:
         eta = _capped_error(ops, blk, eta, raw_abs, ops.abs(_visible(ops, blk, sm.s)), model)
     eta = eta + bias_err if late else eta
     return _visible(ops, blk, eta + 2 * model.terms.u_32 * ops.abs(sm.m))
@@ -248,7 +248,7 @@ def _capped_error(ops, blk, eta, raw_abs, s_abs, model: BudgetModel):
     """The error of c tanh(s / c) when s is off by at most eta: the largest slope of the cap on that
     interval times eta (mean value theorem; sech^2 <= min(1 - tanh^2, 4 e^-2t)), plus the kernel's tanh
     error (absolute, the contract's ``tanh_error``) times c and the roundings of the capped logit."""
-    c = blk.softcap
+    c = blk.cap
     t = ops.maximum(raw_abs - eta, 0.0) / c
     slope = ops.minimum(1.0 - ops.tanh(t) ** 2 + 2.0**-50, 4 * ops.exp(-2 * t))
     capped = slope * eta + c * model.precision.tanh_error + model.terms.u_32 * LOGIT_ULPS * s_abs

@@ -3,7 +3,7 @@
 mpmath costs about 0.5 us per multiply-add and 3 us per exp at 50 digits, so it checks the float64
 oracle (:func:`flashcheck.numerics.audit.audit_reference`) and is never the hot path. It computes the
 same quantities as :func:`~flashcheck.numerics.oracle.reference_attention`, variants included: the cap with
-mpmath's tanh, the sink in each row's sum.
+mpmath's tanh, each bias feature's term converted exactly and summed in mpmath, the sink in each row's sum.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 
 from ..contract.formats import FP64
 from ..contract.validation import Shapes
+from ..features.registry import by_term
 from ..features.variant import Variant
 from .answers import GRADIENTS, Gradients, Reference
 from .blockwise import AttentionCall, visible_block
@@ -74,49 +75,51 @@ class _RowGradients:
     dk_rows: list
     dv_rows: list
     weights: object
-    dbias: list
-    dsink: float
-    dsink_size: float
+    at_bias: list
+    at_sink: float
+    at_sink_size: float
 
 
 class _MpRow:
-    """One row of attention in mpmath: the variant's cap on the scaled logits, its bias (ALiBi's product
-    exact), its sink in the sum. A row is named by ``at`` = (batch entry, query head, query index)."""
+    """One row of attention in mpmath: the variant's cap on the scaled logits, its bias, its sink in the sum.
+    A row is named by ``at`` = (batch entry, query head, query index).
+
+    Each bias feature's float64 term is exact (a float32 slope times a whole distance below 2^29 fits in 53
+    bits), so mpmath sums the terms, each converted exactly; their float64 sum (``Variant.bias``) may round."""
 
     def __init__(self, ctx, scale, variant: Variant, shapes: Shapes):
         self.ctx, self.scale = ctx, ctx.mpf(scale)
         self.to_mp = np.frompyfunc(ctx.mpf, 1, 1)
-        cap = variant.softcap
-        self.cap = None if cap in (None, math.inf) else ctx.mpf(cap)
-        self.sinks = None if variant.sinks is None else [float(x) for x in variant.sinks.tolist()]
+        self.cap = None if variant.cap is None else ctx.mpf(variant.cap)
+        self.sink_logits = None if variant.sink is None else [float(x) for x in variant.sink.tolist()]
         self.variant, self.shapes = variant, shapes
         full = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)
-        bias = variant.attn_bias
-        self.attn_bias = None if bias is None else np.broadcast_to(bias.double().numpy(), full)
-        slopes = variant.alibi_slopes
-        self.slopes = None if slopes is None else np.broadcast_to(slopes.double().numpy(), full[:2])
+        rows = torch.arange(shapes.n_q)
+        self.biases = [np.broadcast_to(f.bias(variant, shapes.n_q, shapes.n_k, rows, "cpu", False).numpy(), full)
+                       for f in by_term("bias") if getattr(variant, f.name) is not None]
 
     def sink(self, head):
-        return None if self.sinks is None or self.sinks[head] == -math.inf else self.ctx.mpf(self.sinks[head])
+        logits = self.sink_logits
+        return None if logits is None or logits[head] == -math.inf else self.ctx.mpf(logits[head])
 
     def keys(self, vis_row, b, h, i):
         """The visible keys of row (b, h, i): ``vis_row``'s, less those a -inf bias hides."""
         keys = np.flatnonzero(vis_row)
-        return keys if self.attn_bias is None else keys[self.attn_bias[b, h, i, keys] > -math.inf]
+        for bias in self.biases:
+            keys = keys[bias[b, h, i, keys] > -math.inf]
+        return keys
 
     def bias(self, at, j):
         b, h, i = at
         out = self.ctx.mpf(0)
-        if self.slopes is not None:
-            s = self.shapes
-            pos = -abs(i + s.n_k - s.n_q - j) if self.variant.alibi == "symmetric" else j - i
-            out += self.ctx.mpf(self.slopes[b, h]) * pos
-        return out + (self.attn_bias[b, h, i, j] if self.attn_bias is not None else 0)
+        for bias in self.biases:
+            out += self.ctx.mpf(bias[b, h, i, j])
+        return out
 
     def logits(self, raw, at, keys):
         """(the cap's input, the logits) of the row from its scaled logits: capped and biased in the
         variant's order (the cap's input is the scaled logits with the bias where it goes first)."""
-        if self.slopes is not None or self.attn_bias is not None:
+        if self.biases:
             bias = [self.bias(at, j) for j in keys]
             if self.cap is not None and self.variant.bias_order == "cap_first":
                 return raw, [self.cap * self.ctx.tanh(x / self.cap) + y for x, y in zip(raw, bias)]
@@ -216,14 +219,16 @@ def _visible(call: AttentionCall, rows):
 
 
 def _add_row(extra: Reductions, at: tuple, keys, g: _RowGradients) -> None:
-    """One row's dS where the bias enters and its sink column, into the reductions (p, G, i)."""
-    if "dbias" in extra.names:
-        dS = torch.tensor(g.dbias, dtype=torch.float64)
-        for part, value in (("value", dS), ("abs", dS.abs()), ("scale", torch.from_numpy(g.size))):
-            extra.sums["dbias"][part][at][torch.from_numpy(keys)] += value
-    if "dsinks" in extra.names:
-        for part, value in (("value", g.dsink), ("abs", abs(g.dsink)), ("scale", abs(g.dsink_size))):
-            extra.sums["dsinks"][part][at[:2]] += value
+    """One row's dS where the bias enters or its sink column, into each variant gradient's reductions
+    (p, G, i)."""
+    for name in extra.names:
+        if extra.term(name) == "sink":
+            for part, value in (("value", g.at_sink), ("abs", abs(g.at_sink)), ("scale", abs(g.at_sink_size))):
+                extra.sums[name][part][at[:2]] += value
+        else:
+            dS = torch.tensor(g.at_bias, dtype=torch.float64)
+            for part, value in (("value", dS), ("abs", dS.abs()), ("scale", torch.from_numpy(g.size))):
+                extra.sums[name][part][at][torch.from_numpy(keys)] += value
 
 
 def mpmath_context(dps: int):

@@ -46,7 +46,7 @@ from .budget import (
     raw_logit_error,
 )
 from .gradients import GRADIENTS, Gradients, check_upstream, float64_gradients, group_rows
-from .variant_gradients import Reductions, bias_source
+from .variant_gradients import Reductions
 
 __all__ = ["GradientBudget", "gradient_budget", "GRADIENT_TERMS"]
 
@@ -120,7 +120,7 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
     do = check_upstream(do, q, shapes)
     precision = precision_named(precision)
     variant = Variant() if variant is None else variant
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sinks is not None)
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None)
     f = _Factors.of(model, shapes)
     ops = ops_for(q.device)
     acc = _TermSums(shapes, q.device)
@@ -133,7 +133,7 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
         grads = float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes, extra_on_block=on_block,
                                   variant=variant)
     budget = acc.budget(grads, f, precision)
-    extra.into(budget, grads, variant, model)
+    extra.into(budget, grads, model)
     return budget
 
 
@@ -164,7 +164,7 @@ def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors, extra: "_VariantT
     products_ds = a * (f.g_dp * bg.A + err_D) + u1 * a * X + near_zero
     ds_size = (a + e) * X * (1 + u1)  # |dS_t|
     at_logits = {"recompute": recompute_ds, "products": products_ds, "size": ds_size}
-    if blk.softcap is not None:
+    if blk.cap is not None:
         recompute_ds, products_ds, ds_size = _through_the_cap(ops, blk, sm, model, recompute_ds, products_ds, ds_size)
     extra.add_block(ops, blk, at_logits, {"recompute": recompute_ds, "products": products_ds, "size": ds_size})
     products_ds = products_ds + bg.err_dS
@@ -187,7 +187,7 @@ def _block_terms(ops, blk, fwd, bg, scale: float, f: _Factors, extra: "_VariantT
 def _through_the_cap(ops, blk, sm, model: BudgetModel, recompute_ds, products_ds, ds_size):
     """The dS terms carried back through the cap: a legal kernel's slope 1 - t^2 is off by at most
     2 |dt| + 3 u, with dt from its scaled logit's error (through tanh' <= 1, over c) and its tanh's."""
-    c = blk.softcap
+    c = blk.cap
     eta_raw, _ = raw_logit_error(ops, blk, sm, model)
     t = ops.tanh(sm.raw / c)
     slope = 1.0 - t * t
@@ -199,24 +199,24 @@ def _through_the_cap(ops, blk, sm, model: BudgetModel, recompute_ds, products_ds
     return (top * recompute_ds + slope_err * ds_size, top * products_ds + model.terms.u_32 * top * ds_size,
             top * ds_size)
 
+
 class _VariantTerms:
-    """The budget of dBias and dSinks: a legal kernel's dS terms where the bias enters (and at the sink's
-    column), summed as the tensor broadcasts, in fp32 (each product may flush), rounded to its dtype."""
+    """The budget of the variant gradients: a legal kernel's dS terms where the bias enters (or at the sink's
+    column), summed as the tensor broadcasts, in fp32 (each product may flush), rounded to the tensor's dtype."""
 
     def __init__(self, sums: Reductions):
         self.sums = sums
 
     def add_block(self, ops, blk, at_logits: dict, at_cap_input: dict) -> None:
-        if "dbias" in self.sums.names:
-            self.sums.add(ops, blk, "dbias", {n: bias_source(blk, at_logits[n], at_cap_input[n]) for n in at_logits})
-        if "dsinks" in self.sums.names:
-            self.sums.add(ops, blk, "dsinks", {n: at_cap_input[n][..., -1:] for n in at_cap_input})
+        for name in self.sums.names:
+            self.sums.add(ops, blk, name, {n: self.sums.share(blk, name, at_logits[n], at_cap_input[n])
+                                           for n in at_logits})
 
-    def into(self, budget: GradientBudget, grads: Gradients, variant, model: BudgetModel) -> None:
+    def into(self, budget: GradientBudget, grads: Gradients, model: BudgetModel) -> None:
         u = model.terms.u_32
         for name in self.sums.names:
             n = self.sums.terms(name)
-            fmt = format_of(variant.attn_bias.dtype if name == "dbias" else torch.float32)
+            fmt = format_of(self.sums.tensor(name).dtype)
             recompute = self.sums.reduced(name, "recompute")
             products = (self.sums.reduced(name, "products") + _gamma(n + 1, u) * self.sums.reduced(name, "size")
                         + n * FP32_TINY)

@@ -40,7 +40,7 @@ from .answers import GRADIENTS, Gradients
 from .blockwise import AttentionCall, add_into, ops_for
 from .exact import mpmath_gradients
 from .oracle import SAFETY, UNDERFLOW, float64_reference_walk, reference_attention
-from .variant_gradients import Reductions, bias_source
+from .variant_gradients import Reductions
 
 __all__ = ["Gradients", "GradientAudit", "reference_gradients", "audit_gradients", "group_share_max", "GRADIENTS"]
 
@@ -61,8 +61,9 @@ def reference_gradients(q, k, v, do, *, scale: float, causal: str = "none", attn
     a kernel's backward, each with a bound on its own error.
 
     ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU; ``method="mpmath"``
-    computes the same with ``dps`` digits (an auditor for small cases). ``variant``: the case's soft-cap
-    (its slope 1 - tanh^2 carries dS back to the scaled logits), window, chunk and sinks.
+    computes the same with ``dps`` digits (an auditor for small cases). ``variant``: the case's cap (its
+    slope 1 - tanh^2 carries dS back to the scaled logits), bias, visible keys and sink; the gradients of its
+    tensors (:mod:`.variant_gradients`) come with dQ, dK and dV.
     """
     q, k, v, scale, causal, attn_mask, shapes = check_attention_inputs(
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
@@ -180,16 +181,12 @@ def float64_gradients(q, k, v, do, scale, causal, attn_mask, shapes: Shapes, ext
 
 
 def _add_variant_gradients(ops, blk, bg, extra: Reductions) -> None:
-    """One block's share of dBias (dS where the bias enters) and dSinks (the sink column's dS)."""
+    """One block's share of each variant gradient: dS where the bias enters, or the sink's column."""
     size = bg.weights * (ops.abs(bg.dP) + ops.abs(bg.D))
-    if "dbias" in extra.names:
-        dS = bias_source(blk, bg.dS_logit, bg.dS)
-        extra.add(ops, blk, "dbias", {"value": dS, "abs": ops.abs(dS), "scale": bias_source(blk, size, size),
-                                      "bound": bias_source(blk, bg.err_dS_logit, bg.err_dS)})
-    if "dsinks" in extra.names:
-        col = bg.dS[..., -1:]
-        extra.add(ops, blk, "dsinks", {"value": col, "abs": ops.abs(col), "scale": size[..., -1:],
-                                       "bound": bg.err_dS[..., -1:]})
+    for name in extra.names:
+        dS = extra.share(blk, name, bg.dS_logit, bg.dS)
+        extra.add(ops, blk, name, {"value": dS, "abs": ops.abs(dS), "scale": extra.share(blk, name, size, size),
+                                   "bound": extra.share(blk, name, bg.err_dS_logit, bg.err_dS)})
 
 
 def _without_sink_key(blk, parts, n_k: int):
@@ -227,7 +224,7 @@ class BlockGradients:
 
 def block_gradients(ops, blk, fwd, dO, g_dot: float, scale: float) -> BlockGradients:
     """The backward's intermediates of one block of the forward walk (``fwd``: its BlockForward); with a
-    soft-cap, dS is carried back to the scaled logits (see :func:`_through_the_cap`)."""
+    cap, dS is carried back to the scaled logits (see :func:`_through_the_cap`)."""
     sm = fwd.softmax
     weights = sm.p / sm.l  # P^; 0 on masked keys and on rows with no visible key
     E = _weight_bound(ops, blk, fwd, weights)
@@ -241,7 +238,7 @@ def block_gradients(ops, blk, fwd, dO, g_dot: float, scale: float) -> BlockGradi
     dS = weights * diff
     err_dS = E * ops.abs(diff) + (weights + E) * (g_dot * A + err_D) + 3 * U64 * ops.abs(dS) + 2 * SUBNORMAL
     dS_logit, err_dS_logit = dS, err_dS
-    if blk.softcap is not None:
+    if blk.cap is not None:
         dS, err_dS = _through_the_cap(ops, blk, fwd.softmax, dS, err_dS, scale)
     return BlockGradients(weights, E, dO, dP, A, D, err_D, dS, err_dS, dS_logit, err_dS_logit)
 
@@ -250,7 +247,7 @@ def _through_the_cap(ops, blk, sm, dS, err_dS, scale: float):
     """dS with respect to the scaled logits: the capped logits' dS times the cap's slope 1 - tanh^2(s / c),
     with its error: the slope moves by at most 2 |tanh'| |dt| <= 2 (eta / c + 4 u) where the scaled
     logit is off by eta <= |scale| gamma_{D+2} |q| . |k| + u |s| (and tanh by a few ulps)."""
-    c = blk.softcap
+    c = blk.cap
     t = ops.tanh(sm.raw / c)
     slope = 1.0 - t * t
     K = blk.K if blk.sink is None else blk.K[:, :, :-1]

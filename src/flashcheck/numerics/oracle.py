@@ -40,6 +40,7 @@ from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import FlashcheckError, InvalidArgument
+from ..features.registry import by_term
 from ..features.scores import capped_scores
 from ..features.variant import Variant, check_shapes
 from .answers import Reference
@@ -68,7 +69,7 @@ def reference_attention(q, k, v, *, scale: float, causal: str = "none", attn_mas
     ``method="float64"`` runs in numpy on the CPU and in torch float64 on a GPU. ``method="mpmath"``
     computes the same quantities with ``dps`` decimal digits (an auditor: about 1 ms per row and
     head at N = 100, D = 64). ``rows`` restricts either method to the given query indices.
-    ``variant``: soft-cap, window, chunk and sinks (:class:`~flashcheck.features.variant.Variant`).
+    ``variant``: the case's cap, bias, visible keys and sink (:class:`~flashcheck.features.variant.Variant`).
     """
     call = _checked_call(q, k, v, scale, causal, attn_mask, variant)
     if method not in METHODS:
@@ -114,7 +115,7 @@ def _check_variant(variant, shapes: Shapes) -> Variant:
         return Variant()
     if not isinstance(variant, Variant):
         raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
-                              "Pass variant=flashcheck.Variant(softcap=30.0), say, or None.")
+                              "Pass the case's features as a flashcheck.Variant, or None for plain attention.")
     check_shapes(variant, shapes)
     return variant
 
@@ -149,7 +150,7 @@ class Softmax:
     Arrays are (p, G, R, Nk) or, reduced over the keys, (p, G, R, 1); masked keys have s = -inf, p = 0.
     """
 
-    s: object  # scaled logits (soft-capped when the variant caps them; the sink as a last column)
+    s: object  # scaled logits (capped when the variant caps them; the sink as a last column)
     raw: object  # the scaled logits before the cap (s itself without one)
     m: object  # row max (0 on empty rows)
     empty: object  # rows with no visible key
@@ -160,12 +161,12 @@ class Softmax:
 
 def block_scores(ops, blk, scale: float):
     """(raw, s): the block's cap input (the scaled logits, with the bias where it goes first or there is no
-    cap), and its logits as the variant has them: soft-capped and biased, with the sink's logit as the
+    cap), and its logits as the variant has them: capped and biased, with the sink's logit as the
     last column (Block's sink key)."""
     K = blk.K if blk.sink is None else blk.K[:, :, :-1]
     raw = ops.matmul(blk.Q, ops.swap(K)) * scale
-    late = blk.bias is not None and blk.softcap is not None and not blk.bias_first
-    raw, s = capped_scores(raw, blk.bias, blk.softcap, late, ops.tanh)
+    late = blk.bias is not None and blk.cap is not None and not blk.bias_first
+    raw, s = capped_scores(raw, blk.bias, blk.cap, late, ops.tanh)
     if blk.sink is not None:
         sink = ops.broadcast_to(blk.sink, s.shape[:-1] + (1,))
         raw, s = ops.concat((raw, sink), -1), ops.concat((s, sink), -1)
@@ -186,7 +187,7 @@ def block_softmax(ops, blk, scale: float) -> Softmax:
 
 def _bias_rho(ops, blk):
     """What the bias adds to eta_ij, per row: its addition to the logit (u |b|, and u |b| more in |s|),
-    the subtraction of the max (u |b| through |x| and |m|) and the ALiBi product (u |b|): 5 u max_j |b_ij|."""
+    the subtraction of the max (u |b| through |x| and |m|) and a product forming it (u |b|): 5 u max_j |b_ij|."""
     if blk.bias is None:
         return 0.0
     n_k = blk.K.shape[-2] - (blk.sink is not None)
@@ -215,15 +216,14 @@ def _call_checks(q, k, v, shapes: Shapes, rows, scale: float, C: float, rho_extr
 
 
 def _bias_extent(variant: Variant, shapes: Shapes) -> float:
-    """5 u times the largest bias magnitude of the call (:func:`_bias_rho` for every row at once); an
-    infinite bias (a hidden key) rounds nothing."""
+    """5 u times the largest bias magnitude of the call (:func:`_bias_rho` for every row at once), each bias
+    feature's bounded without a pass over the scores; an infinite bias (a hidden key) rounds nothing."""
     if not variant.biased:
         return 0.0
     top = 0.0
-    if variant.alibi_slopes is not None:  # |i' - j| + |i'| + j over every row and key
-        top += float(variant.alibi_slopes.abs().max()) * (3 * max(shapes.n_q, shapes.n_k) + abs(shapes.n_k - shapes.n_q))
-    if variant.attn_bias is not None:
-        top += float(variant.attn_bias.abs().nan_to_num(posinf=0.0).max())
+    for f in by_term("bias"):
+        if getattr(variant, f.name) is not None:
+            top += f.bias_extent(variant, shapes.n_q, shapes.n_k)
     return 5 * U64 * top
 
 
@@ -231,9 +231,9 @@ def _variant_error(variant: Variant, scale: float) -> tuple[float, float]:
     """What the variant adds to eta_ij: (to C, to rho). A cap rounds s / c (u |s|, through tanh' <= 1), its
     tanh (well inside 4 ulps of |tanh| <= 1) and the multiply by c, and bounds |x| by 2c: 8 u c in all. A
     sink's logit is exact; its x = sink - m rounds by u |x| <= 746 u while its weight e^x does not underflow."""
-    cap = variant.softcap if variant.softcap not in (None, math.inf) else None
+    cap = variant.cap
     to_c = U64 * abs(scale) * (1 + U64) if cap is not None else 0.0
-    to_rho = (8 * U64 * cap if cap is not None else 0.0) + (746 * U64 if variant.sinks is not None else 0.0)
+    to_rho = (8 * U64 * cap if cap is not None else 0.0) + (746 * U64 if variant.sink is not None else 0.0)
     return to_c, to_rho
 
 

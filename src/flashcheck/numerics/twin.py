@@ -18,7 +18,8 @@ from ..contract.masks import visible
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
-from ..features.scores import bias_after_cap, capped_scores, finite_cap
+from ..features.registry import by_term
+from ..features.scores import bias_after_cap, capped_scores
 
 __all__ = ["Habits", "Tiling", "twin_attention", "round_tf32"]
 
@@ -43,9 +44,9 @@ class Habits:
     multiplies Q and K by sqrt(|scale|) before the product instead of scaling the scores (PyTorch's math
     backend does). ``softmax_first`` (one-pass contracts only) normalises the weights before P @ V, as
     softmax-then-matmul does, instead of dividing the output by l. ``tanh_from_exp`` computes the cap's tanh
-    as ``1 - 2 / (exp(2x) + 1)`` in fp32, as kernels without a tanh do. ``bias_base2`` adds the variant's
-    biases to the base-2 logits, ``s log2(e) + b log2(e)``, as exp2 kernels do, instead of ``(s + b)
-    log2(e)``: the two round differently where |b| is large.
+    as ``1 - 2 / (exp(2x) + 1)`` in fp32, as kernels without a tanh do. ``bias_base2`` adds each of the
+    variant's bias terms to the base-2 logits, ``s log2(e) + b log2(e)``, as exp2 kernels do, instead of
+    ``(s + b) log2(e)``: the two round differently where |b| is large.
     """
 
     tf32_mode: str = "nearest"
@@ -71,8 +72,8 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
                    precision: Precision | str = "flash", variant=None, tiling: Tiling = Tiling(),
                    habits: Habits = Habits()):
     """(out, lse) of the tiled algorithm under ``precision``, in ``tiling``'s tiles and key order, computed
-    with a kernel's ``habits``; ``variant``'s cap on the logits, its window and chunk, and its sinks added to
-    l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
+    with a kernel's ``habits``; ``variant``'s cap and bias on the logits, its visible keys, and its sink added
+    to l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
     """
     q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
                                                                   attn_mask=attn_mask)
@@ -135,9 +136,9 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
     # Rows are independent in the online softmax, so block_m changes no number: rows go through in
     # multiples of block_m as large as memory allows, and only the key tiling and order shape the rounding.
     per_row = s.batch * s.heads_q * max(block_n, s.head_dim_v)
-    chunk = block_m * max(1, (1 << 24) // max(per_row * block_m, 1))
-    for m0 in range(0, s.n_q, chunk):
-        rows = slice(m0, m0 + chunk)
+    step = block_m * max(1, (1 << 24) // max(per_row * block_m, 1))
+    for m0 in range(0, s.n_q, step):
+        rows = slice(m0, m0 + step)
         qb = qf[:, :, rows]
         m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=qf.device)
         l = torch.zeros_like(m)
@@ -157,7 +158,7 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
             seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)
             acc = acc * alpha + p @ torch.where(seen, vq[:, :, cols], 0.0)
             m = m_new
-        m, l, acc = scores.with_sinks(m, l, acc)
+        m, l, acc = scores.with_sink(m, l, acc)
         empty = l == 0
         o = torch.where(empty, 0.0, acc / torch.where(empty, 1.0, l))
         out[:, :, rows] = o.to(dtype)
@@ -166,34 +167,30 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
 
 
 class _Scores:
-    """The twin's logits from Q K^T in fp32: scaled, soft-capped and biased as the variant says (in the
-    natural log domain, where the cap is defined), and the variant's sinks, (1, Hq, 1, 1) fp32. The bias
-    is (B or 1, Hq or 1, Nq or 1, Nk or 1) fp32, 0 where it hides a key (the visibility has those)."""
+    """The twin's logits from Q K^T in fp32: scaled, capped and biased as the variant says (in the natural
+    log domain, where the cap is defined), and the variant's sink logits, (1, Hq, 1, 1) fp32. The bias is
+    (B or 1, Hq or 1, Nq or 1, Nk or 1) fp32, 0 where it hides a key (the visibility has those)."""
 
-    def __init__(self, scale: float, softcap, sinks, device, tanh_from_exp: bool, bias=None, late: bool = False):
+    def __init__(self, scale: float, cap, sink, device, tanh_from_exp: bool, bias=None, late: bool = False):
         self.scale = torch.tensor(scale, dtype=torch.float32, device=device)
         self.qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32, device=device)
-        self.softcap, self.sinks, self.tanh_from_exp = softcap, sinks, tanh_from_exp
+        self.cap, self.sink, self.tanh_from_exp = cap, sink, tanh_from_exp
         self.bias, self.late = bias, late  # late: the bias is added to the capped logits
         self.base2 = False  # the biases added to the base-2 logits (where no cap comes after them)
-        self.parts = []  # ALiBi and attn_bias apart (fp32, hidden keys 0), as a kernel adds them one by one
+        self.parts = []  # each bias feature's term apart (fp32, hidden keys 0), as a kernel adds them one by one
 
     @classmethod
     def of(cls, variant, scale: float, device, tanh_from_exp: bool = False, shapes=None) -> "_Scores":
-        softcap = None if variant is None else finite_cap(variant.softcap)
-        sinks = None if variant is None or variant.sinks is None else variant.sinks.to(device).view(1, -1, 1, 1)
+        cap = None if variant is None else variant.cap
+        sink = None if variant is None or variant.sink is None else variant.sink.to(device).view(1, -1, 1, 1)
         bias, parts = None, []
         if variant is not None and variant.biased:
-            def fp32(v):
-                b = v.bias(shapes.n_q, shapes.n_k, torch.arange(shapes.n_q), device)
-                return b.masked_fill(b == -math.inf, 0.0).float()
-
-            bias = fp32(variant)
-            pairs = (("alibi_slopes", "attn_bias"), ("attn_bias", "alibi_slopes"))  # (the part, the other)
-            parts = [fp32(variant.replace(**{other: None})) for name, other in pairs
-                     if getattr(variant, name) is not None]
-        late = bias_after_cap(bias is not None, softcap, variant.bias_order if variant is not None else "cap_first")
-        scores = cls(scale, softcap, sinks, device, tanh_from_exp, bias, late)
+            rows = torch.arange(shapes.n_q).to(device)
+            bias = _fp32_bias(variant.bias(shapes.n_q, shapes.n_k, rows, device))
+            parts = [_fp32_bias(f.bias(variant, shapes.n_q, shapes.n_k, rows, device, False))
+                     for f in by_term("bias") if getattr(variant, f.name) is not None]
+        late = bias_after_cap(bias is not None, cap, variant.bias_order if variant is not None else "cap_first")
+        scores = cls(scale, cap, sink, device, tanh_from_exp, bias, late)
         scores.parts = parts
         return scores
 
@@ -213,43 +210,48 @@ class _Scores:
 
     def natural(self, qk, rows=slice(None), cols=slice(None)):
         bias = None if self.bias is None else self._bias_tile(rows, cols)
-        return capped_scores(qk * self.scale, bias, self.softcap, self.late, self.tanh)[1]
+        return capped_scores(qk * self.scale, bias, self.cap, self.late, self.tanh)[1]
 
     def _capped(self, s):
-        return self.softcap * self.tanh(s / self.softcap)
+        return self.cap * self.tanh(s / self.cap)
 
     def log2(self, qk, rows=slice(None), cols=slice(None)):
-        if self.softcap is None and self.bias is None:
+        if self.cap is None and self.bias is None:
             return qk * self.qk_scale  # one multiply, as a kernel folds log2(e) into the scale
-        if self.base2 and self.bias is not None and (self.softcap is None or self.late):
-            s = qk * self.qk_scale if self.softcap is None else self._capped(qk * self.scale) * LOG2E
-            for part in self.parts:  # ALiBi, then attn_bias, each rounded into the base-2 logits
+        if self.base2 and self.bias is not None and (self.cap is None or self.late):
+            s = qk * self.qk_scale if self.cap is None else self._capped(qk * self.scale) * LOG2E
+            for part in self.parts:  # each bias term in registry order, rounded into the base-2 logits
                 s = s + self._bias_tile(rows, cols, part) * LOG2E
             return s
         return self.natural(qk, rows, cols) * LOG2E
 
-    def with_sinks(self, m, l, acc):
+    def with_sink(self, m, l, acc):
         """The running max, sum and accumulator (log2 domain) with each row's sink added to the sum."""
-        if self.sinks is None:
+        if self.sink is None:
             return m, l, acc
-        sink = self.sinks * LOG2E
+        sink = self.sink * LOG2E
         m_new = torch.maximum(m, sink)
         safe = torch.where(m_new == -math.inf, 0.0, m_new)
         alpha = torch.exp2(m - safe)
         return m_new, l * alpha + torch.exp2(sink - safe), acc * alpha
 
 
+def _fp32_bias(bias):
+    """A float64 bias as the twin adds it: fp32, 0 where it hides a key (the visibility has those)."""
+    return bias.masked_fill(bias == -math.inf, 0.0).float()
+
+
 def _upcast(qf, kq, vq, vis, scores, dtype, softmax_first):
     """Computed in fp32 and rounded once (PyTorch's math backend)."""
     s = torch.where(vis, scores.natural(qf @ kq.transpose(-1, -2)), -math.inf)
     m = s.amax(-1, keepdim=True)
-    if scores.sinks is not None:
-        m = torch.maximum(m, scores.sinks)
+    if scores.sink is not None:
+        m = torch.maximum(m, scores.sink)
     empty = m == -math.inf
     p = torch.exp(s - torch.where(empty, 0.0, m))
     l = p.sum(-1, keepdim=True)
-    if scores.sinks is not None:
-        l = l + torch.exp(scores.sinks - torch.where(empty, 0.0, m))
+    if scores.sink is not None:
+        l = l + torch.exp(scores.sink - torch.where(empty, 0.0, m))
     seen = vis.any(dim=2, keepdim=True).transpose(-1, -2)
     vq = torch.where(seen, vq, 0.0)
     if softmax_first:
