@@ -58,8 +58,9 @@ def _bias(variant, n_q: int, n_k: int, rows: torch.Tensor, device, size: bool):
 
 
 def _misreads(variant, row: RowTerms) -> list:
-    return [("attn_bias ignored", row.logits(bias=None)),
-            ("attn_bias multiplied by the softmax scale", row.logits(bias=row.bias * row.scale))]
+    scaled = row.biases["attn_bias"] * row.scale
+    return [("attn_bias ignored", row.logits(biases={"attn_bias": None})),
+            ("attn_bias multiplied by the softmax scale", row.logits(biases={"attn_bias": scaled}))]
 
 
 def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:

@@ -45,6 +45,8 @@ class Feature:
     judged; None where it is not.
     ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
+    ``edge(value, i, j, n_q, n_k, inside)``: a "keys" feature's name for key j to query i at its edge (with
+    ``inside`` False, one past it), as a diagnosis says it (" (the window's left edge)"), else "".
     """
 
     name: str
@@ -66,6 +68,7 @@ class Feature:
     misreads: Callable = lambda variant, row: []
     visible: Callable | None = None
     bias: Callable | None = None
+    edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
 
     def __post_init__(self):
         if self.term not in TERMS:

@@ -33,9 +33,8 @@ def _misreads(variant, row: RowTerms) -> list:
     cap = finite_cap(row.cap)
     if cap is None:
         return []
-    biases = sum(t for t in (row.alibi, row.bias) if t is not None)
     unscaled = capped_scores(row.dots, None, cap, False, torch.tanh)[1]
-    out = [("the cap applied to the unscaled logits", unscaled * row.scale + biases),
+    out = [("the cap applied to the unscaled logits", unscaled * row.scale + row.bias),
            ("no cap (softcap ignored)", row.logits(cap=None))]
     if variant.biased:
         other = "bias_first" if row.order == "cap_first" else "cap_first"
