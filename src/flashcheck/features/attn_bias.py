@@ -63,6 +63,18 @@ def _misreads(variant, row: RowTerms) -> list:
             ("attn_bias multiplied by the softmax scale", row.logits(biases={"attn_bias": scaled}))]
 
 
+def _row_shift(bias, shift: torch.Tensor, shapes, dtype):
+    """``bias`` plus ``shift`` in its dtype (a bias of ``shift`` in ``dtype`` where there is none); None where a
+    sum is not exact (then the exact output would move)."""
+    if bias is None:
+        return shift.to(dtype)
+    wanted = torch.broadcast_to(bias.double(), (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)) + shift
+    shifted = wanted.to(bias.dtype)
+    if not bool(((shifted.double() == wanted) | (wanted == -math.inf)).all()):
+        return None
+    return shifted
+
+
 def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:
     """The regime's bias rounded to ``bias_dtype``; an error where a finite value would round to infinity."""
     fmt = format_of(bias_dtype, argument="bias_dtype")
@@ -146,4 +158,5 @@ FEATURE = Feature(
         "dominant": _dominant,
         "row_constant": _row_constant,
     },
+    row_shift=_row_shift,
 )
