@@ -47,6 +47,7 @@ class Feature:
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
     ``edge(value, i, j, n_q, n_k, inside)``: a "keys" feature's name for key j to query i at its edge (with
     ``inside`` False, one past it), as a diagnosis says it (" (the window's left edge)"), else "".
+    ``neutral_text``: the neutral value in a few words ("a cap of inf"), for a cause's title; None without one.
     ``row_shift(value, shift, shapes, dtype)``: a "bias" feature's value (None: none) with ``shift``, a constant
     per row ((B, Hq, Nq, 1) float64), added exactly, or None where a sum is not exact in its dtype: the bias
     shift property (:func:`flashcheck.judge.properties.shifted_bias_case`); None where it has none.
@@ -72,6 +73,7 @@ class Feature:
     visible: Callable | None = None
     bias: Callable | None = None
     edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
+    neutral_text: str | None = None
     row_shift: Callable | None = None
 
     def __post_init__(self):

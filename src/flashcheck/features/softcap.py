@@ -50,4 +50,5 @@ FEATURE = Feature(
     # Gemma 2's caps are 50 (attention) and 30 (final logits); 1 saturates every logit.
     regimes={"none": None, "cap_50": lambda gen, s: 50.0, "cap_30": lambda gen, s: 30.0, "cap_1": lambda gen, s: 1.0},
     neutral=_neutral, misreads=_misreads,
+    neutral_text="a cap of inf",
 )

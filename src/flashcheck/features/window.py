@@ -55,4 +55,5 @@ FEATURE = Feature(
     neutral=_neutral,
     visible=lambda value, n_q, n_k: masks.window(*value, n_q=n_q, n_k=n_k),
     edge=_edge,
+    neutral_text="a full window for bottom-right causal",
 )
