@@ -25,6 +25,7 @@ large error on another, stays one bug.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -165,24 +166,43 @@ def _numerical(verdict: Verdict, kinds: set) -> Cause | None:
                                        "operations in the precision contract gives")
 
 
-# The properties whose failure no earlier rule names. The dense layout property's findings never get here (their
-# cause is the layout, above); a layout_dependence finding without a layout is the page order's of the forms.
-_PROPERTY_CAUSES = {
-    "neutral_variant": ("variant:neutral", "a declared variant at its neutral value (a cap of inf, sinks of -inf, a "
-                                           "full window for bottom-right causal) moves the output past its budget, "
-                                           "or changes its bits under neutral_variants"),
-    "bias_shift_dependence": ("variant:bias_shift", "a constant added to each row's attn_bias (the same exact output) "
-                                                    "moves the output past its budget, or changes its bits under "
-                                                    "bias_shift_invariant"),
-    "descale_dependence": ("variant:descale", "fp8 inputs rescaled against their descales (the same exact "
-                                              "problem) break the budget: a descale ignored or applied twice"),
-    "layout_dependence": ("layout:page_order", "the page pool in another order (the block table renumbered) "
-                                               "changes the output"),
-}
+def _neutral_values(features) -> str:
+    """The features' neutral values in a few words (each feature's ``neutral_text``): the cap's, the sink's, then
+    those of the features that restrict the keys."""
+    order = ("cap", "sink", "keys", "bias")
+    return ", ".join(f.neutral_text for f in sorted(features, key=lambda f: order.index(f.term)) if f.neutral_text)
+
+
+def _shifted_biases(features) -> str:
+    """The biases the bias shift property shifts (the features with a ``row_shift``)."""
+    return " or ".join(f.name for f in features if f.row_shift is not None)
+
+
+@functools.cache
+def _property_causes() -> dict:
+    """The properties whose failure no earlier rule names: finding kind -> (key, title). The dense layout
+    property's findings never get here (their cause is the layout, above); a layout_dependence finding without
+    a layout is the page order's of the forms."""
+    # The titles name the features' values; their registry imports torch, which the command line's first
+    # process must not load before it starts the kernel's worker: built on first use.
+    from ..features.registry import REGISTRY
+
+    return {
+        "neutral_variant": ("variant:neutral", f"a declared variant at its neutral value ({_neutral_values(REGISTRY)}) "
+                                               "moves the output past its budget, or changes its bits under "
+                                               "neutral_variants"),
+        "bias_shift_dependence": ("variant:bias_shift", f"a constant added to each row's {_shifted_biases(REGISTRY)} "
+                                                        "(the same exact output) moves the output past its budget, or "
+                                                        "changes its bits under bias_shift_invariant"),
+        "descale_dependence": ("variant:descale", "fp8 inputs rescaled against their descales (the same exact "
+                                                  "problem) break the budget: a descale ignored or applied twice"),
+        "layout_dependence": ("layout:page_order", "the page pool in another order (the block table renumbered) "
+                                                   "changes the output"),
+    }
 
 
 def _property(verdict: Verdict, kinds: set) -> Cause | None:
-    return _named_in(_PROPERTY_CAUSES, kinds)
+    return _named_in(_property_causes(), kinds)
 
 
 def _suspicious(verdict: Verdict, kinds: set) -> Cause | None:

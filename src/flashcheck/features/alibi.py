@@ -62,11 +62,12 @@ def _misreads(variant, row: RowTerms) -> list:
     slope = float(slopes[row.b if slopes.shape[0] > 1 else 0, row.h])
     j = torch.arange(row.n_k, dtype=torch.float64)
     top_left = slope * (-(row.i - j).abs() if variant.alibi == "symmetric" else j - row.i)
-    return [("ALiBi ignored", row.logits(alibi=None)),
-            ("ALiBi slopes negated", row.logits(alibi=-row.alibi)),
+    own = row.biases["alibi_slopes"]
+    return [("ALiBi ignored", row.logits(biases={"alibi_slopes": None})),
+            ("ALiBi slopes negated", row.logits(biases={"alibi_slopes": -own})),
             # one key more distance: -slope (|d| + 1) symmetric, slope (j - i - 1) linear
-            ("ALiBi one key off (distance + 1)", row.logits(alibi=row.alibi - slope)),
-            ("ALiBi aligned top-left", row.logits(alibi=top_left))]
+            ("ALiBi one key off (distance + 1)", row.logits(biases={"alibi_slopes": own - slope})),
+            ("ALiBi aligned top-left", row.logits(biases={"alibi_slopes": top_left}))]
 
 
 def geometric(heads: int) -> torch.Tensor:

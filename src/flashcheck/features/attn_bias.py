@@ -63,8 +63,21 @@ def _bias_extent(variant, n_q: int, n_k: int) -> float:
 
 
 def _misreads(variant, row: RowTerms) -> list:
-    return [("attn_bias ignored", row.logits(bias=None)),
-            ("attn_bias multiplied by the softmax scale", row.logits(bias=row.bias * row.scale))]
+    scaled = row.biases["attn_bias"] * row.scale
+    return [("attn_bias ignored", row.logits(biases={"attn_bias": None})),
+            ("attn_bias multiplied by the softmax scale", row.logits(biases={"attn_bias": scaled}))]
+
+
+def _row_shift(bias, shift: torch.Tensor, shapes, dtype):
+    """``bias`` plus ``shift`` in its dtype (a bias of ``shift`` in ``dtype`` where there is none); None where a
+    sum is not exact (then the exact output would move)."""
+    if bias is None:
+        return shift.to(dtype)
+    wanted = torch.broadcast_to(bias.double(), (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)) + shift
+    shifted = wanted.to(bias.dtype)
+    if not bool(((shifted.double() == wanted) | (wanted == -math.inf)).all()):
+        return None
+    return shifted
 
 
 def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:
@@ -151,4 +164,5 @@ FEATURE = Feature(
         "dominant": _dominant,
         "row_constant": _row_constant,
     },
+    row_shift=_row_shift,
 )

@@ -46,6 +46,12 @@ class Feature:
     judged; None where it is not.
     ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
+    ``edge(value, i, j, n_q, n_k, inside)``: a "keys" feature's name for key j to query i at its edge (with
+    ``inside`` False, one past it), as a diagnosis says it (" (the window's left edge)"), else "".
+    ``neutral_text``: the neutral value in a few words ("a cap of inf"), for a cause's title; None without one.
+    ``row_shift(value, shift, shapes, dtype)``: a "bias" feature's value (None: none) with ``shift``, a constant
+    per row ((B, Hq, Nq, 1) float64), added exactly, or None where a sum is not exact in its dtype: the bias
+    shift property (:func:`flashcheck.judge.properties.shifted_bias_case`); None where it has none.
     """
 
     name: str
@@ -68,6 +74,9 @@ class Feature:
     visible: Callable | None = None
     bias: Callable | None = None
     bias_extent: Callable | None = None
+    edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
+    neutral_text: str | None = None
+    row_shift: Callable | None = None
 
     def __post_init__(self):
         if self.term not in TERMS:

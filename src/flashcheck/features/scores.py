@@ -1,6 +1,6 @@
 """Where a cap and a bias meet: the one rule every layer applies to a row's logits.
 
-The scaled logits s of a case with a cap c (:mod:`.softcap`) and a bias b (:mod:`.alibi`, :mod:`.attn_bias`)
+The scaled logits s of a case with a cap c (a "cap" feature) and a bias b (every "bias" feature's, summed)
 are ``c tanh(s / c) + b`` where the kernel's spec says ``bias_order="cap_first"`` (flash-attention's) and
 ``c tanh((s + b) / c)`` where it says ``"bias_first"``; without a cap the bias is simply added. The oracle, the
 twin, the references and the diagnoses all compose the logits through :func:`capped_scores`.
@@ -16,9 +16,9 @@ import torch
 __all__ = ["RowTerms", "bias_after_cap", "capped_scores", "compose", "finite_cap"]
 
 
-def finite_cap(softcap) -> float | None:
+def finite_cap(cap) -> float | None:
     """The cap that changes the logits: None for no cap or an infinite one."""
-    return None if softcap in (None, math.inf) else softcap
+    return None if cap in (None, math.inf) else cap
 
 
 def bias_after_cap(has_bias: bool, cap, bias_order: str) -> bool:
@@ -35,23 +35,22 @@ def capped_scores(s, bias, cap, late: bool, tanh):
     return raw, (out + bias if late else out)
 
 
-def compose(scaled, alibi, bias, cap, order: str):
-    """A row's logits (torch) from its scaled ones, its ALiBi and bias terms (None: none) and its cap, in
-    ``order``."""
-    total = sum(t for t in (alibi, bias) if t is not None)
+def compose(scaled, biases, cap, order: str):
+    """A row's logits (torch) from its scaled ones, its bias terms (an iterable, None: none, summed in its
+    order) and its cap, in ``order``."""
+    total = sum(t for t in biases if t is not None)
     return capped_scores(scaled, total, finite_cap(cap), bias_after_cap(True, cap, order), torch.tanh)[1]
 
 
 @dataclass(frozen=True)
 class RowTerms:
     """One row's parts, for the misreads a diagnosis tries (each feature's ``misreads``): its unscaled logits
-    ``dots`` (Nk,), the softmax ``scale``, its ALiBi and bias terms (None: none), the cap and the bias order,
-    and (b, h, i) with the case's lengths."""
+    ``dots`` (Nk,), the softmax ``scale``, the bias of each bias feature the case uses (``biases``: name ->
+    (Nk,) float64, in registry order), the cap and the bias order, and (b, h, i) with the case's lengths."""
 
     dots: torch.Tensor
     scale: float
-    alibi: torch.Tensor | None
-    bias: torch.Tensor | None
+    biases: dict
     cap: float | None
     order: str
     b: int
@@ -64,7 +63,13 @@ class RowTerms:
     def scaled(self) -> torch.Tensor:
         return self.dots * self.scale
 
-    def logits(self, *, scaled=None, alibi=..., bias=..., cap=..., order=None) -> torch.Tensor:
-        """The row's logits with the parts given changed (``...``: as they are)."""
-        return compose(self.scaled if scaled is None else scaled, self.alibi if alibi is ... else alibi,
-                       self.bias if bias is ... else bias, self.cap if cap is ... else cap, order or self.order)
+    @property
+    def bias(self):
+        """Every bias summed (0 without one)."""
+        return sum(t for t in self.biases.values() if t is not None)
+
+    def logits(self, *, scaled=None, biases=None, cap=..., order=None) -> torch.Tensor:
+        """The row's logits with the parts given changed (``biases``: name -> a feature's bias in place of its
+        own, None to drop it; ``...``: as they are)."""
+        return compose(self.scaled if scaled is None else scaled, {**self.biases, **(biases or {})}.values(),
+                       self.cap if cap is ... else cap, order or self.order)

@@ -59,4 +59,5 @@ FEATURE = Feature(
                                                                                                  generator=gen)]),
     },
     neutral=_neutral, gradient="dsinks",
+    neutral_text="sinks of -inf",
 )

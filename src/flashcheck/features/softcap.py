@@ -33,9 +33,8 @@ def _misreads(variant, row: RowTerms) -> list:
     cap = finite_cap(row.cap)
     if cap is None:
         return []
-    biases = sum(t for t in (row.alibi, row.bias) if t is not None)
     unscaled = capped_scores(row.dots, None, cap, False, torch.tanh)[1]
-    out = [("the cap applied to the unscaled logits", unscaled * row.scale + biases),
+    out = [("the cap applied to the unscaled logits", unscaled * row.scale + row.bias),
            ("no cap (softcap ignored)", row.logits(cap=None))]
     if variant.biased:
         other = "bias_first" if row.order == "cap_first" else "cap_first"
@@ -51,4 +50,5 @@ FEATURE = Feature(
     # Gemma 2's caps are 50 (attention) and 30 (final logits); 1 saturates every logit.
     regimes={"none": None, "cap_50": lambda gen, s: 50.0, "cap_30": lambda gen, s: 30.0, "cap_1": lambda gen, s: 1.0},
     neutral=_neutral, misreads=_misreads,
+    neutral_text="a cap of inf",
 )

@@ -53,6 +53,16 @@ def _neutral(variant, causal: str, spec, shapes):
     return (f"window=({n_k - 1},0) in place of causal='bottom_right'", variant.replace(window=(n_k - 1, 0)), "none")
 
 
+def _edge(window, i: int, j: int, n_q: int, n_k: int, inside: bool) -> str:
+    """Key ``j`` to query ``i``: the window's left or right edge (``inside``) or one past it, else ''."""
+    left, right = window
+    centre = i + n_k - n_q
+    for side, end, step in (("left", centre - left, -1), ("right", centre + right, 1)):
+        if (left if side == "left" else right) >= 0 and j == end + (0 if inside else step):
+            return f" (the window's {side} edge)" if inside else f" (one past the window's {side} edge)"
+    return ""
+
+
 FEATURE = Feature(
     name="window", flag="window", term="keys", summary="keys within (left, right) of the query's diagonal",
     check=_check, text=lambda value: f"({value[0]},{value[1]})",
@@ -68,4 +78,6 @@ FEATURE = Feature(
     },
     neutral=_neutral,
     visible=lambda value, n_q, n_k: window(*value, n_q=n_q, n_k=n_k),
+    edge=_edge,
+    neutral_text="a full window for bottom-right causal",
 )

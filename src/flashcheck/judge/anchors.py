@@ -19,8 +19,7 @@ against references differentiated by autograd through the same attention:
 
 All fill rows with no visible key with 0 (zero gradients), as flash-attention's own reference does, so
 that they are not charged for a convention. Their references take the case's mask, causal alignment and variant
-(window, chunks, soft-cap, ALiBi, float bias, sinks) in their own dtypes, as flash-attention's reference
-does; fp8 inputs, descaled, are not theirs to judge (:func:`anchor_outcomes` says "n/a"). The
+(its visible keys, cap, bias and sink) in their own dtypes, as flash-attention's reference does; fp8 inputs, descaled, are not theirs to judge (:func:`anchor_outcomes` says "n/a"). The
 constants here belong to those rules, not to flashcheck's error model.
 """
 
@@ -30,7 +29,7 @@ import math
 
 import torch
 
-from ..features.scores import bias_after_cap, capped_scores, finite_cap
+from ..features.scores import bias_after_cap, capped_scores
 from ..features.variant import Variant
 from ..inputs.case import AttentionCase
 from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
@@ -52,21 +51,21 @@ def _attention(q, k, v, scale, visible, *, compute_dtype, softmax_dtype, variant
     s = _scores(q.to(compute_dtype) @ k.transpose(-1, -2) * scale, variant or Variant())
     empty = ~visible.any(-1, keepdim=True)  # rows with no visible key: zero output, zero gradients (not NaN)
     s = s.masked_fill(~visible, -math.inf).masked_fill(empty, 0.0).to(softmax_dtype)
-    sinks = None if variant is None or variant.sinks is None else variant.sinks.to(s.device, softmax_dtype)
-    if sinks is not None:  # each head's sink: one more logit in the softmax, with no value
-        s = torch.cat((s, sinks.view(1, -1, 1, 1).expand(*s.shape[:-1], 1)), dim=-1)
+    sink = None if variant is None or variant.sink is None else variant.sink.to(s.device, softmax_dtype)
+    if sink is not None:  # each head's sink: one more logit in the softmax, with no value
+        s = torch.cat((s, sink.view(1, -1, 1, 1).expand(*s.shape[:-1], 1)), dim=-1)
     p = torch.softmax(s, dim=-1)[..., :visible.shape[-1]].masked_fill(empty, 0.0).to(compute_dtype)
     return p @ v
 
 
 def _scores(s: torch.Tensor, variant: Variant) -> torch.Tensor:
-    """The scaled logits as the variant has them, in their dtype: ALiBi and the float bias added before or
-    after the soft-cap (``bias_order``), as the field's references add them."""
+    """The scaled logits as the variant has them, in their dtype: its bias added before or after its cap
+    (``bias_order``), as the field's references add them."""
     n_q, n_k = s.shape[-2:]
     bias = variant.bias(n_q, n_k, torch.arange(n_q), s.device)
     bias = None if bias is None else bias.to(s.dtype)
-    late = bias_after_cap(bias is not None, variant.softcap, variant.bias_order)
-    return capped_scores(s, bias, finite_cap(variant.softcap), late, torch.tanh)[1]
+    late = bias_after_cap(bias is not None, variant.cap, variant.bias_order)
+    return capped_scores(s, bias, variant.cap, late, torch.tanh)[1]
 
 
 def _on(device, case: AttentionCase):

@@ -75,7 +75,7 @@ def is_backward_case(case: AttentionCase) -> bool:
 @dataclass
 class BackwardRun:
     """What one backward call produced: (dq, dk, dv), the variant tensors' gradients the kernel returned
-    (``extra``: dbias, dsinks), or the exception it raised."""
+    (``extra``, by each feature's ``gradient`` name), or the exception it raised."""
 
     grads: tuple | None
     error: BaseException | None
@@ -93,8 +93,9 @@ _VARIANT_INPUTS = {f.name: f.gradient for f in REGISTRY if f.gradient}
 
 def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **variant) -> BackwardRun:
     """Run the kernel forward with autograd and take dQ, dK, dV for ``do``, and the gradients of the
-    variant's ``attn_bias`` and ``sinks`` where the kernel gives them. What it raises is the run's error (a
-    crash), except what makes the case one that cannot be judged: :class:`~flashcheck.judge.skips.Skip` then."""
+    variant's tensors that have one (each feature's ``gradient``) where the kernel gives them. What it raises
+    is the run's error (a crash), except what makes the case one that cannot be judged:
+    :class:`~flashcheck.judge.skips.Skip` then."""
     start = time.perf_counter()
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
     extra = {n: variant[n].detach().requires_grad_() for n in _VARIANT_INPUTS if n in variant}
@@ -128,7 +129,7 @@ def _where(name: str, bad: torch.Tensor, budget: GradientBudget) -> str:
 
 def compare_gradients(grads, budget: GradientBudget, *, regime: str | None = None) -> tuple[list[Finding], dict]:
     """Findings of a kernel's gradients against the oracle and the budget, and err/budget per gradient:
-    ``grads`` is (dq, dk, dv) or a dict of those and the variant's (dbias, dsinks) the kernel returned."""
+    ``grads`` is (dq, dk, dv) or a dict of those and the variant's gradients the kernel returned."""
     findings, worst = [], {}
     named = grads if isinstance(grads, dict) else dict(zip(GRADIENTS, grads))
     for name, got in named.items():

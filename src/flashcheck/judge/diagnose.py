@@ -16,6 +16,7 @@ from ..contract.formats import output_format
 from ..contract.masks import and_masks
 from ..contract.masks import causal as causal_fn
 from ..contract.validation import Shapes
+from ..features.registry import by_term
 from ..features.scores import compose
 from ..features.variant import Variant
 from ..numerics.blockwise import dequantized
@@ -161,7 +162,7 @@ class _KeyRow:
     i: int  # the query index
     n_q: int
     causal: str
-    seen: torch.Tensor  # (Nk,) the keys this query may see (the window and the chunk included)
+    seen: torch.Tensor  # (Nk,) the keys this query may see (every key-restricting feature's included)
     scores: torch.Tensor  # (Nk,) the logits: q . k * scale, soft-capped when the variant caps them
     values: torch.Tensor  # (Nk, Dv)
     got: torch.Tensor  # (Dv,) the kernel's row
@@ -171,8 +172,7 @@ class _KeyRow:
     scale: float = 1.0
     sink: float | None = None  # this head's sink logit
     u_out: float = 0.0  # the unit roundoff of the kernel's output
-    alibi: torch.Tensor | None = None  # (Nk,) this row's ALiBi term
-    bias: torch.Tensor | None = None  # (Nk,) this row's attn_bias (0 where it hides a key)
+    biases: dict = field(default_factory=dict)  # name -> (Nk,) each bias feature's term (0 where it hides a key)
     b: int = 0  # the batch entry and query head
     h: int = 0
     group: int = 1  # query heads per K/V head
@@ -195,19 +195,19 @@ class _KeyRow:
             seen = seen & torch.broadcast_to(mask.cpu().bool(), (B, Hq, Nq, Nk))[b, h, i]
         if not bool(seen.any()):
             return None
-        alibi, bias = row_biases(variant, b, h, i, Nq, Nk)
-        if bias is not None:
+        biases = row_biases(variant, b, h, i, Nq, Nk)
+        for name, bias in biases.items():  # a bias of -inf hides its key
             seen = seen & (bias > -math.inf)
-            bias = bias.masked_fill(bias == -math.inf, 0.0)
+            biases[name] = bias.masked_fill(bias == -math.inf, 0.0)
         if not bool(seen.any()):
             return None
         dots = k[b, h // group].cpu().double() @ q[b, h, i].cpu().double()
-        sink = None if variant.sinks is None else float(variant.sinks[h])
+        sink = None if variant.sink is None else float(variant.sink[h])
         scale = float(inputs["scale"])
-        return cls(i, Nq, inputs["causal"], seen, compose(dots * scale, alibi, bias, variant.softcap,
+        return cls(i, Nq, inputs["causal"], seen, compose(dots * scale, biases.values(), variant.cap,
                                                           variant.bias_order),
                    v[b, h // group].cpu().double(), got.detach().cpu().double(), budget.detach().cpu().double(),
-                   variant, dots, scale, None if sink == -math.inf else sink, u_out, alibi, bias, b, h, group)
+                   variant, dots, scale, None if sink == -math.inf else sink, u_out, biases, b, h, group)
 
     @property
     def n_k(self) -> int:
@@ -229,17 +229,16 @@ class _KeyRow:
         return self.i + (self.n_k - self.n_q if self.causal == "bottom_right" else 0)
 
     def edge(self, j: int, *, inside: bool) -> str:
-        """What key ``j`` is to this query: the causal diagonal, a window's edge, one past it (or nothing)."""
+        """What key ``j`` is to this query: the causal diagonal, an edge of a key-restricting feature (each
+        feature's ``edge``), one past it (or nothing)."""
         diagonal = self.diagonal
         if diagonal is not None and j == diagonal + (0 if inside else 1):
             return " (the causal diagonal)" if inside else " (just past the causal diagonal)"
-        if self.variant.window is None:
-            return ""
-        left, right = self.variant.window
-        centre = self.i + self.n_k - self.n_q
-        for side, end, step in (("left", centre - left, -1), ("right", centre + right, 1)):
-            if (left if side == "left" else right) >= 0 and j == end + (0 if inside else step):
-                return f" (the window's {side} edge)" if inside else f" (one past the window's {side} edge)"
+        for f in by_term("keys"):
+            value = getattr(self.variant, f.name)
+            text = "" if value is None else f.edge(value, self.i, j, self.n_q, self.n_k, inside)
+            if text:
+                return text
         return ""
 
     def fits(self, outs: torch.Tensor) -> torch.Tensor:
@@ -343,8 +342,8 @@ def _one_masked_out_key_let_in(row: _KeyRow) -> tuple | None:
 
 
 def _variant_misread(row: _KeyRow) -> tuple | None:
-    """The visible keys, with the variant misread: the sink left out of the sum, the cap applied to the
-    unscaled logits (and the scale after it), no cap at all, and ALiBi's and the bias's mistakes."""
+    """The visible keys, with the variant misread: the sink left out of the sum, and each feature's misreads
+    (:func:`~flashcheck.judge.variant_misreads.misread_logits`)."""
     outs, names = [], []
     if row.sink is not None:
         outs.append(row.output(row.seen, with_sink=False))

@@ -13,11 +13,12 @@
   correct kernels change their split or tiling with the batch size, so this is information (a note
   on the verdict) unless the spec promises ``batch_invariant``.
 - ``neutral``: each variant feature the spec declares and the case does not use, at its neutral value
-  (a cap of inf, sinks of -inf, a window (Nk - 1, 0) in place of the bottom-right causal mask), gives
-  the bits of the case: bit-identical when the spec promises ``neutral_variants``, else within the budget.
-- ``bias_shift``: for a kernel that takes ``attn_bias``, a constant added to each row's bias (exact in the
-  bias's dtype; a row-constant bias where the case has none) leaves the exact output unchanged and moves
-  the lse by it: the output's bits under ``bias_shift_invariant``, else the shifted case's own budget.
+  (the feature's own, such as a cap of inf), gives the bits of the case: bit-identical when the spec
+  promises ``neutral_variants``, else within the budget.
+- ``bias_shift``: for a kernel that takes a bias a row's constant can shift (a bias feature's ``row_shift``),
+  a constant added to each row's bias (exact in the bias's dtype; a row-constant bias where the case has
+  none) leaves the exact output unchanged and moves the lse by it: the output's bits under
+  ``bias_shift_invariant``, else the shifted case's own budget.
 - ``descale``: for fp8 inputs, q, k and v each times 2 with its descale halved (or halved, the descale
   doubled, where doubling would leave fp8's range; q's descale doubled and k's halved where neither q nor
   k can be rescaled exactly) is the same exact problem: within the case's budget. It catches a descale
@@ -30,7 +31,6 @@ Each property reruns the kernel once or twice and compares bits with the first r
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,7 +38,7 @@ import torch
 
 from ..contract.formats import format_of, raw_bits
 from ..contract.spec import KernelSpec, promise_note
-from ..features.registry import REGISTRY
+from ..features.registry import REGISTRY, by_term
 from ..inputs.case import AttentionCase
 from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
@@ -85,8 +85,8 @@ def hidden_keys(case: AttentionCase, *, by_bias: bool = True) -> torch.Tensor:
     """Bool (B, Hkv, Nk): keys that no query of any head sharing that kv head may attend (``by_bias``:
     counting those only a -inf bias hides)."""
     s = case.shapes
-    if not by_bias and case.variant.attn_bias is not None:
-        case = dataclasses.replace(case, variant=case.variant.replace(attn_bias=None))
+    if not by_bias and case.variant.biased:
+        case = dataclasses.replace(case, variant=case.variant.replace(**{f.name: None for f in by_term("bias")}))
     vis = case.visible().view(s.batch, s.heads_kv, s.group, s.n_q, s.n_k)
     return ~vis.any(dim=2).any(dim=2)
 
@@ -300,30 +300,30 @@ def _batch(reruns: _Reruns) -> None:
         reruns.notes.append("batch-dependent: " + what)
 
 
-def shifted_bias_case(case: AttentionCase, spec: KernelSpec) -> AttentionCase | None:
-    """``case`` with c_i in {-2, -1, 1, 2} added to the bias of row i (each (b, h, i) its own), or a
-    (B, Hq, Nq, 1) bias of them where the case has none; None when the spec takes no ``attn_bias`` or the
-    sums are not exact in the bias's dtype (then the exact output would move)."""
-    if not spec.attn_bias:
+def shifted_bias_case(case: AttentionCase, spec: KernelSpec) -> tuple[str, AttentionCase] | None:
+    """(what, case) with c_i in {-2, -1, 1, 2} added to the bias of row i (each (b, h, i) its own), or a
+    (B, Hq, Nq, 1) bias of them where the case has none, of the first bias feature the spec declares that
+    has a ``row_shift``; None without one, or where the sums are not exact in the bias's dtype (then the
+    exact output would move)."""
+    feature = next((f for f in by_term("bias") if f.row_shift is not None and getattr(spec, f.flag)), None)
+    if feature is None:
         return None
-    s, bias = case.shapes, case.variant.attn_bias
+    s = case.shapes
     c = torch.tensor([-2.0, -1.0, 1.0, 2.0])[torch.arange(s.batch * s.heads_q * s.n_q) % 4]
     c = c.reshape(s.batch, s.heads_q, s.n_q, 1).double()
-    if bias is None:
-        return dataclasses.replace(case, variant=case.variant.replace(attn_bias=c.to(case.torch_dtype)))
-    wanted = torch.broadcast_to(bias.double(), (s.batch, s.heads_q, s.n_q, s.n_k)) + c
-    shifted = wanted.to(bias.dtype)
-    if not bool(((shifted.double() == wanted) | (wanted == -math.inf)).all()):
+    shifted = feature.row_shift(getattr(case.variant, feature.name), c, s, case.torch_dtype)
+    if shifted is None:
         return None
-    return dataclasses.replace(case, variant=case.variant.replace(attn_bias=shifted))
+    what = f"a constant in {{-2, -1, 1, 2}} added to each row's {feature.name}"
+    return what, dataclasses.replace(case, variant=case.variant.replace(**{feature.name: shifted}))
 
 
 def _bias_shift(reruns: _Reruns) -> None:
-    shifted = shifted_bias_case(reruns.case, reruns.spec)
-    if shifted is None:
+    found = shifted_bias_case(reruns.case, reruns.spec)
+    if found is None:
         return
+    what, shifted = found
     rerun = reruns.rerun(shifted)
-    what = "a constant in {-2, -1, 1, 2} added to each row's attn_bias"
     if reruns.spec.bias_shift_invariant or rerun.error is not None or reruns.judge is None:
         reruns.compare("bias_shift_dependence", what, rerun, lse=False)  # the lse moves by the constant
         return
