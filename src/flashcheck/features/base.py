@@ -11,7 +11,7 @@ The layers above iterate the registry instead of naming features.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = ["Feature", "Term"]
@@ -45,6 +45,12 @@ class Feature:
     judged; None where it is not.
     ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
+    Drawn and saved cases (:mod:`flashcheck.inputs`): ``settings(spec, dtype, regime, choose)``: the recipe fields
+    (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
+    kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case;
+    ``masks``: boolean-mask regimes the feature's restriction gives, name -> draw(generator, shapes);
+    ``saved_dtype``: a tensor's dtype in a saved case (None: the case's JSON gives it); ``serving``: a serving
+    form's case may carry it; ``title``: its name in prose, where it differs from ``name``.
     """
 
     name: str
@@ -66,6 +72,11 @@ class Feature:
     misreads: Callable = lambda variant, row: []
     visible: Callable | None = None
     bias: Callable | None = None
+    settings: Callable = lambda spec, dtype, regime, choose: {}
+    masks: dict = field(default_factory=dict)
+    saved_dtype: str | None = "fp32"
+    serving: bool = True
+    title: str | None = None
 
     def __post_init__(self):
         if self.term not in TERMS:

@@ -4,6 +4,8 @@ is the bottom-right causal mask, the feature's neutral value in place of ``causa
 
 from __future__ import annotations
 
+import torch
+
 from ..contract import masks
 from ..contract.counts import check_count
 from ..errors import InvalidArgument
@@ -29,6 +31,14 @@ def _neutral(variant, causal: str, spec, shapes):
     return (f"window=({n_k - 1},0) in place of causal='bottom_right'", variant.replace(window=(n_k - 1, 0)), "none")
 
 
+def _band_mask(gen, s) -> torch.Tensor:
+    """A causal band of 1 to Nk/2 keys as a boolean mask, bottom-right aligned."""
+    window = int(torch.randint(1, max(2, s.n_k // 2 + 1), (1,), generator=gen))
+    i = torch.arange(s.n_q).view(-1, 1) + (s.n_k - s.n_q)
+    j = torch.arange(s.n_k).view(1, -1)
+    return ((j <= i) & (j > i - window)).view(1, 1, s.n_q, s.n_k)
+
+
 FEATURE = Feature(
     name="window", flag="window", term="keys", summary="keys within (left, right) of the query's diagonal",
     check=_check, text=lambda value: f"({value[0]},{value[1]})",
@@ -44,4 +54,5 @@ FEATURE = Feature(
     },
     neutral=_neutral,
     visible=lambda value, n_q, n_k: masks.window(*value, n_q=n_q, n_k=n_k),
+    masks={"sliding_window": _band_mask},
 )
