@@ -209,10 +209,10 @@ class Variant:
 
 
 def settings_of(recipe_settings: dict) -> dict:
-    """The Variant's settings (its ALiBi mode and bias order) of a recipe's :data:`RECIPE_SETTINGS`, the defaults where
-    it records none."""
-    return {"alibi": recipe_settings.get("alibi_mode") or "symmetric",
-            "bias_order": recipe_settings.get("bias_order") or "cap_first"}
+    """The Variant's settings (:data:`SETTINGS`: its ALiBi mode and bias order) a recipe's :data:`RECIPE_SETTINGS`
+    record; those it does not, left to the Variant's defaults."""
+    named = {"alibi_mode": "alibi", "bias_order": "bias_order"}  # the recipe's name -> the Variant's
+    return {named[k]: value for k, value in recipe_settings.items() if k in named and value is not None}
 
 
 def _cut(t, dims, batch, heads: slice):
