@@ -130,3 +130,17 @@ def test_a_sequence_without_keys_is_judged_by_the_fully_masked_promise():
     empty = case.groups[0]
     assert empty.indices == (0,) and bool(empty.case.empty_rows().all())
     assert math.isfinite(verdict.max_ratio)
+
+
+def test_each_sequence_keeps_its_own_slopes_and_the_shared_sinks():
+    base = _base(batch=3)
+    slopes, sinks = torch.arange(12, dtype=torch.float32).view(3, 4) + 1, torch.tensor([0.5, -1.0, 2.0, -math.inf])
+    base = AttentionCase.create(base.q, base.k, base.v, scale=base.scale, causal=base.causal,
+                                variant=flashcheck.Variant(alibi_slopes=slopes, sinks=sinks))
+    case = ServingCase(base, "varlen", [9, 4, 9], [40, 7, 40])
+    for group in case.groups:
+        assert torch.equal(group.case.variant.alibi_slopes, slopes[list(group.indices)])
+        assert torch.equal(group.case.variant.sinks, sinks)
+    assert torch.equal(case.only(1).variant.alibi_slopes, slopes[1:2])
+    with pytest.raises(InvalidArgument, match="takes no mask, no attn_bias and the contiguous layout"):
+        ServingCase(base.with_layout("transposed"), "varlen", [9] * 3, [40] * 3)

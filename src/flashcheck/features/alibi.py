@@ -81,6 +81,7 @@ FEATURE = Feature(
     dims=lambda value: (-2, -1) if value is not None and value.dim() == 2 else (None, -1),
     shape_problem=_shape_problem, refusal=_refusal, bias=_bias, misreads=_misreads,
     bias_extent=_bias_extent,
+    settings=lambda spec, dtype, regime, choose: {"alibi_mode": spec.alibi}, title="ALiBi",
     # (Hq,) or (B, Hq) fp32; the bias reaches slope * Nk on long rows
     regimes={
         "none": None,

@@ -91,6 +91,15 @@ def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:
     return out.contiguous()
 
 
+def _settings(spec, dtype: str, regime: str, choose) -> dict | None:
+    """The bias's dtype: the inputs', or fp32 where the spec takes it (always for a regime past fp16's range, which an
+    fp16 bias cannot hold); None where neither holds the regime."""
+    wide = regime in WIDE_BIASES
+    if spec.fp32_bias and dtype != "fp32":
+        dtype = "fp32" if wide else choose((dtype, "fp32"))
+    return None if wide and dtype == "fp16" else {"bias_dtype": dtype}
+
+
 def _dims(s, pattern: str = "bhqk", drop: str = "bhq") -> tuple[int, ...]:
     """The bias shape of ``pattern`` (b, h, q, k: B, Hq, Nq, Nk; 1: broadcast), with the dims of ``drop``
     set to 1 in turn while it holds more than :data:`BIAS_LIMIT` elements."""
@@ -148,6 +157,7 @@ FEATURE = Feature(
     tensor=True, dims=lambda value: (-4, -3), shape_problem=_shape_problem, refusal=_refusal, bias=_bias,
     draw=_draw, misreads=_misreads, gradient="dbias",
     bias_extent=_bias_extent,
+    settings=_settings, saved_dtype=None, serving=False,  # a serving form packs the positions the bias lies over
     # logits of the value regimes sit near 0..10
     regimes={
         "none": None,

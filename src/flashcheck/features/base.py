@@ -11,7 +11,7 @@ The layers above iterate the registry instead of naming features.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = ["Feature", "Term"]
@@ -52,6 +52,12 @@ class Feature:
     ``row_shift(value, shift, shapes, dtype)``: a "bias" feature's value (None: none) with ``shift``, a constant
     per row ((B, Hq, Nq, 1) float64), added exactly, or None where a sum is not exact in its dtype: the bias
     shift property (:func:`flashcheck.judge.properties.shifted_bias_case`); None where it has none.
+    Drawn and saved cases (:mod:`flashcheck.inputs`): ``settings(spec, dtype, regime, choose)``: the recipe fields
+    (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
+    kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case;
+    ``masks``: boolean-mask regimes the feature's restriction gives, name -> draw(generator, shapes);
+    ``saved_dtype``: a tensor's dtype in a saved case (None: the case's JSON gives it); ``serving``: a serving
+    form's case may carry it; ``title``: its name in prose, where it differs from ``name``.
     """
 
     name: str
@@ -77,6 +83,11 @@ class Feature:
     edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
     neutral_text: str | None = None
     row_shift: Callable | None = None
+    settings: Callable = lambda spec, dtype, regime, choose: {}
+    masks: dict = field(default_factory=dict)
+    saved_dtype: str | None = "fp32"
+    serving: bool = True
+    title: str | None = None
 
     def __post_init__(self):
         if self.term not in TERMS:

@@ -46,14 +46,18 @@ from .registry import REGISTRY, by_term
 from .scores import finite_cap
 from .tensors import as_float_tensor, head_values_text
 
-__all__ = ["FEATURES", "SPEC_FLAGS", "TENSORS", "Variant", "check_shapes", "check_variant", "declared",
-           "unsupported_variant"]
+__all__ = ["FEATURES", "RECIPE_SETTINGS", "SPEC_FLAGS", "TENSORS", "Variant", "check_shapes", "check_variant",
+           "declared", "settings_of", "unsupported_variant"]
 
 SPEC_FLAGS = {f.name: f.flag for f in REGISTRY}
 # Saved with the case's arrays, not its JSON: the tensor features and an fp8 case's descales.
 TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",)
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
 SETTINGS = ("alibi", "bias_order")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
+# What a recipe (flashcheck.inputs.recipe) records of the kernel's spec to draw a case's variant, in the order it saves
+# them (None: the case has no such part): the ALiBi mode and the bias's dtype (those features' ``settings``) and
+# where a cap and a bias meet.
+RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype")
 
 
 def declared(spec) -> tuple[str, ...]:
@@ -147,9 +151,9 @@ class Variant:
             return None
         return parts[0] if len(parts) == 1 else masks.and_masks(*parts)
 
-    def select(self, batch: slice = slice(None), heads: slice = slice(None)) -> "Variant":
-        """The variant of the batch entries ``batch`` and query heads ``heads`` of its case (each tensor
-        feature cut where it has those dims)."""
+    def select(self, batch: slice | torch.Tensor = slice(None), heads: slice = slice(None)) -> "Variant":
+        """The variant of the batch entries ``batch`` (a slice, or a tensor of their indices) and query heads
+        ``heads`` of its case (each tensor feature cut where it has those dims)."""
         if self.descales is not None and heads != slice(None):
             raise InvalidArgument("heads", heads, "descales are per K/V head: a cut of query heads cannot keep them",
                                   "Select whole batch entries of an fp8 case.")
@@ -204,7 +208,14 @@ class Variant:
                    **tensors)
 
 
-def _cut(t, dims, batch: slice, heads: slice):
+def settings_of(recipe_settings: dict) -> dict:
+    """The Variant's settings (:data:`SETTINGS`: its ALiBi mode and bias order) a recipe's :data:`RECIPE_SETTINGS`
+    record; those it does not, left to the Variant's defaults."""
+    named = {"alibi_mode": "alibi", "bias_order": "bias_order"}  # the recipe's name -> the Variant's
+    return {named[k]: value for k, value in recipe_settings.items() if k in named and value is not None}
+
+
+def _cut(t, dims, batch, heads: slice):
     """``t`` cut to ``batch`` and ``heads`` along its (batch, head) ``dims`` (None: it has none), where the dim
     exists and does not broadcast."""
     if t is None:

@@ -61,6 +61,12 @@ def _edge(window, i: int, j: int, n_q: int, n_k: int, inside: bool) -> str:
         if (left if side == "left" else right) >= 0 and j == end + (0 if inside else step):
             return f" (the window's {side} edge)" if inside else f" (one past the window's {side} edge)"
     return ""
+def _band_mask(gen, s) -> torch.Tensor:
+    """A causal band of 1 to Nk/2 keys as a boolean mask, bottom-right aligned."""
+    window = int(torch.randint(1, max(2, s.n_k // 2 + 1), (1,), generator=gen))
+    i = torch.arange(s.n_q).view(-1, 1) + (s.n_k - s.n_q)
+    j = torch.arange(s.n_k).view(1, -1)
+    return ((j <= i) & (j > i - window)).view(1, 1, s.n_q, s.n_k)
 
 
 FEATURE = Feature(
@@ -80,4 +86,5 @@ FEATURE = Feature(
     visible=lambda value, n_q, n_k: window(*value, n_q=n_q, n_k=n_k),
     edge=_edge,
     neutral_text="a full window for bottom-right causal",
+    masks={"sliding_window": _band_mask},
 )

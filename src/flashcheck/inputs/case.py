@@ -89,7 +89,7 @@ def _provenance(value) -> dict:
 def _variant(variant, shapes) -> Variant:
     if not isinstance(variant, Variant):
         raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
-                              "Pass variant=flashcheck.Variant(window=(64, 0)), say, or None.")
+                              "Pass variant=flashcheck.Variant(...) with the features the case uses, or None.")
     check_shapes(variant, shapes)
     return variant
 
@@ -165,8 +165,8 @@ class AttentionCase:
                provenance=None, variant=None) -> "AttentionCase":
         """Validate one input (torch tensors or numpy arrays) and keep a contiguous CPU copy of it.
 
-        ``variant``: a :class:`~flashcheck.features.variant.Variant` (soft-cap, ALiBi slopes, attn_bias,
-        window, chunk, sinks), or None for plain attention."""
+        ``variant``: a :class:`~flashcheck.features.variant.Variant` (the features the case uses), or None for
+        plain attention."""
         return cls(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, layout=layout,
                    provenance=provenance, variant=Variant() if variant is None else variant)
 
@@ -204,12 +204,13 @@ class AttentionCase:
         return masks.visible(self.causal, self.attn_mask, self.attention_shape, variant=self.variant)
 
     def empty_rows(self) -> torch.Tensor:
-        """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise), an
-        ``attn_bias`` of -inf on every key included. A finite sink gives such a row a defined output (0,
-        with lse = the sink): it is not empty."""
+        """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise), a bias of
+        -inf on every key included. A finite sink gives such a row a defined output (0, with lse = the sink):
+        it is not empty."""
         empty = ~self.visible().any(dim=-1)
-        if self.variant.sinks is not None:
-            empty &= (self.variant.sinks == -math.inf).view(1, -1, 1)
+        sink = self.variant.sink
+        if sink is not None:
+            empty &= (sink == -math.inf).view(1, -1, 1)
         return empty
 
     def applicable_layouts(self) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import torch
 
 from ..contract.formats import FORMATS, format_of
 from ..errors import CaseFormatError, InvalidArgument
+from ..features.registry import REGISTRY
 from ..features.variant import TENSORS as TENSORS_OF_VARIANTS
 from ..features.variant import Variant
 from ..files import remove_quietly, write_temporary
@@ -32,8 +33,8 @@ __all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_saved_case
            "save_case", "saved_format", "stored_array", "write_case_files"]
 
 FORMAT_VERSION = 4
-# Version 2 adds the case's variant (soft-cap, window, chunk, ALiBi mode, bias order in the JSON; sinks, ALiBi
-# slopes and attn_bias in the npz). A case without one is written as version 1, which every flashcheck reads.
+# Version 2 adds the case's variant (its scalar features and settings in the JSON, its tensor features in the npz,
+# in the Variant's order). A case without one is written as version 1, which every flashcheck reads.
 # Version 3 adds the serving form (lengths, page size, poison and a varlen case's seqused_k slack in the JSON;
 # the block table in the npz).
 # Version 4 adds fp8 inputs (their bits as uint8) and their descales (in the npz).
@@ -47,9 +48,11 @@ _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32":
 _RAW = {torch.bfloat16: (torch.int16, np.uint16), torch.float8_e4m3fn: (torch.uint8, np.uint8),
         torch.float8_e5m2: (torch.uint8, np.uint8)}  # numpy has none of these: their raw bits
 # Arrays beside q, k and v, each present when the JSON gives its shape, and their dtypes (None: the one the
-# JSON gives with the shape; q, k and v are in the case's dtype).
-_EXTRA_ARRAYS = {"attn_mask": "bool", "sinks": "fp32", "alibi_slopes": "fp32", "attn_bias": None,
-                 "descales": "fp32", "block_table": "int32"}
+# JSON gives with the shape; q, k and v are in the case's dtype): the mask, the variant's tensors (each feature's
+# saved_dtype; an fp8 case's descales) and a paged case's block table.
+_VARIANT_ARRAYS = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor}, "descales": "fp32"}
+assert tuple(_VARIANT_ARRAYS) == TENSORS_OF_VARIANTS, (tuple(_VARIANT_ARRAYS), TENSORS_OF_VARIANTS)
+_EXTRA_ARRAYS = {"attn_mask": "bool", **_VARIANT_ARRAYS, "block_table": "int32"}
 # The JSON's "form" of a serving case: ServingCase's fields besides its base and block table; k_slack (a varlen
 # case that passes seqused_k) only where it has one, so that other cases are written as before it.
 _FORM_KEYS = ("form", "q_lens", "k_lens", "max_seqlen_pad", "page_size", "num_blocks", "poison")
@@ -85,11 +88,9 @@ def _sha256(path) -> str:
     # Streamed: long-sequence cases reach hundreds of MB.
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
     return digest.hexdigest()
-
-
 
 
 def _metadata(case, serving) -> dict:

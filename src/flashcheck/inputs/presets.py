@@ -72,6 +72,13 @@ def token_cap_problem(max_total_tokens: int | None, max_n: int, max_queries: int
     return None
 
 
+def _named_apart() -> str:
+    """The features whose keyword is not their spec flag, as ``<keyword> for <title>``: what a preset names."""
+    from ..features.registry import REGISTRY  # torch: a preset is read before it, and only a bad one needs this
+
+    return ", ".join(f"{f.name} for {f.title or f.name}" for f in REGISTRY if f.flag != f.name)
+
+
 def builtin_presets() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PRESET_DIR.glob("*.toml"))} if PRESET_DIR.is_dir() else {}
 
@@ -108,7 +115,7 @@ def load_preset(name_or_path: str | Path) -> Preset:
     unknown = sorted(set(data.get("variants", ())) - set(FEATURES))
     if unknown:
         raise InvalidArgument(f"{path.name}: variants", list(data["variants"]), f"unknown features {unknown}",
-                              f"Name features of {list(FEATURES)} (alibi_slopes for ALiBi).")
+                              f"Name features of {list(FEATURES)} ({_named_apart()}).")
     for key in ("max_examples", "min_n", "max_n", "max_batch", "max_heads", "jobs", "max_queries", "max_total_tokens",
                 "max_decode_n"):
         if key in data and data[key] < 1:

@@ -10,11 +10,12 @@ Saved cases hold it as :meth:`Recipe.as_dict`. Hypothesis draws recipes
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..contract.formats import FP8_DTYPES
 from ..contract.validation import Shapes
-from ..features.variant import FEATURES
+from ..errors import InvalidArgument
+from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on
 from .packing import serving_case
@@ -30,13 +31,17 @@ __all__ = ["BIAS_FIELDS", "FORM_FIELDS", "POOL_FIELDS", "Recipe"]
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
 POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison",
                                                                                      "seqused")
-BIAS_FIELDS = ("alibi_mode", "bias_order", "bias_dtype")  # filled from the spec, after the pooled fields
+BIAS_FIELDS = RECIPE_SETTINGS  # filled from the spec, after the pooled fields
 FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused")
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """Everything needed to rebuild one generated case exactly."""
+    """Everything needed to rebuild one generated case exactly.
+
+    Each feature's regime and each of the settings reads as an attribute too (``recipe.<feature>``, "none" where
+    the recipe does not use it; ``recipe.<setting>``, None), and the recipe saves and prints as the flat record
+    it was before the features had a record of their own: :meth:`as_dict`, ``repr``."""
 
     # The dense case: its shapes, dtype and regimes (flashcheck.inputs.regimes), the seed of its numbers.
     shapes: Shapes
@@ -47,18 +52,10 @@ class Recipe:
     scale: str = "default"
     layout: str = "contiguous"
     seed: int = 0
-    # The variant regimes (flashcheck.inputs.variant_regimes), "none" for a feature not used.
-    softcap: str = "none"
-    alibi_slopes: str = "none"
-    attn_bias: str = "none"
-    window: str = "none"
-    chunk: str = "none"
-    sinks: str = "none"
-    # What the kernel's spec asks of a biased case (None where the recipe has no such part): the ALiBi
-    # mode, the order of cap and bias, the bias's dtype (the inputs' or fp32, with spec fp32_bias=True).
-    alibi_mode: str | None = None
-    bias_order: str | None = None
-    bias_dtype: str | None = None
+    # The variant: the regime of each feature the case uses (flashcheck.inputs.variant_regimes), and what the
+    # kernel's spec asks of them (RECIPE_SETTINGS; each feature's ``settings``): both in their own order.
+    variants: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)
     # The serving form (flashcheck.contract.forms) and its physical regimes (flashcheck.inputs.packing),
     # "none" for the dense form.
     packing: str = "none"
@@ -69,10 +66,43 @@ class Recipe:
     seqused: str = "none"  # a varlen kernel's seqused_k (flashcheck.inputs.packing.SEQUSED_REGIMES)
     elements: str = "none"  # "past_int32": the batch grown past INT32_ELEMENTS (ELEMENT_REGIMES)
 
-    @property
-    def variants(self) -> dict[str, str]:
-        """The variant features this recipe uses, with their regimes."""
-        return {f: getattr(self, f) for f in FEATURES if getattr(self, f) != "none"}
+    def __post_init__(self):
+        unknown = set(self.variants) - set(FEATURES) or set(self.settings) - set(RECIPE_SETTINGS)
+        if unknown:
+            raise InvalidArgument("recipe", sorted(unknown), "not a feature or a setting of one",
+                                  f"Name features of {list(FEATURES)} and settings of {list(RECIPE_SETTINGS)}.")
+        # "none" and None are no part: left out, so that equal recipes compare equal
+        object.__setattr__(self, "variants", {f: self.variants[f] for f in FEATURES
+                                              if self.variants.get(f, "none") != "none"})
+        object.__setattr__(self, "settings", {s: self.settings[s] for s in RECIPE_SETTINGS
+                                              if self.settings.get(s) is not None})
+
+    def __getattr__(self, name: str):
+        # Only for names that are no field: a feature's regime or a setting, as the flat record had them.
+        if name in FEATURES:
+            return self.__dict__.get("variants", {}).get(name, "none")
+        if name in RECIPE_SETTINGS:
+            return self.__dict__.get("settings", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _flat(self, *, every: bool) -> dict:
+        """The fields with each feature's regime and each setting in place of the two mappings; ``every``: the
+        unused ones too ("none", None)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name == "variants":
+                out.update({name: getattr(self, name) for name in FEATURES if every or name in self.variants})
+            elif f.name == "settings":
+                out.update({name: getattr(self, name) for name in RECIPE_SETTINGS if every or name in self.settings})
+            else:
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self._flat(every=True).items()) + ")"
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._flat(every=True).items()))
 
     @property
     def regime(self) -> str:
@@ -105,8 +135,8 @@ class Recipe:
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
-        variant = make_variant(self.variants, shapes=s, seed=self.seed, bias_dtype=self.bias_dtype or self.dtype,
-                               alibi=self.alibi_mode or "symmetric", bias_order=self.bias_order or "cap_first")
+        variant = make_variant(self.variants, shapes=s, seed=self.seed,
+                               bias_dtype=self.settings.get("bias_dtype") or self.dtype, **settings_of(self.settings))
         return AttentionCase.create(
             q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
@@ -115,15 +145,20 @@ class Recipe:
             variant=variant.replace(descales=descales))
 
     def as_dict(self) -> dict:
-        out = dataclasses.asdict(self)
+        """The flat record saved cases hold: the parts a recipe does not use left out, so that a plain recipe is
+        saved as before the variants and forms."""
+        out = self._flat(every=False)
         out["shapes"] = dataclasses.asdict(self.shapes)
-        for name in FEATURES + BIAS_FIELDS + FORM_FIELDS + ("elements",):  # a plain recipe is saved as before
-            if out[name] in ("none", None, "dense", False):
+        for name in FORM_FIELDS + ("elements",):
+            if out[name] in ("none", "dense", False):
                 del out[name]
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "Recipe":
+        """The recipe of :meth:`as_dict`'s record."""
         data = dict(data)
         data["shapes"] = Shapes(**data["shapes"])
-        return cls(**data)
+        variants = {name: data.pop(name) for name in FEATURES if name in data}
+        settings = {name: data.pop(name) for name in RECIPE_SETTINGS if name in data}
+        return cls(**data, variants=variants, settings=settings)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..errors import InvalidArgument
+from ..features.registry import REGISTRY
 from ..features.variant import FEATURES, declared
 from ..hypothesis_internals import without_local_constants
 from .case import AttentionCase
@@ -28,11 +29,11 @@ from .options import Options
 from .packing import LENGTH_REGIMES, PAGE_REGIMES, SEQUSED_REGIMES
 from .presets import token_cap_problem
 from .recipe import POOL_FIELDS, Recipe
-from .regimes import MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES
+from .regimes import FEATURE_MASKS, MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES
 from .serving import POISONS
 from .shape_draws import MAX_DECODE_QUERIES, SPECIAL_LENGTHS, shapes
 from .sizes import ELEMENT_REGIMES, INT32_ELEMENTS, LARGE_DTYPES, past_int32
-from .variant_regimes import VARIANT_REGIMES, WIDE_BIASES
+from .variant_regimes import VARIANT_REGIMES
 
 __all__ = ["INT32_ELEMENTS", "POOL_FIELDS", "Recipe", "RecipeOptions", "SPECIAL_LENGTHS", "cases", "draw_recipes",
            "past_int32", "recipe_pools", "recipes", "shapes", "without_local_constants"]
@@ -40,7 +41,7 @@ __all__ = ["INT32_ELEMENTS", "POOL_FIELDS", "Recipe", "RecipeOptions", "SPECIAL_
 # Simplest first: hypothesis shrinks towards the start of each list.
 VALUE_ORDER = ("random", "flat", "peaked", "growing_max", "positive_v", "cancelling_v", "ties",
                "near_ties", "huge_logits", "subnormal_p", "tiny_values", "flat_large_v", "coherent_p_rounding")
-MASK_ORDER = ("none", "key_padding_right", "key_padding_left", "sliding_window", "random", "fully_masked_rows")
+MASK_ORDER = ("none", "key_padding_right", "key_padding_left") + tuple(FEATURE_MASKS) + ("random", "fully_masked_rows")
 LAYOUT_ORDER = ("contiguous", "transposed", "strided", "offset", "expanded")
 assert set(VALUE_ORDER) == set(VALUE_REGIMES) and set(MASK_ORDER) == set(MASK_REGIMES)
 assert set(LAYOUT_ORDER) == set(layout_names())
@@ -57,18 +58,17 @@ def _subset(argument: str, chosen, allowed_order, *, allow_empty: bool = False):
     return [c for c in allowed_order if c in chosen]
 
 
-def _bias_fields(draw, spec: KernelSpec, fields: dict) -> dict:
-    """The spec's ALiBi mode and bias order where the recipe uses them, and the bias's dtype: the inputs',
-    or fp32 where the spec takes it (always for a regime past fp16's range, which an fp16 bias cannot hold)."""
-    alibi, bias, capped = (fields[f] != "none" for f in ("alibi_slopes", "attn_bias", "softcap"))
-    out = {"alibi_mode": spec.alibi if alibi else None,
-           "bias_order": spec.bias_order if capped and (alibi or bias) else None, "bias_dtype": None}
-    if bias:
-        wide, dtype = fields["attn_bias"] in WIDE_BIASES, fields["dtype"]
-        if spec.fp32_bias and dtype != "fp32":
-            dtype = "fp32" if wide else draw(st.sampled_from((dtype, "fp32")))
-        assume(not (wide and dtype == "fp16"))
-        out["bias_dtype"] = dtype
+def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
+    """What the spec asks of the features the recipe uses (each feature's ``settings``, a choice among several
+    drawn), and its bias order where a cap and a bias meet; a draw no setting fits is rejected."""
+    used = [f for f in REGISTRY if fields[f.name] != "none"]
+    out = {}
+    for f in used:
+        settings = f.settings(spec, fields["dtype"], fields[f.name], lambda options: draw(st.sampled_from(options)))
+        assume(settings is not None)
+        out.update(settings)
+    if {"cap", "bias"} <= {f.term for f in used}:
+        out["bias_order"] = spec.bias_order
     return out
 
 
@@ -94,10 +94,15 @@ def _form_pools(spec: KernelSpec) -> dict[str, list]:
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
     """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it."""
     chosen = set(_subset("variants", variants, FEATURES, allow_empty=True))
-    pools = {f: list(VARIANT_REGIMES[f]) if f in declared(spec) and f in chosen else ["none"] for f in FEATURES}
-    if not spec.fp32_bias and set(spec.dtypes) == {"fp16"}:  # no bias the kernel takes holds them
-        pools["attn_bias"] = [b for b in pools["attn_bias"] if b not in WIDE_BIASES]
-    return pools
+    return {f.name: [r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r)]
+            if f.name in declared(spec) and f.name in chosen else ["none"] for f in REGISTRY}
+
+
+def _takes(spec: KernelSpec, feature, regime: str) -> bool:
+    """Whether the spec takes a case of ``regime`` in one of its dtypes (its settings fit; where they choose, the
+    first option, since each is one the spec takes)."""
+    return regime == "none" or any(feature.settings(spec, dtype, regime, lambda options: options[0]) is not None
+                                   for dtype in spec.dtypes)
 
 
 @dataclass(frozen=True)
@@ -204,8 +209,9 @@ def _recipes(draw, d: _RecipeDraws) -> Recipe:
     assume(not ("empty_batch" in spec.excludes and fields.get("packing") == "empty_sequences" and s.batch == 1))
     if fields["causal"] == "bottom_right" and s.n_q > s.n_k and "bottom_right_more_queries" in spec.excludes:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
-    fields.update(_bias_fields(draw, spec, fields))
-    return Recipe(shapes=s, seed=draw(_SEEDS), **fields)
+    settings = _settings(draw, spec, fields)
+    variants = {name: fields.pop(name) for name in FEATURES}
+    return Recipe(shapes=s, seed=draw(_SEEDS), variants=variants, settings=settings, **fields)
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:

@@ -16,9 +16,10 @@ import torch
 from ..contract.formats import format_of
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
+from ..features.registry import REGISTRY
 from .drawing import seeded
 
-__all__ = ["VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "UPSTREAM_REGIMES", "make_values", "make_mask",
+__all__ = ["FEATURE_MASKS", "VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "UPSTREAM_REGIMES", "make_values", "make_mask",
            "make_scale", "make_upstream"]
 
 Values = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -192,12 +193,8 @@ def _mask_key_padding_left(gen, s: Shapes) -> torch.Tensor:
     return (torch.arange(s.n_k).view(1, 1, 1, -1) >= s.n_k - lengths).expand(-1, 1, 1, -1)
 
 
-def _mask_sliding_window(gen, s: Shapes) -> torch.Tensor:
-    window = int(torch.randint(1, max(2, s.n_k // 2 + 1), (1,), generator=gen))
-    i = torch.arange(s.n_q).view(-1, 1) + (s.n_k - s.n_q)
-    j = torch.arange(s.n_k).view(1, -1)
-    return ((j <= i) & (j > i - window)).view(1, 1, s.n_q, s.n_k)
-
+# The masks the features' restrictions give (each feature's ``masks``), as boolean masks.
+FEATURE_MASKS: dict[str, Callable] = {name: draw for f in REGISTRY for name, draw in f.masks.items()}
 
 MASK_REGIMES: dict[str, Callable | None] = {
     "none": None,
@@ -205,7 +202,7 @@ MASK_REGIMES: dict[str, Callable | None] = {
     "fully_masked_rows": _mask_fully_masked_rows,
     "key_padding_right": _mask_key_padding_right,
     "key_padding_left": _mask_key_padding_left,
-    "sliding_window": _mask_sliding_window,
+    **FEATURE_MASKS,
 }
 
 

@@ -20,6 +20,7 @@ import torch
 from ..contract.formats import format_of
 from ..contract.forms import SERVING_FORMS, output_shapes
 from ..errors import InvalidArgument
+from ..features.registry import REGISTRY
 from .casefile import save_case
 
 # The dense case (flashcheck.inputs.case.AttentionCase) is named in annotations only, never imported: loading a
@@ -97,9 +98,11 @@ class ServingCase:
         base = self.base
         if self.form not in SERVING_FORMS:
             raise InvalidArgument("form", self.form, "not a serving form", f"Use one of {list(SERVING_FORMS)}.")
-        if base.attn_mask is not None or base.variant.attn_bias is not None or base.layout.name != "contiguous":
-            raise InvalidArgument("base", base.describe(), "a serving case's base takes no mask, no attn_bias and "
-                                  "the contiguous layout", "Build the base without them.")
+        unpacked = [f.name for f in REGISTRY if not f.serving]
+        if (base.attn_mask is not None or any(f in base.variant.used for f in unpacked)
+                or base.layout.name != "contiguous"):
+            raise InvalidArgument("base", base.describe(), f"a serving case's base takes no mask, no "
+                                  f"{' or '.join(unpacked)} and the contiguous layout", "Build the base without them.")
         if self.poison not in POISONS:
             raise InvalidArgument("poison", self.poison, "unknown poison", f"Use one of {list(POISONS)}.")
         s = base.shapes
@@ -200,7 +203,7 @@ class ServingCase:
         else:
             k, v = k[:, :, :n_k], v[:, :, :n_k]
         return dataclasses.replace(base, q=q[:, :, :n_q], k=k, v=v, attn_mask=mask,
-                                   variant=_variant_of(base.variant, rows))
+                                   variant=base.variant.select(rows))
 
     # ---- the physical form ------------------------------------------------------------------------------
 
@@ -292,7 +295,7 @@ class ServingCase:
         """Sequence ``b`` alone, in the same form (a paged one keeps the whole page pool)."""
         base, keep = self.base, slice(b, b + 1)
         alone = dataclasses.replace(base, q=base.q[keep], k=base.k[keep], v=base.v[keep],
-                                    variant=_variant_of(base.variant, torch.tensor([b])))
+                                    variant=base.variant.select(keep))
         table = None if self.block_table is None else self.block_table[keep]
         slack = None if self.k_slack is None else self.k_slack[keep]
         return dataclasses.replace(self, base=alone, q_lens=self.q_lens[keep], k_lens=self.k_lens[keep],
@@ -307,14 +310,6 @@ class ServingCase:
         """Write ``<stem>.npz`` and ``<stem>.json`` atomically (:mod:`flashcheck.inputs.casefile`); return their
         paths."""
         return save_case(self.base, path_stem, serving=self)
-
-
-def _variant_of(variant, rows: torch.Tensor):
-    """``variant`` for the batch entries ``rows``: per-sequence ALiBi slopes (B, Hq) cut to them."""
-    slopes = variant.alibi_slopes
-    if slopes is None or slopes.dim() == 1:
-        return variant
-    return variant.replace(alibi_slopes=slopes.index_select(0, rows))
 
 
 def _packed(t: torch.Tensor, lens, spans, value: float, device, *, alternate: bool = False) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
-from ..features.attn_bias import BIAS_LIMIT, WIDE_BIASES
+from ..features.attn_bias import BIAS_LIMIT, WIDE_BIASES  # importable from here, as before the features' modules
 from ..features.registry import REGISTRY
 from ..features.variant import Variant
 from .drawing import seeded
@@ -15,10 +15,10 @@ __all__ = ["BIAS_LIMIT", "VARIANT_REGIMES", "WIDE_BIASES", "make_variant"]
 VARIANT_REGIMES: dict[str, dict] = {f.name: f.regimes for f in REGISTRY}
 
 
-def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, bias_dtype="fp32", alibi: str = "symmetric",
-                 bias_order: str = "cap_first") -> Variant:
-    """The :class:`Variant` of the named regime of each feature (``regimes``: feature -> regime name), its
-    ``attn_bias`` in ``bias_dtype``, with the kernel's ``alibi`` mode and ``bias_order``."""
+def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, bias_dtype="fp32", **settings) -> Variant:
+    """The :class:`Variant` of the named regime of each feature (``regimes``: feature -> regime name), a bias
+    drawn in ``bias_dtype``, with the Variant's ``settings`` as the kernel's spec asks them
+    (:func:`~flashcheck.features.variant.settings_of`; the Variant's defaults where not given)."""
     gen = seeded(int(seed) + 3)
     parts = {}
     for feature in REGISTRY:
@@ -30,4 +30,4 @@ def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, bias_dty
         if table[name] is None:
             continue
         parts[feature.name] = feature.draw(name, table[name], gen, shapes, bias_dtype)
-    return Variant(**parts, alibi=alibi, bias_order=bias_order)
+    return Variant(**parts, **settings)
