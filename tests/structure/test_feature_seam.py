@@ -58,7 +58,9 @@ def names_in(source: str) -> set[str]:
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             texts.append(node.name)
         elif isinstance(node, ast.alias):
-            texts.append(node.asname or node.name)
+            texts += [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            texts.append(node.module or "")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             if not node.value.startswith("--"):
                 texts.append(node.value)
@@ -94,7 +96,8 @@ def test_a_feature_is_named_in_few_files(feature):
 
 
 def test_the_counter_sees_code_and_not_prose():
-    source = '"""softcap in a docstring"""\nx = variant.sinks  # window\ny = {"attn_bias": 1}\nz = f(alibi_mode=1)\n'
+    source = ('"""softcap in a docstring"""\nfrom .chunk import X\nx = variant.sinks  # window\n'
+              'y = {"attn_bias": 1}\nz = f(alibi_mode=1)\n')
     words = names_in(source)
-    assert "sinks" in words and "attn_bias" in words and "alibi" in words
+    assert {"sinks", "attn_bias", "alibi", "chunk"} <= words
     assert "softcap" not in words and "window" not in words

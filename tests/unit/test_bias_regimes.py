@@ -15,7 +15,8 @@ from flashcheck.contract.validation import Shapes
 from flashcheck.features.variant import unsupported_variant
 from flashcheck.inputs.recipe import Recipe
 from flashcheck.inputs.recipe_draws import draw_recipes, recipe_pools, recipes
-from flashcheck.inputs.variant_regimes import BIAS_LIMIT, VARIANT_REGIMES, WIDE_BIASES, make_variant
+from flashcheck.features.attn_bias import BIAS_LIMIT, WIDE_BIASES
+from flashcheck.inputs.variant_regimes import VARIANT_REGIMES, make_variant
 
 SLOPES, BIASES = VARIANT_REGIMES["alibi_slopes"], VARIANT_REGIMES["attn_bias"]
 S = Shapes(2, 4, 2, 9, 13, 16, 16)

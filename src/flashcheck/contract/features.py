@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 
-__all__ = ["FEATURES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
+__all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 
 # In the order a kernel receives them; each is declared by the spec flag of the same name (ALiBi: ``alibi``).
 FEATURES = ("softcap", "alibi_slopes", "attn_bias", "window", "chunk", "sinks")
+# The module of each in flashcheck.features, which the registry loads: a new feature is its module, a name
+# in each list and its flag in FeatureFlags.
+MODULES = ("softcap", "alibi", "attn_bias", "window", "chunk", "sinks")
 ALIBI_MODES = ("symmetric", "linear")
 BIAS_ORDERS = ("cap_first", "bias_first")
 

@@ -1,4 +1,4 @@
-"""The features of the attention problem beyond plain softmax attention, one module each (soft-capping, ALiBi,
-an additive bias, sliding windows, chunks, sinks), each declaring itself in one
+"""The features of the attention problem beyond plain softmax attention, one module each (a cap,
+biases, restrictions of the keys, sinks), each declaring itself in one
 :class:`~flashcheck.features.base.Feature`; :mod:`.registry` lists them, and :mod:`.variant` holds the
 :class:`~flashcheck.features.variant.Variant` record of a case's features (``flashcheck.Variant``)."""

@@ -1,19 +1,20 @@
-"""The features' records, in the order a kernel receives them (:data:`REGISTRY`; their names, torch-free, are
-:data:`flashcheck.contract.features.FEATURES`): the one list the other layers iterate. A new feature is a
-module of this package and a line here (and its spec flag, :class:`~flashcheck.contract.spec.KernelSpec`)."""
+"""The features' records, in the order a kernel receives them (:data:`REGISTRY`): the one list the other layers
+iterate. Each is the ``FEATURE`` of its module in this package; :mod:`flashcheck.contract.features` lists the
+modules and the names (torch-free, for what a command line reads first) and declares the spec flags, so a new
+feature is its module and three lines there."""
 
 from __future__ import annotations
 
-from ..contract.features import FEATURES
-from . import alibi, attn_bias, chunk, sinks, softcap, window
+from importlib import import_module
+
+from ..contract.features import FEATURES, MODULES
 from .base import Feature
 
 __all__ = ["REGISTRY", "by_term", "feature"]
 
-REGISTRY: tuple[Feature, ...] = (softcap.FEATURE, alibi.FEATURE, attn_bias.FEATURE, window.FEATURE,
-                                 chunk.FEATURE, sinks.FEATURE)
+REGISTRY: tuple[Feature, ...] = tuple(import_module(f"{__package__}.{module}").FEATURE for module in MODULES)
 _BY_NAME = {f.name: f for f in REGISTRY}
-# contract.features holds the names without importing torch (what a command line reads first): the same list.
+# The modules' own names for their features, in the same order as contract.features lists them.
 assert tuple(_BY_NAME) == FEATURES, (tuple(_BY_NAME), FEATURES)
 
 

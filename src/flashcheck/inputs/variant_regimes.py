@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
-from ..features.attn_bias import BIAS_LIMIT, WIDE_BIASES  # importable from here, as before the features' modules
 from ..features.registry import REGISTRY
 from ..features.variant import Variant
 from .drawing import seeded
 
-__all__ = ["BIAS_LIMIT", "VARIANT_REGIMES", "WIDE_BIASES", "make_variant"]
+__all__ = ["VARIANT_REGIMES", "make_variant"]
 
 VARIANT_REGIMES: dict[str, dict] = {f.name: f.regimes for f in REGISTRY}
 
