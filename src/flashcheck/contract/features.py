@@ -11,11 +11,12 @@ from ..errors import InvalidArgument
 
 __all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 
-# In the order a kernel receives them; each is declared by the spec flag of the same name (ALiBi: ``alibi``).
-FEATURES = ("softcap", "alibi_slopes", "attn_bias", "window", "chunk", "sinks")
-# The module of each in flashcheck.features, which the registry loads: a new feature is its module, a name
-# in each list and its flag in FeatureFlags.
-MODULES = ("softcap", "alibi", "attn_bias", "window", "chunk", "sinks")
+# Each feature's name (the keyword a kernel receives, declared by the spec flag of the same name; ALiBi's is
+# ``alibi``) and its module in flashcheck.features, which the registry loads, in the order a kernel receives
+# them. A new feature is its module, a line here and its flag in FeatureFlags.
+MODULES = {"softcap": "softcap", "alibi_slopes": "alibi", "attn_bias": "attn_bias", "window": "window",
+           "chunk": "chunk", "sinks": "sinks"}
+FEATURES = tuple(MODULES)
 ALIBI_MODES = ("symmetric", "linear")
 BIAS_ORDERS = ("cap_first", "bias_first")
 
