@@ -45,6 +45,12 @@ class Feature:
     judged; None where it is not.
     ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
     None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
+    ``literal(value)``: a scalar value as Python source, as a reproducer script writes the kernel's keyword (a
+    tensor's is read from the file beside the script). ``script``: role -> a standalone function (torch and math
+    only, its source copied into a reproducer script): a "bias" feature's ``"bias"(value, n_q, n_k, dtype,
+    settings)`` (its bias in ``dtype``, broadcastable to (B, Hq, Nq, Nk); ``settings``: the variant's, e.g. the ALiBi
+    mode) and ``"score_mod"(value, full, offset, settings)`` (``term(score, b, h, q_idx, kv_idx)``, its term of
+    flex's score_mod), a "keys" feature's ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys).
     """
 
     name: str
@@ -66,6 +72,8 @@ class Feature:
     misreads: Callable = lambda variant, row: []
     visible: Callable | None = None
     bias: Callable | None = None
+    literal: Callable = repr
+    script: dict | None = None
 
     def __post_init__(self):
         if self.term not in TERMS:

@@ -3,17 +3,27 @@
 
 from __future__ import annotations
 
+import torch
+
 from ..contract import masks
 from ..contract.counts import check_count
 from .base import Feature
 from .draws import pick
 
-__all__ = ["FEATURE"]
+__all__ = ["FEATURE", "chunk_mask"]
 
 
 def _check(chunk):
     return check_count("chunk", chunk, none_ok=True, what="a chunk length",
                        fix="Pass chunk=N keys per chunk (N >= 1), or None for no chunks.")
+
+
+def chunk_mask(chunk, offset, device):
+    """The chunks' mask_mod: the chunk length a captured tensor; ``offset`` (Nk - Nq) aligns it bottom-right.
+    Torch only: a reproducer script copies it."""
+    size = torch.tensor(chunk, device=device)
+    return lambda b, h, q_idx, kv_idx: (torch.div(q_idx + offset, size, rounding_mode="floor")
+                                        == torch.div(kv_idx, size, rounding_mode="floor"))
 
 
 FEATURE = Feature(
@@ -23,4 +33,5 @@ FEATURE = Feature(
     regimes={"none": None, "tile": lambda gen, s: pick(gen, (16, 32, 64, 128)),
              "odd": lambda gen, s: pick(gen, (3, 7, 13, 37, 61)), "one": lambda gen, s: 1},
     visible=lambda value, n_q, n_k: masks.chunked(value, n_q=n_q, n_k=n_k),
+    script={"mask_mod": chunk_mask},
 )

@@ -51,4 +51,5 @@ FEATURE = Feature(
     # Gemma 2's caps are 50 (attention) and 30 (final logits); 1 saturates every logit.
     regimes={"none": None, "cap_50": lambda gen, s: 50.0, "cap_30": lambda gen, s: 30.0, "cap_1": lambda gen, s: 1.0},
     neutral=_neutral, misreads=_misreads,
+    literal=lambda value: repr(value) if math.isfinite(value) else "math.inf",  # a reproducer's script imports math
 )

@@ -4,13 +4,15 @@ is the bottom-right causal mask, the feature's neutral value in place of ``causa
 
 from __future__ import annotations
 
+import torch
+
 from ..contract import masks
 from ..contract.counts import check_count
 from ..errors import InvalidArgument
 from .base import Feature
 from .draws import TILE_EDGES, pick, upto
 
-__all__ = ["FEATURE"]
+__all__ = ["FEATURE", "window_mask"]
 
 
 def _check(window):
@@ -29,6 +31,19 @@ def _neutral(variant, causal: str, spec, shapes):
     return (f"window=({n_k - 1},0) in place of causal='bottom_right'", variant.replace(window=(n_k - 1, 0)), "none")
 
 
+def window_mask(window, offset, device):
+    """The window's mask_mod: each side a captured tensor (one compiled kernel for every width), or no bound for
+    -1; ``offset`` (Nk - Nq) aligns it bottom-right. Torch only: a reproducer script copies it."""
+    left, right = (torch.tensor(w, device=device) if w >= 0 else None for w in window)
+
+    def window_mod(b, h, q_idx, kv_idx):
+        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
+        out = out if left is None else out & (kv_idx >= q_idx + offset - left)
+        return out if right is None else out & (kv_idx <= q_idx + offset + right)
+
+    return window_mod
+
+
 FEATURE = Feature(
     name="window", flag="window", term="keys", summary="keys within (left, right) of the query's diagonal",
     check=_check, text=lambda value: f"({value[0]},{value[1]})",
@@ -44,4 +59,5 @@ FEATURE = Feature(
     },
     neutral=_neutral,
     visible=lambda value, n_q, n_k: masks.window(*value, n_q=n_q, n_k=n_k),
+    script={"mask_mod": window_mask},
 )
