@@ -172,10 +172,11 @@ def visible(full, device, mask, kw):
     nq, nk = full[2:]
     vis = causal_visible(CASE["causal"], nq, nk, device)
     offset = torch.tensor(nk - nq, device=device)  # the bottom-right alignment
-    # b, h, q_idx, kv_idx: (B, 1, 1, 1), (1, Hq, 1, 1), (1, 1, Nq, 1) and (1, 1, 1, Nk), as flex's block mask gives them
-    index = [torch.arange(n, device=device).view([n if d == dim else 1 for d in range(4)]) for dim, n in enumerate(full)]
+    b = torch.arange(full[0], device=device).view(-1, 1, 1, 1)  # broadcastable indices, as a block mask's
+    h = torch.arange(full[1], device=device).view(1, -1, 1, 1)
+    q_idx, kv_idx = torch.arange(nq, device=device).view(-1, 1), torch.arange(nk, device=device).view(1, -1)
     for name, mask_mod in MASK_MODS.items():
-        vis = vis & mask_mod(kw[name], offset, device)(*index)
+        vis = vis & mask_mod(kw[name], offset, device)(b, h, q_idx, kv_idx)
     return vis if mask is None else vis & as_4d(mask)
 
 

@@ -37,7 +37,7 @@ _CALL_LINE = "CALL = plain_call  # @CALL@"
 _CALLS_START = "\n# ---- calls ----\n"  # on a line of its own (the docstring names it too)
 _FORM_LINE = "INPUTS = RUN = JUDGE = None  # @FORM@: what the case's form reads, runs and judges (see _script_dense.py)"
 _FORM_START = "\n# ---- form ----\n"
-_VARIANT_START = "\n# ---- the variant: "  # the section's first line, its comment and the @VARIANT@ line
+_VARIANT_START = "# ---- the variant: "  # the section's first line: its comment, then the @VARIANT@ line
 _VARIANT_LINE = "KEYWORDS, CAPS, BIASES, MASK_MODS, SINK_LOGITS, SCORE_MODS = {}, (), {}, {}, (), {}  # @VARIANT@"
 # The script's tables of the variant (see _script.py): the keywords of a term's features, as they are; and a role of
 # the features' script code (Feature.script) -> its table, with the kinds of call that need it (None: every script).
@@ -191,7 +191,7 @@ def _with_variant(text: str, variant, kind: str) -> str:
     if variant is not None:
         return text.replace(_VARIANT_LINE, _variant_code(variant, kind), 1)
     start, end = text.index(_VARIANT_START), text.index(_VARIANT_LINE) + len(_VARIANT_LINE)
-    return text[:start] + text[end:]
+    return text[:start] + text[end:].lstrip("\n")
 
 
 def script_text(data: dict, *, form: str = "dense", variant=None) -> str:
