@@ -1,7 +1,9 @@
 """The kernel calls of the built-in PyTorch kernels in a reproducer (see :mod:`flashcheck.repro.script`): PyTorch's
 public API as flashcheck's adapters call it (:mod:`flashcheck.kernels.sdpa`, :mod:`flashcheck.kernels.flex`).
 The functions a case needs are copied into its script; what comes before the line ``# ---- calls ----`` is not.
-A flex script also gets :func:`flashcheck.kernels.flex.flex_sink_key`, the adapter's own, copied from its source."""
+A flex script also gets :func:`flashcheck.kernels.flex.flex_sink_key`, the adapter's own, copied from its source.
+The variant reaches them through the script's tables of its terms (CAPS, BIASES, MASK_MODS, SINK_LOGITS and
+SCORE_MODS: see :mod:`flashcheck.repro._script`)."""
 
 import math
 
@@ -16,7 +18,7 @@ from ._script import (BIASES, CAPS, CASE, MASK_MODS, SCORE_MODS, SINK_LOGITS, as
 
 def sdpa_float_mask(kw, mask, shape, dtype, device):
     """SDPA's float attn_mask: the variant's biases (BIASES) summed, -inf where the mask or the causal alignment hides
-    a key (SDPA takes one mask). fp32 where a bias is given in fp32 (ALiBi's slopes are), else the inputs' dtype."""
+    a key (SDPA takes one mask). fp32 where a bias is given in fp32, else the inputs' dtype."""
     nq, nk = shape[2], shape[3]
     wide = any(kw[n].dtype == torch.float32 for n in BIASES if n in kw)
     out = score_bias(nq, nk, device, kw, torch.float32 if wide else dtype)
@@ -85,7 +87,7 @@ def flex_mask_mod(fa, device, full, mask, kw):
 
 
 def flex_score_mod(device, full, kw):
-    """The score_mod: soft-cap, then each term of SCORE_MODS (flash-attention's order); None without them."""
+    """The score_mod: the cap (CAPS), then each term of SCORE_MODS (flash-attention's order); None without them."""
     cap = next((kw[n] for n in CAPS if n in kw), None)
     cap = torch.tensor(cap, dtype=torch.float32, device=device) if cap not in (None, math.inf) else None
     offset = torch.tensor(full[3] - full[2], device=device)

@@ -2,6 +2,9 @@
 and its functions can be tested) with the case's data in place of ``CASE``, the kernel's call in place of ``CALL``
 (for a built-in, the functions of :mod:`flashcheck.repro._script_calls` its call needs, copied in) and the part of
 the case's form in place of ``@FORM@``: :mod:`._script_dense`, :mod:`._script_serving` or :mod:`._script_merge`.
+The variant's section, in place of ``@VARIANT@``, comes from its features' records: each scalar keyword as its
+feature writes it (``Feature.literal``), and the features' own code for the script's tables of each term
+(``Feature.script``), so that this package names no feature.
 
 Every script reads its arrays (inputs, budgets, dO) from the tensors file beside it
 (:class:`~flashcheck.repro.arrays.TensorFile`); ``CASE`` names each one's array and view."""
