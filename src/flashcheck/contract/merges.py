@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import InvalidArgument
-from .spec import EMPTY_LSE_PROMISES, LSE_BASES
+from .forms import EMPTY_LSE_PROMISES, LSE_BASES
 
 __all__ = ["MERGE_CONVENTIONS", "MergeConventions"]
 

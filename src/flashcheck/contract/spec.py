@@ -23,7 +23,7 @@ from ..errors import InvalidArgument
 from .counts import check_count, check_sizes
 from .features import FeatureFlags
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
-from .forms import EMPTY_LSE_PROMISES, LSE_BASES, CallingForm  # noqa: F401  (the lse's names, read from here too)
+from .forms import CallingForm
 from .precision import PrecisionPromises
 from .validation import CAUSAL_MODES, Shapes
 

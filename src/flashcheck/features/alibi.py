@@ -11,7 +11,7 @@ from .base import Feature
 from .scores import RowTerms
 from .tensors import as_float_tensor, head_values_text
 
-__all__ = ["FEATURE", "geometric"]
+__all__ = ["FEATURE", "alibi_bias", "alibi_score", "geometric"]
 
 
 def _check(slopes):
@@ -70,6 +70,25 @@ def _misreads(variant, row: RowTerms) -> list:
             ("ALiBi aligned top-left", row.logits(biases={"alibi_slopes": top_left}))]
 
 
+def alibi_bias(slopes, n_q, n_k, dtype, settings):
+    """The ALiBi term in ``dtype``, (B or 1, Hq, Nq, Nk): -slope |i + Nk - Nq - j| where ``settings["alibi"]`` is
+    "symmetric", else slope (j - i). Torch only: a reproducer script copies it."""
+    i = torch.arange(n_q, device=slopes.device, dtype=dtype).view(-1, 1)
+    j = torch.arange(n_k, device=slopes.device, dtype=dtype).view(1, -1)
+    pos = -(i + (n_k - n_q) - j).abs() if settings["alibi"] == "symmetric" else j - i
+    slopes = slopes.to(dtype)
+    return slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * pos
+
+
+def alibi_score(slopes, full, offset, settings):
+    """The ALiBi term of flex's score_mod, the fp32 slopes read at [b, h] (``offset``: Nk - Nq). Torch only: a
+    reproducer script copies it."""
+    slopes = slopes.to(torch.float32).expand(full[:2])
+    if settings["alibi"] == "linear":  # slope (j - i)
+        return lambda score, b, h, q_idx, kv_idx: score + slopes[b, h] * (kv_idx - q_idx)
+    return lambda score, b, h, q_idx, kv_idx: score - slopes[b, h] * (q_idx + offset - kv_idx).abs()
+
+
 def geometric(heads: int) -> torch.Tensor:
     """The ALiBi paper's slopes, 2^(-8 k / H) for k = 1..H."""
     return torch.exp2(-8.0 * torch.arange(1, heads + 1, dtype=torch.float32) / heads)
@@ -82,6 +101,7 @@ FEATURE = Feature(
     shape_problem=_shape_problem, refusal=_refusal, bias=_bias, misreads=_misreads,
     bias_extent=_bias_extent,
     settings=lambda spec, dtype, regime, choose: {"alibi_mode": spec.alibi}, title="ALiBi",
+    script={"bias": alibi_bias, "score_mod": alibi_score},
     # (Hq,) or (B, Hq) fp32; the bias reaches slope * Nk on long rows
     regimes={
         "none": None,

@@ -17,7 +17,7 @@ from .base import Feature
 from .scores import RowTerms
 from .tensors import as_float_tensor
 
-__all__ = ["BIAS_LIMIT", "FEATURE", "WIDE_BIASES"]
+__all__ = ["BIAS_LIMIT", "FEATURE", "WIDE_BIASES", "attn_bias_bias", "attn_bias_score"]
 
 BIAS_LIMIT = 1 << 22  # elements: past it, a bias keeps fewer of (B, Hq, Nq, Nk) (long rows), as _dims drops them
 WIDE_BIASES = ("below_1e30",)  # regimes past fp16's range: an fp16 bias cannot hold them
@@ -78,6 +78,18 @@ def _row_shift(bias, shift: torch.Tensor, shapes, dtype):
     if not bool(((shifted.double() == wanted) | (wanted == -math.inf)).all()):
         return None
     return shifted
+
+
+def attn_bias_bias(bias, n_q, n_k, dtype, settings):
+    """The bias in ``dtype``, with four dims. Torch only: a reproducer script copies it."""
+    return bias.to(dtype).reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+
+
+def attn_bias_score(bias, full, offset, settings):
+    """The bias's term of flex's score_mod, read at [b, h, q_idx, kv_idx] of its (B, Hq, Nq, Nk) broadcast. Torch
+    only: a reproducer script copies it."""
+    bias = bias.expand(full)
+    return lambda score, b, h, q_idx, kv_idx: score + bias[b, h, q_idx, kv_idx]
 
 
 def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:
@@ -158,6 +170,7 @@ FEATURE = Feature(
     draw=_draw, misreads=_misreads, gradient="dbias",
     bias_extent=_bias_extent,
     settings=_settings, saved_dtype=None, serving=False,  # a serving form packs the positions the bias lies over
+    script={"bias": attn_bias_bias, "score_mod": attn_bias_score},
     # logits of the value regimes sit near 0..10
     regimes={
         "none": None,

@@ -58,6 +58,12 @@ class Feature:
     ``masks``: boolean-mask regimes the feature's restriction gives, name -> draw(generator, shapes);
     ``saved_dtype``: a tensor's dtype in a saved case (None: the case's JSON gives it); ``serving``: a serving
     form's case may carry it; ``title``: its name in prose, where it differs from ``name``.
+    ``literal(value)``: a scalar value as Python source, as a reproducer script writes the kernel's keyword (a
+    tensor's is read from the file beside the script). ``script``: role -> a standalone function (torch and math
+    only, its source copied into a reproducer script): a "bias" feature's ``"bias"(value, n_q, n_k, dtype,
+    settings)`` (its bias in ``dtype``, broadcastable to (B, Hq, Nq, Nk); ``settings``: the variant's, e.g. the ALiBi
+    mode) and ``"score_mod"(value, full, offset, settings)`` (``term(score, b, h, q_idx, kv_idx)``, its term of
+    flex's score_mod), a "keys" feature's ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys).
     """
 
     name: str
@@ -88,6 +94,8 @@ class Feature:
     saved_dtype: str | None = "fp32"
     serving: bool = True
     title: str | None = None
+    literal: Callable = repr
+    script: dict | None = None
 
     def __post_init__(self):
         if self.term not in TERMS:

@@ -11,25 +11,28 @@ from ..errors import InvalidArgument
 from .base import Feature
 from .draws import pick
 
-__all__ = ["FEATURE", "chunked"]
+__all__ = ["FEATURE", "chunk_mask", "chunked"]
 
 
 def chunked(size: int, *, n_q: int, n_k: int) -> MaskFn:
     """Chunked attention (Llama 4), bottom-right aligned: query i sees the keys of its chunk of
     ``size`` positions, ``(i + n_k - n_q) // size == j // size``."""
-    size, offset = int(size), int(n_k) - int(n_q)
-    if size < 1:
+    if int(size) < 1:
         raise InvalidArgument("size", size, "a chunk holds at least one key", "Pass size >= 1.")
-
-    def chunked(b, h, q_idx, kv_idx):
-        return torch.div(q_idx + offset, size, rounding_mode="floor") == torch.div(kv_idx, size, rounding_mode="floor")
-
-    return chunked
+    return chunk_mask(int(size), int(n_k) - int(n_q), None)
 
 
 def _check(chunk):
     return check_count("chunk", chunk, none_ok=True, what="a chunk length",
                        fix="Pass chunk=N keys per chunk (N >= 1), or None for no chunks.")
+
+
+def chunk_mask(chunk, offset, device):
+    """The chunks' mask_mod: the chunk length a captured tensor; ``offset`` (Nk - Nq) aligns it bottom-right.
+    Torch only: a reproducer script copies it."""
+    size = torch.tensor(chunk, device=device)
+    return lambda b, h, q_idx, kv_idx: (torch.div(q_idx + offset, size, rounding_mode="floor")
+                                        == torch.div(kv_idx, size, rounding_mode="floor"))
 
 
 FEATURE = Feature(
@@ -39,4 +42,5 @@ FEATURE = Feature(
     regimes={"none": None, "tile": lambda gen, s: pick(gen, (16, 32, 64, 128)),
              "odd": lambda gen, s: pick(gen, (3, 7, 13, 37, 61)), "one": lambda gen, s: 1},
     visible=lambda value, n_q, n_k: chunked(value, n_q=n_q, n_k=n_k),
+    script={"mask_mod": chunk_mask},
 )

@@ -51,4 +51,5 @@ FEATURE = Feature(
     regimes={"none": None, "cap_50": lambda gen, s: 50.0, "cap_30": lambda gen, s: 30.0, "cap_1": lambda gen, s: 1.0},
     neutral=_neutral, misreads=_misreads,
     neutral_text="a cap of inf",
+    literal=lambda value: repr(value) if math.isfinite(value) else "math.inf",  # a reproducer's script imports math
 )

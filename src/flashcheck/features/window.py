@@ -12,29 +12,13 @@ from ..errors import InvalidArgument
 from .base import Feature
 from .draws import TILE_EDGES, pick, upto
 
-__all__ = ["FEATURE", "window"]
+__all__ = ["FEATURE", "window", "window_mask"]
 
 
 def window(left: int, right: int, *, n_q: int, n_k: int) -> masks.MaskFn:
     """flash-attention's ``window_size=(left, right)``, bottom-right aligned: query i sees keys j with
     ``i + n_k - n_q - left <= j <= i + n_k - n_q + right``; -1 leaves that side unbounded."""
-    return _band(int(left), int(right), int(n_k) - int(n_q))
-
-
-def _band(left: int, right: int, offset: int) -> masks.MaskFn:
-    """Keys within ``left`` before and ``right`` after the query's diagonal ``i + offset`` (a side below 0:
-    unbounded)."""
-
-    def window(b, h, q_idx, kv_idx):
-        centre = q_idx + offset
-        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
-        if left >= 0:
-            out = out & (kv_idx >= centre - left)
-        if right >= 0:
-            out = out & (kv_idx <= centre + right)
-        return out
-
-    return window
+    return window_mask((int(left), int(right)), int(n_k) - int(n_q), None)
 
 
 def _check(window):
@@ -61,12 +45,28 @@ def _edge(window, i: int, j: int, n_q: int, n_k: int, inside: bool) -> str:
         if (left if side == "left" else right) >= 0 and j == end + (0 if inside else step):
             return f" (the window's {side} edge)" if inside else f" (one past the window's {side} edge)"
     return ""
+
+
 def _band_mask(gen, s) -> torch.Tensor:
     """A causal band of 1 to Nk/2 keys as a boolean mask, bottom-right aligned."""
     window = int(torch.randint(1, max(2, s.n_k // 2 + 1), (1,), generator=gen))
     i = torch.arange(s.n_q).view(-1, 1) + (s.n_k - s.n_q)
     j = torch.arange(s.n_k).view(1, -1)
     return ((j <= i) & (j > i - window)).view(1, 1, s.n_q, s.n_k)
+
+
+def window_mask(window, offset, device):
+    """The window's mask_mod: each side a captured tensor (one compiled kernel for every width; on the CPU for
+    ``device`` None, which any device's indices take), or no bound for -1; ``offset`` (Nk - Nq) aligns it
+    bottom-right. Torch only: a reproducer script copies it."""
+    left, right = (torch.tensor(w, device=device) if w >= 0 else None for w in window)
+
+    def window_mod(b, h, q_idx, kv_idx):
+        out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
+        out = out if left is None else out & (kv_idx >= q_idx + offset - left)
+        return out if right is None else out & (kv_idx <= q_idx + offset + right)
+
+    return window_mod
 
 
 FEATURE = Feature(
@@ -87,4 +87,5 @@ FEATURE = Feature(
     edge=_edge,
     neutral_text="a full window for bottom-right causal",
     masks={"sliding_window": _band_mask},
+    script={"mask_mod": window_mask},
 )

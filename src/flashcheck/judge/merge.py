@@ -17,7 +17,7 @@ import torch
 from ..contract.counts import check_count
 from ..contract.formats import device_named, format_of
 from ..contract.merges import MergeConventions
-from ..contract.spec import EMPTY_LSE_PROMISES, LSE_BASES
+from ..contract.forms import EMPTY_LSE_PROMISES, LSE_BASES
 from ..errors import InvalidArgument
 from ..files import check_writable_folder
 from ..inputs.merge_case import MergeCase

@@ -47,7 +47,7 @@ def make_repro(kernel, case, *, device: str, case_path) -> Repro:
     data = (serving_data if serving else script_data)(case, call, evidence, tensors, device=device, title=title,
                                                       versions=versions)
     content = with_tensor_file(data, tensors)
-    script = script_text(data, form="serving" if serving else "dense")
+    script = script_text(data, form="serving" if serving else "dense", variant=case.variant)
     subject = attention_subject(case, evidence)
     issue = issue_text(subject, evidence, kernel=name, versions=versions, script=script, device=device)
     return Repro(script, issue, evidence, content)

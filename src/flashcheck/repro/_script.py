@@ -79,19 +79,21 @@ def inputs(device):
     """q, k, v, attn_mask as the kernel received them, and the variant's keyword arguments."""
     check_byteorder()
     x = {name: tensor(spec, device) for name, spec in CASE["inputs"].items()}
-    kw = {}
-    for name, value in CASE["kwargs"].items():
-        if name == "softcap":
-            kw[name] = float.fromhex(value)
-        elif name == "window":
-            kw[name] = tuple(value)
-        else:
-            kw[name] = tensor(value, device) if isinstance(value, dict) else value
-    return x, kw
+    return x, {**KEYWORDS, **{name: tensor(spec, device) for name, spec in CASE["kwargs"].items()}}
 
 
 def scale():
     return float.fromhex(CASE["scale"])
+
+
+# ---- the variant: its keywords, and what each does to the softmax (flashcheck's code, copied) -------------------
+# KEYWORDS: the keywords that are no tensor, as flashcheck passed them (the tensors: CASE["kwargs"]). CAPS: the
+# keywords that cap the logits s, c tanh(s / c). BIASES: keyword -> its bias(value, Nq, Nk, dtype, settings),
+# broadcastable to (B, Hq, Nq, Nk), added to the logits. MASK_MODS: keyword -> the factory (value, Nk - Nq, device)
+# of the mask_mod of the keys it shows. SINK_LOGITS: the keywords of one more logit per query head, in each row's
+# sum only. SCORE_MODS (flex): keyword -> the factory (value, (B, Hq, Nq, Nk), Nk - Nq, settings) of its score_mod
+# term.
+KEYWORDS, CAPS, BIASES, MASK_MODS, SINK_LOGITS, SCORE_MODS = {}, (), {}, {}, (), {}  # @VARIANT@
 
 
 # ---- the kernel call, as flashcheck made it ----------------------------------------------------------------
@@ -155,33 +157,26 @@ def dequantized(t, name, kw, heads_kv):
     return t.double() * descale.double().repeat_interleave(t.shape[1] // heads_kv, 1)[:, :, None, None]
 
 
-def score_bias(nq, nk, device, kw):
-    """ALiBi plus attn_bias in float64, broadcastable to (B, Hq, Nq, Nk), or None."""
+def score_bias(nq, nk, device, kw, dtype=torch.float64):
+    """Every bias of the variant (BIASES) in ``dtype``, summed, broadcastable to (B, Hq, Nq, Nk), or None."""
     out = None
-    if "alibi_slopes" in kw:
-        i = torch.arange(nq, device=device, dtype=torch.float64).view(-1, 1)
-        j = torch.arange(nk, device=device, dtype=torch.float64).view(1, -1)
-        pos = -(i + (nk - nq) - j).abs() if CASE["alibi"] == "symmetric" else j - i
-        slopes = kw["alibi_slopes"].double()
-        out = slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * pos
-    if "attn_bias" in kw:
-        bias = as_4d(kw["attn_bias"].double())
-        out = bias if out is None else out + bias
+    for name, bias in BIASES.items():
+        term = bias(kw[name].to(device), nq, nk, dtype, CASE["settings"])
+        out = term if out is None else out + term
     return out
 
 
-def visible(nq, nk, device, mask, kw):
-    """Bool, broadcastable to (B, Hq, Nq, Nk): the keys each query may see."""
+def visible(full, device, mask, kw):
+    """Bool, broadcastable to ``full`` (B, Hq, Nq, Nk): the keys each query may see (the causal alignment, each
+    mask_mod of MASK_MODS, the mask)."""
+    nq, nk = full[2:]
     vis = causal_visible(CASE["causal"], nq, nk, device)
-    i = torch.arange(nq, device=device).view(-1, 1) + (nk - nq)  # bottom-right aligned position
-    j = torch.arange(nk, device=device).view(1, -1)
-    if "window" in kw:
-        left, right = kw["window"]
-        vis = vis & (j >= i - left) if left >= 0 else vis
-        vis = vis & (j <= i + right) if right >= 0 else vis
-    if "chunk" in kw:
-        chunk_of = lambda n: torch.div(n, kw["chunk"], rounding_mode="floor")  # noqa: E731
-        vis = vis & (chunk_of(i) == chunk_of(j))
+    offset = torch.tensor(nk - nq, device=device)  # the bottom-right alignment
+    b = torch.arange(full[0], device=device).view(-1, 1, 1, 1)  # broadcastable indices, as a block mask's
+    h = torch.arange(full[1], device=device).view(1, -1, 1, 1)
+    q_idx, kv_idx = torch.arange(nq, device=device).view(-1, 1), torch.arange(nk, device=device).view(1, -1)
+    for name, mask_mod in MASK_MODS.items():
+        vis = vis & mask_mod(kw[name], offset, device)(b, h, q_idx, kv_idx)
     return vis if mask is None else vis & as_4d(mask)
 
 
@@ -192,20 +187,21 @@ def attention64(q, k, v, mask, kw):
     k, v = (t.repeat_interleave(q.shape[1] // heads_kv, dim=1) for t in (k, v))
     nq, nk = q.shape[2], k.shape[2]
     s = (q @ k.transpose(-1, -2)) * scale()
-    vis = visible(nq, nk, q.device, None if mask is None else mask.to(q.device), kw)
+    vis = visible((q.shape[0], q.shape[1], nq, nk), q.device, None if mask is None else mask.to(q.device), kw)
     bias = score_bias(nq, nk, q.device, kw)
     if bias is not None:  # a bias of -inf hides its key
         vis = vis & (bias != -math.inf)
         bias = bias.masked_fill(bias == -math.inf, 0.0)
-    cap = kw.get("softcap")
+    cap = next((kw[n] for n in CAPS if n in kw), None)
     capped = cap is not None and math.isfinite(cap)
-    early = bias is not None and (not capped or CASE["bias_order"] == "bias_first")
+    early = bias is not None and (not capped or CASE["settings"]["bias_order"] == "bias_first")
     s = s + bias if early else s
     s = cap * torch.tanh(s / cap) if capped else s
     s = s + bias if bias is not None and not early else s
     s = s.masked_fill(~vis, -math.inf)
-    if "sinks" in kw:  # one more logit per query head, added to the row's sum only
-        s = torch.cat([s, kw["sinks"].double().view(1, -1, 1, 1).expand(*s.shape[:3], 1)], -1)
+    sink = next((kw[n] for n in SINK_LOGITS if n in kw), None)
+    if sink is not None:  # one more logit per query head, added to the row's sum only
+        s = torch.cat([s, sink.double().view(1, -1, 1, 1).expand(*s.shape[:3], 1)], -1)
     m = s.amax(-1, keepdim=True).detach()
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(s - m)

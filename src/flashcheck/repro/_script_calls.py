@@ -1,32 +1,27 @@
 """The kernel calls of the built-in PyTorch kernels in a reproducer (see :mod:`flashcheck.repro.script`): PyTorch's
 public API as flashcheck's adapters call it (:mod:`flashcheck.kernels.sdpa`, :mod:`flashcheck.kernels.flex`).
 The functions a case needs are copied into its script; what comes before the line ``# ---- calls ----`` is not.
-A flex script also gets :func:`flashcheck.kernels.flex.flex_sink_key`, the adapter's own, copied from its source."""
+A flex script also gets :func:`flashcheck.kernels.flex.flex_sink_key`, the adapter's own, copied from its source.
+The variant reaches them through the script's tables of its terms (CAPS, BIASES, MASK_MODS, SINK_LOGITS and
+SCORE_MODS: see :mod:`flashcheck.repro._script`)."""
 
 import math
 
 import torch
 
 from ..kernels.flex import flex_sink_key  # noqa: F401  (script.py copies its source in, after these calls)
-from ._script import CASE, as_4d, causal_visible, scale
+from ._script import (BIASES, CAPS, CASE, MASK_MODS, SCORE_MODS, SINK_LOGITS, as_4d, causal_visible, scale,
+                      score_bias)
 
 # ---- calls ----
 
 
 def sdpa_float_mask(kw, mask, shape, dtype, device):
-    """SDPA's float attn_mask: attn_bias plus symmetric ALiBi, -inf where the mask or the causal alignment hides
-    a key (SDPA takes one mask). fp32 where ALiBi is used or the bias is fp32, else the inputs' dtype."""
+    """SDPA's float attn_mask: the variant's biases (BIASES) summed, -inf where the mask or the causal alignment hides
+    a key (SDPA takes one mask). fp32 where a bias is given in fp32, else the inputs' dtype."""
     nq, nk = shape[2], shape[3]
-    bias, slopes = kw.get("attn_bias"), kw.get("alibi_slopes")
-    wide = slopes is not None or (bias is not None and bias.dtype == torch.float32)
-    out = torch.zeros((), dtype=torch.float32 if wide else dtype, device=device)
-    if slopes is not None:  # -slope |i + Nk - Nq - j|
-        i = torch.arange(nq, device=device).view(-1, 1)
-        distance = (i + (nk - nq) - torch.arange(nk, device=device)).abs().float()
-        slopes = slopes.to(device, torch.float32)
-        out = -slopes.reshape(-1 if slopes.dim() == 2 else 1, slopes.shape[-1], 1, 1) * distance
-    if bias is not None:
-        out = out + as_4d(bias.to(device))
+    wide = any(kw[n].dtype == torch.float32 for n in BIASES if n in kw)
+    out = score_bias(nq, nk, device, kw, torch.float32 if wide else dtype)
     vis = causal_visible(CASE["causal"], nq, nk, device)
     if mask is not None:
         vis = vis & as_4d(mask)
@@ -50,7 +45,7 @@ def sdpa_call(target):
         kwargs = {"scale": scale()}
         if gqa:
             kwargs["enable_gqa"] = True
-        if "attn_bias" in kw or "alibi_slopes" in kw:
+        if any(n in kw for n in BIASES):
             kwargs["attn_mask"] = sdpa_float_mask(kw, mask, (q.shape[0], q.shape[1], nq, nk), q.dtype, q.device)
         elif mask is not None:  # SDPA takes a mask or is_causal: the causal mask joins the boolean one
             kwargs["attn_mask"] = as_4d(mask) & causal_visible(causal, nq, nk, q.device)
@@ -70,26 +65,15 @@ def sdpa_call(target):
 
 
 def flex_mask_mod(fa, device, full, mask, kw):
-    """The mask_mod of the causal alignment, window, chunk and boolean mask, and the block mask's B and H."""
+    """The mask_mod of the causal alignment, each of MASK_MODS and the boolean mask, and the block mask's B and H."""
     mods, B, H = [], None, None
     nq, nk = full[2], full[3]
     offset = torch.tensor(nk - nq, device=device)  # bottom-right alignment, a tensor: no recompile per offset
     if CASE["causal"] != "none":
         shift = offset if CASE["causal"] == "bottom_right" else torch.tensor(0, device=device)
         mods.append(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + shift)
-    if "window" in kw:
-        left, right = (torch.tensor(w, device=device) if w >= 0 else None for w in kw["window"])
-
-        def window_mod(b, h, q_idx, kv_idx):
-            out = torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
-            out = out if left is None else out & (kv_idx >= q_idx + offset - left)
-            return out if right is None else out & (kv_idx <= q_idx + offset + right)
-
-        mods.append(window_mod)
-    if "chunk" in kw:
-        size = torch.tensor(kw["chunk"], device=device)
-        mods.append(lambda b, h, q_idx, kv_idx: torch.div(q_idx + offset, size, rounding_mode="floor")
-                    == torch.div(kv_idx, size, rounding_mode="floor"))
+    for name, mask_mod in MASK_MODS.items():
+        mods.append(mask_mod(kw[name], offset, device))
     if mask is not None:
         m = as_4d(mask)
         # Size-1 batch or head dimensions of the mask broadcast: the block mask need not repeat them.
@@ -102,26 +86,20 @@ def flex_mask_mod(fa, device, full, mask, kw):
     return (mods[0] if len(mods) == 1 else fa.and_masks(*mods)), B, H
 
 
-def flex_score_mod(device, full, kw, alibi):
-    """The score_mod: soft-cap, then ALiBi, then attn_bias (flash-attention's order); None without them."""
-    cap = kw.get("softcap")
+def flex_score_mod(device, full, kw):
+    """The score_mod: the cap (CAPS), then each term of SCORE_MODS (flash-attention's order); None without them."""
+    cap = next((kw[n] for n in CAPS if n in kw), None)
     cap = torch.tensor(cap, dtype=torch.float32, device=device) if cap not in (None, math.inf) else None
-    slopes = kw.get("alibi_slopes")
-    slopes = None if slopes is None else slopes.to(device, torch.float32).expand(full[:2])
-    bias = None if kw.get("attn_bias") is None else kw["attn_bias"].to(device).expand(full)
-    if cap is None and slopes is None and bias is None:
-        return None
     offset = torch.tensor(full[3] - full[2], device=device)
+    terms = [term(kw[name].to(device), full, offset, CASE["settings"]) for name, term in SCORE_MODS.items()]
+    if cap is None and not terms:
+        return None
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if cap is not None:
             score = cap * torch.tanh(score / cap)
-        if slopes is not None and alibi == "linear":  # slope (j - i)
-            score = score + slopes[b, h] * (kv_idx - q_idx)
-        elif slopes is not None:  # -slope |i + Nk - Nq - j|
-            score = score - slopes[b, h] * (q_idx + offset - kv_idx).abs()
-        if bias is not None:
-            score = score + bias[b, h, q_idx, kv_idx]
+        for term in terms:
+            score = term(score, b, h, q_idx, kv_idx)
         return score
 
     return score_mod
@@ -135,17 +113,18 @@ def flex_call(target):
 
     def call(q, k, v, mask, kw):
         nq, nk, gqa = q.shape[2], k.shape[2], q.shape[1] != k.shape[1]
-        captures = CASE["causal"] != "none" or mask is not None or any(n in kw for n in ("window", "chunk", "sinks"))
-        scores = any(n in kw for n in ("softcap", "alibi_slopes", "attn_bias"))
+        captures = CASE["causal"] != "none" or mask is not None or any(n in kw for n in (*MASK_MODS, *SINK_LOGITS))
+        scores = any(n in kw for n in (*CAPS, *SCORE_MODS))
         if gqa and spec["compile"] and q.is_cuda and (captures or scores):
             # inductor failed to compile flex's GQA decoding kernel with captured tensors: K, V repeated
             k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
             gqa = False
         full = (q.shape[0], q.shape[1], nq, nk)
         mask_mod, B, H = flex_mask_mod(fa, q.device, full, mask, kw)
-        score_mod = flex_score_mod(q.device, full, kw, spec["alibi"])
-        if "sinks" in kw:
-            k, v, mask_mod, score_mod = flex_sink_key(k, v, mask_mod, score_mod, kw["sinks"])
+        score_mod = flex_score_mod(q.device, full, kw)
+        sink = next((kw[n] for n in SINK_LOGITS if n in kw), None)
+        if sink is not None:
+            k, v, mask_mod, score_mod = flex_sink_key(k, v, mask_mod, score_mod, sink)
         block_mask = None if mask_mod is None else fa.create_block_mask(mask_mod, B, H, nq, k.shape[2],
                                                                          device=q.device)
         fn = fa.flex_attention

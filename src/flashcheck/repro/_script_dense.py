@@ -15,10 +15,10 @@ def judge_forward(result, x, kw, device):
 
 
 def run_backward(call, x, kw, device):
-    """The kernel's dq, dk, dv through autograd for the case's dO (attn_bias and sinks require grad too,
-    as flashcheck gives them)."""
+    """The kernel's dq, dk, dv through autograd for the case's dO (the variant's tensors whose gradients flashcheck
+    judges, CASE["grad_keywords"], require grad too, as flashcheck gives them)."""
     leaves = [x[n].detach().requires_grad_() for n in "qkv"]  # same storage and strides
-    extra = [n for n in ("attn_bias", "sinks") if n in kw]
+    extra = [n for n in CASE["grad_keywords"] if n in kw]
     kw = {**kw, **{n: kw[n].detach().requires_grad_() for n in extra}}
     do = tensor(CASE["do"], device)
     with torch.enable_grad():

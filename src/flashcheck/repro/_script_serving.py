@@ -60,9 +60,10 @@ def sequences(x):
 
 
 def sequence_kw(kw, b):
-    """The variant's keywords of sequence b: per-sequence ALiBi slopes (B, Hq) and fp8 descales (B, Hkv) cut to it."""
-    per_sequence = lambda n, v: n.endswith("_descale") or (n == "alibi_slopes" and v.dim() == 2)  # noqa: E731
-    return {n: v[b:b + 1] if isinstance(v, torch.Tensor) and per_sequence(n, v) else v for n, v in kw.items()}
+    """The variant's keywords of sequence b: those given per sequence (CASE["per_sequence"]: keyword -> its batch
+    dim) and fp8 descales (B, Hkv) cut to it."""
+    dims = {**CASE["per_sequence"], **{n: 0 for n in kw if n.endswith("_descale")}}
+    return {n: v.narrow(dims[n], b, 1) if n in dims else v for n, v in kw.items()}
 
 
 def serving_expected(x, kw, device):

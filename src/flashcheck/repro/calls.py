@@ -5,8 +5,8 @@ the data it needs, or a refusal for a kernel that plain public code cannot call.
   underneath the decorator and calls it with the calling convention's arguments, as flashcheck's check does.
 - ``torch:math``, ``torch:flash``, ``torch:efficient``, ``torch:cudnn``: ``scaled_dot_product_attention`` under
   ``sdpa_kernel(SDPBackend.X)``, with the mask, GQA and layout handling of :mod:`flashcheck.kernels.sdpa`.
-- ``torch:flex`` (its options ``compile``, ``alibi``): ``flex_attention`` with the block mask, score_mod and sink
-  key of :mod:`flashcheck.kernels.flex`, written out in the script.
+- ``torch:flex`` (and its options): ``flex_attention`` with the block mask, score_mod and sink key of
+  :mod:`flashcheck.kernels.flex`, written out in the script.
 
 - A case of a serving form (varlen, paged; split-KV: a paged kernel whose spec has ``num_splits``): a plain callable
   of that form, called with the packed or paged tensors and the form's keywords, at each split count.
@@ -17,9 +17,11 @@ fla-core's, and the built-in kernels of the serving forms (``torch:varlen``, ``t
 
 from __future__ import annotations
 
+from ..contract.features import FEATURES
 from ..contract.spec import Kernel
 from ..errors import InvalidArgument
 from ..inputs.serving import ServingCase
+from ..kernels.builtins import builtin
 from ..kernels.names import parse_kernel_name
 from ..kernels.origin import import_root, reserved
 from ..kernels.sdpa import SDPA_KERNELS
@@ -27,9 +29,10 @@ from ..kernels.sdpa import SDPA_KERNELS
 __all__ = ["SUPPORTED", "kernel_call", "plain_target"]
 
 FLEX = "torch:flex"
-SUPPORTED = ("a plain callable module:function", *SDPA_KERNELS, f"{FLEX} (options compile, alibi)")
-_FIX = (f"flashcheck repro writes dense cases (masks; soft-cap, ALiBi, attn_bias, window, chunk and sinks where "
-        f"the kernel takes them) of {', '.join(SUPPORTED)}, and varlen, paged and split-KV cases of a plain callable "
+SUPPORTED = ("a plain callable module:function", *SDPA_KERNELS,
+             f"{FLEX} (options {', '.join(option.name for option in builtin(FLEX).options)})")
+_FIX = (f"flashcheck repro writes dense cases (masks; {', '.join(FEATURES[:-1])} and {FEATURES[-1]} where the kernel "
+        f"takes them) of {', '.join(SUPPORTED)}, and varlen, paged and split-KV cases of a plain callable "
         "module:function of that form. Replay the case with flashcheck replay instead.")
 
 
@@ -54,7 +57,9 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
                 "native_lower_right": device == "cuda" and base in ("torch:flash", "torch:efficient")}
     if base == FLEX:
         compiled = options.get("compile", True)
-        return {"kind": "flex", "target": source, "compile": compiled, "alibi": options.get("alibi", "symmetric"),
+        # Its other options are settings of the variant, which the script reads from the case: they are the kernel's,
+        # as flashcheck refuses to check a case whose settings the kernel's spec does not declare.
+        return {"kind": "flex", "target": source, "compile": compiled,
                 "returns_lse": not (compiled and device == "cpu")}  # the compiled CPU kernel returns no lse
     if reserved(base):
         _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")

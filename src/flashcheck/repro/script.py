@@ -2,6 +2,9 @@
 and its functions can be tested) with the case's data in place of ``CASE``, the kernel's call in place of ``CALL``
 (for a built-in, the functions of :mod:`flashcheck.repro._script_calls` its call needs, copied in) and the part of
 the case's form in place of ``@FORM@``: :mod:`._script_dense`, :mod:`._script_serving` or :mod:`._script_merge`.
+The variant's section, in place of ``@VARIANT@``, comes from its features' records: each scalar keyword as its
+feature writes it (``Feature.literal``), and the features' own code for the script's tables of each term
+(``Feature.script``), so that this package names no feature.
 
 Every script reads its arrays (inputs, budgets, dO) from the tensors file beside it
 (:class:`~flashcheck.repro.arrays.TensorFile`); ``CASE`` names each one's array and view."""
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ..features.registry import REGISTRY, feature
+from ..features.variant import SETTINGS
 from ..judge.merge import fold_states
 from ..kernels.flex import flex_sink_key
 from ..numerics.merge import merge_reference
@@ -35,6 +40,12 @@ _CALL_LINE = "CALL = plain_call  # @CALL@"
 _CALLS_START = "\n# ---- calls ----\n"  # on a line of its own (the docstring names it too)
 _FORM_LINE = "INPUTS = RUN = JUDGE = None  # @FORM@: what the case's form reads, runs and judges (see _script_dense.py)"
 _FORM_START = "\n# ---- form ----\n"
+_VARIANT_START = "# ---- the variant: "  # the section's first line: its comment, then the @VARIANT@ line
+_VARIANT_LINE = "KEYWORDS, CAPS, BIASES, MASK_MODS, SINK_LOGITS, SCORE_MODS = {}, (), {}, {}, (), {}  # @VARIANT@"
+# The script's tables of the variant (see _script.py): the keywords of a term's features, as they are; and a role of
+# the features' script code (Feature.script) -> its table, with the kinds of call that need it (None: every script).
+_TERM_TABLES = {"cap": "CAPS", "sink": "SINK_LOGITS"}
+_ROLE_TABLES = {"bias": ("BIASES", None), "mask_mod": ("MASK_MODS", None), "score_mod": ("SCORE_MODS", "flex")}
 # What a form's script leaves out of the template: a dense case's call, and for a merge the attention too.
 _LEFT_OUT = {"dense": (), "serving": ("plain_call",),
              "merge": ("plain_call", "inputs", "scale", "as_4d", "causal_visible", "dequantized", "score_bias",
@@ -60,15 +71,42 @@ def generated_versions(call: dict, device: str) -> dict:
 
 
 def _kwargs(case, encode) -> dict:
-    """The variant's keyword arguments as data: tensors as bits, the cap as float.hex, the window as a list."""
+    """The variant's tensor keyword arguments as data, their bits in the tensors file (the others are written in the
+    script, :func:`_variant_code`)."""
+    return {name: encode(value, f"kwargs.{name}") for name, value in case.variant.kwargs("cpu").items()
+            if isinstance(value, torch.Tensor)}
+
+
+def _variant_code(variant, kind: str) -> str:
+    """The script's variant section, in place of the template's ``@VARIANT@`` line: its keywords that are no tensor,
+    each written by its feature (``Feature.literal``), the features' code the ``kind`` of call needs, copied
+    (``Feature.script``), and the tables that name them by keyword."""
+    used = [feature(name) for name in variant.used]
+    scalars = ", ".join(f"{f.name}={f.literal(getattr(variant, f.name))}" for f in used if not f.tensor)
+    tables = [f"{table} = {tuple(f.name for f in used if f.term == term)!r}" for term, table in _TERM_TABLES.items()]
+    functions = []
+    for role, (table, needs) in _ROLE_TABLES.items():
+        code = {f.name: f.script[role] for f in used if role in (f.script or {})}
+        if needs in (None, kind):
+            functions += [inspect.getsource(fn) for fn in code.values()]
+            tables.append(f"{table} = {{{', '.join(f'{name!r}: {fn.__name__}' for name, fn in code.items())}}}")
+    return "\n\n".join([f"KEYWORDS = dict({scalars})\n", *functions, "\n".join(tables)])
+
+
+def _grad_keywords(variant) -> list:
+    """The variant's tensors whose gradients flashcheck takes (a backward run gives them requires_grad)."""
+    return [f.name for f in REGISTRY if f.gradient and getattr(variant, f.name) is not None]
+
+
+def _per_sequence(variant) -> dict:
+    """keyword -> its batch dim, of the variant's tensors given per batch entry (a serving script cuts each
+    sequence's)."""
     out = {}
-    for name, value in case.variant.kwargs("cpu").items():
-        if isinstance(value, torch.Tensor):
-            out[name] = encode(value, f"kwargs.{name}")
-        elif name == "softcap":
-            out[name] = float(value).hex()
-        else:
-            out[name] = list(value) if isinstance(value, tuple) else value
+    for f in REGISTRY:
+        value = getattr(variant, f.name)
+        batch = f.dims(value)[0] if f.tensor and value is not None else None
+        if batch is not None and value.dim() + batch >= 0:
+            out[f.name] = value.dim() + batch
     return out
 
 
@@ -84,8 +122,8 @@ def script_frame(call: dict, evidence: Evidence, *, describe: str, device: str, 
 
 
 def _attention(case) -> dict:
-    return {"scale": case.scale.hex(), "causal": case.causal, "alibi": case.variant.alibi,
-            "bias_order": case.variant.bias_order}
+    return {"scale": case.scale.hex(), "causal": case.causal,
+            "settings": {name: getattr(case.variant, name) for name in SETTINGS}}
 
 
 def script_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, device: str, title: str,
@@ -100,6 +138,7 @@ def script_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, de
         **_attention(case), "shapes": {"out": [s.batch, s.heads_q, s.n_q, s.head_dim_v]},
         "inputs": {n: tensors.encode(t, f"inputs.{n}") for n, t in zip(("q", "k", "v", "attn_mask"), (q, k, v, mask))},
         "kwargs": _kwargs(case, tensors.encode), "backward": evidence.backward,
+        "grad_keywords": _grad_keywords(case.variant),
         "do": None if evidence.do is None else tensors.encode(copied(evidence.do), "do"),
         "budgets": {n: tensors.encode(copied(c.budget), f"budgets.{n}") for n, c in evidence.tensors.items()},
         "empty_rows": evidence.promises, "lse_base": evidence.lse_base,
@@ -118,7 +157,7 @@ def serving_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, d
         **script_frame(call, evidence, describe=case.describe(), device=device, title=title, versions=versions),
         **_attention(case), "shapes": {"out": list(out), "lse": list(lse)},
         "inputs": {n: tensors.encode(t, f"inputs.{n}") for n, t in zip("qkv", physical.tensors)},
-        "kwargs": _kwargs(case, tensors.encode),
+        "kwargs": _kwargs(case, tensors.encode), "per_sequence": _per_sequence(case.variant),
         "form": {"form": case.form, "keywords": keywords, "num_splits": call["num_splits"]},
         "budgets": {n: tensors.encode(copied(c.budget), f"budgets.{n}") for n, c in evidence.tensors.items()},
         "empty_rows": evidence.promises, "lse_base": evidence.lse_base, "indices": _INDICES[case.form],
@@ -150,8 +189,17 @@ def _functions(text: str, prefixes: tuple) -> str:
     return "\n\n".join("".join(lines[first - 1:last]) for first, last, _ in _top_functions(text, prefixes))
 
 
-def script_text(data: dict, *, form: str = "dense") -> str:
-    """The reproducer for ``data`` (:func:`script_data`, :func:`serving_data`, or a merge's), checked to compile."""
+def _with_variant(text: str, variant, kind: str) -> str:
+    """``text`` with the variant's section in place of the ``@VARIANT@`` line, or without the section (a merge's)."""
+    if variant is not None:
+        return text.replace(_VARIANT_LINE, _variant_code(variant, kind), 1)
+    start, end = text.index(_VARIANT_START), text.index(_VARIANT_LINE) + len(_VARIANT_LINE)
+    return text[:start] + text[end:].lstrip("\n")
+
+
+def script_text(data: dict, *, form: str = "dense", variant=None) -> str:
+    """The reproducer for ``data`` (:func:`script_data`, :func:`serving_data`, or a merge's) of a case with
+    ``variant`` (None: a merge's), checked to compile."""
     text = _without((_HERE / "_script.py").read_text(encoding="utf-8"), _LEFT_OUT[form])
     kind = data["kernel"]["kind"]
     call = "CALL = plain_call" if form == "dense" else "CALL = plain_kernel"
@@ -164,6 +212,7 @@ def script_text(data: dict, *, form: str = "dense") -> str:
     copies = "".join(f"{inspect.getsource(fn)}\n\n" for fn in _SHARED.get(form, ()))  # flashcheck's own
     title = data["title"].replace("\\", "/").replace('"""', "'''")
     text = text.replace("@TITLE@", title, 1).replace(_CALL_LINE, call, 1).replace(_FORM_LINE, copies + part, 1)
+    text = _with_variant(text, variant, kind)
     text = text.replace(_CASE_LINE, "CASE = " + pprint.pformat(data, width=116, sort_dicts=False), 1)
     compile(text, "repro.py", "exec")  # a template edit that breaks the script fails here, not at the user's
     return text
