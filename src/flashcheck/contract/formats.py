@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 
-__all__ = ["DEVICES", "DTYPES", "FP8_DTYPES", "ALL_DTYPES", "FloatFormat", "FORMATS", "format_of", "dtype_named",
-           "device_named", "name_of_dtype", "output_format", "raw_bits"]
+__all__ = ["DEVICES", "DTYPES", "FP8_DTYPES", "QUANTIZED_DTYPES", "ALL_DTYPES", "FloatFormat", "FORMATS", "format_of",
+           "dtype_named", "device_named", "name_of_dtype", "output_format", "is_quantized", "bits_dtype", "raw_bits"]
 
 DEVICES = ("cuda", "cpu")
 
@@ -23,7 +23,9 @@ class FloatFormat:
     """One IEEE-style binary format.
 
     ``unit_roundoff`` is u = 2^-p for p significand bits (round to nearest), ``subnormal_spacing``
-    the distance between adjacent subnormals (the absolute rounding step near zero).
+    the distance between adjacent subnormals (the absolute rounding step near zero). A ``quantized`` format
+    comes with per-(batch entry, K/V head) scales (:mod:`flashcheck.inputs.quantization`): the case's values
+    are its codes times them, and its kernels write another format (:func:`output_format`).
     """
 
     name: str
@@ -31,6 +33,7 @@ class FloatFormat:
     significand_bits: int  # including the implicit bit
     min_exponent: int  # exponent of the smallest normal number
     max_value: float
+    quantized: bool = False
 
     @property
     def dtype(self):
@@ -61,11 +64,12 @@ FORMATS: dict[str, FloatFormat] = {
     "fp32": FloatFormat("fp32", "float32", 24, -126, _largest(24, 127)),
     # OCP fp8 as torch and FA3 have them: e4m3 without infinities (its top code is NaN, so 448 is the
     # largest), e5m2 IEEE-like. Their kernels take fp32 descales and write bf16 (FP8_OUTPUT).
-    "fp8_e4m3": FloatFormat("fp8_e4m3", "float8_e4m3fn", 4, -6, 448.0),
-    "fp8_e5m2": FloatFormat("fp8_e5m2", "float8_e5m2", 3, -14, _largest(3, 15)),
+    "fp8_e4m3": FloatFormat("fp8_e4m3", "float8_e4m3fn", 4, -6, 448.0, quantized=True),
+    "fp8_e5m2": FloatFormat("fp8_e5m2", "float8_e5m2", 3, -14, _largest(3, 15), quantized=True),
 }
-FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
-DTYPES = tuple(n for n in FORMATS if n not in FP8_DTYPES)  # a spec's default: the 16- and 32-bit formats
+QUANTIZED_DTYPES = tuple(n for n, f in FORMATS.items() if f.quantized)
+FP8_DTYPES = QUANTIZED_DTYPES  # the kernels' name for them
+DTYPES = tuple(n for n in FORMATS if n not in QUANTIZED_DTYPES)  # a spec's default: the 16- and 32-bit formats
 ALL_DTYPES = tuple(FORMATS)  # the names options, specs and presets accept
 FP8_OUTPUT = "bf16"  # the output of an fp8 kernel (FA3's convention)
 # tf32 keeps fp32's range with 10 explicit mantissa bits; float64 is the oracle's format.
@@ -127,13 +131,27 @@ def output_format(value) -> FloatFormat:
     """The format a kernel's output has for inputs of ``value`` (a name, dtype or tensor): the inputs' own,
     bf16 for fp8 inputs."""
     fmt = format_of(value)
-    return FORMATS[FP8_OUTPUT] if fmt.name in FP8_DTYPES else fmt
+    return FORMATS[FP8_OUTPUT] if fmt.quantized else fmt
+
+
+def is_quantized(value) -> bool:
+    """Whether ``value`` (a dtype name, torch dtype or tensor) is of a quantized format; False for anything that is
+    not one of :data:`FORMATS` (integers, bool, float64)."""
+    try:
+        return format_of(value).quantized
+    except InvalidArgument:
+        return False
+
+
+def bits_dtype(dtype):
+    """The integer torch dtype of ``dtype``'s width, which holds its bits (unsigned for one byte, as numpy and
+    ``torch.frombuffer`` read the quantized formats' codes)."""
+    import torch  # on first use: the CLI reads the formats without torch
+
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
 
 
 def raw_bits(t):
     """``t`` viewed as integers of its width: copies and comparisons of bits that never do float
     arithmetic (NaN payloads kept, -0.0 apart from +0.0)."""
-    import torch  # on first use: the CLI reads the formats without torch
-
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
-    return t.view(width) if t.is_floating_point() and width is not None else t
+    return t.view(bits_dtype(t.dtype)) if t.is_floating_point() and t.element_size() in (1, 2, 4, 8) else t

@@ -52,6 +52,8 @@ __all__ = ["FEATURES", "RECIPE_SETTINGS", "SPEC_FLAGS", "TENSORS", "Variant", "c
 SPEC_FLAGS = {f.name: f.flag for f in REGISTRY}
 # Saved with the case's arrays, not its JSON: the tensor features and an fp8 case's descales.
 TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",)
+# The dtype each of TENSORS is saved in (None: the one the saved JSON gives with the shape).
+SAVED_DTYPES = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor}, "descales": "fp32"}
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
 SETTINGS = ("alibi", "bias_order")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
 # What a recipe (flashcheck.inputs.recipe) records of the kernel's spec to draw a case's variant, in the order it saves
@@ -102,6 +104,30 @@ class Variant:
     @property
     def capped(self) -> bool:
         return self.cap is not None
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the case's inputs are quantized: their values are the codes times the variant's scales."""
+        return self.descales is not None
+
+    def dequantized(self, q, k, v):
+        """The values the numerics work on: quantized inputs (B, H, N, D) times their scales, in float64 (exact:
+        4 significand bits times 24), each query head with its K/V head's scale; others as they are."""
+        if self.descales is None:
+            return q, k, v
+        scales = self.descales.to(q.device, torch.float64)
+        return tuple(t.to(torch.float64) * d.repeat_interleave(t.shape[1] // k.shape[1], 1)[:, :, None, None]
+                     for t, d in zip((q, k, v), scales))
+
+    def input_scales(self, b: int, kv_head: int) -> tuple[float, float, float]:
+        """The scales of q, k and v at batch entry ``b`` and K/V head ``kv_head`` (1 where not quantized)."""
+        if self.descales is None:
+            return (1.0, 1.0, 1.0)
+        return tuple(float(d) for d in self.descales[:, b, kv_head])
+
+    def rescaled(self, multipliers) -> "Variant":
+        """The variant with q's, k's and v's scales times ``multipliers`` (three numbers)."""
+        return self.replace(descales=self.descales * torch.tensor(multipliers).view(3, 1, 1))
 
     # The terms, as the numerics see the variant (they name no feature; a new feature of a term needs none of
     # their code): the cap, the bias (:meth:`bias`), the visible keys (:meth:`visible`) and the sink.

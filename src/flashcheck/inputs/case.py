@@ -24,7 +24,7 @@ import torch
 
 from ..contract import masks
 from ..contract.counts import check_count
-from ..contract.formats import format_of, raw_bits
+from ..contract.formats import format_of, is_quantized, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import InvalidArgument
 from ..features.variant import Variant, check_shapes
@@ -94,17 +94,17 @@ def _variant(variant, shapes) -> Variant:
     return variant
 
 
-_FP8_TORCH = (torch.float8_e4m3fn, torch.float8_e5m2)
+_BITS_TAG = "quantized bits"
 
 
 def _as_bits(value):
-    if isinstance(value, torch.Tensor) and value.dtype in _FP8_TORCH:
-        return ("fp8 bits", value.view(torch.uint8), str(value.dtype).removeprefix("torch."))
+    if isinstance(value, torch.Tensor) and is_quantized(value.dtype):
+        return (_BITS_TAG, value.view(torch.uint8), str(value.dtype).removeprefix("torch."))
     return value
 
 
 def _from_bits(value):
-    if isinstance(value, tuple) and len(value) == 3 and value[0] == "fp8 bits":
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == _BITS_TAG:
         return value[1].view(getattr(torch, value[2]))
     return value
 
@@ -170,7 +170,8 @@ class AttentionCase:
         return cls(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, layout=layout,
                    provenance=provenance, variant=Variant() if variant is None else variant)
 
-    # torch's pickles cannot load fp8 storages: a case (sent to a worker process) carries fp8 tensors as bits.
+    # torch's pickles cannot load the quantized formats' storages: a case (sent to a worker process) carries
+    # their tensors as bits.
     def __getstate__(self) -> dict:
         return {f.name: _as_bits(getattr(self, f.name)) for f in dataclasses.fields(self)}
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..contract.formats import FORMATS, format_of
+from ..contract.formats import FORMATS, QUANTIZED_DTYPES, format_of
 from ..errors import CaseFormatError, InvalidArgument
-from ..features.registry import REGISTRY
+from ..features.variant import SAVED_DTYPES
 from ..features.variant import TENSORS as TENSORS_OF_VARIANTS
 from ..features.variant import Variant
 from ..files import remove_quietly, write_temporary
@@ -38,19 +38,19 @@ FORMAT_VERSION = 4
 # Version 3 adds the serving form (lengths, page size, poison and a varlen case's seqused_k slack in the JSON;
 # the block table in the npz).
 # Version 4 adds fp8 inputs (their bits as uint8) and their descales (in the npz).
-_PLAIN_VERSION, _VARIANT_VERSION, _FP8_VERSION = 1, 2, 4
+_PLAIN_VERSION, _VARIANT_VERSION, _QUANTIZED_VERSION = 1, 2, 4
 _FORMAT_NAME = "flashcheck-case"
 MERGE_FORMAT_NAME = "flashcheck-merge-case"  # the states of a merge (:mod:`flashcheck.inputs.merge_case`)
 # How each dtype's bits are stored in the .npz.
 _NPZ_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "fp32": np.dtype(np.float32),
-              "fp8_e4m3": np.dtype(np.uint8), "fp8_e5m2": np.dtype(np.uint8),
+              **{name: np.dtype(np.uint8) for name in QUANTIZED_DTYPES},
               "bool": np.dtype(np.bool_), "int32": np.dtype(np.int32)}
-_RAW = {torch.bfloat16: (torch.int16, np.uint16), torch.float8_e4m3fn: (torch.uint8, np.uint8),
-        torch.float8_e5m2: (torch.uint8, np.uint8)}  # numpy has none of these: their raw bits
+_RAW = {torch.bfloat16: (torch.int16, np.uint16),
+        **{FORMATS[name].dtype: (torch.uint8, np.uint8) for name in QUANTIZED_DTYPES}}  # numpy has none of these
 # Arrays beside q, k and v, each present when the JSON gives its shape, and their dtypes (None: the one the
 # JSON gives with the shape; q, k and v are in the case's dtype): the mask, the variant's tensors (each feature's
 # saved_dtype; an fp8 case's descales) and a paged case's block table.
-_VARIANT_ARRAYS = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor}, "descales": "fp32"}
+_VARIANT_ARRAYS = dict(SAVED_DTYPES)
 assert tuple(_VARIANT_ARRAYS) == TENSORS_OF_VARIANTS, (tuple(_VARIANT_ARRAYS), TENSORS_OF_VARIANTS)
 _EXTRA_ARRAYS = {"attn_mask": "bool", **_VARIANT_ARRAYS, "block_table": "int32"}
 # The JSON's "form" of a serving case: ServingCase's fields besides its base and block table; k_slack (a varlen
@@ -131,8 +131,8 @@ def _form_metadata(case) -> dict:
 
 
 def _version(variant) -> int:
-    if variant.descales is not None:
-        return _FP8_VERSION
+    if variant.quantized:
+        return _QUANTIZED_VERSION
     return _VARIANT_VERSION if variant.used else _PLAIN_VERSION
 
 

@@ -18,9 +18,10 @@ import torch
 
 from ..contract.formats import format_of
 from ..contract.validation import Shapes
+from ..features.variant import Variant
 from .drawing import seeded
 
-__all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "quantize"]
+__all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "regime_text", "quantize"]
 
 DESCALE_REGIMES = ("amax", "unit", "skewed")
 # The regimes draw an fp8 case's values in fp16's range (activations an fp8 kernel is fed sit there);
@@ -31,6 +32,11 @@ VALUE_FORMAT = "fp16"
 def descale_regime(seed: int) -> str:
     """The descale regime of a recipe's seed (a function of the seed, so hypothesis replays it)."""
     return DESCALE_REGIMES[seed % len(DESCALE_REGIMES)]
+
+
+def regime_text(seed: int) -> str:
+    """The part of a recipe's regime (its provenance's strategy) that names the descale regime."""
+    return f"/descales={descale_regime(seed)}"
 
 
 def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) -> torch.Tensor:
@@ -44,15 +50,16 @@ def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) ->
     return base.float()
 
 
-def quantize(q, k, v, *, shapes: Shapes, dtype: str, regime: str, seed: int):
-    """``(q8, k8, v8, descales)``: q, k, v in the fp8 format ``dtype`` and their descales stacked as a
-    (3, B, Hkv) fp32 tensor (q's, k's, v's), so that ``x8 * descale`` are the case's values."""
+def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int):
+    """``(q8, k8, v8, variant)``: q, k, v in the fp8 format ``dtype`` and ``variant`` with their descales, in the
+    regime of ``seed``, stacked as a (3, B, Hkv) fp32 tensor (q's, k's, v's), so that ``x8 * descale`` are the
+    case's values."""
     fmt = format_of(dtype)
     gen = seeded(int(seed) + 1)
     descales, out = [], []
     for t in (q, k, v):
-        d = _descales(t, shapes, fmt.max_value, regime, gen)
+        d = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen)
         per_head = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
         out.append((t.float() / per_head).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
         descales.append(d)
-    return (*out, torch.stack(descales))
+    return (*out, variant.replace(descales=torch.stack(descales)))

@@ -12,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..contract.formats import FP8_DTYPES
+from ..contract.formats import is_quantized
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on
 from .packing import serving_case
-from .quantization import VALUE_FORMAT, descale_regime, quantize
+from .quantization import VALUE_FORMAT, quantize, regime_text
 from .regimes import make_mask, make_scale, make_values
 from .serving import ServingCase
 from .variant_regimes import make_variant
@@ -110,9 +110,9 @@ class Recipe:
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
             f",pages={self.pages}" if self.form == "paged" else "") + (
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
-        fp8 = f"/descales={descale_regime(self.seed)}" if self.dtype in FP8_DTYPES else ""
+        scales = regime_text(self.seed) if is_quantized(self.dtype) else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"
-        return f"{self.values}/{self.mask}{used}{form}{fp8}{large}"
+        return f"{self.values}/{self.mask}{used}{form}{scales}{large}"
 
     def build(self, *, kernel: str | None = None, draw_on=None) -> AttentionCase | ServingCase:
         """The case, kept on the CPU; ``draw_on`` (a device, default the CPU) draws its dense tensors there
@@ -126,23 +126,22 @@ class Recipe:
 
     def _dense(self, kernel: str | None) -> AttentionCase:
         s = self.shapes
-        fp8 = self.dtype in FP8_DTYPES
-        q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if fp8 else self.dtype, seed=self.seed)
-        descales = None
-        if fp8:
-            q, k, v, descales = quantize(q, k, v, shapes=s, dtype=self.dtype, regime=descale_regime(self.seed),
-                                         seed=self.seed)
+        quantized = is_quantized(self.dtype)
+        q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if quantized else self.dtype, seed=self.seed)
+        # Each draw has its own generator (of the seed): the variant's does not depend on the values'.
+        variant = make_variant(self.variants, shapes=s, seed=self.seed,
+                               bias_dtype=self.settings.get("bias_dtype") or self.dtype, **settings_of(self.settings))
+        if quantized:
+            q, k, v, variant = quantize(q, k, v, variant, shapes=s, dtype=self.dtype, seed=self.seed)
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
-        variant = make_variant(self.variants, shapes=s, seed=self.seed,
-                               bias_dtype=self.settings.get("bias_dtype") or self.dtype, **settings_of(self.settings))
         return AttentionCase.create(
             q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict()},
-            variant=variant.replace(descales=descales))
+            variant=variant)
 
     def as_dict(self) -> dict:
         """The flat record saved cases hold: the parts a recipe does not use left out, so that a plain recipe is

@@ -207,13 +207,9 @@ class Block:
 
 
 def dequantized(q, k, v, variant):
-    """The values the numerics work on: fp8 inputs (B, H, N, D) times their variant's descales, in float64
-    (exact: 4 significand bits times 24), each query head with its K/V head's descale; others as they are."""
-    if variant is None or variant.descales is None:
-        return q, k, v
-    descales = variant.descales.to(q.device, torch.float64)
-    return tuple(t.to(torch.float64) * d.repeat_interleave(t.shape[1] // k.shape[1], 1)[:, :, None, None]
-                 for t, d in zip((q, k, v), descales))
+    """The values the numerics work on (:meth:`~flashcheck.features.variant.Variant.dequantized`; without a
+    variant, the inputs as they are)."""
+    return (q, k, v) if variant is None else variant.dequantized(q, k, v)
 
 
 def _grouped(shapes: Shapes, q, k, v):

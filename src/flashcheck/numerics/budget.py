@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..contract.formats import FORMATS, FP8_DTYPES, TF32, format_of, output_format
+from ..contract.formats import FORMATS, TF32, format_of, output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..features.variant import Variant
@@ -42,8 +42,9 @@ TERMS = ("output_rounding", "logit", "accumulation", "subnormal_p", "oracle")
 EXTRA_ULPS = 4.0  # the final division by l, the per-tile rescale multiply and l's own rounding
 LOGIT_ULPS = 4.0  # c': scale and log2(e) multiplies, the exp2 argument's rounding
 MIN_TILE = 16  # rescales per key are at most one per 16 keys (the smallest tile a kernel uses)
-# fp8 inputs: the descale products (q's times k's times the scale, into the logits; v's into the output).
-DESCALE_ULPS = 2.0
+# Quantized inputs: the products by their scales (q's times k's times the scale, into the logits; v's into the
+# output).
+SCALE_ULPS = 2.0
 # fp32 values below it may be flushed to zero: GPU exp (ex2.approx.ftz) and tensor-core products and sums do.
 FP32_TINY = FORMATS["fp32"].smallest_normal
 
@@ -167,15 +168,15 @@ class BudgetModel:
 
     def __post_init__(self):
         u = self.terms.u_32
-        descale = DESCALE_ULPS if self.terms.dtype in FP8_DTYPES else 0.0
-        self.logit_ulps = LOGIT_ULPS + descale
+        scaled = SCALE_ULPS if format_of(self.terms.dtype).quantized else 0.0
+        self.logit_ulps = LOGIT_ULPS + scaled
         # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands
         # that tf32 may have rounded.
         dot_len = self.shapes.head_dim + 2 * self.precision.scale_on_inputs
         self.logit_factor = abs(self.scale) * ((1 + _gamma(dot_len, u)) * (1 + self.terms.u_in) ** 2 - 1)
         self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1 + self.sink
         self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
-                         + (self.terms.exp_ulps + EXTRA_ULPS + descale) * u)
+                         + (self.terms.exp_ulps + EXTRA_ULPS + scaled) * u)
 
 
 class _Parts:

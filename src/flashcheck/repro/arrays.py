@@ -14,11 +14,12 @@ import io
 import numpy as np
 import torch
 
+from ..contract.formats import FORMATS, bits_dtype
+
 __all__ = ["TensorFile"]
 
 # Each dtype's bits, as an integer dtype of the same size that numpy and torch.frombuffer both read.
-_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-         torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8,
+_BITS = {torch.float64: torch.int64, **{f.dtype: bits_dtype(f.dtype) for f in FORMATS.values()},
          torch.bool: torch.uint8, torch.int64: torch.int64, torch.int32: torch.int32, torch.uint8: torch.uint8,
          torch.int16: torch.int16}
 
