@@ -29,6 +29,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from ..contract.formats import SCALE_CAUSE, SCALE_FINDING
 from ..judge.verdict import SUSPICIOUS, Verdict
 
 __all__ = ["Cause", "needs_layout_triage", "root_cause"]
@@ -194,8 +195,7 @@ def _property_causes() -> dict:
         "bias_shift_dependence": ("variant:bias_shift", f"a constant added to each row's {_shifted_biases(REGISTRY)} "
                                                         "(the same exact output) moves the output past its budget, or "
                                                         "changes its bits under bias_shift_invariant"),
-        "descale_dependence": ("variant:descale", "fp8 inputs rescaled against their descales (the same exact "
-                                                  "problem) break the budget: a descale ignored or applied twice"),
+        SCALE_FINDING: SCALE_CAUSE,
         "layout_dependence": ("layout:page_order", "the page pool in another order (the block table renumbered) "
                                                    "changes the output"),
     }

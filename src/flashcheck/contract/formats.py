@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 
 __all__ = ["DEVICES", "DTYPES", "FP8_DTYPES", "QUANTIZED_DTYPES", "ALL_DTYPES", "FloatFormat", "FORMATS", "format_of",
-           "dtype_named", "device_named", "name_of_dtype", "output_format", "is_quantized", "bits_dtype", "raw_bits"]
+           "dtype_named", "device_named", "name_of_dtype", "output_format", "is_quantized", "bits_dtype", "raw_bits",
+           "QUANTIZED_INPUTS", "SCALE_PROPERTY", "SCALE_FINDING", "SCALE_CAUSE"]
 
 DEVICES = ("cuda", "cpu")
 
@@ -72,6 +73,14 @@ FP8_DTYPES = QUANTIZED_DTYPES  # the kernels' name for them
 DTYPES = tuple(n for n in FORMATS if n not in QUANTIZED_DTYPES)  # a spec's default: the 16- and 32-bit formats
 ALL_DTYPES = tuple(FORMATS)  # the names options, specs and presets accept
 FP8_OUTPUT = "bf16"  # the output of an fp8 kernel (FA3's convention)
+# The reports' words for quantized inputs, torch-free for the judge's and the report's tables: what they are
+# called, the property that rescales them against their scales (the same exact problem), the finding kind it
+# gives and the campaign's cause of that finding.
+QUANTIZED_INPUTS = "fp8 inputs"
+SCALE_PROPERTY = "descale"
+SCALE_FINDING = "descale_dependence"
+SCALE_CAUSE = ("variant:descale", "fp8 inputs rescaled against their descales (the same exact problem) break the "
+                                  "budget: a descale ignored or applied twice")
 # tf32 keeps fp32's range with 10 explicit mantissa bits; float64 is the oracle's format.
 TF32 = FloatFormat("tf32", "float32", 11, -126, _largest(24, 127))
 FP64 = FloatFormat("fp64", "float64", 53, -1022, _largest(53, 1023))

@@ -14,14 +14,18 @@ works. How a case's descales are chosen is its descale regime, a pure function o
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..contract.formats import format_of
 from ..contract.validation import Shapes
-from ..features.variant import Variant
+from ..features.variant import DESCALE_KWARGS, Variant
+from .case import AttentionCase
 from .drawing import seeded
 
-__all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "regime_text", "quantize"]
+__all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "regime_text", "quantize", "rescaled_case",
+           "misread_scales"]
 
 DESCALE_REGIMES = ("amax", "unit", "skewed")
 # The regimes draw an fp8 case's values in fp16's range (activations an fp8 kernel is fed sit there);
@@ -63,3 +67,42 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
         out.append((t.float() / per_head).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
         descales.append(d)
     return (*out, variant.replace(descales=torch.stack(descales)))
+
+
+def _exact_factor(t: torch.Tensor) -> float | None:
+    """2 where doubling ``t`` stays in its fp8 range, else 0.5 where halving keeps every value normal (or
+    zero): exact either way; None where neither is (fp8's largest value beside one near its smallest normal)."""
+    fmt, magnitudes = format_of(t), t.float().abs()
+    if float(magnitudes.max()) * 2 <= fmt.max_value:
+        return 2.0
+    if bool(((magnitudes == 0) | (magnitudes >= 2 * fmt.smallest_normal)).all()):
+        return 0.5
+    return None
+
+
+def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
+    """(what, case) with each of q, k and v times 2 and its descale halved (or halved and doubled), where
+    that is exact; where neither q nor k can be, q's descale doubled and k's halved (their product alone
+    scales the logits). The dequantized values' product, and so the exact output, is unchanged. None
+    without descales."""
+    if not case.variant.quantized:
+        return None
+    factors = [_exact_factor(t) or 1.0 for t in (case.q, case.k, case.v)]
+    scaled = [(t.float() * f).to(t.dtype) for t, f in zip((case.q, case.k, case.v), factors)]
+    what = [f"{n} times {f:g} and {n}_descale over {f:g}" for n, f in zip("qkv", factors) if f != 1.0]
+    multipliers = [1 / f for f in factors]
+    if factors[:2] == [1.0, 1.0]:
+        multipliers[:2] = [2.0, 0.5]
+        what.insert(0, "q_descale times 2 and k_descale over 2")
+    return ", ".join(what), dataclasses.replace(case, q=scaled[0], k=scaled[1], v=scaled[2],
+                                                variant=case.variant.rescaled(multipliers))
+
+
+def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, float]]:
+    """(what, factor of the logits) for q's and k's descale at batch entry ``b`` and K/V head ``kv_head``
+    ignored or applied twice, where it is not 1 (none without descales)."""
+    if not variant.quantized:
+        return []
+    scales = variant.input_scales(b, kv_head)[:2]
+    return [(f"{name} {how} (fp8)", factor) for name, d in zip(DESCALE_KWARGS, scales)
+            for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d != 1.0]

@@ -175,8 +175,8 @@ def anchor_outcomes(case, output, *, device, do=None) -> dict[str, str]:
     the right shape (their tests fail then too), "n/a" where a rule is undefined (fp32 for flash-attention's),
     on a case with no element, and on fp8 inputs (descaled: their references compute another function)."""
     rules = ANCHORS if do is None else BACKWARD_ANCHORS
-    fp8 = isinstance(case, AttentionCase) and case.variant.descales is not None
-    if not isinstance(case, AttentionCase) or fp8 or not (case.q.numel() and case.k.numel()):
+    quantized = isinstance(case, AttentionCase) and case.variant.quantized
+    if not isinstance(case, AttentionCase) or quantized or not (case.q.numel() and case.k.numel()):
         return dict.fromkeys(rules, NOT_APPLICABLE)
     got = _judged_output(case, output, backward=do is not None)
     if got is None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract.formats import output_format
+from ..contract.formats import SCALE_PROPERTY, output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
 from ..errors import InvalidArgument
@@ -204,8 +204,8 @@ def _check(job: _Judgement) -> Verdict:
     if job.properties:
         with _timed(elapsed, "properties"):
             findings += _property_findings(job, run, budget, q.device, notes)
-    # The twin models the 16- and 32-bit formats only: an fp8 case has no reordering envelope.
-    if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR and case.variant.descales is None:
+    # The twin models the 16- and 32-bit formats only: a quantized case has no reordering envelope.
+    if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR and not case.variant.quantized:
         with _timed(elapsed, "envelope"):
             findings += envelope_findings(case, budget, max_ratio, device=job.device, regime=job.regime, out=run.out)
     checked = [p for p in job.properties if _applies(p, case, job.kernel.spec)]
@@ -219,7 +219,7 @@ def _applies(prop: str, case: AttentionCase, spec) -> bool:
     """Whether property ``prop`` judged anything on ``case`` (a batch of one has no other sequence)."""
     if prop == "batch":
         return case.shapes.batch > 1
-    if prop == "descale":
+    if prop == SCALE_PROPERTY:
         return rescaled_case(case) is not None
     return prop != "neutral" or bool(neutral_cases(case, spec))
 

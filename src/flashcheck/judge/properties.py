@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..contract.formats import format_of, raw_bits
+from ..contract.formats import SCALE_FINDING, SCALE_PROPERTY, raw_bits
 from ..contract.spec import KernelSpec, promise_note
 from ..features.registry import REGISTRY, by_term
 from ..inputs.case import AttentionCase
+from ..inputs.quantization import rescaled_case
 from ..inputs.serving import poison_values
 from .diagnose import diagnose_elements, first_index
 from .verdict import BUG, Finding
@@ -51,7 +52,7 @@ __all__ = ["PROPERTIES", "PROPERTY_FINDINGS", "differs", "rescaled_case",
 # Each property, in the order they run, and the finding kind it gives when it fails (a rerun that crashes: crash).
 PROPERTY_FINDINGS = {"determinism": "nondeterminism", "poison": "poison_leak", "guard_bands": "poison_leak",
                      "layout": "layout_dependence", "batch": "batch_dependence", "neutral": "neutral_variant",
-                     "bias_shift": "bias_shift_dependence", "descale": "descale_dependence"}
+                     "bias_shift": "bias_shift_dependence", SCALE_PROPERTY: SCALE_FINDING}
 PROPERTIES = tuple(PROPERTY_FINDINGS)
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
 PROPERTY_KINDS = frozenset(PROPERTY_FINDINGS.values())
@@ -257,7 +258,7 @@ def _same_or_within(reruns: _Reruns, kind: str, what: str, rerun, *, promised: b
 
 
 _NOTES = {"layout_dependence": "layout-dependent", "neutral_variant": "variant-dependent",
-          "descale_dependence": "descale-dependent"}
+          SCALE_FINDING: f"{SCALE_PROPERTY}-dependent"}
 
 
 def neutral_cases(case: AttentionCase, spec: KernelSpec) -> list[tuple[str, AttentionCase]]:
@@ -334,45 +335,15 @@ def _bias_shift(reruns: _Reruns) -> None:
                        error=worst.error, budget=worst.budget, ratio=worst.ratio)
 
 
-def _exact_factor(t: torch.Tensor) -> float | None:
-    """2 where doubling ``t`` stays in its fp8 range, else 0.5 where halving keeps every value normal (or
-    zero): exact either way; None where neither is (fp8's largest value beside one near its smallest normal)."""
-    fmt, magnitudes = format_of(t), t.float().abs()
-    if float(magnitudes.max()) * 2 <= fmt.max_value:
-        return 2.0
-    if bool(((magnitudes == 0) | (magnitudes >= 2 * fmt.smallest_normal)).all()):
-        return 0.5
-    return None
-
-
-def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
-    """(what, case) with each of q, k and v times 2 and its descale halved (or halved and doubled), where
-    that is exact; where neither q nor k can be, q's descale doubled and k's halved (their product alone
-    scales the logits). The dequantized values' product, and so the exact output, is unchanged. None
-    without descales."""
-    if case.variant.descales is None:
-        return None
-    factors = [_exact_factor(t) or 1.0 for t in (case.q, case.k, case.v)]
-    scaled = [(t.float() * f).to(t.dtype) for t, f in zip((case.q, case.k, case.v), factors)]
-    what = [f"{n} times {f:g} and {n}_descale over {f:g}" for n, f in zip("qkv", factors) if f != 1.0]
-    multipliers = [1 / f for f in factors]
-    if factors[:2] == [1.0, 1.0]:
-        multipliers[:2] = [2.0, 0.5]
-        what.insert(0, "q_descale times 2 and k_descale over 2")
-    descales = case.variant.descales * torch.tensor(multipliers).view(3, 1, 1)
-    return ", ".join(what), dataclasses.replace(case, q=scaled[0], k=scaled[1], v=scaled[2],
-                                                variant=case.variant.replace(descales=descales))
-
-
-def _descale(reruns: _Reruns) -> None:
+def _rescale(reruns: _Reruns) -> None:
     rescaled = rescaled_case(reruns.case)
     if rescaled is not None:
         what, case = rescaled
-        _same_or_within(reruns, "descale_dependence", f"the case with {what}", reruns.rerun(case), promised=False)
+        _same_or_within(reruns, SCALE_FINDING, f"the case with {what}", reruns.rerun(case), promised=False)
 
 
 _CHECKS = {"determinism": _determinism, "poison": _poison, "guard_bands": _guard_bands, "layout": _layout,
-           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift, "descale": _descale}
+           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift, SCALE_PROPERTY: _rescale}
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:

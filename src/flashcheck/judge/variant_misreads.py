@@ -9,6 +9,7 @@ import torch
 from ..features.registry import REGISTRY, by_term
 from ..features.scores import RowTerms
 from ..features.variant import Variant
+from ..inputs.quantization import misread_scales
 
 __all__ = ["row_biases", "misread_logits"]
 
@@ -34,9 +35,7 @@ def misread_logits(row) -> list[tuple[str, torch.Tensor]]:
     v = row.variant
     terms = RowTerms(row.dots, row.scale, row.biases, v.cap, v.bias_order, row.b, row.h, row.i, row.n_q, row.n_k)
     out = [m for f in REGISTRY if getattr(v, f.name) is not None for m in f.misreads(v, terms)]
-    if v.descales is not None:  # the dots are of the dequantized q and k
-        qd, kd = (float(d) for d in v.descales[:2, row.b, row.h // row.group])
-        out += [(f"{name} {how} (fp8)", terms.logits(scaled=terms.scaled * factor))
-                for name, d in (("q_descale", qd), ("k_descale", kd))
-                for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d != 1.0]
+    # the dots are of the dequantized q and k: a misread scale scales the logits
+    out += [(what, terms.logits(scaled=terms.scaled * factor))
+            for what, factor in misread_scales(v, row.b, row.h // row.group)]
     return out

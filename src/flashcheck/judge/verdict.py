@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..contract.formats import SCALE_FINDING
+
 __all__ = ["PASS", "SUSPICIOUS", "BUG", "NO_CASES", "ANCHOR_FAIL", "ANCHOR_PASS", "NOT_APPLICABLE", "CONFIDENCE",
            "FINDING_KINDS", "RATIO_CEILING", "Finding", "Verdict", "from_json_number", "json_number", "keep_largest",
            "rate_bound", "run_verdict", "worst_status"]
@@ -35,7 +37,7 @@ FINDING_KINDS = (
     "bias_shift_dependence",  # a constant added to a row's bias changed the output (or broke its budget)
     "split_dependence",     # another split count, other bits (only if the spec promises split invariance)
     "neutral_variant",      # a declared variant at its neutral value changed the output (or broke its budget)
-    "descale_dependence",   # fp8 inputs rescaled against their descales broke the budget
+    SCALE_FINDING,          # quantized inputs rescaled against their scales broke the budget
 )
 
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ..campaign.result import shrink_state
+from ..contract.formats import QUANTIZED_INPUTS
 from ..files import write_bytes, write_text
 from .plots import plots
 from ..words import counted
@@ -132,7 +133,7 @@ def _anchors(report: dict) -> list:
                   "PyTorch's SDPA fudge factors, the Triton tutorial's atol=1e-2). flashcheck only: flashcheck found "
                   "a BUG or SUSPICIOUS case the rule passed (the rule missed it). Rule only: flashcheck judged the "
                   "output legal rounding and the rule failed it (the rule's false alarm). n/a: the rule is "
-                  "undefined there (flash-attention's on fp32, fp8 inputs)."),
+                  f"undefined there (flash-attention's on fp32, {QUANTIZED_INPUTS})."),
             ("table", ["kernel", "pass", "dtype", "rule", "both pass", "flashcheck only", "rule only", "both fail",
                        "n/a"], rows)]
 
