@@ -150,8 +150,12 @@ CALL = plain_call  # @CALL@
 # ---- the exact answer, in float64 -----------------------------------------------------------------------
 
 
+# fp8 inputs: the keyword of q's, k's and v's descales, FA3's, (B, Hkv) each.
+SCALE_KEYWORDS = {"q": "q_descale", "k": "k_descale", "v": "v_descale"}
+
+
 def dequantized(t, name, kw, heads_kv):
-    descale = kw.get(f"{name}_descale")  # fp8 inputs: FA3's per-(batch, K/V head) descales
+    descale = kw.get(SCALE_KEYWORDS[name])
     if descale is None:
         return t.double()
     return t.double() * descale.double().repeat_interleave(t.shape[1] // heads_kv, 1)[:, :, None, None]

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ._script import CASE, attention64, inputs, judge_output, scale, tensor
+from ._script import CASE, SCALE_KEYWORDS, attention64, inputs, judge_output, scale, tensor
 
 # ---- form ----
 
@@ -61,8 +61,8 @@ def sequences(x):
 
 def sequence_kw(kw, b):
     """The variant's keywords of sequence b: those given per sequence (CASE["per_sequence"]: keyword -> its batch
-    dim) and fp8 descales (B, Hkv) cut to it."""
-    dims = {**CASE["per_sequence"], **{n: 0 for n in kw if n.endswith("_descale")}}
+    dim) and the quantized inputs' scales (SCALE_KEYWORDS, (B, Hkv)) cut to it."""
+    dims = {**CASE["per_sequence"], **{n: 0 for n in SCALE_KEYWORDS.values() if n in kw}}
     return {n: v.narrow(dims[n], b, 1) if n in dims else v for n, v in kw.items()}
 
 
