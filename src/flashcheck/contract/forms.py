@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .counts import check_sizes
 
-__all__ = ["FORMS", "SERVING_FORMS", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "output_shapes"]
+__all__ = ["FORMS", "SERVING_FORMS", "MODULES", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "output_shapes"]
 
 FORMS = ("dense", "varlen", "paged")
 SERVING_FORMS = FORMS[1:]
+# Each serving form's module in flashcheck.features, which flashcheck.features.forms loads: the forms above, and
+# split-KV (a spec's split counts, at which a serving kernel is called). A new form is its module and a line here.
+MODULES = {"varlen": "varlen", "paged": "paged", "split_kv": "split_kv"}
 LSE_BASES = ("e", "2")
 EMPTY_LSE_PROMISES = ("-inf", "+inf", "any")
 
