@@ -3,19 +3,21 @@
 A serving form is how a kernel receives a batch of sequences (packed, or a KV cache in pages), or how it is called
 on one (at each split count of a split-KV kernel); :mod:`flashcheck.contract.forms` lists the forms and their
 modules in this package, each declaring its ``FORM``. The layers above ask the record, not the form's name: the
-settings a kernel is called at, the reproducer's index names and entries, the issue's words for the tensors, and
-the case with its memory in another order.
+settings a kernel is called at, the regimes a case draws its layout from and the layout drawn, what a saved
+case holds of it, the reproducer's index names and entries, the issue's words for the tensors, and the case with
+its memory in another order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Callable
 
 from ..contract.forms import MODULES
 
-__all__ = ["FORMS", "SCRIPT_KEYS", "Form", "Setting", "form", "script_entries", "settings"]
+__all__ = ["ARRAYS", "FORMS", "JSON_KEYS", "SCRIPT_KEYS", "Form", "LayoutDraw", "Setting", "form", "regimes",
+           "script_entries", "settings"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ class Form:
     out and an lse element's index; ``tensors``: q, k, v as the kernel names them; ``text(case)``: the form's own
     words of a case's sequences, for an issue; ``relayout(case)``: the case with its memory in another order that
     must give the same bits, or None (the form has no such order).
+    Drawn and saved cases (:mod:`flashcheck.inputs`): ``pool``: the recipe field of the form's own regime, and
+    ``regimes``, its values, simplest first; ``pools(spec)``: the form's recipe pools for a kernel of ``spec``
+    (field -> regimes); ``layout(draw)``: a case's fields of its physical layout (a :class:`LayoutDraw` gives
+    what it draws from); ``decode``: its sequences' queries are a decode step's (a few, the same count each).
+    ``json_keys``: the case's fields the form adds to a saved case's JSON, ``arrays``: its arrays (name ->
+    dtype) beside the inputs.
     """
 
     name: str
@@ -42,6 +50,28 @@ class Form:
     tensors: tuple = ("q", "k", "v")
     text: Callable = lambda case: ""
     relayout: Callable | None = None
+    pool: str | None = None
+    regimes: tuple = ()
+    pools: Callable = lambda spec: {}
+    layout: Callable | None = None
+    decode: bool = False
+    json_keys: tuple = ()
+    arrays: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LayoutDraw:
+    """What a form's ``layout`` draws a case's layout from: the generator, the logical case's shapes, the key
+    count of each sequence and ``lengths(limit)``, which draws counts in the case's length regime ``packing``;
+    ``regime``: the form's own (its ``pool``'s); ``same_lengths``: each sequence's queries are its keys."""
+
+    rng: object
+    shapes: object
+    k_lens: list
+    packing: str
+    regime: str
+    same_lengths: bool
+    lengths: Callable
 
 
 @dataclass(frozen=True)
@@ -60,11 +90,19 @@ class Setting:
 
 FORMS: tuple[Form, ...] = tuple(import_module(f"{__package__}.{module}").FORM for module in MODULES.values())
 _BY_NAME = {f.name: f for f in FORMS}
+_DENSE = Form("dense")  # the spec's own calling convention: a record that declares nothing
 SCRIPT_KEYS = tuple(key for f in FORMS for key in f.script_keys)
+JSON_KEYS = tuple(key for f in FORMS for key in f.json_keys)
+ARRAYS = {name: dtype for f in FORMS for name, dtype in f.arrays.items()}
 
 
 def form(name: str) -> Form:
-    return _BY_NAME[name]
+    return _DENSE if name == _DENSE.name else _BY_NAME[name]
+
+
+def regimes(pool: str) -> tuple:
+    """The regimes of the recipe field ``pool`` that a form draws its layout from."""
+    return next(f.regimes for f in FORMS if f.pool == pool)
 
 
 def settings(spec) -> tuple:
