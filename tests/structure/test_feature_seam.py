@@ -1,5 +1,5 @@
-"""Each feature lives on the seam: the source files outside ``kernels/`` (the implementations under test) whose
-code names a feature are few, and the test lists them.
+"""Each feature, form and quantized format lives on the seam: the source files outside ``kernels/`` (the
+implementations under test) whose code names one are few, and the test lists them.
 
 "Names" means the code, read with ast: an identifier, an attribute, a keyword or a string constant whose words
 (split at anything but a letter or digit) include one of the feature's words. Docstrings and comments are prose
@@ -14,6 +14,7 @@ import re
 import pytest
 
 from flashcheck.contract.features import MODULES
+from flashcheck.contract.forms import MODULES as FORM_MODULES
 
 from ._imports import PACKAGE, modules
 
@@ -26,9 +27,19 @@ WORDS = {
     "chunk": ("chunk",),
     "sinks": ("sinks", "dsinks"),
 }
+# The calling forms and the quantized inputs -> the words that name each in code, and its own module.
+FORMS = {
+    "varlen": (("varlen", "cu_seqlens"), "features/varlen.py"),
+    "paged": (("paged", "block_table", "page_size", "page_sizes"), "features/paged.py"),
+    "split_kv": (("split_kv", "num_splits"), "features/split_kv.py"),
+    "fp8": (("fp8", "float8", "e4m3", "e5m2", "e4m3fn", "descale", "descales"), "inputs/quantization.py"),
+}
+WORDS.update({name: words for name, (words, _) in FORMS.items()})
 # The most files each may be named in: its module, the Variant record, the torch-free table of names and spec
 # flags (contract/features.py), and one more (the window: the mask library's sliding_window).
-LIMIT = {"softcap": 4, "alibi_slopes": 4, "attn_bias": 4, "window": 4, "chunk": 4, "sinks": 4}
+LIMIT = {name: 4 for name in WORDS}
+HOME = {**{name: f"features/{module}.py" for name, module in MODULES.items()},
+        **{name: home for name, (_, home) in FORMS.items()}}
 
 
 def _docstrings(tree) -> set[int]:
@@ -91,7 +102,7 @@ FILES = files_naming()
 @pytest.mark.parametrize("feature", sorted(WORDS))
 def test_a_feature_is_named_in_few_files(feature):
     found = FILES[feature]
-    assert f"features/{MODULES[feature]}.py" in found, "the counter no longer sees the feature's own module"
+    assert HOME[feature] in found, f"the counter no longer sees {feature}'s own module, {HOME[feature]}"
     assert len(found) <= LIMIT[feature], (
         f"{feature} is named in {len(found)} files, at most {LIMIT[feature]} allowed: {found}. Reach it through "
         "flashcheck.features (its record in the registry, or the Variant's terms) instead of by name.")
@@ -105,5 +116,6 @@ def test_the_counter_sees_code_and_not_prose():
     assert "softcap" not in words and "window" not in words
 
 
-def test_every_feature_is_counted():
-    assert tuple(WORDS) == tuple(MODULES)
+def test_every_feature_and_form_is_counted():
+    assert tuple(WORDS)[:len(MODULES)] == tuple(MODULES)
+    assert set(FORM_MODULES) <= set(FORMS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from .forms import SERVING_FORMS
 
 __all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 
@@ -62,4 +63,5 @@ class FeatureFlags:
         """The declarations against the rest of ``spec``: the serving forms take no dense mask or bias."""
         if spec.form != "dense" and (spec.attn_mask or self.attn_bias):
             raise InvalidArgument("form", spec.form, "a serving form takes no attn_mask or attn_bias here",
-                                  "Declare attn_mask=False and attn_bias=False with form='varlen' or 'paged'.")
+                                  "Declare attn_mask=False and attn_bias=False with form="
+                                  f"{' or '.join(map(repr, SERVING_FORMS))}.")

@@ -26,10 +26,14 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .counts import check_sizes
 
-__all__ = ["FORMS", "SERVING_FORMS", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "output_shapes"]
+__all__ = ["FORMS", "SERVING_FORMS", "MODULES", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "check_serving_form",
+           "output_shapes"]
 
 FORMS = ("dense", "varlen", "paged")
 SERVING_FORMS = FORMS[1:]
+# Each serving form's module in flashcheck.features, which flashcheck.features.forms loads: the forms above, and
+# split-KV (a spec's split counts, at which a serving kernel is called). A new form is its module and a line here.
+MODULES = {"varlen": "varlen", "paged": "paged", "split_kv": "split_kv"}
 LSE_BASES = ("e", "2")
 EMPTY_LSE_PROMISES = ("-inf", "+inf", "any")
 
@@ -71,6 +75,12 @@ class CallingForm:
                                   "Declare seqused_k=True with form='varlen' only.")
         object.__setattr__(self, "page_sizes", check_sizes("page_sizes", self.page_sizes))
         object.__setattr__(self, "num_splits", check_sizes("num_splits", self.num_splits))
+
+
+def check_serving_form(form: str) -> None:
+    """InvalidArgument where ``form`` is no serving form."""
+    if form not in SERVING_FORMS:
+        raise InvalidArgument("form", form, "not a serving form", f"Use one of {list(SERVING_FORMS)}.")
 
 
 def output_shapes(form: str, *, batch: int, heads_q: int, n_q: int, head_dim_v: int,

@@ -23,6 +23,7 @@ import torch
 
 from ..contract.formats import FORMATS, QUANTIZED_DTYPES, format_of
 from ..errors import CaseFormatError, InvalidArgument
+from ..features import forms
 from ..features.variant import SAVED_DTYPES
 from ..features.variant import TENSORS as TENSORS_OF_VARIANTS
 from ..features.variant import Variant
@@ -49,13 +50,14 @@ _RAW = {torch.bfloat16: (torch.int16, np.uint16),
         **{FORMATS[name].dtype: (torch.uint8, np.uint8) for name in QUANTIZED_DTYPES}}  # numpy has none of these
 # Arrays beside q, k and v, each present when the JSON gives its shape, and their dtypes (None: the one the
 # JSON gives with the shape; q, k and v are in the case's dtype): the mask, the variant's tensors (each feature's
-# saved_dtype; an fp8 case's descales) and a paged case's block table.
+# saved_dtype; a quantized case's descales) and a serving form's arrays (flashcheck.features.forms.ARRAYS).
 _VARIANT_ARRAYS = dict(SAVED_DTYPES)
 assert tuple(_VARIANT_ARRAYS) == TENSORS_OF_VARIANTS, (tuple(_VARIANT_ARRAYS), TENSORS_OF_VARIANTS)
-_EXTRA_ARRAYS = {"attn_mask": "bool", **_VARIANT_ARRAYS, "block_table": "int32"}
-# The JSON's "form" of a serving case: ServingCase's fields besides its base and block table; k_slack (a varlen
-# case that passes seqused_k) only where it has one, so that other cases are written as before it.
-_FORM_KEYS = ("form", "q_lens", "k_lens", "max_seqlen_pad", "page_size", "num_blocks", "poison")
+_EXTRA_ARRAYS = {"attn_mask": "bool", **_VARIANT_ARRAYS, **forms.ARRAYS}
+# The JSON's "form" of a serving case: ServingCase's fields besides its base and arrays, each form's in the
+# forms' order; k_slack (a case that passes seqused_k) only where it has one, so that other cases are written as
+# before it.
+_FORM_KEYS = ("form", "q_lens", "k_lens", *forms.JSON_KEYS, "poison")
 _OPTIONAL_FORM_KEYS = ("k_slack",)
 
 
@@ -97,7 +99,8 @@ def _metadata(case, serving) -> dict:
     meta = _dense_metadata(case)
     if serving is None:
         return meta
-    table = {} if serving.block_table is None else {"block_table": {"shape": list(serving.block_table.shape)}}
+    table = {name: {"shape": list(getattr(serving, name).shape)} for name in forms.ARRAYS
+             if getattr(serving, name) is not None}
     return {**meta, "format_version": FORMAT_VERSION, "describe": serving.describe(),
             "form": _form_metadata(serving), **table}
 
@@ -156,8 +159,9 @@ def _arrays(case, serving) -> dict:
     for name in TENSORS_OF_VARIANTS:
         if getattr(case.variant, name) is not None:
             arrays[name] = stored_array(getattr(case.variant, name))
-    if serving is not None and serving.block_table is not None:
-        arrays["block_table"] = serving.block_table.numpy()
+    if serving is not None:
+        arrays.update({name: getattr(serving, name).numpy() for name in forms.ARRAYS
+                       if getattr(serving, name) is not None})
     return arrays
 
 
@@ -227,7 +231,7 @@ def _dense_fields(meta: dict, tensors: dict) -> dict:
 
 def _serving_fields(meta: dict, tensors: dict) -> dict | None:
     form = meta.get("form")
-    return None if form is None else {**form, "block_table": tensors.get("block_table")}
+    return None if form is None else {**form, **{name: tensors.get(name) for name in forms.ARRAYS}}
 
 
 def read_case_files(path, check_meta) -> tuple[dict, dict]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..contract.formats import is_quantized
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
+from ..features import forms
 from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on
@@ -63,7 +64,7 @@ class Recipe:
     poison: str = "none"
     form: str = "dense"
     same_lengths: bool = False  # each sequence's queries are its keys (a spec with equal_lengths)
-    seqused: str = "none"  # a varlen kernel's seqused_k (flashcheck.inputs.packing.SEQUSED_REGIMES)
+    seqused: str = "none"  # the seqused_k of a kernel that takes it (flashcheck.inputs.packing.SEQUSED_REGIMES)
     elements: str = "none"  # "past_int32": the batch grown past INT32_ELEMENTS (ELEMENT_REGIMES)
 
     def __post_init__(self):
@@ -108,7 +109,7 @@ class Recipe:
     def regime(self) -> str:
         used = "".join(f"/{f}={name}" for f, name in self.variants.items())
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
-            f",pages={self.pages}" if self.form == "paged" else "") + (
+            f",pages={self.pages}" if forms.form(self.form).pool == "pages" else "") + (
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
         scales = regime_text(self.seed) if is_quantized(self.dtype) else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..errors import InvalidArgument
+from ..features.forms import form
 from ..features.registry import REGISTRY
 from ..features.variant import FEATURES, declared
 from ..hypothesis_internals import without_local_constants
@@ -26,7 +27,7 @@ from .case import AttentionCase
 from .covering import covering_plan, covering_size, planned_choices
 from .layout import layouts as layout_names
 from .options import Options
-from .packing import LENGTH_REGIMES, PAGE_REGIMES, SEQUSED_REGIMES
+from .packing import LENGTH_REGIMES
 from .presets import token_cap_problem
 from .recipe import POOL_FIELDS, Recipe
 from .regimes import FEATURE_MASKS, MASK_REGIMES, SCALE_REGIMES, VALUE_REGIMES
@@ -72,23 +73,17 @@ def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
     return out
 
 
-# Serving batches: up to max(max_batch, 8) sequences (a paged kernel's decode step: MAX_DECODE_QUERIES).
+# Serving batches: up to max(max_batch, 8) sequences (a decode step's queries: MAX_DECODE_QUERIES).
 MIN_SERVING_BATCH = 8
 
 
 def _form_pools(spec: KernelSpec) -> dict[str, list]:
     if spec.form == "dense":  # no pools at all: the covering plan and the draws stay those of before the forms
         return {}
-    pages = ["none"]
-    if spec.form == "paged":
-        pages = [p for p in PAGE_REGIMES if spec.page_sizes is None or p == "nondividing" or int(p) in spec.page_sizes]
-        if spec.page_sizes is not None:
-            pages = [p for p in pages if p != "nondividing"] or [str(spec.page_sizes[0])]
     packing = _allowed("packing", list(LENGTH_REGIMES), "empty_sequences", "empty_sequences", spec)
     packing = _allowed("packing", packing, "fewer_tokens_than_batch", "empty_sequences", spec)
-    pools = {"packing": packing, "pages": pages, "poison": list(POISONS) if spec.nan_safe_masking else ["huge"]}
-    # only a kernel that takes seqused_k has the pool: the others' draws stay those of before it
-    return {**pools, "seqused": list(SEQUSED_REGIMES)} if spec.seqused_k else pools
+    pools = {"packing": packing, "pages": ["none"], "poison": list(POISONS) if spec.nan_safe_masking else ["huge"]}
+    return {**pools, **form(spec.form).pools(spec)}
 
 
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
@@ -118,7 +113,7 @@ class RecipeOptions(Options):
     scale_regimes: tuple | list | None = None
     layouts: tuple | list | None = None
     variants: tuple | list | None = None  # the variant features to draw (None: all the spec declares; (): none)
-    # The shapes (see shapes(); max_queries is at most 16 for a paged kernel).
+    # The shapes (see shapes(); max_queries is at most 16 for a form of decode steps).
     min_n: int = 1
     max_n: int = 256
     max_batch: int = 2
@@ -164,7 +159,7 @@ def recipes(options: RecipeOptions | None = None, /, **keywords) -> st.SearchStr
                               "Raise max_total_tokens or lower max_n and max_queries.")
     pools = recipe_pools(o)
     spec, max_queries = o.spec, o.max_queries
-    if max_queries is not None and spec.form == "paged":
+    if max_queries is not None and form(spec.form).decode:
         max_queries = min(max_queries, MAX_DECODE_QUERIES)
     return _recipes(_RecipeDraws(
         spec=spec, fields={name: st.sampled_from(pools[name]) for name in POOL_FIELDS if name in pools},
@@ -197,7 +192,7 @@ def _recipes(draw, d: _RecipeDraws) -> Recipe:
     s = draw(d.shapes)
     if d.serving_batch is not None:
         s = dataclasses.replace(s, batch=draw(d.serving_batch),
-                                n_q=min(s.n_q, MAX_DECODE_QUERIES) if spec.form == "paged" else s.n_q)
+                                n_q=min(s.n_q, MAX_DECODE_QUERIES) if form(spec.form).decode else s.n_q)
         fields["form"], fields["same_lengths"] = spec.form, spec.equal_lengths
     if d.elements is not None and fields["dtype"] in LARGE_DTYPES:
         fields["elements"] = draw(d.elements)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..contract.formats import format_of
-from ..contract.forms import SERVING_FORMS, output_shapes
+from ..contract.forms import check_serving_form, output_shapes
 from ..errors import InvalidArgument
 from ..features.registry import REGISTRY
 from .casefile import save_case
@@ -96,8 +96,7 @@ class ServingCase:
 
     def __post_init__(self):
         base = self.base
-        if self.form not in SERVING_FORMS:
-            raise InvalidArgument("form", self.form, "not a serving form", f"Use one of {list(SERVING_FORMS)}.")
+        check_serving_form(self.form)
         unpacked = [f.name for f in REGISTRY if not f.serving]
         if (base.attn_mask is not None or any(f in base.variant.used for f in unpacked)
                 or base.layout.name != "contiguous"):

@@ -20,6 +20,7 @@ import torch
 
 from ..contract.spec import promise_note
 from ..errors import InvalidArgument
+from ..features.forms import Setting, form, settings
 from ..inputs.serving import SequenceGroup, ServingCase
 from ..numerics.budget import error_budget
 from .comparison import compare, promises
@@ -45,13 +46,13 @@ class FormRun:
     device: torch.device | None = None  # where the inputs were (cuda:0 for "cuda")
 
 
-def run_form(kernel, case: ServingCase, device, *, num_splits: int | None = None,
+def run_form(kernel, case: ServingCase, device, *, setting: Setting | None = None,
              what: str = "the kernel") -> FormRun:
-    """Call ``kernel`` (its plain function) on ``case``'s physical form (at ``num_splits``, for a split-KV
-    kernel). What it raises is the run's error (a crash), except what makes the case one that cannot be
+    """Call ``kernel`` (its plain function) on ``case``'s physical form (at ``setting``, for a split-KV kernel's
+    split count). What it raises is the run's error (a crash), except what makes the case one that cannot be
     judged: :class:`~flashcheck.judge.skips.Skip` then, with ``what`` (which call) in its reason."""
     inputs = case.physical(device)
-    splits = {} if num_splits is None else {"num_splits": num_splits}
+    splits = {} if setting is None else setting.keywords()
     start = time.perf_counter()
     try:
         result = kernel.fn(*inputs.tensors, **inputs.kwargs, scale=case.scale, causal=case.causal,
@@ -138,8 +139,8 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
     if case.k_slack is not None and not kernel.spec.seqused_k:
         raise InvalidArgument("case", case.describe(), f"passes seqused_k, which {kernel.name} does not declare",
                               "Declare seqused_k=True in the kernel's spec, or use a case without k_slack.")
-    splits = kernel.spec.num_splits or (None,)
-    run = run_form(kernel, case, device, num_splits=splits[0])
+    splits = settings(kernel.spec)
+    run = run_form(kernel, case, device, setting=splits[0])
     if run.error is not None:
         return Verdict.from_findings([_crash(run, regime)], max_ratio=math.nan, elapsed={"kernel": run.seconds},
                                      **meta)
@@ -153,7 +154,7 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
     if len(splits) > 1:  # every split count names itself, the first too
         findings = _at_splits(findings, splits[0])
     for n in splits[1:]:
-        found, ratio = _other_splits(judge, run, n)
+        found, ratio = _other_splits(judge, run, n, splits[0])
         findings, worst = findings + found, max(worst, ratio)
     elapsed["oracle"] = time.perf_counter() - start
     start, checked = time.perf_counter(), []
@@ -168,11 +169,11 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
     return verdict
 
 
-def _other_splits(judge: _Judge, first: FormRun, n: int) -> tuple[list[Finding], float]:
+def _other_splits(judge: _Judge, first: FormRun, n: Setting, first_at: Setting) -> tuple[list[Finding], float]:
     """The findings of the kernel at ``n`` splits: its own against the budget, and (where the spec promises split
-    invariance) bits other than the first split count's."""
-    spec, what = judge.kernel.spec, f"num_splits={n}"
-    run = run_form(judge.kernel, judge.case, judge.device, num_splits=n, what=f"the kernel at {what}")
+    invariance) bits other than those at the first split count, ``first_at``."""
+    spec, what = judge.kernel.spec, n.label()
+    run = run_form(judge.kernel, judge.case, judge.device, setting=n, what=f"the kernel at {what}")
     if run.error is not None:
         return [_crash(run, judge.regime, what)], 0.0
     wrong = _shape_problems(run, judge.case)
@@ -183,14 +184,14 @@ def _other_splits(judge: _Judge, first: FormRun, n: int) -> tuple[list[Finding],
     if spec.split_invariant:
         changed = _bits_changed(judge.case, first, run, lambda b: True)
         if changed is not None:
-            found.append(Finding("split_dependence", BUG, f"{what}: against num_splits={spec.num_splits[0]}: "
+            found.append(Finding("split_dependence", BUG, f"{what}: against {first_at.label()}: "
                                  f"{changed} (the spec promises split invariance)", regime=judge.regime))
     return found, ratio
 
 
-def _at_splits(findings: list[Finding], n: int) -> list[Finding]:
-    """``findings`` of the kernel at ``n`` splits, their diagnosis led by ``num_splits=n: ``."""
-    return [dataclasses.replace(f, diagnosis=f"num_splits={n}: {f.diagnosis}") for f in findings]
+def _at_splits(findings: list[Finding], n: Setting) -> list[Finding]:
+    """``findings`` of the kernel at ``n`` splits, their diagnosis led by the split count's label."""
+    return [dataclasses.replace(f, diagnosis=f"{n.label()}: {f.diagnosis}") for f in findings]
 
 
 def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str | None:
@@ -233,7 +234,7 @@ def _property(kind: str, what: str, findings: list, regime, changed: str | None,
 def _determinism(kernel, case, run, device, findings, regime, splits) -> bool:
     if not kernel.spec.deterministic:
         return False
-    again = run_form(kernel, case, device, num_splits=splits, what=_RERUN)
+    again = run_form(kernel, case, device, setting=splits, what=_RERUN)
     return _property("nondeterminism", "a second identical call", findings, regime,
                      _bits_changed(case, run, again, lambda b: True), promise="deterministic")
 
@@ -244,7 +245,7 @@ def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
         return False
     for parity in (0, 1):
         which = torch.tensor([b % 2 != parity for b in range(len(case.q_lens))])
-        rerun = run_form(kernel, case.with_sequences_poisoned(which), device, num_splits=splits, what=_RERUN)
+        rerun = run_form(kernel, case.with_sequences_poisoned(which), device, setting=splits, what=_RERUN)
         changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
         if changed is not None:
             return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
@@ -254,9 +255,10 @@ def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
 
 
 def _page_order(kernel, case, run, device, findings, regime, splits) -> bool:
-    if case.form != "paged":
+    relayout = form(case.form).relayout
+    if relayout is None:
         return False
-    rerun = run_form(kernel, case.with_pages_permuted(case.num_blocks), device, num_splits=splits, what=_RERUN)
+    rerun = run_form(kernel, relayout(case), device, setting=splits, what=_RERUN)
     return _property("layout_dependence", "the page pool in another order (the block table renumbered)", findings,
                      regime, _bits_changed(case, run, rerun, lambda b: True))
 
@@ -266,7 +268,7 @@ def _batch(kernel, case, run, device, findings, regime, splits) -> bool:
         return False
     last = len(case.q_lens) - 1
     alone = case.only(last)
-    rerun = run_form(kernel, alone, device, num_splits=splits, what=_RERUN)
+    rerun = run_form(kernel, alone, device, setting=splits, what=_RERUN)
     if rerun.error is not None or not case.q_lens[last]:
         return True
     group = SequenceGroup((last,), None)

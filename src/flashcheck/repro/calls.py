@@ -18,8 +18,10 @@ fla-core's, and the built-in kernels of the serving forms (``torch:varlen``, ``t
 from __future__ import annotations
 
 from ..contract.features import FEATURES
+from ..contract.forms import SERVING_FORMS
 from ..contract.spec import Kernel
 from ..errors import InvalidArgument
+from ..features.forms import script_entries
 from ..inputs.serving import ServingCase
 from ..kernels.builtins import builtin
 from ..kernels.names import parse_kernel_name
@@ -32,7 +34,7 @@ FLEX = "torch:flex"
 SUPPORTED = ("a plain callable module:function", *SDPA_KERNELS,
              f"{FLEX} (options {', '.join(option.name for option in builtin(FLEX).options)})")
 _FIX = (f"flashcheck repro writes dense cases (masks; {', '.join(FEATURES[:-1])} and {FEATURES[-1]} where the kernel "
-        f"takes them) of {', '.join(SUPPORTED)}, and varlen, paged and split-KV cases of a plain callable "
+        f"takes them) of {', '.join(SUPPORTED)}, and {', '.join(SERVING_FORMS)} and split-KV cases of a plain callable "
         "module:function of that form. Replay the case with flashcheck replay instead.")
 
 
@@ -71,8 +73,7 @@ def _serving(kernel: Kernel, case: ServingCase, source: str, case_path) -> dict:
         _refuse(case_path, f"a {case.form} case, but its kernel {source} declares form={kernel.spec.form!r}")
     if reserved(source):
         _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
-    splits = kernel.spec.num_splits
-    return {**plain_target(kernel, source, case_path), "num_splits": None if splits is None else list(splits)}
+    return {**plain_target(kernel, source, case_path), **script_entries(kernel.spec)}
 
 
 def plain_target(kernel: Kernel, source: str, case_path) -> dict:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..features.forms import form
 from ..inputs.serving import ServingCase
 from ..judge.verdict import BUG
 from .arrays import TensorFile
@@ -117,13 +118,13 @@ def _worst_table(evidence: Evidence) -> list[str]:
 
 def _serving_lines(case: ServingCase) -> list[str]:
     physical, p = case.physical("cpu"), case.provenance or {}
-    names = ("q", "k", "v") if case.form == "varlen" else ("q", "k_cache", "v_cache")
+    names = form(case.form).tensors
     keywords = ", ".join(f"{n}={v.tolist() if v.numel() <= 16 else tuple(v.shape)}" if hasattr(v, "tolist")
                          else f"{n}={v}" for n, v in physical.kwargs.items())
     lines = [f"- form: {case.form}; " + ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(names, physical.tensors)),
              f"- {keywords}",
              f"- per sequence: q_lens {list(case.q_lens)}, k_lens {list(case.k_lens)}"
-             + (f", page size {case.page_size} of {case.num_blocks} pages" if case.form == "paged" else "")
+             + form(case.form).text(case)
              + f"; memory no sequence owns holds {case.poison} poison",
              f"- dtype: {case.dtype}; scale: {case.scale!r} (`{case.scale.hex()}`); causal: {case.causal} (per "
              "sequence, on its own lengths)"]

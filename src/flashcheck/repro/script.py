@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..features import forms
 from ..features.registry import REGISTRY, feature
 from ..features.variant import SETTINGS
 from ..judge.merge import fold_states
@@ -51,7 +52,6 @@ _LEFT_OUT = {"dense": (), "serving": ("plain_call",),
              "merge": ("plain_call", "inputs", "scale", "as_4d", "causal_visible", "dequantized", "score_bias",
                        "visible", "attention64")}
 _SHARED = {"merge": (merge_reference, fold_states)}  # flashcheck's own functions a merge script copies in
-_INDICES = {"varlen": {"out": "[t, h, k]", "lse": "[h, t]"}, "paged": {"out": "[b, i, h, k]", "lse": "[b, h, i]"}}
 
 
 def _version(dist: str) -> str:
@@ -158,9 +158,9 @@ def serving_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, d
         **_attention(case), "shapes": {"out": list(out), "lse": list(lse)},
         "inputs": {n: tensors.encode(t, f"inputs.{n}") for n, t in zip("qkv", physical.tensors)},
         "kwargs": _kwargs(case, tensors.encode), "per_sequence": _per_sequence(case.variant),
-        "form": {"form": case.form, "keywords": keywords, "num_splits": call["num_splits"]},
+        "form": {"form": case.form, "keywords": keywords, **{key: call[key] for key in forms.SCRIPT_KEYS}},
         "budgets": {n: tensors.encode(copied(c.budget), f"budgets.{n}") for n, c in evidence.tensors.items()},
-        "empty_rows": evidence.promises, "lse_base": evidence.lse_base, "indices": _INDICES[case.form],
+        "empty_rows": evidence.promises, "lse_base": evidence.lse_base, "indices": forms.form(case.form).indices,
     }
 
 
