@@ -23,49 +23,68 @@ TERMS = ("cap", "bias", "keys", "sink")
 
 @dataclass(frozen=True)
 class Feature:
-    """One feature of the attention problem (see the module's docstring).
+    """One feature of the attention problem (see the module's docstring), its fields by the layer that asks.
 
-    ``name``: the keyword the kernel receives and the field of :class:`flashcheck.Variant`; ``flag``: the
-    spec field that declares it; ``term``: what it is to the numerics (:data:`TERMS`).
-    ``check(value)``: the value checked and normalised (an :class:`~flashcheck.errors.InvalidArgument` naming
-    ``name`` otherwise); ``text(value)``: a few characters for a case's description.
-    ``tensor``: saved with the case's arrays (else in its JSON, through ``to_json``/``from_json``);
-    ``dims(value)``: a tensor's (batch, head) dims counted from its end (None: it has none), to cut a case.
-    ``shape_problem(value, shapes)``: (what, why, fix) where the value does not fit the case's shapes, or None.
-    ``refusal(variant, spec, dtype)``: why a spec that declares the feature still cannot take this value, or
-    None. ``regimes``: name -> draw(generator, shapes) (attn_bias: draw(generator, shapes, dtype)), or None
-    for "none", which comes first (hypothesis shrinks towards it).
-    ``visible(value, n_q, n_k)``: the mask function of the keys a "keys" feature leaves visible
-    (:mod:`flashcheck.contract.masks` convention); ``bias(variant, n_q, n_k, rows, device, size)``: a "bias"
-    feature's float64 bias of ``rows``, broadcastable to (B, Hq, R, Nk), or with ``size`` the magnitude a
-    legal kernel's bias arithmetic rounds on; ``bias_extent(variant, n_q, n_k)``: a float no smaller than that
-    magnitude on any row and key of the call, found without a pass over them (the oracle's bound on the logits).
-    ``misreads(variant, row)``: (what, logits) of a row (:class:`~flashcheck.features.scores.RowTerms`) with
-    the feature read as kernels get it wrong, for a diagnosis to try.
-    ``gradient``: the name of the gradient a backward pass gives of a tensor feature (``dbias``), where it is
-    judged; None where it is not.
-    ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its neutral value, or
-    None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`).
-    ``edge(value, i, j, n_q, n_k, inside)``: a "keys" feature's name for key j to query i at its edge (with
-    ``inside`` False, one past it), as a diagnosis says it (" (the window's left edge)"), else "".
-    ``neutral_text``: the neutral value in a few words ("a cap of inf"), for a cause's title; None without one.
-    ``row_shift(value, shift, shapes, dtype)``: a "bias" feature's value (None: none) with ``shift``, a constant
-    per row ((B, Hq, Nq, 1) float64), added exactly, or None where a sum is not exact in its dtype: the bias
-    shift property (:func:`flashcheck.judge.properties.shifted_bias_case`); None where it has none.
-    Drawn and saved cases (:mod:`flashcheck.inputs`): ``settings(spec, dtype, regime, choose)``: the recipe fields
-    (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
-    kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case;
-    ``masks``: boolean-mask regimes the feature's restriction gives, name -> draw(generator, shapes);
-    ``saved_dtype``: a tensor's dtype in a saved case (None: the case's JSON gives it); ``serving``: a serving
-    form's case may carry it; ``title``: its name in prose, where it differs from ``name``.
-    ``literal(value)``: a scalar value as Python source, as a reproducer script writes the kernel's keyword (a
-    tensor's is read from the file beside the script). ``script``: role -> a standalone function (torch and math
-    only, its source copied into a reproducer script): a "bias" feature's ``"bias"(value, n_q, n_k, dtype,
-    settings)`` (its bias in ``dtype``, broadcastable to (B, Hq, Nq, Nk); ``settings``: the variant's, e.g. the ALiBi
-    mode) and ``"score_mod"(value, full, offset, settings)`` (``term(score, b, h, q_idx, kv_idx)``, its term of
-    flex's score_mod), a "keys" feature's ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys).
+    What it is:
+
+    - ``name``: the keyword the kernel receives and the field of :class:`flashcheck.Variant`; ``flag``: the spec
+      field that declares it; ``term``: what it is to the numerics (:data:`TERMS`); ``summary``: a line of what
+      it does; ``title``: its name in prose, where it differs from ``name``.
+    - ``check(value)``: the value checked and normalised (an :class:`~flashcheck.errors.InvalidArgument` naming
+      ``name`` otherwise); ``text(value)``: a few characters for a case's description.
+    - ``shape_problem(value, shapes)``: (what, why, fix) where the value does not fit the case's shapes, or None;
+      ``refusal(variant, spec, dtype)``: why a spec that declares the feature still cannot take this value, or
+      None; ``serving``: a serving form's case may carry it.
+
+    Drawn and saved cases (:mod:`flashcheck.inputs`):
+
+    - ``regimes``: name -> draw(generator, shapes), or None for "none", which comes first (hypothesis shrinks
+      towards it); ``draw(name, regime, gen, shapes, bias_dtype)`` calls one (a bias's regimes also take the
+      bias's dtype); ``masks``: boolean-mask regimes the
+      feature's restriction gives, name -> draw(generator, shapes).
+    - ``settings(spec, dtype, regime, choose)``: the recipe fields
+      (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
+      kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case.
+    - ``tensor``: saved with the case's arrays (else in its JSON, through ``to_json``/``from_json``);
+      ``saved_dtype``: a tensor's dtype in a saved case (None: the case's JSON gives it); ``dims(value)``: a
+      tensor's (batch, head) dims counted from its end (None: it has none), to cut a case.
+
+    The numerics (:mod:`flashcheck.numerics`, through the Variant's terms):
+
+    - ``visible(value, n_q, n_k)``: the mask function of the keys a "keys" feature leaves visible
+      (:mod:`flashcheck.contract.masks` convention).
+    - ``bias(variant, n_q, n_k, rows, device, size)``: a "bias" feature's float64 bias of ``rows``, broadcastable
+      to (B, Hq, R, Nk), or with ``size`` the magnitude a legal kernel's bias arithmetic rounds on;
+      ``bias_extent(variant, n_q, n_k)``: a float no smaller than that magnitude on any row and key of the call,
+      found without a pass over them (the oracle's bound on the logits).
+    - ``gradient``: the name of the gradient a backward pass gives of a tensor feature (``dbias``), where it is
+      judged; None where it is not.
+
+    The judge (:mod:`flashcheck.judge`, :mod:`flashcheck.campaign.causes`):
+
+    - ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its
+      neutral value, or None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`);
+      ``neutral_text``: that value in a few words ("a cap of inf"), for a cause's title.
+    - ``row_shift(value, shift, shapes, dtype)``: a "bias" feature's value (None: none) with ``shift``, a
+      constant per row ((B, Hq, Nq, 1) float64), added exactly, or None where a sum is not exact in its dtype: the
+      bias shift property (:func:`flashcheck.judge.properties.shifted_bias_case`); None where it has none.
+    - ``misreads(variant, row)``: (what, logits) of a row (:class:`~flashcheck.features.scores.RowTerms`) with
+      the feature read as kernels get it wrong, for a diagnosis to try; ``edge(value, i, j, n_q, n_k, inside)``:
+      a "keys" feature's name for key j to query i at its edge (with ``inside`` False, one past it), as a
+      diagnosis says it (" (the window's left edge)"), else "".
+
+    Reproducers (:mod:`flashcheck.repro`):
+
+    - ``literal(value)``: a scalar value as Python source, as a script writes the kernel's keyword (a tensor's is
+      read from the file beside the script).
+    - ``script``: role -> a standalone function (torch and math only, its source copied into a script): a "bias"
+      feature's ``"bias"(value, n_q, n_k, dtype, settings)`` (its bias in ``dtype``, broadcastable to (B, Hq, Nq,
+      Nk); ``settings``: the variant's, e.g. the ALiBi mode) and ``"score_mod"(value, full, offset, settings)``
+      (``term(score, b, h, q_idx, kv_idx)``, its term of flex's score_mod), a "keys" feature's
+      ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys).
     """
 
+    # what it is
     name: str
     flag: str
     term: Term
@@ -73,27 +92,31 @@ class Feature:
     check: Callable
     text: Callable
     regimes: dict
-    tensor: bool = False
+    title: str | None = None
+    shape_problem: Callable = lambda value, shapes: None
+    refusal: Callable = lambda variant, spec, dtype: None
+    serving: bool = True
+    # drawn and saved cases
     draw: Callable = lambda name, regime, gen, shapes, bias_dtype: regime(gen, shapes)
+    masks: dict = field(default_factory=dict)
+    settings: Callable = lambda spec, dtype, regime, choose: {}
+    tensor: bool = False
+    saved_dtype: str | None = "fp32"
     dims: Callable = lambda value: (None, None)
     to_json: Callable = lambda value: value
     from_json: Callable = lambda value: value
-    shape_problem: Callable = lambda value, shapes: None
-    refusal: Callable = lambda variant, spec, dtype: None
-    neutral: Callable | None = None
-    gradient: str | None = None
-    misreads: Callable = lambda variant, row: []
+    # the numerics
     visible: Callable | None = None
     bias: Callable | None = None
     bias_extent: Callable | None = None
-    edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
+    gradient: str | None = None
+    # the judge
+    neutral: Callable | None = None
     neutral_text: str | None = None
     row_shift: Callable | None = None
-    settings: Callable = lambda spec, dtype, regime, choose: {}
-    masks: dict = field(default_factory=dict)
-    saved_dtype: str | None = "fp32"
-    serving: bool = True
-    title: str | None = None
+    misreads: Callable = lambda variant, row: []
+    edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
+    # reproducers
     literal: Callable = repr
     script: dict | None = None
 
