@@ -37,9 +37,6 @@ _CALLING_CONVENTION = ("a kernel callable: q, k, v and the keywords of the calli
                        "(flashcheck.contract.validation), one parameter each")
 KNOWN_EXCEPTIONS = {
     "kernels.triton.forward:make_kernel.attention": _CALLING_CONVENTION,
-    "kernels.fla:_varlen.attention": _CALLING_CONVENTION,
-    "kernels.fla:_decoding.attention": _CALLING_CONVENTION,
-    "kernels.serving:_varlen.attention": _CALLING_CONVENTION,
 }
 
 

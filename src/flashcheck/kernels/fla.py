@@ -64,8 +64,8 @@ def _varlen(parallel_attn):
     """fla's varlen call: the packed batch as a batch of one with ``cu_seqlens`` (one set: each sequence's queries
     are its keys)."""
 
-    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window=None,
-                  sinks=None):
+    # The convention's other keywords (cu_seqlens_q, the max lengths, causal) say nothing fla's call takes.
+    def attention(q, k, v, *, cu_seqlens_k, scale, window=None, sinks=None, **convention):
         left = -1 if window is None else window[0]
         out = parallel_attn(q[None], k[None], v[None], scale=scale, window_size=None if left < 0 else left + 1,
                             sink_bias=sinks, cu_seqlens=cu_seqlens_k.long())
@@ -79,8 +79,8 @@ def _decoding(one_step):
     query at the end of its first k_len - q_len + i + 1 keys (bottom-right causal), one call per query offset
     over the sequences that have it (their key prefixes packed with fla's ``cu_seqlens``)."""
 
-    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window=None,
-                  sinks=None):
+    # The convention's other keywords (the max lengths; causal, always bottom-right here) change nothing.
+    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, scale, window=None, sinks=None, **convention):
         out = q.new_zeros(q.shape[0], q.shape[1], v.shape[2])
         q_at, k_at = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
         q_lens, k_lens = ([b - a for a, b in zip(at, at[1:])] for at in (q_at, k_at))

@@ -38,9 +38,13 @@ def _one(dense: Kernel, q, k, v, b: int, *, scale, causal, variant) -> torch.Ten
     return out[0].transpose(0, 1)
 
 
+_MAX_LENGTHS = ("max_seqlen_q", "max_seqlen_k")
+
+
 def _varlen(dense: Kernel, mutant: str | None):
-    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal="none",
-                  seqused_k=None, **variant):
+    def attention(q, k, v, *, cu_seqlens_q, cu_seqlens_k, scale, causal="none", seqused_k=None, **call):
+        # the max lengths bound what the offsets give already; every other keyword is the variant's
+        variant = {name: value for name, value in call.items() if name not in _MAX_LENGTHS}
         cu_q = cu_seqlens_q.tolist()
         cu_k = (cu_seqlens_q if mutant == "shared_offsets" else cu_seqlens_k).tolist()
         used = None if seqused_k is None or mutant == "ignores_seqused_k" else seqused_k.tolist()
