@@ -46,6 +46,8 @@ ROWS = {
                           False, False),
     "long-1": (["torch:flash", "--preset", LONG, "--keep-going"], False, False),
     "long-4": (["torch:flash", "--preset", LONG, "--keep-going", "--jobs", "4"], False, False),
+    # the whole long-context preset: 16k to 128k keys, decode rows to 1M keys, tensors past 2^31 elements
+    "longctx-4": (["torch:flash", "--preset", "long-context", "--keep-going", "--jobs", "4"], False, False),
     "efficient-1": (["torch:efficient", "--preset", "adversarial", "--keep-going", "--no-isolation"], False, False),
     "triton-1": (["flashcheck:triton", "--preset", "smoke", "--keep-going"], False, False),
     "triton-8-cold": (["flashcheck:triton", "--preset", "smoke", "--keep-going", "--jobs", "8"], True, True),

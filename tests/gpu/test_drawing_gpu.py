@@ -1,6 +1,7 @@
-"""Cases drawn on a CUDA GPU (what campaigns there do): kept on the CPU, the same numbers on every draw of a
-recipe, the recipe's shapes, dtype and regime, every feature of the preset included; and a campaign's finding,
-drawn in its worker process, is saved with the very case the worker judged."""
+"""Cases drawn on a CUDA GPU (what campaigns there do): kept there (the variant's tensors on the CPU), the same
+numbers on every draw of a recipe, the recipe's shapes, dtype and regime, every feature of the preset included,
+marked as drawn there; and a campaign's finding, drawn in its worker process, is saved with the very case the
+worker judged, drawn on the GPU by default and on the host with FLASHCHECK_DRAW=host."""
 
 from __future__ import annotations
 
@@ -44,15 +45,19 @@ def _tensors(case: AttentionCase) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("preset,kernel", PRESET_KERNELS)
-def test_a_recipe_drawn_on_the_gpu_is_the_recipe_kept_on_the_cpu(preset, kernel):
+def test_a_recipe_drawn_on_the_gpu_is_the_recipe_kept_there(preset, kernel):
     recipes = [r for r in _recipes(preset, kernel, 120) if r.elements == "none"][:80]
     regimes = set()
     for recipe in recipes:
         on_cpu, on_gpu, again = (recipe.build(draw_on=d) for d in ("cpu", "cuda", "cuda"))
         assert _structure(on_gpu) == _structure(on_cpu), recipe
-        assert all(t.device.type == "cpu" for t in _tensors(on_gpu)), recipe
+        dense = on_gpu.base if recipe.form != "dense" else on_gpu  # a serving form is packed on the host
+        want = "cpu" if recipe.form != "dense" else "cuda"
+        assert {t.device.type for t in (dense.q, dense.k, dense.v)} == {want}, recipe
+        assert all(t.device.type == "cpu" for t in _tensors(on_gpu)[3:]), recipe
         assert on_gpu.equal_bits(again), f"two draws of {recipe} differ"
         assert on_gpu.provenance["strategy"] == recipe.regime
+        assert on_gpu.provenance["drawn_on"] == "cuda" and "drawn_on" not in on_cpu.provenance
         regimes.add(recipe.values)
     # the covering order meets the value regimes first: the preset's own, else at least eight
     assert len(regimes) >= len(load_preset(preset).strategy_options().get("value_regimes") or range(8))
@@ -66,17 +71,21 @@ def test_cases_drawn_on_the_gpu_pass_a_correct_kernel():
     assert not failed, failed[:3]
 
 
-def test_a_finding_drawn_in_the_worker_is_saved_with_the_case_it_judged(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLASHCHECK_DRAW", "device")  # the worker process inherits it
+@pytest.mark.parametrize("draw", [None, "host"])
+def test_a_finding_drawn_in_the_worker_is_saved_with_the_case_it_judged(tmp_path, monkeypatch, draw):
+    if draw is not None:
+        monkeypatch.setenv("FLASHCHECK_DRAW", draw)  # the worker process inherits it
     result = run_campaign(CampaignConfig(Target("tests.cli._planted:tail_bug", "cuda", load_preset("smoke"))).replace(
         max_examples=200, seed=2, corpus=tmp_path))
     assert result.verdict == "BUG" and result.time_split["generation"] > 0
     found = [f for f in result.findings if not f["shrunk"]]
     assert found, result.findings
+    where = "cpu" if draw == "host" else "cuda"
     for entry in result.findings:
         case = AttentionCase.load(entry["path"])
+        assert case.device.type == "cpu" and case.provenance.get("drawn_on", "cpu") == where, entry["path"]
         recipe = Recipe.from_dict(json.loads(json.dumps(case.provenance["recipe"])))
-        assert case.equal_bits(recipe.build(draw_on="cuda")), entry["path"]
+        assert case.equal_bits(recipe.build(draw_on=where)), entry["path"]
         replayed = flashcheck.check(resolve_kernel("tests.cli._planted:tail_bug", device="cuda"), case,
                                     device="cuda")
         assert replayed.status == "BUG"

@@ -80,12 +80,14 @@ def run(args) -> int:
     # on first use: every command module loads at start-up
     from ..errors import InvalidArgument
     from ..files import check_writable_file, check_writable_folder
+    from ..inputs.drawing import draw_place
     from ..inputs.presets import load_preset
 
     if args.case_timeout is not None and args.no_isolation:
         raise InvalidArgument("--case-timeout", args.case_timeout, "only a worker process can be stopped when "
                               "a case hangs, and --no-isolation runs the kernel in this process",
                               "Drop --no-isolation, or drop --case-timeout.")
+    draw_place()  # an unknown FLASHCHECK_DRAW, before anything runs
     check_writable_file("--json", args.json)  # before any case runs: a result is never lost at the end
     check_writable_folder("--corpus", args.corpus)
     preset = load_preset(args.preset)

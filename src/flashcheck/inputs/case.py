@@ -110,9 +110,8 @@ def _from_bits(value):
 
 
 def _stored(t: torch.Tensor) -> torch.Tensor:
-    # Always a fresh contiguous CPU copy: the case must not change when the caller's tensor does.
-    if t.device.type != "cpu":  # the copy to the CPU is the fresh one
-        return t.detach().to("cpu", memory_format=torch.contiguous_format)
+    # Always a fresh contiguous copy, on the tensor's own device: the case must not change when the caller's
+    # tensor does, and a case drawn on a GPU is judged there without a round trip through the host.
     return t.detach().clone(memory_format=torch.contiguous_format)
 
 
@@ -130,7 +129,9 @@ def describe_inputs(q, k, v, *, scale: float, causal: str, attn_mask=None, varia
 
 @dataclass(frozen=True, eq=False)
 class AttentionCase:
-    """One input of the kernel calling convention , stored contiguous on the CPU.
+    """One input of the kernel calling convention, stored contiguous: q, k, v and the mask on the device they
+    were given on (the CPU for a case built on the host or loaded, a GPU campaign's device for a case it drew),
+    the variant's tensors on the CPU. It is saved and pickled from the CPU (:meth:`on`).
 
     Build one with :meth:`create` (or the constructor, which validates the same way).
     """
@@ -163,7 +164,7 @@ class AttentionCase:
     @classmethod
     def create(cls, q, k, v, *, scale, causal="none", attn_mask=None, layout="contiguous",
                provenance=None, variant=None) -> "AttentionCase":
-        """Validate one input (torch tensors or numpy arrays) and keep a contiguous CPU copy of it.
+        """Validate one input (torch tensors or numpy arrays) and keep a contiguous copy of it, on its device.
 
         ``variant``: a :class:`~flashcheck.features.variant.Variant` (the features the case uses), or None for
         plain attention."""
@@ -173,7 +174,8 @@ class AttentionCase:
     # torch's pickles cannot load the quantized formats' storages: a case (sent to a worker process) carries
     # their tensors as bits.
     def __getstate__(self) -> dict:
-        return {f.name: _as_bits(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        on_host = self.on("cpu")  # a pickle crosses to another process: never a GPU's memory
+        return {f.name: _as_bits(getattr(on_host, f.name)) for f in dataclasses.fields(self)}
 
     def __setstate__(self, state: dict) -> None:
         for name, value in state.items():
@@ -201,8 +203,10 @@ class AttentionCase:
         return (s.batch, s.heads_q, s.n_q, s.n_k)
 
     def visible(self) -> torch.Tensor:
-        """Bool (B, Hq, Nq, Nk): True where query i may attend key j under causal and attn_mask."""
-        return masks.visible(self.causal, self.attn_mask, self.attention_shape, variant=self.variant)
+        """Bool (B, Hq, Nq, Nk), on the case's device: True where query i may attend key j under causal and
+        attn_mask."""
+        return masks.visible(self.causal, self.attn_mask, self.attention_shape, device=self.device,
+                             variant=self.variant)
 
     def empty_rows(self) -> torch.Tensor:
         """Bool (B, Hq, Nq): rows with no visible key (the kernel's ``fully_masked_rows`` promise), a bias of
@@ -211,13 +215,27 @@ class AttentionCase:
         empty = ~self.visible().any(dim=-1)
         sink = self.variant.sink
         if sink is not None:
-            empty &= (sink == -math.inf).view(1, -1, 1)
+            empty &= (sink == -math.inf).view(1, -1, 1).to(empty.device)
         return empty
 
     def applicable_layouts(self) -> tuple[str, ...]:
         """The layout names (default parameters) this case's numbers allow."""
         return tuple(name for name in layouts()
                      if name != "expanded" or self._layout_problem(Layout.expanded()) is None)
+
+    @property
+    def device(self) -> torch.device:
+        """Where q, k, v and the mask are kept."""
+        return self.q.device
+
+    def on(self, device) -> "AttentionCase":
+        """This case with q, k, v and the mask on ``device`` (itself when they are there already)."""
+        device = torch.device(device)
+        if self.q.device == device:
+            return self
+        moved = {name: getattr(self, name).to(device) for name in TENSORS}
+        mask = None if self.attn_mask is None else self.attn_mask.to(device)
+        return dataclasses.replace(self, **moved, attn_mask=mask)
 
     def with_layout(self, layout) -> "AttentionCase":
         return dataclasses.replace(self, layout=layout)
@@ -236,7 +254,7 @@ class AttentionCase:
             pairs.append((self.attn_mask, other.attn_mask))
         return (self.scale.hex() == other.scale.hex() and self.causal == other.causal
                 and self.variant.equal_bits(other.variant)
-                and all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(raw_bits(a), raw_bits(b))
+                and all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(raw_bits(a).cpu(), raw_bits(b).cpu())
                         for a, b in pairs))
 
     def describe(self) -> str:

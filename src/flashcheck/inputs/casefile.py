@@ -153,6 +153,7 @@ def _variant_metadata(variant) -> dict:
 
 
 def _arrays(case, serving) -> dict:
+    case = case.on("cpu")  # a case drawn on a GPU is saved from the host
     arrays = {"q": stored_array(case.q), "k": stored_array(case.k), "v": stored_array(case.v)}
     if case.attn_mask is not None:
         arrays["attn_mask"] = case.attn_mask.numpy()

@@ -18,7 +18,7 @@ from ..errors import InvalidArgument
 from ..features import forms
 from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
 from .case import AttentionCase
-from .drawing import drawing_on
+from .drawing import drawing_on, drawn_on
 from .packing import serving_case
 from .quantization import VALUE_FORMAT, quantize, regime_text
 from .regimes import make_mask, make_scale, make_values
@@ -116,14 +116,15 @@ class Recipe:
         return f"{self.values}/{self.mask}{used}{form}{scales}{large}"
 
     def build(self, *, kernel: str | None = None, draw_on=None) -> AttentionCase | ServingCase:
-        """The case, kept on the CPU; ``draw_on`` (a device, default the CPU) draws its dense tensors there
-        (:mod:`flashcheck.inputs.drawing`: the same recipe, other numbers than the CPU's)."""
+        """The case; ``draw_on`` (a device, default the CPU) draws its dense tensors there and keeps q, k, v and
+        the mask there (:mod:`flashcheck.inputs.drawing`: the same recipe, other numbers than the CPU's, and
+        the case's ``provenance["drawn_on"]`` says where). A serving form's case is packed on the CPU."""
         with drawing_on(draw_on):
             case = self._dense(kernel)
         if self.form == "dense":
             return case
-        return serving_case(case, form=self.form, packing=self.packing, pages=self.pages, poison=self.poison,
-                            seed=self.seed, same_lengths=self.same_lengths, seqused=self.seqused)
+        return serving_case(case.on("cpu"), form=self.form, packing=self.packing, pages=self.pages,
+                            poison=self.poison, seed=self.seed, same_lengths=self.same_lengths, seqused=self.seqused)
 
     def _dense(self, kernel: str | None) -> AttentionCase:
         s = self.shapes
@@ -141,7 +142,7 @@ class Recipe:
             q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
-                        "recipe": self.as_dict()},
+                        "recipe": self.as_dict(), **drawn_on(q)},
             variant=variant)
 
     def as_dict(self) -> dict:

@@ -95,7 +95,7 @@ def hidden_keys(case: AttentionCase, *, by_bias: bool = True) -> torch.Tensor:
 def _with_value(t: torch.Tensor, where: torch.Tensor, value: float) -> torch.Tensor:
     """``t`` with ``value`` (rounded to t's dtype) at ``where``, written as bits (fp8 has no masked fill)."""
     out = t.clone()
-    raw_bits(out)[where] = raw_bits(torch.tensor([value]).to(t.dtype))
+    raw_bits(out)[where.to(t.device)] = raw_bits(torch.tensor([value], device=t.device).to(t.dtype))
     return out
 
 
@@ -310,7 +310,7 @@ def shifted_bias_case(case: AttentionCase, spec: KernelSpec) -> tuple[str, Atten
     if feature is None:
         return None
     s = case.shapes
-    c = torch.tensor([-2.0, -1.0, 1.0, 2.0])[torch.arange(s.batch * s.heads_q * s.n_q) % 4]
+    c = torch.tensor([-2.0, -1.0, 1.0, 2.0], device=case.device)[torch.arange(s.batch * s.heads_q * s.n_q) % 4]
     c = c.reshape(s.batch, s.heads_q, s.n_q, 1).double()
     shifted = feature.row_shift(getattr(case.variant, feature.name), c, s, case.torch_dtype)
     if shifted is None:

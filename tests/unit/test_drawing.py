@@ -1,0 +1,61 @@
+"""Where a campaign draws its cases: on its GPU unless FLASHCHECK_DRAW=host, on the CPU for a CPU campaign, and
+an unknown value refused as a usage error; a case drawn elsewhere than the CPU says so, and is saved and pickled
+from the CPU (GPU drawing itself: tests/gpu/test_drawing_gpu.py)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from flashcheck.cli import main
+from flashcheck.contract.validation import Shapes
+from flashcheck.errors import InvalidArgument
+from flashcheck.inputs.case import AttentionCase
+from flashcheck.inputs.drawing import draw_device, drawn_on
+from flashcheck.inputs.recipe import Recipe
+
+
+@pytest.mark.parametrize("device, value, expected", [
+    ("cuda", None, "cuda"), ("cuda:1", None, "cuda:1"), ("cuda:1", "device", "cuda:1"), ("cuda", "host", "cpu"),
+    ("cpu", None, "cpu"), ("cpu", "device", "cpu"),
+])
+def test_a_gpu_campaign_draws_on_its_gpu_unless_told_host(device, value, expected, monkeypatch):
+    if value is None:
+        monkeypatch.delenv("FLASHCHECK_DRAW", raising=False)
+    else:
+        monkeypatch.setenv("FLASHCHECK_DRAW", value)
+    assert draw_device(device) == expected
+
+
+def test_an_unknown_place_to_draw_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setenv("FLASHCHECK_DRAW", "gpu")
+    with pytest.raises(InvalidArgument, match=r"FLASHCHECK_DRAW='gpu'.*FLASHCHECK_DRAW=host"):
+        draw_device("cuda")
+
+
+def test_an_unknown_place_to_draw_is_a_usage_error_before_any_case(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLASHCHECK_DRAW", "gpu")
+    assert main(["fuzz", "tests.cli._planted:correct", "--device", "cpu", "--max-examples", "2"]) == 2
+    assert "FLASHCHECK_DRAW='gpu'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_case_drawn_on_the_cpu_records_no_other_generator():
+    case = Recipe(Shapes(1, 2, 2, 8, 8, 16, 16), "fp16", seed=3).build()
+    assert "drawn_on" not in case.provenance and case.device.type == "cpu"
+    assert drawn_on(case.q) == {}
+    assert case.on("cpu") is case
+    again = pickle.loads(pickle.dumps(case))
+    assert again.equal_bits(case) and again.device.type == "cpu"
+
+
+def test_a_case_keeps_its_tensors_where_they_were_given_and_copies_them():
+    q = torch.randn(1, 1, 4, 8, dtype=torch.float16, device="meta")
+    assert drawn_on(q) == {"drawn_on": "meta"}
+    given = torch.randn(1, 1, 4, 8, dtype=torch.float16)
+    case = AttentionCase.create(given, given, given, scale=0.5)
+    given.zero_()  # the caller's tensor changes; the case does not
+    assert bool(case.q.abs().sum() > 0) and case.q.is_contiguous()
