@@ -1,8 +1,9 @@
 """Profile: what one case costs, part by part, and how many device kernels the oracle and budget launch.
 
 Draws a fixed list of cases from a preset (the same list for every checkout, see `draw_recipes`), then
-for each case: builds it (generation), runs `check` in this process without the exact properties
-(kernel, oracle + budget, envelope, from the verdict's own timings), and counts the operator calls and
+for each case: builds it (generation; on the host, or with --draw-on device where a GPU campaign draws it),
+runs `check` in this process, without the exact properties unless --properties (transfer, kernel, oracle +
+budget, properties, envelope, from the verdict's own timings; --each prints them case by case), and counts the operator calls and
 CUDA kernels of the oracle and budget under torch.profiler on the first few cases. Works on older
 checkouts too (run with PYTHONPATH=that/src), which compute the oracle and the budget in two walks.
 
@@ -49,12 +50,17 @@ def main(argv=None):
     parser.add_argument("--cases", type=int, default=60)
     parser.add_argument("--profiled", type=int, default=5, help="cases whose launches are counted")
     parser.add_argument("--label", default="now")
+    parser.add_argument("--draw-on", default="host", choices=("host", "device"),
+                        help="draw each case on the host (the default) or on --device, as a GPU campaign does")
+    parser.add_argument("--properties", action="store_true", help="check the exact properties too, as campaigns do")
+    parser.add_argument("--each", action="store_true", help="print one line per case: its shape and its parts")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
     import torch
 
     from flashcheck.judge.check import check
+    from flashcheck.judge.properties import PROPERTIES
     from flashcheck.kernels.registry import resolve_kernel
     from flashcheck.inputs.presets import load_preset
     from flashcheck.inputs.recipe_draws import draw_recipes
@@ -65,19 +71,27 @@ def main(argv=None):
     dtypes = [d for d in preset.dtypes if d in kernel.spec.dtypes]
     recipes = draw_recipes(args.cases, seed=0, spec=kernel.spec, dtypes=dtypes, **preset.strategy_options())
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    parts = {p: [] for p in ("generation", "kernel", "oracle", "envelope", "total")}
+    measured = ("transfer", "kernel", "oracle", "properties", "envelope")
+    parts = {p: [] for p in ("generation", *measured, "total")}
     launches = []
+    draw_on = args.device if args.draw_on == "device" else None
+    properties = PROPERTIES if args.properties else ()
     for i, recipe in enumerate(recipes):
         t0 = time.perf_counter()
-        case = recipe.build(kernel=kernel.name)
-        parts["generation"].append(time.perf_counter() - t0)
+        case = recipe.build(kernel=kernel.name, draw_on=draw_on)
         sync()
+        parts["generation"].append(time.perf_counter() - t0)
         t1 = time.perf_counter()
-        verdict = check(kernel, case, device=args.device, properties=())
+        verdict = check(kernel, case, device=args.device, properties=properties)
         sync()
         parts["total"].append(time.perf_counter() - t0)
-        for p in ("kernel", "oracle", "envelope"):
+        for p in measured:
             parts[p].append(verdict.elapsed.get(p, 0.0))
+        if args.each:
+            s = recipe.shapes
+            print(f"{i:4} {recipe.dtype:9} B={s.batch} Hq={s.heads_q} Nq={s.n_q:<6} Nk={s.n_k:<8} D={s.head_dim:<4} "
+                  f"{recipe.layout:11} {recipe.elements:10} {verdict.skipped or verdict.status:8} " +
+                  " ".join(f"{p} {1000 * parts[p][-1]:.1f}" for p in ("generation", *measured, "total")))
         if i < args.profiled and not verdict.skipped:
             precision = kernel.spec.precision
             launches.append(_launches(lambda: _oracle_and_budget(case, args.device, precision), args.device))

@@ -14,6 +14,7 @@ import torch
 import flashcheck
 from flashcheck.campaign.config import CampaignConfig, Target
 from flashcheck.campaign.run import run_campaign
+from flashcheck.features.variant import TENSORS as VARIANT_TENSORS
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.recipe import Recipe
@@ -53,8 +54,10 @@ def test_a_recipe_drawn_on_the_gpu_is_the_recipe_kept_there(preset, kernel):
         assert _structure(on_gpu) == _structure(on_cpu), recipe
         dense = on_gpu.base if recipe.form != "dense" else on_gpu  # a serving form is packed on the host
         want = "cpu" if recipe.form != "dense" else "cuda"
-        assert {t.device.type for t in (dense.q, dense.k, dense.v)} == {want}, recipe
-        assert all(t.device.type == "cpu" for t in _tensors(on_gpu)[3:]), recipe
+        kept = [t for t in (dense.q, dense.k, dense.v, dense.attn_mask) if t is not None]
+        assert {t.device.type for t in kept} == {want}, recipe
+        assert all(getattr(dense.variant, t) is None or getattr(dense.variant, t).device.type == "cpu"
+                   for t in VARIANT_TENSORS), recipe
         assert on_gpu.equal_bits(again), f"two draws of {recipe} differ"
         assert on_gpu.provenance["strategy"] == recipe.regime
         assert on_gpu.provenance["drawn_on"] == "cuda" and "drawn_on" not in on_cpu.provenance

@@ -61,3 +61,20 @@ def test_reading_checks_the_summary_and_names_its_file(tmp_path):
         load_summary(path)
     path.write_text(json.dumps(_result().as_dict()))
     assert load_summary(path) == _result().summary()
+
+
+def test_a_worker_that_checked_no_property_adds_nothing_to_the_properties(capsys):
+    from flashcheck.campaign.result import properties_summary
+    from flashcheck.cli.summary import print_summary
+
+    ran = _result(cases=4, elapsed=2.0)
+    ran.properties = properties_summary(["determinism"], 0.25, {"determinism": 4}, 0.5, 2.0)
+    early = _result()  # a worker that ended before its first case: the default, nothing checked
+    assert early.properties == {"checked": []}
+    combined = combine_summaries([CampaignSummary.from_dict(r.as_dict(), f"{i}.json")
+                                  for i, r in enumerate((ran, early))]).as_dict()
+    assert combined["properties"]["cases"] == {"determinism": 4}, combined["properties"]
+    print_summary(combined, None)
+    assert "determinism 4" in capsys.readouterr().out
+    nothing = combine_summaries([CampaignSummary.from_dict(early.as_dict(), f"{i}.json") for i in range(2)])
+    assert nothing.as_dict()["properties"] == {"checked": []}

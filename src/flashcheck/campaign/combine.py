@@ -100,8 +100,11 @@ def _earliest(values: list):
 def _combined_properties(values: list, elapsed: list):
     """The properties of campaigns that ran side by side: their cases and seconds summed, their share of
     the time over the time they all took (summaries from before the share was kept: as they are)."""
-    present = [v for v in values if isinstance(v, dict)]
-    if not present or any("cases" not in v for v in present):
+    # A campaign that checked none (a worker that ended before its first case) has nothing to add.
+    present = [v for v in values if isinstance(v, dict) and (v.get("checked") or "cases" in v)]
+    if not present:
+        return next((v for v in values if isinstance(v, dict)), _one_or_list(values))
+    if any("cases" not in v for v in present):
         return _one_or_list(values)
     seconds = sum(v.get("seconds") or 0.0 for v in present)
     names = list(dict.fromkeys(name for v in present for name in v["checked"]))  # the union, in order

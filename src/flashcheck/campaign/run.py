@@ -34,10 +34,12 @@ import math
 import time
 from pathlib import Path
 
+import torch
 from hypothesis import event
 
 from ..inputs.case import AttentionCase
 from ..inputs.covering import PlanShare, empty_coverage
+from ..inputs.drawing import draw_device
 from ..inputs.layout import Layout
 from ..inputs.recipe import Recipe
 from ..inputs.recipe_draws import recipe_pools, recipes
@@ -88,8 +90,11 @@ def _example_database(config: CampaignConfig, prepared: Prepared, spec, drawing:
     corpus.mkdir(parents=True, exist_ok=True)
     database = open_database(config.storage.database, default_dir=corpus / ".hypothesis")  # a bad one fails here
     target = config.target
+    # A case's numbers come from the generator of the device that draws it: a GPU's stored recipes are other cases
+    # on the host, so the two keep their entries apart (a CPU campaign keeps the keys it always had).
+    drawn = draw_device(target.device)
     scope = campaign_scope(prepared.kernel, spec=spec, kernel_options=target.kernel_options, backward=target.backward,
-                           drawing=drawing)
+                           drawing=drawing if drawn == "cpu" else {**drawing, "drawn_on": torch.device(drawn).type})
     return KeyedDatabase(database, scope)
 
 

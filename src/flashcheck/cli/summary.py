@@ -121,7 +121,9 @@ def _print_coverage(coverage: dict) -> None:
             print(wrapped(f"    never judged in {dtype}: {listed(missing)}"))
 
 
-def _print_properties(properties: dict) -> None:
+def _print_properties(properties: dict | list) -> None:
+    if not isinstance(properties, dict):  # summaries merged from before the share was kept: one per source
+        return
     cases = properties.get("cases")
     if not properties.get("checked") or cases is None:
         return
