@@ -59,3 +59,26 @@ def test_a_case_keeps_its_tensors_where_they_were_given_and_copies_them():
     case = AttentionCase.create(given, given, given, scale=0.5)
     given.zero_()  # the caller's tensor changes; the case does not
     assert bool(case.q.abs().sum() > 0) and case.q.is_contiguous()
+
+
+def test_a_case_too_large_for_the_gpu_that_draws_it_is_skipped_not_a_failure(tmp_path, monkeypatch):
+    from flashcheck.campaign import worker_child
+    from flashcheck.campaign.config import CampaignConfig, Target
+    from flashcheck.campaign.run import run_campaign
+    from flashcheck.inputs.presets import load_preset
+
+    drawn = worker_child.drawn_case
+
+    def out_of_memory_for_odd_seeds(recipe, **kw):
+        if recipe.seed % 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB.")
+        return drawn(recipe, **kw)
+
+    monkeypatch.setattr(worker_child, "drawn_case", out_of_memory_for_odd_seeds)
+    result = run_campaign(CampaignConfig(Target("tests.cli._planted:correct", "cpu", load_preset("smoke"))).replace(
+        max_examples=30, seed=1, corpus=tmp_path, isolate=False))
+    summary = result.as_dict()
+    assert summary["verdict"] == "PASS" and summary["stopped"] == "max_examples", summary["notes"]
+    assert summary["skipped"].get("oom", 0) > 0 and summary["cases"] > summary["skipped"]["oom"], summary["skipped"]
+    assert any("drawing the case on the GPU" in reason for reason in summary["skipped_reasons"]), summary
+    assert not summary["findings"]

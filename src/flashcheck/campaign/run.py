@@ -56,7 +56,7 @@ from .rounds import Schedule, Stop
 from .setup import Prepared, prepare_campaign, warm_oracle
 from .share import PropertyShare
 from .worker import KernelWorker, WorkerStartError
-from .worker_child import drawn_case
+from .worker_child import drawn_or_skipped
 
 __all__ = ["run_campaign"]
 
@@ -221,9 +221,10 @@ class _Campaign:
         if self.worker is not None:
             return self.worker.check_recipe(recipe, properties=properties, backward=self.backward, anchors=anchors)
         start = time.perf_counter()
-        case = drawn_case(recipe, kernel=self.resolved.name, device=self.device, backward=self.backward)
+        case, skipped = drawn_or_skipped(recipe, kernel=self.resolved.name, device=self.device,
+                                         backward=self.backward)
         drawn = time.perf_counter() - start
-        verdict = self.judge(case, properties, anchors=anchors)
+        verdict = skipped or self.judge(case, properties, anchors=anchors)
         verdict.elapsed["generation"] = drawn
         return verdict, case
 

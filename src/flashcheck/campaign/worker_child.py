@@ -31,7 +31,8 @@ from .messages import (
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
 
-__all__ = ["POISON_MARKERS", "die_with_parent", "drawn_case", "poisons_cuda", "quiet_interpreter", "worker_main"]
+__all__ = ["POISON_MARKERS", "die_with_parent", "drawn_case", "drawn_or_skipped", "poisons_cuda", "quiet_interpreter",
+           "worker_main"]
 
 # Error texts after which the CUDA context of the process is unusable: every later CUDA call fails too.
 POISON_MARKERS = ("CUDA error", "illegal memory access", "device-side assert")
@@ -142,11 +143,11 @@ def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, j
                                     backward=message.backward)), False
         start = time.perf_counter()
         recipe = isinstance(message, JudgeRecipe)
-        case = drawn_case(message.recipe, kernel=kernel.name, device=device, backward=message.backward) \
-            if recipe else message.case
+        case, skipped = drawn_or_skipped(message.recipe, kernel=kernel.name, device=device,
+                                         backward=message.backward) if recipe else (message.case, None)
         drawn = time.perf_counter() - start if recipe else 0.0
-        verdict = judge_case(kernel, case, device=device, properties=message.properties,
-                             anchors=recipe and message.anchors)
+        verdict = skipped or judge_case(kernel, case, device=device, properties=message.properties,
+                                        anchors=recipe and message.anchors)
         verdict.elapsed["generation"] = drawn
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
@@ -168,6 +169,23 @@ def drawn_case(recipe, *, kernel: str, device, backward: bool):
 
     case = recipe.build(kernel=kernel, draw_on=draw_device(device))
     return drawn_backward_case(case, recipe.seed) if backward else case
+
+
+def drawn_or_skipped(recipe, *, kernel: str, device, backward: bool) -> tuple:
+    """``(case, None)``: :func:`drawn_case`; or ``(None, verdict)``, a skip, when the case does not fit in the
+    memory of the GPU that draws it (a case is judged where it is drawn: too large to draw is too large to
+    judge, as an oracle out of memory is)."""
+    # torch: this module is imported by the parent's worker.py, which must not import it
+    import torch
+
+    from ..judge.skips import Skip, one_line, skipped_verdict
+
+    try:
+        return drawn_case(recipe, kernel=kernel, device=device, backward=backward), None
+    except torch.cuda.OutOfMemoryError as exc:
+        meta = dict(kernel=kernel, case=f"{recipe.dtype} {recipe.shapes}", regime=recipe.regime)
+        return None, skipped_verdict(Skip("oom", one_line(exc, "drawing the case on the GPU")), torch.device(device),
+                                     meta)
 
 
 def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:

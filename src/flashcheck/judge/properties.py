@@ -310,7 +310,7 @@ def shifted_bias_case(case: AttentionCase, spec: KernelSpec) -> tuple[str, Atten
     if feature is None:
         return None
     s = case.shapes
-    c = torch.tensor([-2.0, -1.0, 1.0, 2.0], device=case.device)[torch.arange(s.batch * s.heads_q * s.n_q) % 4]
+    c = torch.tensor([-2.0, -1.0, 1.0, 2.0])[torch.arange(s.batch * s.heads_q * s.n_q) % 4]  # the variant's: the CPU
     c = c.reshape(s.batch, s.heads_q, s.n_q, 1).double()
     shifted = feature.row_shift(getattr(case.variant, feature.name), c, s, case.torch_dtype)
     if shifted is None:
