@@ -1,4 +1,4 @@
-"""benchmarks/bench_work.py on the CPU at small sizes: every axis grows its own dimension by each factor, each row
+"""benchmarks/bench_work.py and bench_machinery.py on the CPU at small sizes: every axis grows its own dimension by
 times the kernel and the whole check, and the table it prints has a row per measured case."""
 
 from __future__ import annotations
@@ -38,3 +38,16 @@ def test_rows_time_the_kernel_and_the_check(bench, capsys, tmp_path):
     assert set(grown.values()) == {4 * 16 * 16}
     assert capsys.readouterr().out.count("PASS") == len(rows)
     assert (tmp_path / "work.json").exists()
+
+
+def test_the_machinery_alone_runs_a_campaign_that_judges_nothing(capsys):
+    spec = importlib.util.spec_from_file_location("bench_machinery", SCRIPT.parent / "bench_machinery.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    original = module.campaign_run._Campaign.judge_recipe
+    try:
+        row = module.main(["--seconds", "2", "--preset", "smoke"])
+    finally:
+        module.campaign_run._Campaign.judge_recipe = original  # the campaign is the real one for every other test
+    assert row["cases"] > 10 and row["cases_per_s"] > 0
+    assert "a judge that costs nothing" in capsys.readouterr().out
