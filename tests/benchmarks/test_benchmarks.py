@@ -1,5 +1,6 @@
 """benchmarks/bench_work.py and bench_machinery.py on the CPU at small sizes: every axis grows its own dimension by
-times the kernel and the whole check, and the table it prints has a row per measured case."""
+each factor, each row times the kernel and the whole check, the table it prints has a row per measured case; and
+a campaign whose judge costs nothing runs."""
 
 from __future__ import annotations
 
