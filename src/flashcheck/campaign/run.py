@@ -84,15 +84,15 @@ def run_campaign(config: CampaignConfig, hooks: CampaignHooks = CampaignHooks())
             worker_process.close()  # nothing to do once the campaign's worker took it over
 
 
-def _example_database(config: CampaignConfig, prepared: Prepared, spec, drawing: dict) -> KeyedDatabase:
-    """The example database, keyed to this campaign's scope: this kernel's entries only, whoever shares it."""
+def _example_database(config: CampaignConfig, prepared: Prepared, spec, drawing: dict, drawn: str) -> KeyedDatabase:
+    """The example database, keyed to this campaign's scope: this kernel's entries only, whoever shares it
+    (``drawn``: the device that draws the cases)."""
     corpus = Path(config.storage.corpus)
     corpus.mkdir(parents=True, exist_ok=True)
     database = open_database(config.storage.database, default_dir=corpus / ".hypothesis")  # a bad one fails here
     target = config.target
     # A case's numbers come from the generator of the device that draws it: a GPU's stored recipes are other cases
     # on the host, so the two keep their entries apart (a CPU campaign keeps the keys it always had).
-    drawn = draw_device(target.device)
     scope = campaign_scope(prepared.kernel, spec=spec, kernel_options=target.kernel_options, backward=target.backward,
                            drawing=drawing if drawn == "cpu" else {**drawing, "drawn_on": torch.device(drawn).type})
     return KeyedDatabase(database, scope)
@@ -116,7 +116,8 @@ class _Campaign:
         drawing = target.preset.strategy_options()
         strategies = {d: recipes(spec=spec, dtypes=[d], **drawing) for d in prepared.dtypes}
         pools = {d: recipe_pools(spec=spec, dtypes=[d], **drawing) for d in prepared.dtypes}
-        database = _example_database(config, prepared, spec, drawing)
+        self.draw_on = draw_device(target.device)  # the host, or the campaign's GPU
+        database = _example_database(config, prepared, spec, drawing, self.draw_on)
         self.worker = KernelWorker(target.kernel, device=target.device, options=target.kernel_options,
                                    case_timeout=config.execution.case_timeout, should_stop=self.should_stop,
                                    process=hooks.worker_process) if config.isolated else None
@@ -198,8 +199,10 @@ class _Campaign:
         """``(verdict, case)`` (``case`` None for a case that passed in the worker, which drew it), or None
         when no worker could start while shrinking (the shrink ends)."""
         self.result.time_split["draw"] += time.monotonic() - self.last_end  # hypothesis's draw, the bookkeeping
-        problem = host_memory_problem(recipe.shapes)
-        if problem is not None:  # a skip, not a process killed with the campaign's results in it
+        # A skip, not a process killed with the campaign's results in it (a GPU that draws skips a case too large
+        # for it itself).
+        problem = host_memory_problem(recipe.shapes) if self.draw_on == "cpu" else None
+        if problem is not None:
             described = f"{recipe.dtype} {recipe.shapes}"
             return Verdict.from_findings([], max_ratio=math.nan, skipped=f"oom: {problem}", kernel=self.resolved.name,
                                          case=described, regime=recipe.regime), None
