@@ -177,7 +177,6 @@ def drawn_or_skipped(recipe, *, kernel: str, device, backward: bool) -> tuple:
     judge, as an oracle out of memory is)."""
     # torch: this module is imported by the parent's worker.py, which must not import it
     import torch
-
     from ..judge.skips import Skip, one_line, skipped_verdict
 
     try:
