@@ -61,24 +61,50 @@ def test_a_case_keeps_its_tensors_where_they_were_given_and_copies_them():
     assert bool(case.q.abs().sum() > 0) and case.q.is_contiguous()
 
 
-def test_a_case_too_large_for_the_gpu_that_draws_it_is_skipped_not_a_failure(tmp_path, monkeypatch):
+def _out_of_gpu_memory(monkeypatch):
+    """drawn_case failing with CUDA's out-of-memory error wherever it draws on a GPU."""
     from flashcheck.campaign import worker_child
-    from flashcheck.campaign.config import CampaignConfig, Target
-    from flashcheck.campaign.run import run_campaign
-    from flashcheck.inputs.presets import load_preset
 
     drawn = worker_child.drawn_case
 
-    def out_of_memory_for_odd_seeds(recipe, **kw):
-        if recipe.seed % 2:
+    def drawing(recipe, *, device, draw_on=None, **kw):
+        if draw_on is None:  # the campaign's own drawing device (this machine has no GPU: any device stands in)
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB.")
-        return drawn(recipe, **kw)
+        return drawn(recipe, device=device, draw_on=draw_on, **kw)
 
-    monkeypatch.setattr(worker_child, "drawn_case", out_of_memory_for_odd_seeds)
-    result = run_campaign(CampaignConfig(Target("tests.cli._planted:correct", "cpu", load_preset("smoke"))).replace(
-        max_examples=30, seed=1, corpus=tmp_path, isolate=False))
+    monkeypatch.setattr(worker_child, "drawn_case", drawing)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)  # no CUDA on this machine
+
+
+def test_a_case_too_large_for_its_gpu_is_drawn_on_the_host(monkeypatch):
+    from flashcheck.campaign.worker_child import drawn_or_skipped
+
+    _out_of_gpu_memory(monkeypatch)
+    recipe = Recipe(Shapes(1, 2, 2, 8, 8, 16, 16), "fp16", seed=3)
+    case, skipped = drawn_or_skipped(recipe, kernel="k", device="cuda", backward=False)
+    assert skipped is None and case.device.type == "cpu" and "drawn_on" not in case.provenance
+    assert case.equal_bits(recipe.build())
+
+
+def test_a_case_too_large_for_its_gpu_and_the_host_is_skipped_not_a_failure(tmp_path, monkeypatch):
+    from flashcheck.campaign import run as campaign_run
+    from flashcheck.campaign.config import CampaignConfig, Target
+    from flashcheck.campaign.worker_child import drawn_or_skipped
+    from flashcheck.inputs import sizes
+    from flashcheck.inputs.presets import load_preset
+
+    _out_of_gpu_memory(monkeypatch)
+    monkeypatch.setattr(sizes, "available_host_bytes", lambda: 1)  # nothing fits on the host either
+    recipe = Recipe(Shapes(1, 2, 2, 8, 8, 16, 16), "fp16", seed=3)
+    case, skipped = drawn_or_skipped(recipe, kernel="k", device="cuda", backward=False)
+    assert case is None and skipped.skipped.startswith("oom: drawing the case on the GPU")
+    assert "on the host: drawing the case takes" in skipped.skipped
+
+    # a campaign that draws on a GPU (it says so: this machine has none) counts such cases as skips
+    monkeypatch.setattr(campaign_run, "draw_device", lambda device: "cuda")
+    result = campaign_run.run_campaign(CampaignConfig(Target("tests.cli._planted:correct", "cpu",
+                                                             load_preset("smoke"))).replace(
+        max_examples=10, seed=1, corpus=tmp_path, isolate=False))
     summary = result.as_dict()
-    assert summary["verdict"] == "PASS" and summary["stopped"] == "max_examples", summary["notes"]
-    assert summary["skipped"].get("oom", 0) > 0 and summary["cases"] > summary["skipped"]["oom"], summary["skipped"]
-    assert any("drawing the case on the GPU" in reason for reason in summary["skipped_reasons"]), summary
-    assert not summary["findings"]
+    assert summary["verdict"] == "NO_CASES" and summary["stopped"] == "max_examples", summary["notes"]
+    assert summary["skipped"] == {"oom": 10} and not summary["findings"], summary["skipped"]

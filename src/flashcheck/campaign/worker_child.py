@@ -160,31 +160,38 @@ def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, j
     return Judged(verdict.as_dict(), case if failed else None), poisons_cuda(verdict)
 
 
-def drawn_case(recipe, *, kernel: str, device, backward: bool):
-    """The case a campaign draws from ``recipe``: on its GPU if it checks on one, its backward case with
-    ``backward`` (the worker's and an in-process campaign's draw, the same numbers on one device)."""
+def drawn_case(recipe, *, kernel: str, device, backward: bool, draw_on: str | None = None):
+    """The case a campaign draws from ``recipe``: on its GPU if it checks on one (``draw_on``: there instead),
+    its backward case with ``backward`` (the worker's and an in-process campaign's draw, the same numbers on
+    one device)."""
     # torch: this module is imported by the parent's worker.py, which must not import it
     from ..inputs.drawing import draw_device
     from ..judge.backward import drawn_backward_case
 
-    case = recipe.build(kernel=kernel, draw_on=draw_device(device))
+    case = recipe.build(kernel=kernel, draw_on=draw_device(device) if draw_on is None else draw_on)
     return drawn_backward_case(case, recipe.seed) if backward else case
 
 
 def drawn_or_skipped(recipe, *, kernel: str, device, backward: bool) -> tuple:
-    """``(case, None)``: :func:`drawn_case`; or ``(None, verdict)``, a skip, when the case does not fit in the
-    memory of the GPU that draws it (a case is judged where it is drawn: too large to draw is too large to
-    judge, as an oracle out of memory is)."""
+    """``(case, None)``: :func:`drawn_case`; a case too large to draw on its GPU beside what else holds that
+    GPU's memory (other campaign processes, a large case's float32 values before rounding) drawn on the host
+    instead, as a CPU campaign draws it, and judged on the GPU as before; or ``(None, verdict)``, an ``oom``
+    skip, when the host cannot draw it either."""
     # torch: this module is imported by the parent's worker.py, which must not import it
     import torch
+    from ..inputs.sizes import host_memory_problem
     from ..judge.skips import Skip, one_line, skipped_verdict
 
     try:
         return drawn_case(recipe, kernel=kernel, device=device, backward=backward), None
     except torch.cuda.OutOfMemoryError as exc:
-        meta = dict(kernel=kernel, case=f"{recipe.dtype} {recipe.shapes}", regime=recipe.regime)
-        return None, skipped_verdict(Skip("oom", one_line(exc, "drawing the case on the GPU")), torch.device(device),
-                                     meta)
+        torch.cuda.empty_cache()
+        problem = one_line(exc, "drawing the case on the GPU")
+    on_host = host_memory_problem(recipe.shapes)
+    if on_host is None:
+        return drawn_case(recipe, kernel=kernel, device=device, backward=backward, draw_on="cpu"), None
+    meta = dict(kernel=kernel, case=f"{recipe.dtype} {recipe.shapes}", regime=recipe.regime)
+    return None, skipped_verdict(Skip("oom", f"{problem}; on the host: {on_host}"), torch.device(device), meta)
 
 
 def _poisoned_verdict(kernel_name: str, case: AttentionCase, text: str, trace: str) -> Verdict:
