@@ -34,6 +34,10 @@ def _qkv_shapes(s: Shapes):
             (s.batch, s.heads_kv, s.n_k, s.head_dim_v))
 
 
+# The regimes change the float32 values they drew in place where that gives the same numbers: a long row's K and
+# V are 8 GiB each in float32, and a copy of one is what a GPU that draws them runs out of memory on.
+
+
 def random(gen, s: Shapes, fmax: float) -> Values:
     """Standard normal q, k, v: the diffuse case every test suite already covers."""
     qs, ks, vs = _qkv_shapes(s)
@@ -55,8 +59,8 @@ def growing_max(gen, s: Shapes, fmax: float) -> Values:
     q, k, v = random(gen, s, fmax)
     direction = _randn(gen, 1, 1, 1, s.head_dim)
     ramp = torch.linspace(0.0, 6.0, s.n_k).view(1, 1, -1, 1)
-    k = 0.1 * k + ramp * direction / max(direction.norm().item(), 1e-3)
-    q = 0.1 * q + direction.expand_as(q) * 2.0
+    k = k.mul_(0.1).add_(ramp * direction / max(direction.norm().item(), 1e-3))
+    q = q.mul_(0.1).add_(direction * 2.0)
     return q, k, v
 
 
@@ -64,7 +68,7 @@ def huge_logits(gen, s: Shapes, fmax: float) -> Values:
     """Logits of 10^4..10^7: products past fp16's 65504 and exp underflow for all but the top keys."""
     q, k, v = random(gen, s, fmax)
     size = min(300.0, math.sqrt(fmax) / 2)
-    return q * size, k * size, v
+    return q.mul_(size), k.mul_(size), v
 
 
 def ties(gen, s: Shapes, fmax: float) -> Values:
@@ -85,14 +89,14 @@ def near_ties(gen, s: Shapes, fmax: float) -> Values:
 def flat(gen, s: Shapes, fmax: float) -> Values:
     """Tiny logits: nearly uniform attention over every key (accumulation precision on long rows)."""
     q, k, v = random(gen, s, fmax)
-    return q * 1e-2, k * 1e-2, v
+    return q.mul_(1e-2), k.mul_(1e-2), v
 
 
 def flat_large_v(gen, s: Shapes, fmax: float) -> Values:
     """Flat attention over V near 1000: the unnormalised sum of P @ V is about Nk * 1000, past fp16's
     65504 from 66 keys on, while the output stays near 1000 (an accumulator kept in half precision)."""
     q, k, v = flat(gen, s, fmax)
-    return q, k, 1000.0 + 16.0 * v
+    return q, k, v.mul_(16.0).add_(1000.0)
 
 
 def coherent_p_rounding(gen, s: Shapes, fmax: float) -> Values:
@@ -124,13 +128,13 @@ def cancelling_v(gen, s: Shapes, fmax: float) -> Values:
     """V columns of large opposite values: outputs near zero while the weight scale stays large."""
     q, k, v = random(gen, s, fmax)
     sign = torch.where(torch.arange(s.n_k) % 2 == 0, 1.0, -1.0).view(1, 1, -1, 1)
-    return q * 0.1, k * 0.1, (64.0 + v.abs()) * sign
+    return q.mul_(0.1), k.mul_(0.1), v.abs_().add_(64.0).mul_(sign)
 
 
 def positive_v(gen, s: Shapes, fmax: float) -> Values:
     """V far from zero and all positive: outputs near 100, a matmul-shaped error."""
     q, k, v = random(gen, s, fmax)
-    return q, k, 100.0 + v
+    return q, k, v.add_(100.0)
 
 
 def subnormal_p(gen, s: Shapes, fmax: float) -> Values:
@@ -147,7 +151,7 @@ def subnormal_p(gen, s: Shapes, fmax: float) -> Values:
 def tiny_values(gen, s: Shapes, fmax: float) -> Values:
     """V near 1e-5: fp16 outputs are subnormal and their rounding is absolute."""
     q, k, v = random(gen, s, fmax)
-    return q, k, v * 1e-5
+    return q, k, v.mul_(1e-5)
 
 
 VALUE_REGIMES: dict[str, Callable[..., Values]] = {
