@@ -53,3 +53,31 @@ def test_an_outlier_on_one_head_is_still_suspicious():
     # The twin's own output is inside its envelope.
     twin_ratio = float(error_ratios(out.double(), ref.out, budget.total, ref.empty_rows)[0].max())
     assert envelope_findings(case, budget, twin_ratio, device="cpu", out=out) == []
+
+
+def test_the_twin_skips_the_key_tiles_no_row_sees_and_no_bit_changes(monkeypatch):
+    from flashcheck.features.variant import Variant
+    from flashcheck.numerics import twin
+    from flashcheck.numerics.twin import Tiling
+
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 2, n, 16, generator=gen).half() for n in (9, 300, 300))
+    padding = torch.arange(300).view(1, 1, 1, -1) < torch.tensor([120, 300]).view(2, 1, 1, 1)
+    runs = [dict(variant=Variant(window=(20, 0)), causal="bottom_right"), dict(attn_mask=padding),
+            dict(variant=Variant(chunk=64), causal="bottom_right"), dict(attn_mask=torch.zeros(1, 1, 9, 300).bool())]
+    seen, every = [], []
+    for kw in runs:
+        for tiling in (Tiling(16, 16), Tiling(8, 32, key_order=torch.randperm(300, generator=gen))):
+            seen.append(twin_attention(q, k, v, scale=0.25, precision="flash", tiling=tiling, **kw))
+    seen_tiles = twin._seen_tiles(twin.visible("bottom_right", None, (2, 2, 9, 300), variant=Variant(window=(20, 0))),
+                               16)
+    assert seen_tiles == [256, 272, 288], seen_tiles  # windows of 21 keys ending at keys 291 to 299: keys 271 to 299
+    monkeypatch.setattr(twin, "_seen_tiles", lambda vis, block_n: range(0, vis.shape[-1], block_n))
+    gen.manual_seed(11)
+    q, k, v = (torch.randn(2, 2, n, 16, generator=gen).half() for n in (9, 300, 300))
+    for kw in runs:
+        for tiling in (Tiling(16, 16), Tiling(8, 32, key_order=torch.randperm(300, generator=gen))):
+            every.append(twin_attention(q, k, v, scale=0.25, precision="flash", tiling=tiling, **kw))
+    for (out, lse), (out_all, lse_all) in zip(seen, every):
+        assert torch.equal(out.float() + 0.0, out_all.float() + 0.0)  # + 0.0: the sign of a zero aside
+        assert torch.equal(lse, lse_all)

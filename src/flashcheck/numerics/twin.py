@@ -143,7 +143,7 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
         m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=qf.device)
         l = torch.zeros_like(m)
         acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=qf.device)
-        for n0 in range(0, s.n_k, block_n):
+        for n0 in _seen_tiles(vis[:, :, rows], block_n):
             cols = slice(n0, n0 + block_n)
             s2 = scores.log2(qb @ kq[:, :, cols].transpose(-1, -2), rows, cols)  # log2 domain, fp32
             s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
@@ -164,6 +164,16 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
         out[:, :, rows] = o.to(dtype)
         lse[:, :, rows] = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)[..., 0]
     return out, lse
+
+
+def _seen_tiles(vis, block_n: int) -> list[int]:
+    """The starts of the key tiles that some row of ``vis`` (B or 1, Hq or 1, rows, Nk) sees. A tile no row sees
+    changes no number: its weights are 0 and its rescale factor exp2(m - m) = 1, or l and acc stay 0 while m is
+    -inf. Skipping it spares a long masked row (a window, a chunk, padding) most of its tiles; one sync a block."""
+    n_k = vis.shape[-1]
+    seen = vis.reshape(-1, n_k).any(0)
+    per_tile = torch.nn.functional.pad(seen, (0, -n_k % block_n)).view(-1, block_n).any(1)
+    return (per_tile.nonzero().flatten() * block_n).tolist()
 
 
 class _Scores:
