@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import time
 import tracemalloc
-from dataclasses import asdict, dataclass
 
 import torch
 
 import flashcheck
+from flashcheck.contract.validation import Shapes
 from flashcheck.files import write_json
 from flashcheck.inputs.case import AttentionCase
 from flashcheck.judge.check import run_kernel
@@ -30,33 +30,25 @@ from flashcheck.kernels.registry import resolve_kernel
 AXES = ("keys", "batch", "heads")
 
 
-@dataclass(frozen=True)
-class Shape:
-    batch: int
-    heads: int
-    n_q: int
-    n_k: int
-    head_dim: int
-
-    @property
-    def elements(self) -> int:
-        """Score elements: the work of one attention call."""
-        return self.batch * self.heads * self.n_q * self.n_k
-
-
-def grown(axis: str, factor: int, base_n: int, head_dim: int) -> Shape:
+def grown(axis: str, factor: int, base_n: int, head_dim: int) -> Shapes:
+    """The base case (B = H = 1, Nq = Nk = base_n) with ``axis`` grown ``factor`` times (Hq = Hkv)."""
     if axis == "keys":
-        return Shape(1, 1, base_n, base_n * factor, head_dim)
+        return Shapes(1, 1, 1, base_n, base_n * factor, head_dim, head_dim)
     if axis == "batch":
-        return Shape(factor, 1, base_n, base_n, head_dim)
-    return Shape(1, factor, base_n, base_n, head_dim)
+        return Shapes(factor, 1, 1, base_n, base_n, head_dim, head_dim)
+    return Shapes(1, factor, factor, base_n, base_n, head_dim, head_dim)
 
 
-def drawn(shape: Shape, device: str) -> AttentionCase:
-    gen = torch.Generator(device=device).manual_seed(shape.elements)
-    q, k, v = (torch.randn(shape.batch, shape.heads, n, shape.head_dim, generator=gen, device=device,
-                           dtype=torch.float16) for n in (shape.n_q, shape.n_k, shape.n_k))
-    return AttentionCase.create(q, k, v, scale=shape.head_dim ** -0.5)
+def elements(s: Shapes) -> int:
+    """Score elements: the work of one attention call."""
+    return s.batch * s.heads_q * s.n_q * s.n_k
+
+
+def drawn(s: Shapes, device: str) -> AttentionCase:
+    gen = torch.Generator(device=device).manual_seed(elements(s))
+    q, k, v = (torch.randn(s.batch, heads, n, s.head_dim, generator=gen, device=device, dtype=torch.float16)
+               for heads, n in ((s.heads_q, s.n_q), (s.heads_kv, s.n_k), (s.heads_kv, s.n_k)))
+    return AttentionCase.create(q, k, v, scale=s.head_dim ** -0.5)
 
 
 class Peak:
@@ -98,7 +90,8 @@ def kernel_time(kernel, case: AttentionCase, device: str, repeats: int) -> tuple
 
 def measure(kernel, axis: str, factor: int, args) -> dict:
     shape = grown(axis, factor, args.base_n, args.head_dim)
-    row = {"axis": axis, "factor": factor, **asdict(shape), "elements": shape.elements, "device": args.device}
+    row = {"axis": axis, "factor": factor, "batch": shape.batch, "heads": shape.heads_q, "n_q": shape.n_q,
+           "n_k": shape.n_k, "head_dim": shape.head_dim, "elements": elements(shape), "device": args.device}
     case = drawn(shape, args.device)
     row["inputs_mib"] = sum(t.numel() * t.element_size() for t in (case.q, case.k, case.v)) / 2**20
     row["kernel_s"], row["kernel_peak_mib"] = kernel_time(kernel, case, args.device, args.repeats)

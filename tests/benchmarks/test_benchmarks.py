@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from flashcheck.contract.validation import Shapes
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_work.py"
 
 
@@ -23,9 +25,10 @@ def bench():
 
 
 def test_each_axis_grows_its_own_dimension(bench):
-    assert bench.grown("keys", 10, 32, 16) == bench.Shape(1, 1, 32, 320, 16)
-    assert bench.grown("batch", 10, 32, 16) == bench.Shape(10, 1, 32, 32, 16)
-    assert bench.grown("heads", 10, 32, 16) == bench.Shape(1, 10, 32, 32, 16)
+    assert bench.grown("keys", 10, 32, 16) == Shapes(1, 1, 1, 32, 320, 16, 16)
+    assert bench.grown("batch", 10, 32, 16) == Shapes(10, 1, 1, 32, 32, 16, 16)
+    assert bench.grown("heads", 10, 32, 16) == Shapes(1, 10, 10, 32, 32, 16, 16)
+    assert {bench.elements(bench.grown(axis, 10, 32, 16)) for axis in bench.AXES} == {10 * 32 * 32}
 
 
 def test_rows_time_the_kernel_and_the_check(bench, capsys, tmp_path):
