@@ -83,7 +83,8 @@ def run_row(name: str, *, src: Path, device: str, seconds: float, seed: int, cac
             "elapsed_s": d.get("elapsed_s", 0.0), "sources": d.get("sources"),
             "cases_per_s": d.get("cases_per_s"), "first_case_s": _first_case_s(d),
             "steady_cases_per_s": d.get("steady_cases_per_s"), "compilations": d.get("compilations"),
-            "compile_s": split.get("compile"),
+            "compile_s": split.get("compile"), "skipped": d.get("skipped") or {},
+            "skipped_reasons": d.get("skipped_reasons") or {},
             "ms_per_case": {p: round(1000 * split.get(p, 0.0) / cases, 2) for p in PARTS}}
 
 
@@ -139,9 +140,10 @@ def _table(results: list[dict]) -> str:
         comp = "" if r.get("compilations") is None else f"{r['compilations']} / {r.get('compile_s') or 0:.0f}s"
         steady = "" if r.get("steady_cases_per_s") is None else f"{r['steady_cases_per_s']:.1f}"
         first = "" if r.get("first_case_s") is None else f"{r['first_case_s']:.2f}"
+        skips = ", ".join(f"{n} {kind}" for kind, n in sorted((r.get("skipped") or {}).items()) if n)
         lines.append(f"{r['label']:8} {r['row']:15} {r['cases']:6} {r['cases_per_s'] or 0:8.2f} {steady:>7} {first:>7} "
                      f"{r['wall_s']:7.1f} "
-                     f"{ms} {comp:>9}  {r['verdict']}")
+                     f"{ms} {comp:>9}  {r['verdict']}" + (f" ({skips} skipped)" if skips else ""))
         if r.get("same_cases_speedup"):
             lines.append(f"{'':8} {'':15} the same cases one worker seed after another in one process: "
                          f"{r['same_cases_one_process_per_s']:.2f} cases/s, speed-up {r['same_cases_speedup']:.2f}x")
