@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from flashcheck.contract.validation import Shapes
 from flashcheck.inputs.covering import shape_classes
 from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs import sizes
 from flashcheck.inputs.recipe_draws import INT32_ELEMENTS, draw_recipes, past_int32
+from flashcheck.inputs.regimes import make_values
+from flashcheck.inputs.sizes import drawing_bytes, drawn_by_entry, entry_seed
 from flashcheck.kernels.registry import resolve_kernel
 
 LONG = load_preset("long-context")
@@ -96,3 +101,25 @@ def test_a_case_larger_than_the_hosts_memory_is_skipped_not_drawn(tmp_path, monk
     summary = json.loads(out.read_text())
     assert code == 3 and summary["verdict"] == "NO_CASES" and summary["skipped"]["oom"] == 3
     assert "GiB of host memory" in " ".join(summary["skipped_reasons"])
+
+
+def test_a_case_past_the_lean_size_is_drawn_one_batch_entry_at_a_time(monkeypatch):
+    s = Shapes(3, 2, 1, 4, 64, 16, 16)
+    plain = make_values("growing_max", shapes=s, dtype=torch.float16, seed=5)
+    monkeypatch.setattr(sizes, "LEAN_BYTES", 1000)  # this small case now counts as large
+    assert drawn_by_entry(s) and not drawn_by_entry(dataclasses.replace(s, batch=1))
+    lean = make_values("growing_max", shapes=s, dtype=torch.float16, seed=5)
+    again = make_values("growing_max", shapes=s, dtype=torch.float16, seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(lean, again))  # a function of the recipe
+    assert not all(torch.equal(a, b) for a, b in zip(lean, plain))  # and not the whole case's generator
+    one = dataclasses.replace(s, batch=1)
+    for entry in range(s.batch):
+        alone = make_values("growing_max", shapes=one, dtype=torch.float16, seed=entry_seed(5, entry))
+        assert all(torch.equal(t[entry], u[0]) for t, u in zip(lean, alone))
+
+
+def test_drawing_a_case_past_int32_takes_its_rounded_size_and_one_entry_of_float32():
+    s = past_int32(Shapes(1, 8, 2, 16, 65536, 128, 128))
+    rounded = 2 * (s.batch * 8 * 16 * 128 + 2 * s.batch * 2 * 65536 * 128)
+    # 8.1 GiB of rounded values and 0.2 GiB more, where the float32 values of the whole case take 16 GiB
+    assert drawn_by_entry(s) and rounded < drawing_bytes(s) < 1.05 * rounded

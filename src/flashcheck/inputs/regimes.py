@@ -8,6 +8,7 @@ shrink the recipe instead of the numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -18,6 +19,7 @@ from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features.registry import REGISTRY
 from .drawing import seeded
+from .sizes import drawn_by_entry, entry_seed
 
 __all__ = ["FEATURE_MASKS", "VALUE_REGIMES", "MASK_REGIMES", "SCALE_REGIMES", "UPSTREAM_REGIMES", "make_values", "make_mask",
            "make_scale", "make_upstream"]
@@ -166,8 +168,21 @@ def make_values(regime: str, *, shapes: Shapes, dtype, seed: int) -> Values:
         raise InvalidArgument("regime", regime, "unknown value regime",
                               f"Use one of {sorted(VALUE_REGIMES)}.")
     fmt = format_of(dtype)
-    gen = seeded(seed)
-    values = list(VALUE_REGIMES[regime](gen, shapes, fmt.max_value))
+    if not drawn_by_entry(shapes):
+        return _rounded(VALUE_REGIMES[regime](seeded(seed), shapes, fmt.max_value), fmt)
+    one = dataclasses.replace(shapes, batch=1)
+    values = None
+    for b in range(shapes.batch):
+        entry = _rounded(VALUE_REGIMES[regime](seeded(entry_seed(seed, b)), one, fmt.max_value), fmt)
+        if values is None:
+            values = tuple(torch.empty((shapes.batch, *t.shape[1:]), dtype=t.dtype) for t in entry)
+        for out, t in zip(values, entry):
+            out[b] = t[0]
+    return values
+
+
+def _rounded(values: Values, fmt) -> Values:
+    values = list(values)
     for i, t in enumerate(values):  # one at a time, each float32 tensor let go once rounded: K and V may be 8 GiB
         t = t.clamp_(-fmt.max_value, fmt.max_value) if t.is_contiguous() else t.clamp(-fmt.max_value, fmt.max_value)
         values[i] = t = t.to(fmt.dtype).contiguous()

@@ -7,8 +7,8 @@ import dataclasses
 
 from ..contract.validation import Shapes
 
-__all__ = ["ELEMENT_REGIMES", "INT32_ELEMENTS", "LARGE_DTYPES", "available_host_bytes", "drawing_bytes",
-           "host_memory_problem", "past_int32"]
+__all__ = ["ELEMENT_REGIMES", "INT32_ELEMENTS", "LARGE_DTYPES", "LEAN_BYTES", "available_host_bytes", "drawing_bytes",
+           "drawn_by_entry", "entry_seed", "host_memory_problem", "past_int32"]
 
 # A tensor past this many elements has offsets an int32 cannot hold.
 INT32_ELEMENTS = 2**31
@@ -16,6 +16,8 @@ INT32_ELEMENTS = 2**31
 # into the largest tensor (one recipe in eight of a preset with large_tensors; 16-bit inputs only, which keep such
 # a case within an H200's memory: K and V take 4 GiB and more each).
 ELEMENT_REGIMES = ("none",) * 7 + ("past_int32",)
+# Above this many bytes of float32 values, a case is drawn one batch entry at a time (drawn_by_entry).
+LEAN_BYTES = 2**31
 LARGE_DTYPES = ("fp16", "bf16")
 
 
@@ -28,12 +30,36 @@ def past_int32(s: Shapes) -> Shapes:
     return dataclasses.replace(s, batch=max(s.batch, -(-INT32_ELEMENTS // per_entry) + 1))
 
 
+def drawn_by_entry(s: Shapes) -> bool:
+    """Whether a case of shapes ``s`` is drawn one batch entry at a time (:func:`entry_seed`): its float32 values
+    before rounding would take more than LEAN_BYTES at once (about 20 GiB for a case past 2^31 elements, which
+    four campaign processes drawing on one GPU, or a host, do not hold)."""
+    return s.batch > 1 and 4 * _elements(s) > LEAN_BYTES
+
+
+def entry_seed(seed: int, entry: int) -> int:
+    """The seed of batch entry ``entry`` of a case drawn by entry: a function of the recipe's seed alone."""
+    return (seed * 1_000_003 + entry + 1) % 2**63
+
+
 def drawing_bytes(s: Shapes) -> int:
-    """Host memory the value regimes take to draw a case of shapes ``s``: q, k and v in float32 at once, and the
-    rounded copy of the largest (an upper bound for 16-bit and fp8 inputs, which are what gets that large)."""
+    """Memory the value regimes take to draw a case of shapes ``s``: the float32 values of the case (or of one
+    batch entry, :func:`drawn_by_entry`) at once, the rounded copy of the largest, and the rounded case (an upper
+    bound for 16-bit and fp8 inputs, which are what gets that large)."""
+    q, k, v = _sizes(s)
+    if not drawn_by_entry(s):
+        return 4 * (q + k + v) + 2 * max(q, k, v)
+    return 2 * (q + k + v) + (4 * (q + k + v) + 2 * max(q, k, v)) // s.batch
+
+
+def _sizes(s: Shapes) -> tuple[int, int, int]:
     q = s.batch * s.heads_q * s.n_q * s.head_dim
     k, v = (s.batch * s.heads_kv * s.n_k * d for d in (s.head_dim, s.head_dim_v))
-    return 4 * (q + k + v) + 2 * max(q, k, v)
+    return q, k, v
+
+
+def _elements(s: Shapes) -> int:
+    return sum(_sizes(s))
 
 
 def available_host_bytes() -> int | None:
