@@ -81,3 +81,16 @@ def test_the_twin_skips_the_key_tiles_no_row_sees_and_no_bit_changes(monkeypatch
     for (out, lse), (out_all, lse_all) in zip(seen, every):
         assert torch.equal(out.float() + 0.0, out_all.float() + 0.0)  # + 0.0: the sign of a zero aside
         assert torch.equal(lse, lse_all)
+
+
+def test_the_runs_go_fewest_key_tiles_first_and_their_order_changes_no_envelope(monkeypatch):
+    """The runs stop at the first that reaches ``enough``; in any order the envelope reaches it or it does not, and a
+    walk through them all gives the same worst, as long as the shuffled runs keep their order (which draws theirs)."""
+    from flashcheck.judge import envelope
+
+    runs = envelope.ENVELOPE_TILINGS
+    assert [n for _, n, _ in runs] == sorted((n for _, n, _ in runs), reverse=True)
+    case, budget = _case()
+    whole = reordering_envelope(case, budget, device="cpu")
+    monkeypatch.setattr(envelope, "ENVELOPE_TILINGS", (runs[3], runs[1], runs[0], runs[2]))  # the order before
+    assert reordering_envelope(case, budget, device="cpu") == whole
