@@ -1,6 +1,7 @@
 """Multi-head latent attention's head dims, 576 / 512 (absorbed decode) and 192 / 128 (prefill): the float64
 oracle's certified bound holds against mpmath there on adversarial rows, and the budget passes PyTorch's math
-backend there. The generic audits (tests/oracle/test_oracle_audit.py) draw head dims up to 32 only."""
+backend and the flash twin there. The generic audits (tests/oracle/test_oracle_audit.py) draw head dims up to 32
+only. Last, the spec's limit on head dims, 1,024."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from flashcheck.inputs.regimes import make_values
 from flashcheck.judge.check import check
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.numerics.audit import audit_reference
+from flashcheck.numerics.budget import error_budget
 from flashcheck.numerics.oracle import reference_attention
+from flashcheck.numerics.twin import Tiling, twin_attention
 
 MLA_DIMS = [(576, 512), (192, 128)]
+SHUFFLE = torch.Generator().manual_seed(0)
 
 
 def huge_near_ties(shapes: Shapes, dtype: str, seed: int):
@@ -89,6 +93,23 @@ def test_torch_math_passes_at_576_by_512(dtype, seed, regime):
     assert verdict.max_ratio <= 1.0
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiling", [Tiling(16, 16), Tiling(64, 64, key_order=torch.randperm(40, generator=SHUFFLE))],
+                         ids=["16x16", "64x64-shuffled"])
+def test_the_flash_twin_stays_within_the_budget_at_576_by_512(dtype, tiling):
+    """The twin rounding where the flash contract allows (P to the dtype) at MLA's widest dims."""
+    s = Shapes(1, 2, 1, 7, 40, 576, 512)
+    worst = 0.0
+    for seed, regime in enumerate(("random", "near_ties", "growing_max", "huge_near_ties")):
+        q, k, v = values(regime, s, dtype, seed=seed)
+        out, _ = twin_attention(q, k, v, scale=576 ** -0.5, causal="bottom_right", tiling=tiling)
+        budget = error_budget(q, k, v, scale=576 ** -0.5, causal="bottom_right")
+        ratio = float(((out.double() - budget.reference.out).abs() / budget.total).nan_to_num(0.0).max())
+        assert ratio <= 1.0, (regime, ratio)
+        worst = max(worst, ratio)
+    assert worst > 0.05  # the twin rounds: a budget it never approached would test nothing
+
+
 # The contract: head dims to 1,024, the framework's limit; a kernel keeps declaring its own.
 
 def test_a_spec_takes_head_dims_up_to_1024():
@@ -118,3 +139,4 @@ def test_mla_shapes_are_a_shape_class():
     assert "wide_head_dim" in shape_classes(Shapes(1, 16, 1, 1, 300, 576, 512))
     assert "wide_head_dim" in shape_classes(Shapes(1, 1, 1, 1, 1, 64, 512))
     assert "wide_head_dim" not in shape_classes(Shapes(1, 1, 1, 1, 1, 256, 256))
+
