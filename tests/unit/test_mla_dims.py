@@ -72,6 +72,14 @@ def test_float64_bound_holds_against_mpmath_at_mla_dims(d, dv, dtype, regime):
         assert audit.lse_worst_ratio <= 1.0, f"lse: {audit.lse_worst_ratio}"
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("regime", ["huge_near_ties", "near_ties"])
+def test_float64_bound_holds_against_mpmath_at_the_limit(dtype, regime):
+    q, k, v = values(regime, Shapes(1, 1, 1, 2, 4, 1024, 1024), dtype, seed=3)
+    audit = audit_reference(q, k, v, scale=1024 ** -0.5)
+    assert audit.ok and audit.worst_ratio > 0, audit
+
+
 @pytest.mark.parametrize("d,dv", MLA_DIMS)
 @pytest.mark.parametrize("regime", ["random", "near_ties", "ties"])
 def test_the_bound_stays_far_below_fp32_rounding_at_mla_dims(d, dv, regime):

@@ -1,6 +1,6 @@
 """Head dims: flashcheck's limit on them, and the head dims a preset, a property test or a strategy names.
 
-A named head dim is D alone (Dv = D, or Dv drawn from the other single dims where the spec lets Dv differ) or a
+A named head dim is D alone (Dv = D, or Dv drawn from the single dims where the spec lets Dv differ) or a
 pair [D, Dv] that fixes both. Multi-head latent attention needs pairs: its Dv sits far from D (576 and 512 in
 absorbed decode, 192 and 128 in prefill) and from any other dim a kernel takes. The names are checked here, once:
 their form where they are read (:func:`head_dim_choices`), the spec's word on them where shapes are drawn
@@ -16,8 +16,9 @@ from .counts import check_count
 
 __all__ = ["MAX_HEAD_DIM", "HeadDimPair", "head_dim_choices", "spec_choices"]
 
-# The largest D and Dv a spec may declare: the float64 oracle's bound, the budget and the twin are audited
-# against mpmath up to MLA's 576 (tests/unit/test_mla_dims.py), and nothing in them depends on D beyond gamma_D.
+# The largest D and Dv a spec may declare: the float64 oracle's bound holds against mpmath at MLA's 576 / 512 and
+# at 1,024, and the budget holds for PyTorch's math backend and the flash twin at 576 / 512
+# (tests/unit/test_mla_dims.py). D enters them only through gamma_D and the size of their work arrays.
 MAX_HEAD_DIM = 1024
 
 _FIX = (f"Give head dims as whole numbers from 1 to {MAX_HEAD_DIM}, each alone (D) or as a pair [D, Dv] that "

@@ -43,7 +43,7 @@ def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tu
     return items
 
 
-# What a head dim past flashcheck's limit is told (the oracle and the budget are audited up to it).
+# What a head dim past flashcheck's limit is told: past it, neither the oracle nor the budget was audited.
 _HEAD_DIM_FIX = (f"flashcheck checks head dims up to {MAX_HEAD_DIM}: declare max_head_dim and head_dims within "
                  f"1 to {MAX_HEAD_DIM}.")
 
