@@ -42,6 +42,9 @@ def test_user_preset_by_path(tmp_path):
     ("large_tensors = 1\n", "large_tensors=1: wrong kind of value.*true or false"),
     ("max_decode_n = true\n", "max_decode_n=True: wrong kind of value.*an integer"),
     ("min_n = 4096\nmax_decode_n = 1024\n", "max_decode_n=1024: below min_n"),
+    ('head_dims = ["64"]\n', r"head_dims=\['64'\]: expected a list.*head dims D or pairs \[D, Dv\]"),
+    ("head_dims = [[576]]\n", r"^bad.toml: head_dims=\[576\]: a pair holds two head dims"),
+    ("head_dims = [64, [576, 2048]]\n", r"^bad.toml: head_dims=2048: expected a head dim, from 1 to 1024"),
 ])
 def test_bad_user_presets_are_refused_by_key(tmp_path, text, words):
     path = tmp_path / "bad.toml"
@@ -68,3 +71,25 @@ def test_a_preset_names_the_variant_features_it_draws(tmp_path):
     path.write_text('variants = ["alibi"]\n')
     with pytest.raises(InvalidArgument, match=r"^biased.toml: variants=\['alibi'\].*alibi_slopes for ALiBi"):
         load_preset(path)
+
+
+def test_a_preset_names_head_dim_pairs(tmp_path):
+    from flashcheck.contract.head_dims import HeadDimPair
+
+    path = tmp_path / "mla.toml"
+    path.write_text("head_dims = [[576, 512], [192, 128], 64]\n")
+    assert load_preset(path).strategy_options()["head_dims"] == (HeadDimPair(576, 512), HeadDimPair(192, 128), 64)
+
+
+def test_a_property_test_keeps_the_pairs_and_the_single_dims_its_kernel_takes(tmp_path):
+    from flashcheck import KernelSpec
+    from flashcheck.contract.head_dims import HeadDimPair
+    from flashcheck.testing.property_test import _strategy_options
+
+    path = tmp_path / "mla.toml"
+    path.write_text("head_dims = [[576, 512], 64, 2]\n")
+    preset = load_preset(path)
+    mla = KernelSpec(head_dims=(64, 576), max_head_dim=576, dv_equals_d=False)
+    assert _strategy_options(preset, mla)["head_dims"] == [HeadDimPair(576, 512), 64]
+    with pytest.raises(InvalidArgument, match=r"^head_dims=\[576, 512\]: the kernel's spec forbids this pair"):
+        _strategy_options(preset, KernelSpec(head_dims=(64, 128)))

@@ -192,3 +192,63 @@ def test_recipes_take_their_options_as_a_record_or_as_keywords():
     assert recipe_pools(options, max_n=16) == recipe_pools(spec=NARROW, value_regimes=("ties", "flat"))
     with pytest.raises(TypeError, match="max_m"):
         recipes(max_m=64)
+
+
+MLA = KernelSpec(max_head_dim=1024, dv_equals_d=False, gqa=True)
+
+
+def test_head_dim_pairs_fix_d_and_dv():
+    from hypothesis import HealthCheck
+
+    seen = set()
+
+    @settings(max_examples=120, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(shapes(spec=MLA, head_dims=[[576, 512], [192, 128], 64, 96]))
+    def draw(s):
+        seen.add((s.head_dim, s.head_dim_v))
+
+    draw()
+    assert {(576, 512), (192, 128)} <= seen
+    assert seen <= {(576, 512), (192, 128), (64, 64), (64, 96), (96, 64), (96, 96)}
+    assert seen & {(64, 96), (96, 64)}  # a single dim still draws its Dv from the other single dims
+
+
+@pytest.mark.parametrize("spec, head_dims, words", [
+    (MLA.replace(dv_equals_d=True), [[576, 512]], r"Dv=512 differs from D=576 \(dv_equals_d=True\)"),
+    (KernelSpec(dv_equals_d=False), [[576, 512], 64], "head dim 576 outside min_head_dim=1 to max_head_dim=256"),
+    (MLA.replace(head_dims=(64, 576), max_head_dim=576), [[192, 128]], "head dim 192 not among its head_dims"),
+    (MLA.replace(head_dims=(576,), max_head_dim=576), [[576, 640]], "Dv=640 above max_head_dim=576"),
+])
+def test_a_pair_the_spec_forbids_is_named(spec, head_dims, words):
+    with pytest.raises(InvalidArgument, match=rf"^head_dims=\[\d+, \d+\]: the kernel's spec forbids this pair: {words}"):
+        shapes(spec=spec, head_dims=head_dims)
+
+
+@pytest.mark.parametrize("head_dims, words", [
+    ([[576, 512, 64]], r"^head_dims=\[576, 512, 64\]: a pair holds two head dims"),
+    ([[576, 0]], r"^head_dims=0: expected a head dim, from 1 to 1024"),
+    ([2048], r"^head_dims=2048: expected a head dim or a pair \[D, Dv\], from 1 to 1024"),
+    (["64"], r"^head_dims='64': expected a head dim or a pair"),
+])
+def test_malformed_head_dims_are_named(head_dims, words):
+    with pytest.raises(InvalidArgument, match=words):
+        shapes(spec=MLA, head_dims=head_dims)
+
+
+def test_single_head_dims_the_spec_lacks_are_left_out_beside_a_pair():
+    drawn = draw_recipes(12, seed=0, spec=MLA.replace(head_dims=(576,), max_head_dim=576), max_n=8,
+                         head_dims=[[576, 512], 64])
+    assert {(r.shapes.head_dim, r.shapes.head_dim_v) for r in drawn} == {(576, 512)}
+
+
+@pytest.mark.parametrize("preset, digest", [("smoke", "9f4bee071c7211ef"), ("adversarial", "2e911aa5248cd8b4")])
+def test_presets_without_pairs_draw_the_recipes_they_drew_before_pairs(preset, digest):
+    """Pinned at the commit before head-dim pairs: a list of single dims (or none) draws as it did."""
+    import hashlib
+    import json
+
+    from flashcheck.inputs.presets import load_preset
+
+    spec = KernelSpec(dv_equals_d=False, gqa=True, max_head_dim=192)
+    drawn = [r.as_dict() for r in draw_recipes(30, seed=5, spec=spec, **load_preset(preset).strategy_options())]
+    assert hashlib.sha256(json.dumps(drawn, sort_keys=True, default=str).encode()).hexdigest()[:16] == digest

@@ -40,13 +40,13 @@ def check_seconds(argument: str, value, *, none_ok: bool = False, fix: str | Non
                           fix or f"Pass e.g. {argument}=600" + (", or None for no limit." if none_ok else "."))
 
 
-def check_sizes(argument: str, value) -> tuple | None:
-    """A size or sizes as a sorted tuple of counts (None stays None: any size)."""
+def check_sizes(argument: str, value, *, maximum: int | None = None, fix: str | None = None) -> tuple | None:
+    """A size or sizes as a sorted tuple of counts, each at most ``maximum`` (None stays None: any size)."""
     if value is None:
         return None
     sizes = (value,) if isinstance(value, int) else tuple(value)
     for size in sizes:
-        check_count(argument, size)
+        check_count(argument, size, maximum=maximum, fix=fix)
     if not sizes:
         raise InvalidArgument(argument, value, "empty", "Pass None or a list of sizes.")
     return tuple(sorted(sizes))

@@ -24,6 +24,7 @@ from .counts import check_count, check_sizes
 from .features import FeatureFlags
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
 from .forms import CallingForm
+from .head_dims import MAX_HEAD_DIM
 from .precision import PrecisionPromises
 from .validation import CAUSAL_MODES, Shapes
 
@@ -40,6 +41,11 @@ def _tuple_of(argument: str, value, allowed, *, allow_empty: bool = False) -> tu
         raise InvalidArgument(argument, value, f"unknown value(s) {bad}" if bad else "empty",
                               f"Choose from {list(allowed)}.")
     return items
+
+
+# What a head dim past flashcheck's limit is told: past it, neither the oracle nor the budget was audited.
+_HEAD_DIM_FIX = (f"flashcheck checks head dims up to {MAX_HEAD_DIM}: declare max_head_dim and head_dims within "
+                 f"1 to {MAX_HEAD_DIM}.")
 
 
 # Input classes a spec can keep campaigns away from: known defects of a kernel that every campaign
@@ -68,7 +74,8 @@ GRADIENT_EXCLUSIONS = ("ds_past_range", "scaled_ds_past_range", "group_share_pas
 class InputLimits:
     """The inputs a kernel accepts: dtypes, devices, causal modes, mask, heads and shapes.
 
-    ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to ``max_head_dim``);
+    ``head_dims`` lists the allowed head dims (``None``: any from ``min_head_dim`` to ``max_head_dim``), each at
+    most :data:`~flashcheck.contract.head_dims.MAX_HEAD_DIM`, as ``max_head_dim`` (which also caps Dv);
     ``dv_equals_d`` forbids Dv != D; ``seq_multiple`` requires Nq and Nk to be multiples of it;
     ``equal_lengths`` requires Nq == Nk; ``max_seqlen`` caps both lengths. ``excludes`` names input classes of
     :data:`EXCLUSIONS` that strategies do not draw: a kernel's known defects, kept out of campaigns so that
@@ -95,9 +102,9 @@ class InputLimits:
         put("causal", _tuple_of("causal", self.causal, CAUSAL_MODES))
         put("devices", _tuple_of("devices", self.devices, DEVICES))
         put("excludes", _tuple_of("excludes", self.excludes, tuple(EXCLUSIONS), allow_empty=True))
-        put("head_dims", check_sizes("head_dims", self.head_dims))
+        put("head_dims", check_sizes("head_dims", self.head_dims, maximum=MAX_HEAD_DIM, fix=_HEAD_DIM_FIX))
         check_count("min_head_dim", self.min_head_dim)
-        check_count("max_head_dim", self.max_head_dim)
+        check_count("max_head_dim", self.max_head_dim, maximum=MAX_HEAD_DIM, fix=_HEAD_DIM_FIX)
         if self.min_head_dim > self.max_head_dim:
             raise InvalidArgument("min_head_dim", self.min_head_dim, f"exceeds max_head_dim={self.max_head_dim}",
                                   "Pass min_head_dim <= max_head_dim.")
@@ -108,6 +115,18 @@ class InputLimits:
         if self.head_dims is not None:
             return self.head_dims
         return tuple(range(self.min_head_dim, self.max_head_dim + 1))
+
+    def head_dims_problem(self, d: int, dv: int) -> str | None:
+        """Why these limits exclude head dims D = ``d`` and Dv = ``dv``, or None if they allow them."""
+        if d not in self.allowed_head_dims():
+            takes = ("not among its head_dims" if self.head_dims is not None
+                     else f"outside min_head_dim={self.min_head_dim} to max_head_dim={self.max_head_dim}")
+            return f"head dim {d} {takes}"
+        if self.dv_equals_d and dv != d:
+            return f"Dv={dv} differs from D={d} (dv_equals_d=True)"
+        if dv > self.max_head_dim:
+            return f"Dv={dv} above max_head_dim={self.max_head_dim}"
+        return None
 
     def unsupported(self, shapes: Shapes, *, dtype, causal: str, has_mask: bool) -> str | None:
         """Why these limits exclude this input, or None if it is supported."""
@@ -120,12 +139,9 @@ class InputLimits:
             return "the kernel takes no attn_mask"
         if shapes.heads_q != shapes.heads_kv and not self.gqa:
             return f"GQA ({shapes.heads_q} query heads, {shapes.heads_kv} key heads) not supported"
-        if shapes.head_dim not in self.allowed_head_dims():
-            return f"head dim {shapes.head_dim} not allowed"
-        if self.dv_equals_d and shapes.head_dim_v != shapes.head_dim:
-            return f"Dv={shapes.head_dim_v} differs from D={shapes.head_dim}"
-        if shapes.head_dim_v > self.max_head_dim:
-            return f"Dv={shapes.head_dim_v} above max_head_dim={self.max_head_dim}"
+        head_dims = self.head_dims_problem(shapes.head_dim, shapes.head_dim_v)
+        if head_dims:
+            return head_dims
         if shapes.n_q % self.seq_multiple or shapes.n_k % self.seq_multiple:
             return f"lengths {shapes.n_q}, {shapes.n_k} not multiples of {self.seq_multiple}"
         if self.equal_lengths and shapes.n_q != shapes.n_k:

@@ -31,8 +31,10 @@ __all__ = ["COVERAGE_FIELDS", "SHAPE_CLASSES", "PlanShare", "covering_plan", "co
 # What a summary counts its judged cases by: the pooled fields, and the classes of their shapes.
 COVERAGE_FIELDS = POOL_FIELDS + ("shape",)
 SHAPE_CLASSES = ("one_query", "one_key", "tile_edge", "unequal_lengths", "long", "gqa", "batched", "odd_head_dim",
-                 "past_int32")
+                 "wide_head_dim", "past_int32")
 _LONG = 1024  # keys from which a row's accumulation is long
+# Past it a head dim no longer fits the register tiles of most flash kernels (the Triton kernels' limit): MLA's.
+_WIDE = 256
 
 _CANDIDATES = 24  # rows tried for each added row of the pair phase: the best one is kept
 _DESIGNED = ("mask", "scale", "layout")  # held at their simplest while each value regime comes as designed
@@ -121,11 +123,13 @@ def _candidate(pools: dict, fields: list, uncovered: set, ordered: list, rng: ra
 def shape_classes(s) -> tuple[str, ...]:
     """The classes of :data:`SHAPE_CLASSES` that shapes ``s`` (:class:`~flashcheck.contract.validation.Shapes`)
     belong to: a single query or key, a length on a tile edge (1 and tile +- 1, primes, 64 mod 128),
-    Nq != Nk, a long row, grouped heads, a batch, a head dim not a multiple of 16, a tensor past 2^31 elements."""
+    Nq != Nk, a long row, grouped heads, a batch, a head dim not a multiple of 16, D or Dv past 256, a tensor past
+    2^31 elements."""
     edges = set(SPECIAL_LENGTHS) - {1}
     found = {"one_query": s.n_q == 1, "one_key": s.n_k == 1, "tile_edge": s.n_q in edges or s.n_k in edges,
              "unequal_lengths": s.n_q != s.n_k, "long": s.n_k >= _LONG, "gqa": s.heads_q != s.heads_kv,
-             "batched": s.batch > 1, "odd_head_dim": s.head_dim % 16 != 0, "past_int32": _largest(s) > INT32_ELEMENTS}
+             "batched": s.batch > 1, "odd_head_dim": s.head_dim % 16 != 0,
+             "wide_head_dim": max(s.head_dim, s.head_dim_v) > _WIDE, "past_int32": _largest(s) > INT32_ELEMENTS}
     return tuple(c for c in SHAPE_CLASSES if found[c])
 
 

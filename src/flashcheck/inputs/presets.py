@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..contract.features import FEATURES
 from ..contract.formats import ALL_DTYPES
+from ..contract.head_dims import head_dim_choices
 from ..errors import InvalidArgument
 
 __all__ = ["Preset", "load_preset", "builtin_presets", "PRESET_DIR", "token_cap_problem"]
@@ -39,7 +40,7 @@ class Preset:
     max_n: int = 256
     max_batch: int = 2
     max_heads: int = 4
-    head_dims: tuple | None = None
+    head_dims: tuple | None = None  # ints and HeadDimPairs (a TOML [D, Dv] pair fixes both)
     max_queries: int | None = None  # queries a sequence at most (None: lengths from min_n to max_n, as the keys)
     max_total_tokens: int | None = None  # batch x (Nq + Nk) of a case at most: larger batches are cut to fit
     max_decode_n: int | None = None  # half the cases decode steps (1 to 16 queries) against min_n to it keys
@@ -60,7 +61,8 @@ _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), 
           "max_decode_n": int, "large_tensors": bool}
 _KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
 _LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
-          "variants": str, "head_dims": int}
+          "variants": str, "head_dims": (int, list)}
+_LIST_ITEMS = {"head_dims": "head dims D or pairs [D, Dv]"}
 
 
 def token_cap_problem(max_total_tokens: int | None, max_n: int, max_queries: int | None) -> str | None:
@@ -109,9 +111,12 @@ def load_preset(name_or_path: str | Path) -> Preset:
                                   f"Give {key} as {_KIND_NAMES.get(_KINDS[key], 'a number')}.")
         if key in _LISTS:
             if not isinstance(value, list) or not all(isinstance(x, _LISTS[key]) for x in value):
+                items = _LIST_ITEMS.get(key) or f"{_LISTS[key].__name__}s"
                 raise InvalidArgument(f"{path.name}: {key}", value, "expected a list",
-                                      f"Give {key} as a TOML list of {_LISTS[key].__name__}s.")
+                                      f"Give {key} as a TOML list of {items}.")
             data[key] = tuple(value)
+    if "head_dims" in data:
+        data["head_dims"] = head_dim_choices(f"{path.name}: head_dims", data["head_dims"])
     unknown = sorted(set(data.get("variants", ())) - set(FEATURES))
     if unknown:
         raise InvalidArgument(f"{path.name}: variants", list(data["variants"]), f"unknown features {unknown}",

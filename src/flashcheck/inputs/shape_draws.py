@@ -1,5 +1,6 @@
 """Shapes as hypothesis strategies: lengths on tile edges or anywhere, decode steps, GQA groups, the spec's
-head dims. :func:`shapes` checks its options and builds its strategies once (a campaign draws thousands)."""
+head dims or the named ones (a [D, Dv] pair among them fixes both). :func:`shapes` checks its options and builds
+its strategies once (a campaign draws thousands)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from ..contract.head_dims import HeadDimPair, spec_choices
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
@@ -38,7 +40,8 @@ def _lengths(spec: KernelSpec, min_n: int, max_n: int):
 def shapes(*, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256, max_batch: int = 2,
            max_heads: int = 4, head_dims=None, max_queries: int | None = None,
            max_decode_n: int | None = None) -> st.SearchStrategy[Shapes]:
-    """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec
+    """Shapes the spec allows: lengths on tile edges or anywhere, GQA groups, head dims from the spec or from
+    ``head_dims`` (those the spec allows of its single dims, and its [D, Dv] pairs, each of which it must allow)
     (``max_queries``: Nq from 1 to it, Nk from ``min_n`` to ``max_n``; None: both from ``min_n`` to ``max_n``;
     ``max_decode_n``: half the shapes are decode steps instead, 1 to 16 queries against ``min_n`` to it keys).
     The options are checked, and the strategies built, once: a campaign draws thousands of shapes."""
@@ -52,10 +55,11 @@ def shapes(*, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
         raise InvalidArgument("max_n", max_n, f"no length in [{min_n}, {max_n}] fits the spec",
                               "Raise max_n or check seq_multiple / max_seqlen in the kernel spec.")
     allowed = spec.allowed_head_dims()
-    dims = [d for d in (head_dims or allowed) if d in allowed]
-    if not dims:
+    choices = spec_choices(spec, head_dims) if head_dims else allowed
+    if not choices:
         raise InvalidArgument("head_dims", head_dims, f"none allowed by the spec ({allowed[:8]}...)",
                               "Pick head dims the kernel spec declares.")
+    dims = [d for d in choices if isinstance(d, int)]
     decode = max_queries is not None and not spec.equal_lengths
     steps = max_decode_n is not None and not spec.equal_lengths
     return _shapes(_ShapeDraws(
@@ -65,9 +69,17 @@ def shapes(*, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
         n_q=_lengths(spec, 1, max_queries) if decode else _lengths(spec, min_n, max_n),
         n_k=_lengths(spec, min_n, max_n), heads_kv=st.integers(1, max_heads),
         groups={h: st.integers(1, max(1, max_heads // h)) for h in range(1, max_heads + 1)},
-        head_dim=st.sampled_from(sorted(dims, key=lambda x: (x % 16 != 0, x))),
+        head_dim=st.sampled_from(sorted(choices, key=_draw_order)),
         head_dim_v={d: st.sampled_from(sorted(dims, key=lambda x: (x != d, x))) for d in dims},
         batch=st.integers(1, max_batch)))
+
+
+def _draw_order(choice: int | HeadDimPair) -> tuple:
+    """Where a head dim sits in the draw, first where hypothesis shrinks to: multiples of 16 first, then by D; a
+    pair after the single dim of its D (so that a list with no pair keeps the order, and the draws, it had)."""
+    if isinstance(choice, HeadDimPair):
+        return choice.d % 16 != 0, choice.d, choice.dv
+    return choice % 16 != 0, choice
 
 
 @dataclass(frozen=True)
@@ -81,8 +93,8 @@ class _ShapeDraws:
     n_k: object
     heads_kv: object
     groups: dict          # Hkv -> the GQA group sizes it allows
-    head_dim: object
-    head_dim_v: dict      # D -> Dv, D first
+    head_dim: object      # a single D or a HeadDimPair
+    head_dim_v: dict      # single D -> Dv, D first
     batch: object
 
 
@@ -96,5 +108,8 @@ def _shapes(draw, d: _ShapeDraws) -> Shapes:
     heads_kv = draw(d.heads_kv)
     group = draw(d.groups[heads_kv]) if d.spec.gqa else 1
     head_dim = draw(d.head_dim)
-    dv = head_dim if d.spec.dv_equals_d else draw(d.head_dim_v[head_dim])
+    if isinstance(head_dim, HeadDimPair):
+        head_dim, dv = head_dim.d, head_dim.dv
+    else:
+        dv = head_dim if d.spec.dv_equals_d else draw(d.head_dim_v[head_dim])
     return Shapes(draw(d.batch), heads_kv * group, heads_kv, n_q, n_k, head_dim, dv)

@@ -35,6 +35,7 @@ from ..campaign.database import PlannedDatabase
 from ..campaign.engine import Outcome, Shrink, hypothesis_test, run_test
 from ..contract.counts import check_count
 from ..contract.formats import DEVICES
+from ..contract.head_dims import spec_choices
 from ..contract.spec import BACKWARD_FIX, Kernel, as_kernel
 from ..errors import InvalidArgument
 from ..hypothesis_internals import without_local_constants
@@ -155,12 +156,12 @@ class _Failed:
 
 
 def _strategy_options(preset, spec) -> dict:
-    """The preset's strategy options, fitted to the spec where the preset cannot know it: head dims the
-    spec does not allow fall back to the spec's, and lengths reach the spec's ``seq_multiple``."""
+    """The preset's strategy options, fitted to the spec where the preset cannot know it: single head dims
+    the spec does not allow are left out (none left and no [D, Dv] pair: the spec's), and lengths reach the spec's
+    ``seq_multiple``. A pair the spec forbids is an InvalidArgument."""
     options = preset.strategy_options()
     if options["head_dims"] is not None:
-        allowed = set(spec.allowed_head_dims())
-        options["head_dims"] = [d for d in options["head_dims"] if d in allowed] or None
+        options["head_dims"] = list(spec_choices(spec, options["head_dims"])) or None
     if options["max_n"] < spec.seq_multiple:
         options["max_n"] = spec.seq_multiple
     return options
