@@ -13,7 +13,6 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
 torch.cuda.get_device_name())" | tee "$out/machine.txt"
-git log -1 --format='code: %h %s' 2>/dev/null | tee -a "$out/machine.txt"
 before=(); [ -n "${BEFORE:-}" ] && before=(--src "before=$BEFORE")
 python3 benchmarks/bench_campaign.py --device cuda --rows flash-1-worker,flash-16,flash-16-backward,longctx-4 \
     --seconds "$seconds" "${before[@]}" --json "$out/goals.json" > "$out/goals.txt" 2> "$out/goals.log"
