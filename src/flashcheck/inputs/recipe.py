@@ -33,7 +33,8 @@ __all__ = ["BIAS_FIELDS", "FORM_FIELDS", "POOL_FIELDS", "Recipe"]
 POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison",
                                                                                      "seqused")
 BIAS_FIELDS = RECIPE_SETTINGS  # filled from the spec, after the pooled fields
-FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused")
+_FORM_NUMBERS = ("shared_kv", "base_scale")  # set by a form's FormDraws (flashcheck.features.forms)
+FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused") + _FORM_NUMBERS
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class Recipe:
     same_lengths: bool = False  # each sequence's queries are its keys (a spec with equal_lengths)
     seqused: str = "none"  # the seqused_k of a kernel that takes it (flashcheck.inputs.packing.SEQUSED_REGIMES)
     elements: str = "none"  # "past_int32": the batch grown past INT32_ELEMENTS (ELEMENT_REGIMES)
+    # A form's own numbers (flashcheck.features.forms.FormDraws): V as K's first Dv columns, bit for bit (MLA's one
+    # cached row), and the scale the scale regime starts from (None: 1/sqrt(D)).
+    shared_kv: bool = False
+    base_scale: float | None = None
 
     def __post_init__(self):
         unknown = set(self.variants) - set(FEATURES) or set(self.settings) - set(RECIPE_SETTINGS)
@@ -100,7 +105,9 @@ class Recipe:
         return out
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self._flat(every=True).items()) + ")"
+        # a form's own numbers only where it sets them: a plain recipe reads as it did before them
+        fields = {k: v for k, v in self._flat(every=True).items() if k not in _FORM_NUMBERS or v not in (False, None)}
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
     def __hash__(self) -> int:
         return hash(tuple(self._flat(every=True).items()))
@@ -138,8 +145,10 @@ class Recipe:
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
+        if self.shared_kv:  # after every rounding, so that V holds K's own bits
+            v = k[..., :s.head_dim_v].contiguous()
         return AttentionCase.create(
-            q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
+            q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim, base=self.base_scale), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict(), **drawn_on(q)},
@@ -151,7 +160,7 @@ class Recipe:
         out = self._flat(every=False)
         out["shapes"] = dataclasses.asdict(self.shapes)
         for name in FORM_FIELDS + ("elements",):
-            if out[name] in ("none", "dense", False):
+            if out[name] in ("none", "dense", False, None):
                 del out[name]
         return out
 
