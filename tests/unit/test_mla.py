@@ -19,6 +19,8 @@ from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.judge.check import check
 from flashcheck.kernels.planted import MLA
 from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.selftest.config import SelftestConfig
+from flashcheck.selftest.run import run_selftest
 
 FORMS = ("torch:mla", "torch:mla-paged")
 
@@ -157,3 +159,11 @@ def test_a_saved_case_replays_to_its_verdict(name, tmp_path):
     assert again.status == "BUG" and again.max_ratio == first.max_ratio
     assert loaded.provenance["recipe"]["shared_kv"] is True
     assert check(name, loaded, device="cpu", properties=()).status == "PASS"
+
+
+def test_the_selftest_rows_of_torch_mla_catch_each_planted_bug():
+    names = ("torch:mla",) + tuple(f"torch:mla~{bug.name}" for bug in MLA)
+    rows = run_selftest(SelftestConfig("cpu", ("fp32",), cases=2, bug_cases=4, max_n=32, names=names))
+    assert [r.variant for r in rows] == list(names)
+    assert rows[0].cases == 2 and rows[0].flashcheck.false_alarms == 0
+    assert all(r.flashcheck.first_case is not None for r in rows[1:]), [r.as_dict() for r in rows]

@@ -22,8 +22,8 @@ from .triton.planted import BACKWARD_MUTANTS, MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SPLIT_KV", "TRITON",
-           "TRITON_VARLEN", "VARLEN"]
+__all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
+           "SPLIT_KV", "TRITON", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,6 @@ FP8_TRITON = (_IGNORES_K_DESCALE,)
 TRITON = MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS
 SELFTEST = MUTANTS + VARIANT_MUTANTS
 SELFTEST_BACKWARD = BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS
+# Built-in references the self-test judges after flashcheck:triton's rows: each as a correct row, and each of its
+# planted bugs (its name KERNEL~BUG) as a row to be caught. Forward only.
+SELFTEST_BUILTINS = {"torch:mla": MLA}
