@@ -19,8 +19,11 @@ from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.judge.check import check
 from flashcheck.kernels.planted import MLA
 from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.repro.calls import kernel_call
 from flashcheck.selftest.config import SelftestConfig
 from flashcheck.selftest.run import run_selftest
+
+from .test_mla_user_kernel import mla_decode
 
 FORMS = ("torch:mla", "torch:mla-paged")
 
@@ -119,8 +122,8 @@ def test_the_kernel_receives_q_and_the_one_cached_row(paged):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_two_fp32_dots_summed_stay_within_the_budget_of_one(dtype):
-    """torch:mla forms each logit as the latent's dot (512 terms) plus the rope's (64), each in fp32: its error is
-    gamma_512 + gamma_64 + u at most, inside the budget's gamma_576 of one dot over the row."""
+    """torch:mla forms each logit as the latent's dot (512 terms) plus the rope's (64), each in fp32: every product
+    carries gamma_513 at most (its dot's roundings and the one addition), inside the budget's gamma_576."""
     kernel = resolve_kernel("torch:mla", device="cpu")
     worst, differ = 0.0, False
     for seed, values in enumerate(("random", "huge_logits", "near_ties", "growing_max")):
@@ -167,3 +170,10 @@ def test_the_selftest_rows_of_torch_mla_catch_each_planted_bug():
     assert [r.variant for r in rows] == list(names)
     assert rows[0].cases == 2 and rows[0].flashcheck.false_alarms == 0
     assert all(r.flashcheck.first_case is not None for r in rows[1:]), [r.as_dict() for r in rows]
+
+
+def test_a_reproducer_of_an_mla_case_is_refused_by_name(tmp_path):
+    case = draw_recipes(1, spec=mla_decode.spec, seed=0, max_n=16)[0].build()
+    with pytest.raises(InvalidArgument) as raised:
+        kernel_call(mla_decode, case, device="cpu", case_path=tmp_path / "case.json")
+    assert raised.value.argument == "case" and "one cached row" in str(raised.value)
