@@ -5,6 +5,7 @@ budget, each planted misread of the row caught, and a saved case replayed to its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -177,3 +178,17 @@ def test_a_reproducer_of_an_mla_case_is_refused_by_name(tmp_path):
     with pytest.raises(InvalidArgument) as raised:
         kernel_call(mla_decode, case, device="cpu", case_path=tmp_path / "case.json")
     assert raised.value.argument == "case" and "one cached row" in str(raised.value)
+
+
+def test_heavy_rope_poisons_the_columns_v_must_not_read_and_keeps_the_logits():
+    plain = Recipe(Shapes(1, 4, 1, 2, 33, 576, 512), "fp32", seed=5, shared_kv=True, base_scale=MODEL_SCALE)
+    heavy = dataclasses.replace(plain, form_values="heavy_rope")
+    a, b = plain.build(), heavy.build()
+    assert torch.equal(b.v, a.v) and torch.equal(b.k[..., 512:], a.k[..., 512:] * 256)
+    logits = [c.q.double() @ c.k.double().transpose(-1, -2) for c in (a, b)]
+    assert torch.equal(*logits)  # each product q_d k_d is the plain case's, exactly
+    ratios = [check("torch:mla~values_from_rope_end", c, device="cpu", properties=(), envelope=False).max_ratio
+              for c in (a, b)]
+    assert ratios[1] > 64 * ratios[0] > 64
+    assert check("torch:mla", b, device="cpu", properties=()).status == "PASS"
+    assert "heavy_rope" in heavy.regime and Recipe.from_dict(heavy.as_dict()) == heavy

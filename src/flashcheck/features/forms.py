@@ -17,7 +17,7 @@ from typing import Callable
 from ..contract.forms import MODULES
 
 __all__ = ["ARRAYS", "FORMS", "JSON_KEYS", "SCRIPT_KEYS", "Form", "FormDraws", "LayoutDraw", "Setting", "form",
-           "form_draws", "regimes", "script_entries", "settings"]
+           "form_draws", "form_values", "regimes", "script_entries", "settings", "value_pools"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class Form:
     what it draws from); ``decode``: its sequences' queries are a decode step's (a few, the same count each).
     ``json_keys``: the case's fields the form adds to a saved case's JSON, ``arrays``: its arrays (name ->
     dtype) beside the inputs. ``draws(spec)``: the :class:`FormDraws` a kernel of ``spec`` draws its cases with,
-    or None (the spec's own limits alone).
+    or None (the spec's own limits alone); ``values``: the form's own value regimes, name -> ``change(q, k, v,
+    shapes)`` of the drawn values (in their dtype) before V is cut from K, "none" (None) first, drawn for a kernel
+    of ``spec`` where ``draws(spec)`` is not None (the recipe's ``form_values``).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Form:
     json_keys: tuple = ()
     arrays: dict = field(default_factory=dict)
     draws: Callable = lambda spec: None
+    values: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,18 @@ def settings(spec) -> tuple:
 def form_draws(spec) -> FormDraws | None:
     """What the forms a kernel of ``spec`` declares fix of its drawn cases (None: nothing)."""
     return next((d for d in (f.draws(spec) for f in FORMS) if d is not None), None)
+
+
+def value_pools(spec) -> dict:
+    """The recipe pool of the value regimes of the forms a kernel of ``spec`` draws with (none: no pool)."""
+    names = [name for f in FORMS if f.values and f.draws(spec) is not None for name in f.values]
+    return {"form_values": names} if names else {}
+
+
+def form_values(name: str, q, k, v, shapes) -> tuple:
+    """q, k, v changed by the form's value regime ``name`` ("none": as they are)."""
+    change = next(f.values[name] for f in FORMS if name in f.values) if name != "none" else None
+    return (q, k, v) if change is None else change(q, k, v, shapes)
 
 
 def script_entries(spec) -> dict:

@@ -16,6 +16,7 @@ from ..contract.formats import is_quantized
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features import forms
+from ..features.forms import form_values
 from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on, drawn_on
@@ -31,10 +32,11 @@ __all__ = ["BIAS_FIELDS", "FORM_FIELDS", "POOL_FIELDS", "Recipe"]
 # (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
 POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison",
-                                                                                     "seqused")
+                                                                                     "seqused", "form_values")
 BIAS_FIELDS = RECIPE_SETTINGS  # filled from the spec, after the pooled fields
 _FORM_NUMBERS = ("shared_kv", "base_scale")  # set by a form's FormDraws (flashcheck.features.forms)
-FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused") + _FORM_NUMBERS
+_UNSET = (False, None, "none")
+FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused", "form_values") + _FORM_NUMBERS
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Recipe:
     # cached row), and the scale the scale regime starts from (None: 1/sqrt(D)).
     shared_kv: bool = False
     base_scale: float | None = None
+    form_values: str = "none"  # the form's own value regime (flashcheck.features.forms: Form.values)
 
     def __post_init__(self):
         unknown = set(self.variants) - set(FEATURES) or set(self.settings) - set(RECIPE_SETTINGS)
@@ -106,7 +109,7 @@ class Recipe:
 
     def __repr__(self) -> str:
         # a form's own numbers only where it sets them: a plain recipe reads as it did before them
-        fields = {k: v for k, v in self._flat(every=True).items() if k not in _FORM_NUMBERS or v not in (False, None)}
+        fields = {k: v for k, v in self._flat(every=True).items() if k not in _FORM_NUMBERS + ("form_values",) or v not in _UNSET}
         return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
     def __hash__(self) -> int:
@@ -120,7 +123,8 @@ class Recipe:
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
         scales = regime_text(self.seed) if is_quantized(self.dtype) else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"
-        return f"{self.values}/{self.mask}{used}{form}{scales}{large}"
+        own = "" if self.form_values == "none" else f"/{self.form_values}"
+        return f"{self.values}/{self.mask}{own}{used}{form}{scales}{large}"
 
     def build(self, *, kernel: str | None = None, draw_on=None) -> AttentionCase | ServingCase:
         """The case; ``draw_on`` (a device, default the CPU) draws its dense tensors there and keeps q, k, v and
@@ -137,6 +141,7 @@ class Recipe:
         s = self.shapes
         quantized = is_quantized(self.dtype)
         q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if quantized else self.dtype, seed=self.seed)
+        q, k, v = form_values(self.form_values, q, k, v, s)
         # Each draw has its own generator (of the seed): the variant's does not depend on the values'.
         variant = make_variant(self.variants, shapes=s, seed=self.seed,
                                bias_dtype=self.settings.get("bias_dtype") or self.dtype, **settings_of(self.settings))

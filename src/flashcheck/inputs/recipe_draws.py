@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..errors import InvalidArgument
-from ..features.forms import form, form_draws
+from ..features.forms import form, form_draws, value_pools
 from ..features.registry import REGISTRY
 from ..features.variant import FEATURES, declared
 from ..hypothesis_internals import without_local_constants
@@ -145,7 +145,7 @@ def recipe_pools(options: RecipeOptions | None = None, /, **keywords) -> dict[st
         layouts_pool = ["contiguous"]
     return {"dtype": dtype_pool, "values": _subset("value_regimes", o.value_regimes, VALUE_ORDER),
             "mask": masks_pool, "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool,
-            **_variant_pools(spec, o.variants), **_form_pools(spec)}
+            **_variant_pools(spec, o.variants), **_form_pools(spec), **value_pools(spec)}
 
 
 def recipes(options: RecipeOptions | None = None, /, **keywords) -> st.SearchStrategy[Recipe]:
