@@ -28,6 +28,7 @@ def test_every_page_of_docs_has_its_commands_run():
 
 
 def _counts() -> dict:
+    from flashcheck.kernels.planted import SELFTEST_BUILTINS
     from flashcheck.kernels.registry import BUILTIN_KERNELS
     from flashcheck.kernels.triton import planted
     from flashcheck.kernels.triton.planted_variants import VARIANT_MUTANTS
@@ -38,9 +39,11 @@ def _counts() -> dict:
     def bugs(device: str, backward: bool = False) -> int:
         return len(subjects(device, which="bugs", backward=backward))
 
+    builtin_bugs = sum(len(b) for b in SELFTEST_BUILTINS.values())  # after flashcheck:triton's
     return {
         "kernels": len(BUILTIN_KERNELS),
-        "planted": (bugs("cuda"), len(planted.MUTANTS), len(VARIANT_MUTANTS)),
+        "planted": (bugs("cuda") - builtin_bugs, len(planted.MUTANTS), len(VARIANT_MUTANTS)),
+        "built-in planted": (builtin_bugs,),
         "cpu rows": (len(selftest_plan(SelftestConfig("cpu", which="correct"))),
                      len(selftest_plan(SelftestConfig("cpu", which="bugs")))),
         "backward": (bugs("cuda", backward=True), bugs("cpu", backward=True)),
@@ -52,6 +55,7 @@ STATED = [
     ("README.md", "kernels", r"one of the (\d+) built-in kernels"),
     ("README.md", "planted", r"(\d+) planted bugs in `flashcheck:triton` \((\d+) in the plain kernel, (\d+) in its "
                              r"attention variants\)"),
+    ("README.md", "built-in planted", r"and (\d+) of the MLA reference `torch:mla`"),
     ("README.md", "cpu rows", r"On the CPU that is (\d+) correct rows and (\d+) planted-bug rows"),
     ("README.md", "backward", r"(\d+) planted backward bugs \((\d+) on the CPU\)"),
     ("docs/cli.md", "planted", r"(\d+) planted-bug variants of `flashcheck:triton`, made by editing its source\. (\d+) "

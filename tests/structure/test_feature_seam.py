@@ -32,6 +32,7 @@ FORMS = {
     "varlen": (("varlen", "cu_seqlens"), "features/varlen.py"),
     "paged": (("paged", "block_table", "page_size", "page_sizes"), "features/paged.py"),
     "split_kv": (("split_kv", "num_splits"), "features/split_kv.py"),
+    "mla": (("mla", "kv_lora_rank", "rope_dim"), "features/mla.py"),
     "fp8": (("fp8", "float8", "e4m3", "e5m2", "e4m3fn", "descale", "descales"), "inputs/quantization.py"),
 }
 WORDS.update({name: words for name, (words, _) in FORMS.items()})

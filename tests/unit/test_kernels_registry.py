@@ -29,7 +29,8 @@ def test_builtin_names_and_descriptions():
                                      "fla:attn_decoding",
                                      "torch:varlen", "torch:paged", "torch:jagged", "torch:split-kv",
                                      "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
-                                     "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8"]
+                                     "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8",
+                                     "torch:mla", "torch:mla-paged"]
     for name, description in BUILTIN_KERNELS.items():
         assert isinstance(description, str) and description and "\n" not in description, name
 

@@ -37,4 +37,7 @@ def test_the_mutant_loader_takes_the_catalogs_names():
 def test_the_selftest_rows_are_the_catalogs_with_its_descriptions(backward):
     rows = subjects("cpu", which="bugs", backward=backward)
     chosen = planted.SELFTEST_BACKWARD if backward else planted.SELFTEST
-    assert [(r.name, r.description) for r in rows] == [(m.name, m.description) for m in chosen if "cpu" in m.devices]
+    builtins = [] if backward else [(f"{name}~{bug.name}", bug.description)
+                                    for name, bugs in planted.SELFTEST_BUILTINS.items() for bug in bugs]
+    assert [(r.name, r.description) for r in rows] == [(m.name, m.description) for m in chosen
+                                                       if "cpu" in m.devices] + builtins

@@ -25,15 +25,19 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .counts import check_sizes
+from .mla import implied_fields, latent_cache
 
 __all__ = ["FORMS", "SERVING_FORMS", "MODULES", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "check_serving_form",
-           "output_shapes"]
+           "convention_fields", "output_shapes"]
 
 FORMS = ("dense", "varlen", "paged")
 SERVING_FORMS = FORMS[1:]
-# Each serving form's module in flashcheck.features, which flashcheck.features.forms loads: the forms above, and
-# split-KV (a spec's split counts, at which a serving kernel is called). A new form is its module and a line here.
-MODULES = {"varlen": "varlen", "paged": "paged", "split_kv": "split_kv"}
+# Each serving form's module in flashcheck.features, which flashcheck.features.forms loads: the forms above,
+# split-KV (a spec's split counts, at which a serving kernel is called) and MLA (one cached row for K and V, on the
+# dense or the paged form). A new form is its module and a line here.
+MODULES = {"varlen": "varlen", "paged": "paged", "split_kv": "split_kv", "mla": "mla"}
+# The forms MLA's one cached row has a convention on (FlashMLA's dense and kvcache calls).
+MLA_FORMS = ("dense", "paged")
 LSE_BASES = ("e", "2")
 EMPTY_LSE_PROMISES = ("-inf", "+inf", "any")
 
@@ -52,6 +56,10 @@ class CallingForm:
     The lse a kernel returns beside its output: ``lse_base`` ``"e"`` (natural log, the default) or ``"2"``
     (log2, FlashInfer's and many Triton kernels' own); ``empty_lse``, its value on a row with no visible key:
     ``"-inf"``, ``"+inf"`` or ``"any"`` (None: -inf where ``fully_masked_rows="zero"``, unchecked otherwise).
+
+    ``mla``: the kernel takes multi-head latent attention's one cached row for K and V
+    (:mod:`flashcheck.contract.mla`): None, True (DeepSeek V3's 512 + 64) or a
+    :class:`~flashcheck.contract.mla.LatentCache`; it fixes the head dims and takes one KV head.
     """
 
     form: str = "dense"
@@ -61,6 +69,7 @@ class CallingForm:
     split_invariant: bool = False
     lse_base: str = "e"
     empty_lse: str | None = None
+    mla: object = None
 
     def __post_init__(self):
         if self.lse_base not in LSE_BASES:
@@ -75,6 +84,31 @@ class CallingForm:
                                   "Declare seqused_k=True with form='varlen' only.")
         object.__setattr__(self, "page_sizes", check_sizes("page_sizes", self.page_sizes))
         object.__setattr__(self, "num_splits", check_sizes("num_splits", self.num_splits))
+        object.__setattr__(self, "mla", latent_cache(self.mla))
+        if self.mla is not None and self.form not in MLA_FORMS:
+            raise InvalidArgument("form", self.form, "MLA is declared for the dense and paged forms only",
+                                  "Declare form='dense' (kernel(q, kv, ...)) or form='paged' (FlashMLA's kvcache call).")
+        if self.mla is not None and self.num_splits is not None:
+            raise InvalidArgument("num_splits", self.num_splits, "flashcheck judges MLA kernels without split counts",
+                                  "Declare num_splits=None with mla.")
+
+    def arguments(self, q, k, v) -> tuple:
+        """The tensors a kernel of this form receives of a case's q, k and v (in the form's layout): MLA's one
+        cached row serves as K and V (V being K's first columns), so its kernel gets q and k alone."""
+        return (q, k) if self.mla is not None else (q, k, v)
+
+    def unsupported(self, shapes) -> str | None:
+        """Why the form cannot hold a case of ``shapes``, or None."""
+        if self.mla is None:
+            return None
+        return self.mla.unsupported(shapes.heads_kv, shapes.head_dim, shapes.head_dim_v)
+
+
+def convention_fields(spec) -> dict:
+    """The fields of ``spec`` (a KernelSpec being built) its calling convention fixes, with their values: MLA's
+    head dims and heads (:func:`flashcheck.contract.mla.implied_fields`); none for the others."""
+    cache = latent_cache(spec.mla)
+    return {} if cache is None else implied_fields(cache, head_dims=spec.head_dims)
 
 
 def check_serving_form(form: str) -> None:

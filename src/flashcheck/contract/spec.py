@@ -23,7 +23,7 @@ from ..errors import InvalidArgument
 from .counts import check_count, check_sizes
 from .features import FeatureFlags
 from .formats import DEVICES, DTYPES, FORMATS, name_of_dtype
-from .forms import CallingForm
+from .forms import CallingForm, convention_fields
 from .head_dims import MAX_HEAD_DIM
 from .precision import PrecisionPromises
 from .validation import CAUSAL_MODES, Shapes
@@ -230,6 +230,8 @@ class KernelSpec:
     """
 
     def __post_init__(self):
+        for name, value in convention_fields(self).items():  # before the groups check them
+            object.__setattr__(self, name, value)
         for name, group in GROUPS.items():
             record = group(**{f.name: getattr(self, f.name) for f in dataclasses.fields(group)})
             for f in dataclasses.fields(group):  # the group's normalised values, read flat
@@ -258,14 +260,16 @@ class KernelSpec:
 
     def unsupported(self, shapes: Shapes, *, dtype, causal: str, has_mask: bool) -> str | None:
         """Why the spec excludes this input, or None if it is supported."""
-        return self.inputs.unsupported(shapes, dtype=dtype, causal=causal, has_mask=has_mask)
+        return (self.inputs.unsupported(shapes, dtype=dtype, causal=causal, has_mask=has_mask)
+                or self.calling.unsupported(shapes))
 
     def replace(self, **changes) -> "KernelSpec":
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["precision"] = self.precision.as_dict()
+        # records as plain data (a campaign's database keys on the spec as JSON)
+        out.update({name: value.as_dict() for name, value in out.items() if hasattr(value, "as_dict")})
         return out
 
 
@@ -304,8 +308,9 @@ class Kernel:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, q, k, v, *, scale, causal, attn_mask=None, **variant):
-        # A variant's keyword only when the case uses it.
-        return self.fn(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
+        # A variant's keyword only when the case uses it; the tensors as the spec's calling form takes them.
+        return self.fn(*self.spec.calling.arguments(q, k, v), scale=scale, causal=causal, attn_mask=attn_mask,
+                       **variant)
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})"

@@ -16,8 +16,8 @@ from typing import Callable
 
 from ..contract.forms import MODULES
 
-__all__ = ["ARRAYS", "FORMS", "JSON_KEYS", "SCRIPT_KEYS", "Form", "LayoutDraw", "Setting", "form", "regimes",
-           "script_entries", "settings"]
+__all__ = ["ARRAYS", "FORMS", "JSON_KEYS", "SCRIPT_KEYS", "Form", "FormDraws", "LayoutDraw", "Setting", "form",
+           "form_draws", "form_values", "regimes", "script_entries", "settings", "value_pools"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,10 @@ class Form:
     (field -> regimes); ``layout(draw)``: a case's fields of its physical layout (a :class:`LayoutDraw` gives
     what it draws from); ``decode``: its sequences' queries are a decode step's (a few, the same count each).
     ``json_keys``: the case's fields the form adds to a saved case's JSON, ``arrays``: its arrays (name ->
-    dtype) beside the inputs.
+    dtype) beside the inputs. ``draws(spec)``: the :class:`FormDraws` a kernel of ``spec`` draws its cases with,
+    or None (the spec's own limits alone); ``values``: the form's own value regimes, name -> ``change(q, k, v,
+    shapes)`` of the drawn values (in their dtype) before V is cut from K, "none" (None) first, drawn for a kernel
+    of ``spec`` where ``draws(spec)`` is not None (the recipe's ``form_values``).
     """
 
     name: str
@@ -57,6 +60,23 @@ class Form:
     decode: bool = False
     json_keys: tuple = ()
     arrays: dict = field(default_factory=dict)
+    draws: Callable = lambda spec: None
+    values: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FormDraws:
+    """What a form fixes of the cases drawn for it, beyond the spec's limits: ``heads_kv`` KV heads with 1 to
+    ``max_query_heads`` query heads each, 1 to ``max_queries`` queries a sequence, the head dims ``head_dims``
+    (:class:`~flashcheck.contract.head_dims.HeadDimPair` s), V as K's first Dv columns (``shared_kv``: the same
+    numbers, bit for bit), and the scale the scale regimes start from (``base_scale``; None: 1/sqrt(D))."""
+
+    heads_kv: int
+    max_query_heads: int
+    max_queries: int
+    head_dims: tuple
+    shared_kv: bool = False
+    base_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,23 @@ def settings(spec) -> tuple:
         if values:
             return tuple(Setting(f, v) for v in values)
     return (None,)
+
+
+def form_draws(spec) -> FormDraws | None:
+    """What the forms a kernel of ``spec`` declares fix of its drawn cases (None: nothing)."""
+    return next((d for d in (f.draws(spec) for f in FORMS) if d is not None), None)
+
+
+def value_pools(spec) -> dict:
+    """The recipe pool of the value regimes of the forms a kernel of ``spec`` draws with (none: no pool)."""
+    names = [name for f in FORMS if f.values and f.draws(spec) is not None for name in f.values]
+    return {"form_values": names} if names else {}
+
+
+def form_values(name: str, q, k, v, shapes) -> tuple:
+    """q, k, v changed by the form's value regime ``name`` ("none": as they are)."""
+    change = next(f.values[name] for f in FORMS if name in f.values) if name != "none" else None
+    return (q, k, v) if change is None else change(q, k, v, shapes)
 
 
 def script_entries(spec) -> dict:

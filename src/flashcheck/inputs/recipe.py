@@ -16,6 +16,7 @@ from ..contract.formats import is_quantized
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features import forms
+from ..features.forms import form_values
 from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on, drawn_on
@@ -31,9 +32,11 @@ __all__ = ["BIAS_FIELDS", "FORM_FIELDS", "POOL_FIELDS", "Recipe"]
 # (flashcheck.inputs.covering) can pin them by the first choices of a case. The variant features come
 # last: a kernel that declares none draws them from pools of one ("none"), which take no choice.
 POOL_FIELDS = ("dtype", "values", "mask", "causal", "scale", "layout") + FEATURES + ("packing", "pages", "poison",
-                                                                                     "seqused")
+                                                                                     "seqused", "form_values")
 BIAS_FIELDS = RECIPE_SETTINGS  # filled from the spec, after the pooled fields
-FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused")
+_FORM_NUMBERS = ("shared_kv", "base_scale")  # set by a form's FormDraws (flashcheck.features.forms)
+_UNSET = (False, None, "none")
+FORM_FIELDS = ("packing", "pages", "poison", "form", "same_lengths", "seqused", "form_values") + _FORM_NUMBERS
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class Recipe:
     same_lengths: bool = False  # each sequence's queries are its keys (a spec with equal_lengths)
     seqused: str = "none"  # the seqused_k of a kernel that takes it (flashcheck.inputs.packing.SEQUSED_REGIMES)
     elements: str = "none"  # "past_int32": the batch grown past INT32_ELEMENTS (ELEMENT_REGIMES)
+    # A form's own numbers (flashcheck.features.forms.FormDraws): V as K's first Dv columns, bit for bit (MLA's one
+    # cached row), and the scale the scale regime starts from (None: 1/sqrt(D)).
+    shared_kv: bool = False
+    base_scale: float | None = None
+    form_values: str = "none"  # the form's own value regime (flashcheck.features.forms: Form.values)
 
     def __post_init__(self):
         unknown = set(self.variants) - set(FEATURES) or set(self.settings) - set(RECIPE_SETTINGS)
@@ -100,7 +108,9 @@ class Recipe:
         return out
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self._flat(every=True).items()) + ")"
+        # a form's own numbers only where it sets them: a plain recipe reads as it did before them
+        fields = {k: v for k, v in self._flat(every=True).items() if k not in _FORM_NUMBERS + ("form_values",) or v not in _UNSET}
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
     def __hash__(self) -> int:
         return hash(tuple(self._flat(every=True).items()))
@@ -113,7 +123,8 @@ class Recipe:
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
         scales = regime_text(self.seed) if is_quantized(self.dtype) else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"
-        return f"{self.values}/{self.mask}{used}{form}{scales}{large}"
+        own = "" if self.form_values == "none" else f"/{self.form_values}"
+        return f"{self.values}/{self.mask}{own}{used}{form}{scales}{large}"
 
     def build(self, *, kernel: str | None = None, draw_on=None) -> AttentionCase | ServingCase:
         """The case; ``draw_on`` (a device, default the CPU) draws its dense tensors there and keeps q, k, v and
@@ -130,6 +141,7 @@ class Recipe:
         s = self.shapes
         quantized = is_quantized(self.dtype)
         q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if quantized else self.dtype, seed=self.seed)
+        q, k, v = form_values(self.form_values, q, k, v, s)
         # Each draw has its own generator (of the seed): the variant's does not depend on the values'.
         variant = make_variant(self.variants, shapes=s, seed=self.seed,
                                bias_dtype=self.settings.get("bias_dtype") or self.dtype, **settings_of(self.settings))
@@ -138,8 +150,10 @@ class Recipe:
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
+        if self.shared_kv:  # after every rounding, so that V holds K's own bits
+            v = k[..., :s.head_dim_v].contiguous()
         return AttentionCase.create(
-            q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim), causal=self.causal,
+            q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim, base=self.base_scale), causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict(), **drawn_on(q)},
@@ -151,7 +165,7 @@ class Recipe:
         out = self._flat(every=False)
         out["shapes"] = dataclasses.asdict(self.shapes)
         for name in FORM_FIELDS + ("elements",):
-            if out[name] in ("none", "dense", False):
+            if out[name] in ("none", "dense", False, None):
                 del out[name]
         return out
 

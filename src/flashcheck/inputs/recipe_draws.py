@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..errors import InvalidArgument
-from ..features.forms import form
+from ..features.forms import form, form_draws, value_pools
 from ..features.registry import REGISTRY
 from ..features.variant import FEATURES, declared
 from ..hypothesis_internals import without_local_constants
@@ -145,7 +145,7 @@ def recipe_pools(options: RecipeOptions | None = None, /, **keywords) -> dict[st
         layouts_pool = ["contiguous"]
     return {"dtype": dtype_pool, "values": _subset("value_regimes", o.value_regimes, VALUE_ORDER),
             "mask": masks_pool, "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool,
-            **_variant_pools(spec, o.variants), **_form_pools(spec)}
+            **_variant_pools(spec, o.variants), **_form_pools(spec), **value_pools(spec)}
 
 
 def recipes(options: RecipeOptions | None = None, /, **keywords) -> st.SearchStrategy[Recipe]:
@@ -167,7 +167,13 @@ def recipes(options: RecipeOptions | None = None, /, **keywords) -> st.SearchStr
                       head_dims=o.head_dims, max_queries=max_queries, max_decode_n=o.max_decode_n),
         serving_batch=st.integers(1, max(o.max_batch, MIN_SERVING_BATCH)) if spec.form != "dense" else None,
         elements=st.sampled_from(ELEMENT_REGIMES) if o.large_tensors and spec.form == "dense" else None,
-        max_total_tokens=o.max_total_tokens))
+        max_total_tokens=o.max_total_tokens, numbers=_form_numbers(spec)))
+
+
+def _form_numbers(spec: KernelSpec) -> dict:
+    """The recipe fields a form fixes of its cases' numbers (:class:`~flashcheck.features.forms.FormDraws`)."""
+    fixed = form_draws(spec)
+    return {} if fixed is None else {"shared_kv": fixed.shared_kv, "base_scale": fixed.base_scale}
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,7 @@ class _RecipeDraws:
     serving_batch: object  # a serving form's batch (None: the dense form)
     elements: object       # past_int32 or not, for 16-bit inputs (None: never)
     max_total_tokens: int | None
+    numbers: dict          # the recipe fields a form fixes (shared_kv, base_scale), the same for every case
 
 
 _SEEDS = st.integers(0, 2**32 - 1)
@@ -206,7 +213,7 @@ def _recipes(draw, d: _RecipeDraws) -> Recipe:
         s = dataclasses.replace(s, n_q=s.n_k, n_k=s.n_q)  # the same lengths the other way round
     settings = _settings(draw, spec, fields)
     variants = {name: fields.pop(name) for name in FEATURES}
-    return Recipe(shapes=s, seed=draw(_SEEDS), variants=variants, settings=settings, **fields)
+    return Recipe(shapes=s, seed=draw(_SEEDS), variants=variants, settings=settings, **fields, **d.numbers)
 
 
 def _allowed(argument: str, pool: list, regime: str, exclusion: str, spec: KernelSpec) -> list:

@@ -239,9 +239,9 @@ def make_mask(regime: str, *, shapes: Shapes, seed: int) -> torch.Tensor | None:
 SCALE_REGIMES = ("default", "negative", "tiny", "huge")
 
 
-def make_scale(regime: str, *, head_dim: int) -> float:
-    """The softmax scale: 1/sqrt(D), or negative, tiny or huge versions of it."""
-    base = 1.0 / math.sqrt(head_dim)
+def make_scale(regime: str, *, head_dim: int, base: float | None = None) -> float:
+    """The softmax scale: ``base`` (None: 1/sqrt(D)), or negative, tiny or huge versions of it."""
+    base = 1.0 / math.sqrt(head_dim) if base is None else base
     table = {"default": base, "negative": -base, "tiny": base * 1e-4, "huge": base * 64.0}
     if regime not in table:
         raise InvalidArgument("scale regime", regime, "unknown scale regime",

@@ -12,6 +12,7 @@ from ..contract.head_dims import HeadDimPair, spec_choices
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
+from ..features.forms import FormDraws, form_draws
 
 __all__ = ["MAX_DECODE_QUERIES", "SPECIAL_LENGTHS", "shapes"]
 
@@ -54,6 +55,9 @@ def shapes(*, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
     if min_n > (spec.max_seqlen or max_n) or -(-min_n // spec.seq_multiple) * spec.seq_multiple > max_n:
         raise InvalidArgument("max_n", max_n, f"no length in [{min_n}, {max_n}] fits the spec",
                               "Raise max_n or check seq_multiple / max_seqlen in the kernel spec.")
+    fixed = form_draws(spec)
+    if fixed is not None:
+        return _fixed_shapes(spec, fixed, _lengths(spec, min_n, max_n), max_batch)
     allowed = spec.allowed_head_dims()
     choices = spec_choices(spec, head_dims) if head_dims else allowed
     if not choices:
@@ -72,6 +76,15 @@ def shapes(*, spec: KernelSpec = DEFAULT_SPEC, min_n: int = 1, max_n: int = 256,
         head_dim=st.sampled_from(sorted(choices, key=_draw_order)),
         head_dim_v={d: st.sampled_from(sorted(dims, key=lambda x: (x != d, x))) for d in dims},
         batch=st.integers(1, max_batch)))
+
+
+def _fixed_shapes(spec: KernelSpec, fixed: FormDraws, n_k, max_batch: int) -> st.SearchStrategy[Shapes]:
+    """The shapes of a form that fixes its heads, head dims and query counts (MLA's decode steps): a preset's
+    head dims and decode lengths name other kernels' shapes, so only its key counts and batch apply."""
+    return _shapes(_ShapeDraws(
+        spec=spec, step=None, step_lengths=None, n_q=st.integers(1, fixed.max_queries), n_k=n_k,
+        heads_kv=st.just(fixed.heads_kv), groups={fixed.heads_kv: st.integers(1, fixed.max_query_heads)},
+        head_dim=st.sampled_from(fixed.head_dims), head_dim_v={}, batch=st.integers(1, max_batch)))
 
 
 def _draw_order(choice: int | HeadDimPair) -> tuple:

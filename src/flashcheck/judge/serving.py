@@ -55,8 +55,8 @@ def run_form(kernel, case: ServingCase, device, *, setting: Setting | None = Non
     splits = {} if setting is None else setting.keywords()
     start = time.perf_counter()
     try:
-        result = kernel.fn(*inputs.tensors, **inputs.kwargs, scale=case.scale, causal=case.causal,
-                           **case.variant.kwargs(device), **splits)
+        result = kernel.fn(*kernel.spec.calling.arguments(*inputs.tensors), **inputs.kwargs, scale=case.scale,
+                           causal=case.causal, **case.variant.kwargs(device), **splits)
         if inputs.tensors[0].is_cuda:
             torch.cuda.synchronize(device)
     except Exception as exc:  # a crash is a finding

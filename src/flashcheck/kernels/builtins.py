@@ -33,9 +33,10 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import FP8_TRITON, PAGED, SPLIT_KV, TRITON_VARLEN, VARLEN
+from .planted import FP8_TRITON, MLA, PAGED, SPLIT_KV, TRITON_VARLEN, VARLEN
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
+from .mla import make_mla_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 from .serving import make_serving_kernel
 from .triton.forward import jitted_for_the_gpu, make_kernel, on_device
@@ -207,6 +208,12 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin(TRITON_FP8, "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU "
             "only: the Triton interpreter's fp8 conversion rounds wrongly)", _make_triton_fp8,
             planted=FP8_TRITON),
+    Builtin("torch:mla", "multi-head latent attention's absorbed decode in fp32 torch (FlashMLA's convention on the "
+            "dense form: kernel(q, kv, *, scale, causal), one cached row of 512 + 64 for K, V its first 512)",
+            partial(make_mla_kernel, "torch:mla"), planted=MLA),
+    Builtin("torch:mla-paged", "torch:mla over a paged cache (FlashMLA's kvcache call: kernel(q, kv_cache, *, "
+            "block_table, cache_seqlens, scale, causal); page sizes 1, 16 and 64)",
+            partial(make_mla_kernel, "torch:mla-paged"), planted=MLA),
 )
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}

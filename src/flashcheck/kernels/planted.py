@@ -22,8 +22,8 @@ from .triton.planted import BACKWARD_MUTANTS, MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_TRITON", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SPLIT_KV", "TRITON",
-           "TRITON_VARLEN", "VARLEN"]
+__all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
+           "SPLIT_KV", "TRITON", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,16 @@ SPLIT_KV = (
     PlantedBug("lse_base2", "the partial lse are in base 2 and the merge exponentiates them as natural logs"),
 )
 
+# Multi-head latent attention (kernels/mla.py): the cached row [latent | rope] misread, each a mistake of absorbing
+# the projections into one row: the scale of the row's width instead of the model's, the rope part left out of the
+# logits, V taken from the row's end or one column late.
+MLA = (
+    PlantedBug("scale_of_row", "the scale is 1/sqrt(576), the cached row's width, instead of the scale passed"),
+    PlantedBug("drops_rope", "the logits are q . k over the 512 latent columns only: the rope part is left out"),
+    PlantedBug("values_from_rope_end", "V is read as the row's last 512 columns (kv[..., 64:576]), rope included"),
+    PlantedBug("split_off_by_one", "the latent view starts one column late: V = kv[..., 1:513]"),
+)
+
 # fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer
 # 1023 and 4979: scales silently dropped).
 _IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
@@ -66,3 +76,6 @@ FP8_TRITON = (_IGNORES_K_DESCALE,)
 TRITON = MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS
 SELFTEST = MUTANTS + VARIANT_MUTANTS
 SELFTEST_BACKWARD = BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS
+# Built-in references the self-test judges after flashcheck:triton's rows: each as a correct row, and each of its
+# planted bugs (its name KERNEL~BUG) as a row to be caught. Forward only.
+SELFTEST_BUILTINS = {"torch:mla": MLA}

@@ -49,6 +49,8 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
     base, mutant, options = parse_kernel_name(source)
     if mutant is not None:
         _refuse(case_path, f"its kernel {source} is one of flashcheck's planted-bug variants, not an upstream kernel")
+    if len(kernel.spec.calling.arguments("q", "k", "v")) != 3:  # the scripts hand a kernel q, k and v
+        _refuse(case_path, f"its kernel {source} takes one cached row for K and V, which no script calls yet")
     if isinstance(case, ServingCase):
         return _serving(kernel, case, source, case_path)
     if base in SDPA_KERNELS:

@@ -1,6 +1,8 @@
 """The self-test's subjects: flashcheck:triton's correct kernel at several tile shapes, PyTorch's backends, and
 flashcheck:triton's planted bugs (the catalog's :data:`~flashcheck.kernels.planted.SELFTEST` and
-:data:`~flashcheck.kernels.planted.SELFTEST_BACKWARD`, with their descriptions), each a :class:`Subject` that
+:data:`~flashcheck.kernels.planted.SELFTEST_BACKWARD`, with their descriptions), then the built-in references of
+:data:`~flashcheck.kernels.planted.SELFTEST_BUILTINS` with their planted bugs (``torch:mla~NAME``), each a
+:class:`Subject` that
 :mod:`flashcheck.selftest.run` judges row by row (a subject, not a :class:`flashcheck.Variant`, which is what a
 case asks beyond plain attention)."""
 
@@ -12,8 +14,8 @@ from typing import Callable
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel
 from ..features.variant import FEATURES
-from ..kernels.planted import SELFTEST, SELFTEST_BACKWARD
-from ..kernels.registry import resolve_kernel
+from ..kernels.planted import SELFTEST, SELFTEST_BACKWARD, SELFTEST_BUILTINS
+from ..kernels.registry import BUILTIN_KERNELS, resolve_kernel
 from ..kernels.triton.forward import make_kernel, on_device
 from ..kernels.triton.mutants import load_mutant
 
@@ -64,5 +66,18 @@ def subjects(device: str, *, names: list[str] | None = None, which: str = "all",
                         m.name, block_m=MUTANT_TILE[0], block_n=MUTANT_TILE[1], input_precision=precision), device),
                     dtypes=m.dtypes, features=(m.area,) + m.features if m.area in FEATURES else ())
             for m in (SELFTEST_BACKWARD if backward else SELFTEST) if device in m.devices]
+    out += [] if backward else _builtin_subjects(device)
     return [v for v in out if (which == "all" or v.correct == (which == "correct"))
             and (names is None or v.name in names)]
+
+
+def _builtin_subjects(device: str) -> list[Subject]:
+    """The built-in references of :data:`~flashcheck.kernels.planted.SELFTEST_BUILTINS`, each correct and with its
+    planted bugs, after flashcheck:triton's rows (so that those keep their order)."""
+    out = []
+    for name, bugs in SELFTEST_BUILTINS.items():
+        out.append(Subject(name, True, "correct", BUILTIN_KERNELS[name],
+                           lambda name=name: resolve_kernel(name, device=device)))
+        out += [Subject(f"{name}~{bug.name}", False, name, bug.description,
+                        lambda target=f"{name}~{bug.name}": resolve_kernel(target, device=device)) for bug in bugs]
+    return out
