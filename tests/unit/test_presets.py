@@ -6,11 +6,13 @@ import pytest
 
 from flashcheck import InvalidArgument
 from flashcheck.inputs.presets import builtin_presets, load_preset
+from flashcheck.inputs.recipe_draws import draw_recipes, recipe_pools
+from flashcheck.kernels.registry import resolve_kernel
 
 
 def test_builtin_presets_load():
     names = set(builtin_presets())
-    assert {"smoke", "adversarial", "long-context", "signoff"} <= names
+    assert {"smoke", "adversarial", "long-context", "signoff", "serving", "mla"} <= names
     for name in names:
         preset = load_preset(name)
         assert preset.description and preset.max_examples >= 1 and preset.min_n <= preset.max_n
@@ -93,3 +95,42 @@ def test_a_property_test_keeps_the_pairs_and_the_single_dims_its_kernel_takes(tm
     assert _strategy_options(preset, mla)["head_dims"] == [HeadDimPair(576, 512), 64]
     with pytest.raises(InvalidArgument, match=r"^head_dims=\[576, 512\]: the kernel's spec forbids this pair"):
         _strategy_options(preset, KernelSpec(head_dims=(64, 128)))
+
+
+@pytest.mark.parametrize("name", ["torch:mla", "torch:mla-paged"])
+def test_the_mla_preset_draws_deepseek_and_kimi_decode_shapes(name):
+    preset = load_preset("mla")
+    assert preset.dtypes == ("fp16", "bf16") and (preset.min_n, preset.max_n) == (1024, 131072)
+    spec = resolve_kernel(name, device="cpu").spec
+    drawn = draw_recipes(16, spec=spec, seed=1, **preset.strategy_options())
+    for recipe in drawn:
+        s = recipe.shapes
+        assert (s.head_dim, s.head_dim_v, s.heads_kv) == (576, 512, 1) and 1 <= s.heads_q <= 128
+        assert 1 <= s.n_q <= 4 and 1024 <= s.n_k <= 131072 and s.batch * (s.n_q + s.n_k) <= 524288
+    assert {r.form_values for r in drawn} == {"none", "heavy_rope", "rope_dominant", "latent_dominant",
+                                               "cancelling_parts", "huge_rope_logits"}
+    assert max(r.shapes.heads_q for r in drawn) > 64 and max(r.shapes.n_k for r in drawn) > 65536
+    if spec.form == "paged":
+        assert {r.pages for r in drawn} == {"1", "16", "64"}
+
+
+def test_the_mla_preset_stops_a_kernel_without_mla_at_its_head_dims():
+    spec = resolve_kernel("torch:math", device="cpu").spec
+    with pytest.raises(InvalidArgument) as raised:
+        draw_recipes(2, spec=spec, seed=0, **load_preset("mla").strategy_options())
+    assert raised.value.argument == "head_dims" and "[576, 512]" in str(raised.value) and "forbids" in str(raised.value)
+
+
+def test_a_preset_names_the_form_value_regimes_it_draws(tmp_path):
+    spec = resolve_kernel("torch:mla", device="cpu").spec
+    path = tmp_path / "rope.toml"
+    path.write_text('form_values = ["rope_dominant"]\n')
+    assert recipe_pools(spec=spec, **load_preset(path).strategy_options())["form_values"] == ["none", "rope_dominant"]
+    assert "form_values" not in load_preset("serving").strategy_options()  # left out: a campaign's key as before
+    path.write_text('form_values = ["rope_heavy"]\n')
+    with pytest.raises(InvalidArgument) as raised:
+        recipe_pools(spec=spec, **load_preset(path).strategy_options())
+    assert raised.value.argument == "form_values" and "rope_heavy" in str(raised.value)
+    path.write_text('form_values = "rope_dominant"\n')
+    with pytest.raises(InvalidArgument, match="form_values"):
+        load_preset(path)

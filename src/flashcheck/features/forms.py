@@ -15,6 +15,7 @@ from importlib import import_module
 from typing import Callable
 
 from ..contract.forms import MODULES
+from ..errors import InvalidArgument
 
 __all__ = ["ARRAYS", "FORMS", "JSON_KEYS", "SCRIPT_KEYS", "Form", "FormDraws", "LayoutDraw", "Setting", "form",
            "form_draws", "form_values", "regimes", "script_entries", "settings", "value_pools"]
@@ -139,9 +140,17 @@ def form_draws(spec) -> FormDraws | None:
     return next((d for d in (f.draws(spec) for f in FORMS) if d is not None), None)
 
 
-def value_pools(spec) -> dict:
-    """The recipe pool of the value regimes of the forms a kernel of ``spec`` draws with (none: no pool)."""
-    names = [name for f in FORMS if f.values and f.draws(spec) is not None for name in f.values]
+def value_pools(spec, chosen=None) -> dict:
+    """The recipe pool of the value regimes of the forms a kernel of ``spec`` draws with (none: no pool), of those
+    ``chosen`` names (None: all; "none" is always drawn, first). A name no form has is an InvalidArgument."""
+    if chosen is not None:
+        known = ["none", *(name for f in FORMS for name in f.values if name != "none")]
+        bad = sorted(set(chosen) - set(known))
+        if bad:
+            raise InvalidArgument("form_values", list(chosen), f"unknown form value regimes {bad}",
+                                  f"Choose from {known}.")
+    names = [name for f in FORMS if f.values and f.draws(spec) is not None for name in f.values
+             if chosen is None or name == "none" or name in chosen]
     return {"form_values": names} if names else {}
 
 

@@ -36,6 +36,7 @@ class Preset:
     scale_regimes: tuple | None = None
     layouts: tuple | None = None
     variants: tuple | None = None  # variant features to draw (None: every one the kernel's spec declares)
+    form_values: tuple | None = None  # the serving form's own value regimes to draw (None: all of them)
     min_n: int = 1
     max_n: int = 256
     max_batch: int = 2
@@ -53,7 +54,10 @@ class Preset:
         keys = ("value_regimes", "mask_regimes", "scale_regimes", "layouts", "variants", "min_n", "max_n",
                 "max_batch", "max_heads", "head_dims", "max_queries", "max_total_tokens", "max_decode_n",
                 "large_tensors")
-        return {k: getattr(self, k) for k in keys}
+        options = {k: getattr(self, k) for k in keys}
+        if self.form_values is not None:  # only where set: the options key a campaign's stored examples
+            options["form_values"] = self.form_values
+        return options
 
 
 _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), "min_n": int, "max_n": int,
@@ -61,7 +65,7 @@ _KINDS = {"description": str, "max_examples": int, "time_budget": (int, float), 
           "max_decode_n": int, "large_tensors": bool}
 _KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
 _LISTS = {"dtypes": str, "value_regimes": str, "mask_regimes": str, "scale_regimes": str, "layouts": str,
-          "variants": str, "head_dims": (int, list)}
+          "variants": str, "head_dims": (int, list), "form_values": str}
 _LIST_ITEMS = {"head_dims": "head dims D or pairs [D, Dv]"}
 
 

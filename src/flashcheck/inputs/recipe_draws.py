@@ -113,6 +113,7 @@ class RecipeOptions(Options):
     scale_regimes: tuple | list | None = None
     layouts: tuple | list | None = None
     variants: tuple | list | None = None  # the variant features to draw (None: all the spec declares; (): none)
+    form_values: tuple | list | None = None  # the form's own value regimes ("none" and these; None: all it has)
     # The shapes (see shapes(); max_queries is at most 16 for a form of decode steps).
     min_n: int = 1
     max_n: int = 256
@@ -145,7 +146,7 @@ def recipe_pools(options: RecipeOptions | None = None, /, **keywords) -> dict[st
         layouts_pool = ["contiguous"]
     return {"dtype": dtype_pool, "values": _subset("value_regimes", o.value_regimes, VALUE_ORDER),
             "mask": masks_pool, "causal": list(spec.causal), "scale": scales_pool, "layout": layouts_pool,
-            **_variant_pools(spec, o.variants), **_form_pools(spec), **value_pools(spec)}
+            **_variant_pools(spec, o.variants), **_form_pools(spec), **value_pools(spec, o.form_values)}
 
 
 def recipes(options: RecipeOptions | None = None, /, **keywords) -> st.SearchStrategy[Recipe]:
