@@ -18,6 +18,8 @@ PUBLIC = {
     "check_merge",
     # serving forms (varlen, paged)
     "ServingCase",
+    # the conventions a spec declares as records: MLA's cached row, sparse index sets
+    "LatentCache", "KeySets",
 }
 
 

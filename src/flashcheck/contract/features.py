@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .forms import SERVING_FORMS
+from .key_sets import key_sets
 
 __all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 
@@ -16,7 +17,7 @@ __all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 # ``alibi``) and its module in flashcheck.features, which the registry loads, in the order a kernel receives
 # them. A new feature is its module, a line here and its flag in FeatureFlags.
 MODULES = {"softcap": "softcap", "alibi_slopes": "alibi", "attn_bias": "attn_bias", "window": "window",
-           "chunk": "chunk", "sinks": "sinks"}
+           "chunk": "chunk", "indices": "key_sets", "sinks": "sinks"}
 FEATURES = tuple(MODULES)
 ALIBI_MODES = ("symmetric", "linear")
 BIAS_ORDERS = ("cap_first", "bias_first")
@@ -37,7 +38,9 @@ class FeatureFlags:
     bits of the call without it; without the promise, the output must still stay within the error budget.
     ``bias_shift_invariant``: a constant added to a row's ``attn_bias`` (exact in its dtype) gives the output's
     bits (the lse moves by the constant); without the promise, the output must stay within the shifted case's
-    budget.
+    budget. ``key_sets``: the kernel takes ``indices``, an index set per query, read by the declared convention
+    (:mod:`flashcheck.contract.key_sets`): None, True (the defaults) or a
+    :class:`~flashcheck.contract.key_sets.KeySets`.
     """
 
     softcap: bool = False
@@ -50,8 +53,10 @@ class FeatureFlags:
     sinks: bool = False
     neutral_variants: bool = False
     bias_shift_invariant: bool = False
+    key_sets: object = None
 
     def __post_init__(self):
+        object.__setattr__(self, "key_sets", key_sets(self.key_sets))
         if self.alibi not in (None,) + ALIBI_MODES:
             raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
                                   f"Use None or one of {list(ALIBI_MODES)}.")

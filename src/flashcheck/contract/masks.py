@@ -187,7 +187,7 @@ def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[in
     those its bias hides."""
     B, H, Nq, Nk = _shape(shape)
     fn = causal(check_causal(causal_mode, "causal_mode"), Nq, Nk)
-    extra = None if variant is None else variant.visible(Nq, Nk)
+    extra = None if variant is None else variant.visible(Nq, Nk, H)
     fn = fn if extra is None else and_masks(fn, extra)
     out = materialize(fn, (B, H, Nq, Nk), device=device)
     if attn_mask is not None:

@@ -34,7 +34,7 @@ class Feature:
       ``name`` otherwise); ``text(value)``: a few characters for a case's description.
     - ``shape_problem(value, shapes)``: (what, why, fix) where the value does not fit the case's shapes, or None;
       ``refusal(variant, spec, dtype)``: why a spec that declares the feature still cannot take this value, or
-      None; ``serving``: a serving form's case may carry it.
+      None; ``required(spec)``: a kernel of ``spec`` cannot be called without the feature (cases always draw it); ``serving``: a serving form's case may carry it.
 
     Drawn and saved cases (:mod:`flashcheck.inputs`):
 
@@ -51,8 +51,9 @@ class Feature:
 
     The numerics (:mod:`flashcheck.numerics`, through the Variant's terms):
 
-    - ``visible(value, n_q, n_k)``: the mask function of the keys a "keys" feature leaves visible
-      (:mod:`flashcheck.contract.masks` convention).
+    - ``visible(value, n_q, n_k, heads_q)``: the mask function of the keys a "keys" feature leaves visible
+      (:mod:`flashcheck.contract.masks` convention); ``per_head``: it reads the batch entry and the query head
+      (else it is the same for every one); ``kv_heads``: a tensor's head dim counts K/V heads, not query heads.
     - ``bias(variant, n_q, n_k, rows, device, size)``: a "bias" feature's float64 bias of ``rows``, broadcastable
       to (B, Hq, R, Nk), or with ``size`` the magnitude a legal kernel's bias arithmetic rounds on;
       ``bias_extent(variant, n_q, n_k)``: a float no smaller than that magnitude on any row and key of the call,
@@ -95,6 +96,7 @@ class Feature:
     title: str | None = None
     shape_problem: Callable = lambda value, shapes: None
     refusal: Callable = lambda variant, spec, dtype: None
+    required: Callable = lambda spec: False
     serving: bool = True
     # drawn and saved cases
     draw: Callable = lambda name, regime, gen, shapes, bias_dtype: regime(gen, shapes)
@@ -103,10 +105,12 @@ class Feature:
     tensor: bool = False
     saved_dtype: str | None = "fp32"
     dims: Callable = lambda value: (None, None)
+    kv_heads: bool = False
     to_json: Callable = lambda value: value
     from_json: Callable = lambda value: value
     # the numerics
     visible: Callable | None = None
+    per_head: bool = False
     bias: Callable | None = None
     bias_extent: Callable | None = None
     gradient: str | None = None

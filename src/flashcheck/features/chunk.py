@@ -41,6 +41,6 @@ FEATURE = Feature(
     # tile sizes, odd sizes, one key
     regimes={"none": None, "tile": lambda gen, s: pick(gen, (16, 32, 64, 128)),
              "odd": lambda gen, s: pick(gen, (3, 7, 13, 37, 61)), "one": lambda gen, s: 1},
-    visible=lambda value, n_q, n_k: chunked(value, n_q=n_q, n_k=n_k),
+    visible=lambda value, n_q, n_k, heads_q: chunked(value, n_q=n_q, n_k=n_k),
     script={"mask_mod": chunk_mask},
 )

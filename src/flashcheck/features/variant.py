@@ -19,6 +19,8 @@ same name) and the case uses it, so every kernel written for the plain calling c
   ``window_size``; -1 leaves a side unbounded. ``(Nk - 1, 0)`` is the bottom-right causal mask.
 - ``chunk=c`` (spec ``chunk=True``): keys only in the query's chunk of positions, ``(i + Nk - Nq) // c ==
   j // c``, bottom-right aligned (Llama 4's chunked attention).
+- ``indices`` (spec ``key_sets``): int32 (B, Hkv or 1, Nq, topk), the keys each query attends, -1 as padding
+  (:mod:`flashcheck.contract.key_sets`); a key is visible when its query's list names it.
 - ``sinks`` (spec ``sinks=True``): one fp32 logit per query head, (Hq,), added to each row's denominator:
   ``O_i = sum_j e^s_ij v_j / (sum_j e^s_ij + e^sink)`` and ``lse_i = log(sum_j e^s_ij + e^sink)`` (gpt-oss).
   A row with no visible key has ``O = 0`` and ``lse = sink``. A sink of -inf is no sink.
@@ -76,6 +78,7 @@ class Variant:
     attn_bias: torch.Tensor | None = None  # float, broadcastable to (B, Hq, Nq, Nk), on the CPU
     window: tuple[int, int] | None = None
     chunk: int | None = None
+    indices: torch.Tensor | None = None  # (B, Hkv or 1, Nq, topk) int32, on the CPU
     sinks: torch.Tensor | None = None  # (Hq,) float32, on the CPU
     alibi: str = "symmetric"  # how the slopes make a bias (ALIBI_MODES)
     bias_order: str = "cap_first"  # where a cap and a bias meet (BIAS_ORDERS)
@@ -96,6 +99,11 @@ class Variant:
     @property
     def restricts_keys(self) -> bool:
         return any(getattr(self, f.name) is not None for f in by_term("keys"))
+
+    @property
+    def keys_by_head(self) -> bool:
+        """Whether the visible keys differ between batch entries or heads (a feature's mask reads them)."""
+        return any(getattr(self, f.name) is not None and f.per_head for f in by_term("keys"))
 
     @property
     def biased(self) -> bool:
@@ -169,21 +177,25 @@ class Variant:
                 out = term if out is None else out + term
         return out
 
-    def visible(self, n_q: int, n_k: int):
+    def visible(self, n_q: int, n_k: int, heads_q: int = 1):
         """The mask function (:mod:`~flashcheck.contract.masks` convention) of the keys the key-restricting
-        features leave visible, or None when none restricts them."""
-        parts = [f.visible(getattr(self, f.name), n_q, n_k) for f in by_term("keys") if getattr(self, f.name) is not None]
+        features leave visible, or None when none restricts them (``heads_q``: the case's query heads)."""
+        parts = [f.visible(getattr(self, f.name), n_q, n_k, heads_q) for f in by_term("keys")
+                 if getattr(self, f.name) is not None]
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else masks.and_masks(*parts)
 
-    def select(self, batch: slice | torch.Tensor = slice(None), heads: slice = slice(None)) -> "Variant":
+    def select(self, batch: slice | torch.Tensor = slice(None), heads: slice = slice(None), *,
+               group: int = 1) -> "Variant":
         """The variant of the batch entries ``batch`` (a slice, or a tensor of their indices) and query heads
-        ``heads`` of its case (each tensor feature cut where it has those dims)."""
+        ``heads`` of its case (each tensor feature cut where it has those dims; ``group``: query heads per K/V
+        head, for a tensor of K/V heads)."""
         if self.descales is not None and heads != slice(None):
             raise InvalidArgument("heads", heads, "descales are per K/V head: a cut of query heads cannot keep them",
                                   "Select whole batch entries of an fp8 case.")
-        cuts = {f.name: _cut(getattr(self, f.name), f.dims(getattr(self, f.name)), batch, heads)
+        cuts = {f.name: _cut(getattr(self, f.name), f.dims(getattr(self, f.name)), batch,
+                             _kv_heads(heads, group) if f.kv_heads else heads)
                 for f in REGISTRY if f.tensor}
         return self.replace(**cuts, descales=_cut(self.descales, (-2, None), batch, heads))
 
@@ -251,6 +263,13 @@ def _cut(t, dims, batch, heads: slice):
         if dim is not None and t.dim() + dim >= 0 and t.shape[dim] > 1:
             index[dim] = part
     return t[tuple(index)]
+
+
+def _kv_heads(heads: slice, group: int) -> slice:
+    """The K/V heads of the query heads ``heads`` (a step-1 slice)."""
+    if heads == slice(None):
+        return heads
+    return slice(heads.start // group, (heads.stop - 1) // group + 1)
 
 
 def _same_bits(a, b) -> bool:

@@ -83,7 +83,7 @@ FEATURE = Feature(
         "unbounded_right": lambda gen, s: (upto(gen, 3), -1),
     },
     neutral=_neutral,
-    visible=lambda value, n_q, n_k: window(*value, n_q=n_q, n_k=n_k),
+    visible=lambda value, n_q, n_k, heads_q: window(*value, n_q=n_q, n_k=n_k),
     edge=_edge,
     neutral_text="a full window for bottom-right causal",
     masks={"sliding_window": _band_mask},

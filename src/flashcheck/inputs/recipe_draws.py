@@ -87,10 +87,16 @@ def _form_pools(spec: KernelSpec) -> dict[str, list]:
 
 
 def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
-    """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it."""
+    """Each variant feature's regimes where the spec declares it and ``variants`` (None: all) names it, or requires
+    it (then never "none": the kernel cannot be called without it)."""
     chosen = set(_subset("variants", variants, FEATURES, allow_empty=True))
-    return {f.name: [r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r)]
-            if f.name in declared(spec) and f.name in chosen else ["none"] for f in REGISTRY}
+    pools = {}
+    for f in REGISTRY:
+        required = f.required(spec)
+        drawn = f.name in declared(spec) and (f.name in chosen or required)
+        pool = [r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r) and not (required and r == "none")]
+        pools[f.name] = pool if drawn else ["none"]
+    return pools
 
 
 def _takes(spec: KernelSpec, feature, regime: str) -> bool:

@@ -188,7 +188,7 @@ class _KeyRow:
         B, Hq, Nq, _ = q.shape
         Nk, group = k.shape[2], Hq // k.shape[1]
         fn = causal_fn(inputs["causal"], Nq, Nk)
-        extra = variant.visible(Nq, Nk)
+        extra = variant.visible(Nq, Nk, Hq)
         seen = (fn if extra is None else and_masks(fn, extra))(b, h, torch.tensor(i), torch.arange(Nk))
         mask = inputs.get("attn_mask")
         if mask is not None:

@@ -81,7 +81,7 @@ def _envelope_inputs(case: AttentionCase, budget: Budget, device, head):
     if head is None:
         return q, k, v, mask, variant, parts
     b, h = head
-    variant = variant.select(slice(b, b + 1), slice(h, h + 1))
+    variant = variant.select(slice(b, b + 1), slice(h, h + 1), group=case.shapes.group)
     kv = h // case.shapes.group
     if mask is not None:
         mask = torch.broadcast_to(mask, (*q.shape[:3], k.shape[2]))[b:b + 1, h:h + 1]

@@ -33,10 +33,11 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import FP8_TRITON, MLA, PAGED, SPLIT_KV, TRITON_VARLEN, VARLEN
+from .planted import FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_VARLEN, VARLEN
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
+from .sparse import make_sparse_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 from .serving import make_serving_kernel
 from .triton.forward import jitted_for_the_gpu, make_kernel, on_device
@@ -214,6 +215,9 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:mla-paged", "torch:mla over a paged cache (FlashMLA's kvcache call: kernel(q, kv_cache, *, "
             "block_table, cache_seqlens, scale, causal); page sizes 1, 16 and 64)",
             partial(make_mla_kernel, "torch:mla-paged"), planted=MLA),
+    Builtin("torch:sparse", "attention over sparse index sets in fp32 torch (indices (B, Hkv or 1, Nq, topk), -1 "
+            "padding, duplicates once, indices past the keys masked: kernel(q, k, v, *, scale, causal, attn_mask, "
+            "indices)), gathering the listed keys", make_sparse_kernel, planted=SPARSE),
 )
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}

@@ -65,6 +65,17 @@ MLA = (
     PlantedBug("split_off_by_one", "the latent view starts one column late: V = kv[..., 1:513]"),
 )
 
+# Sparse index sets (kernels/sparse.py): the lists misread as users reported (FlashMLA PR 184: indices past the keys
+# not masked; padding read as a key; duplicates counted by a gather that a mask-based convention counts once; a set
+# trusted to be causal).
+SPARSE = (
+    PlantedBug("padding_reads_key0", "a -1 padding entry is read as key 0 (clamped, never masked)"),
+    PlantedBug("past_end_clamped", "an index past the keys is read as the last key instead of masked"),
+    PlantedBug("counts_duplicates", "a key listed twice is gathered twice, the convention declared counts it once"),
+    PlantedBug("stops_at_padding", "a list is read up to its first -1: entries after padding are dropped"),
+    PlantedBug("ignores_causal", "the set is trusted: keys past the causal diagonal that it lists are attended"),
+)
+
 # fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer
 # 1023 and 4979: scales silently dropped).
 _IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
@@ -78,4 +89,4 @@ SELFTEST = MUTANTS + VARIANT_MUTANTS
 SELFTEST_BACKWARD = BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS
 # Built-in references the self-test judges after flashcheck:triton's rows: each as a correct row, and each of its
 # planted bugs (its name KERNEL~BUG) as a row to be caught. Forward only.
-SELFTEST_BUILTINS = {"torch:mla": MLA}
+SELFTEST_BUILTINS = {"torch:mla": MLA, "torch:sparse": SPARSE}

@@ -55,20 +55,35 @@ def visible_block(causal: str, attn_mask, shapes: Shapes, rows: torch.Tensor, de
     With ``allow_none``, None stands for "every key visible" (no causal mode, no mask), which spares
     the caller a pass over the scores.
     """
-    extra = None if variant is None else variant.visible(shapes.n_q, shapes.n_k)
+    extra = None if variant is None else variant.visible(shapes.n_q, shapes.n_k, shapes.heads_q)
     if allow_none and causal == "none" and attn_mask is None and extra is None:
         return None
     fn = masks.causal(causal, shapes.n_q, shapes.n_k)
     fn = fn if extra is None else masks.and_masks(fn, extra)
     q_idx = rows.to(device).view(-1, 1)
     kv_idx = torch.arange(shapes.n_k, device=device).view(1, -1)
-    vis = torch.broadcast_to(fn(0, 0, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k)).view(1, 1, -1, shapes.n_k)
+    if variant is not None and variant.keys_by_head:
+        b, h = _grouped_heads(shapes, heads, device)
+        vis = fn(b, h, q_idx.view(1, 1, -1, 1), kv_idx.view(1, 1, 1, -1))
+        vis = torch.broadcast_to(vis, (b.shape[0], shapes.group, q_idx.shape[0], shapes.n_k))
+    else:
+        vis = torch.broadcast_to(fn(0, 0, q_idx, kv_idx), (q_idx.shape[0], shapes.n_k)).view(1, 1, -1, shapes.n_k)
     if attn_mask is not None:
         full = torch.broadcast_to(attn_mask, (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k))
         grouped = full.reshape(shapes.batch * shapes.heads_kv, shapes.group, shapes.n_q, shapes.n_k)
         grouped = grouped[heads if heads is not None else slice(None)]
         vis = vis & grouped.index_select(2, rows.to(attn_mask.device)).to(device)
     return vis
+
+
+def _grouped_heads(shapes: Shapes, heads: slice | None, device):
+    """(b, h): the batch entry and query head of each (P, G) position of the grouped heads ``heads`` (P = B * Hkv
+    flattened), as (P', G, 1, 1) indices."""
+    p = torch.arange(shapes.batch * shapes.heads_kv, device=device)[heads if heads is not None else slice(None)]
+    g = torch.arange(shapes.group, device=device).view(1, -1)
+    b = (p // shapes.heads_kv).view(-1, 1).expand(-1, shapes.group)
+    h = (p % shapes.heads_kv).view(-1, 1) * shapes.group + g
+    return b[..., None, None], h[..., None, None]
 
 
 def _fit(src, view):

@@ -1,0 +1,197 @@
+"""Sparse index sets: ``indices``, int32 (B, Hkv or 1, Nq, topk), the keys each query attends, -1 as padding (spec
+``key_sets``, read by the convention of :mod:`flashcheck.contract.key_sets`). It only restricts the keys a query
+sees: the oracle reads the set from the convention (:func:`key_counts`), never from a kernel's logic, and the
+kernel is judged on the set it was given, whoever chose it.
+
+Its regimes are drawn from where reported bugs cluster: padding (-1 read as key 0), padding before valid entries,
+duplicates, indices at the last key and past it, unsorted and sorted lists, top-k longer than the keys, one key
+chosen by every query, sets in the last partial tile, and rows whose set is empty."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..errors import InvalidArgument
+from .base import Feature
+from .draws import pick, upto
+
+__all__ = ["FEATURE", "key_counts", "key_set_mask", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
+
+PAST_END_REGIMES = ("past_end",)  # regimes with indices >= Nk: drawn only where the spec masks them
+PADDING_FIRST_REGIMES = ("padding_first",)  # -1 before valid entries: drawn only where the spec allows it
+MAX_TOPK = 1 << 15
+
+
+def _check(indices):
+    if indices is None:
+        return None
+    fix = "Pass indices as an int32 tensor (B, Hkv or 1, Nq, topk) of key positions, -1 as padding."
+    try:
+        t = torch.as_tensor(indices)
+    except (TypeError, ValueError, RuntimeError):
+        raise InvalidArgument("indices", indices, "not a tensor", fix) from None
+    if t.dim() != 4 or t.numel() == 0 or t.is_floating_point() or t.dtype == torch.bool:
+        raise InvalidArgument("indices", tuple(t.shape), "expected a non-empty integer tensor of 4 dims", fix)
+    if t.shape[-1] > MAX_TOPK:
+        raise InvalidArgument("indices", tuple(t.shape), f"top-k {t.shape[-1]} is above {MAX_TOPK}", fix)
+    if bool((t < -1).any()) or bool((t > torch.iinfo(torch.int32).max).any()):
+        raise InvalidArgument("indices", int(t.min()), "holds a value below -1 or past int32", fix)
+    return t.detach().to("cpu", torch.int32).clone()
+
+
+def _shape_problem(indices, shapes):
+    b, h, n, _ = indices.shape
+    if b != shapes.batch or h not in (1, shapes.heads_kv) or n != shapes.n_q:
+        return (tuple(indices.shape), f"expected ({shapes.batch}, {shapes.heads_kv} or 1, {shapes.n_q}, topk)",
+                "Pass one list of keys per batch entry, K/V head (or one for all) and query.")
+    return None
+
+
+def _refusal(variant, spec, dtype):
+    convention = spec.key_sets
+    if convention.padding == "last" and _padding_first(variant.indices):
+        return "indices with -1 before a valid entry (the kernel's spec declares padding='last')"
+    return None
+
+
+def _padding_first(indices: torch.Tensor) -> bool:
+    padding = indices == -1
+    return bool((padding[..., :-1] & ~padding[..., 1:]).any())
+
+
+def key_counts(indices: torch.Tensor, n_k: int) -> torch.Tensor:
+    """How often each key is listed, (B, Hs, Nq, Nk) int16: -1 and indices >= ``n_k`` count for nothing."""
+    valid = (indices >= 0) & (indices < n_k)
+    counts = torch.zeros((*indices.shape[:-1], n_k), dtype=torch.int16, device=indices.device)
+    return counts.scatter_add_(-1, indices.clamp(0, max(n_k - 1, 0)).long(), valid.to(torch.int16))
+
+
+@functools.lru_cache(maxsize=8)
+def _visible_table(indices: torch.Tensor, n_k: int, device: str) -> torch.Tensor:
+    # one table per variant, length and device: every block of the oracle's walk reads it
+    return key_counts(indices.to(device), n_k) > 0
+
+
+def key_set_mask(indices: torch.Tensor, n_k: int, heads_q: int):
+    """The index sets' mask_mod: key ``kv_idx`` is visible to query ``q_idx`` of query head ``h`` when its K/V
+    head's list (or the one list) names it. Torch only: a reproducer script copies it."""
+    group = max(1, heads_q // indices.shape[1])
+
+    def key_set_mod(b, h, q_idx, kv_idx):
+        table = _visible_table(indices, n_k, str(q_idx.device) if torch.is_tensor(q_idx) else "cpu")
+        b = b if table.shape[0] > 1 else 0
+        h = h // group if table.shape[1] > 1 else 0
+        return table[b, h, q_idx, kv_idx]
+
+    return key_set_mod
+
+
+def _edge(indices, i: int, j: int, n_q: int, n_k: int, inside: bool) -> str:
+    if inside and j == 0 and bool((indices == -1).any()):
+        return " (key 0, which a -1 padding entry reads as)"
+    if not inside and j == n_k - 1:
+        return " (the last key, where indices past the keys clamp)"
+    return ""
+
+
+def _distinct(gen, s, topk: int, heads: int) -> torch.Tensor:
+    """``topk`` distinct keys per row, unsorted (topk <= Nk)."""
+    rows = s.batch * heads * s.n_q
+    keys = torch.rand((rows, s.n_k), generator=gen).argsort(-1)[:, :topk]
+    return keys.view(s.batch, heads, s.n_q, topk)
+
+
+def _heads(gen, s) -> int:
+    return pick(gen, (1, s.heads_kv))
+
+
+def _regime(draw):
+    """A regime of (gen, shapes, heads) as a feature's regime of (gen, shapes), int32."""
+    return lambda gen, s: draw(gen, s, _heads(gen, s)).to(torch.int32).contiguous()
+
+
+def _sample(gen, s, h):
+    return _distinct(gen, s, 1 + upto(gen, s.n_k - 1), h)
+
+
+def _padded(gen, s, h, *, first: bool = False):
+    """Distinct keys then -1 padding, a random count of valid entries per row (some rows none)."""
+    topk = 1 + upto(gen, s.n_k)
+    keys = _distinct(gen, s, min(topk, s.n_k), h)
+    keys = torch.cat([keys, keys.new_full((*keys.shape[:-1], topk - keys.shape[-1]), -1)], -1)
+    valid = torch.randint(0, topk + 1, (*keys.shape[:-1], 1), generator=gen)
+    keys = torch.where(torch.arange(topk) < valid, keys, -1)
+    if first:
+        keys = keys.gather(-1, torch.rand(keys.shape, generator=gen).argsort(-1))
+    return keys
+
+
+def _duplicates(gen, s, h):
+    """Keys drawn with replacement from a few, so most rows list some key more than once."""
+    topk = 2 + upto(gen, 2 * s.n_k)
+    few = max(1, s.n_k // 4)
+    return torch.randint(0, few, (s.batch, h, s.n_q, topk), generator=gen) * max(1, s.n_k // few)
+
+
+def _last_keys(gen, s, h):
+    """Sets from the last keys, the last one always: the tail tile."""
+    tail = min(s.n_k, 1 + upto(gen, 17))
+    start = s.n_k - tail
+    keys = start + torch.rand((s.batch, h, s.n_q, tail), generator=gen).argsort(-1)
+    return torch.cat([keys.new_full((*keys.shape[:-1], 1), s.n_k - 1), keys], -1)
+
+
+def _past_end(gen, s, h):
+    """Valid keys mixed with indices at Nk, Nk + 1 and int32's largest: padding by the 'masked' convention."""
+    keys = _sample(gen, s, h)
+    past = torch.tensor([s.n_k, s.n_k + 1, torch.iinfo(torch.int32).max])
+    extra = past[torch.randint(0, 3, (*keys.shape[:-1], 1 + upto(gen, 3)), generator=gen)]
+    both = torch.cat([keys, extra], -1)
+    return both.gather(-1, torch.rand(both.shape, generator=gen).argsort(-1))
+
+
+def _over_keys(gen, s, h):
+    """topk longer than the keys: every key once, then -1 (and a few repeats) up to topk."""
+    every = _distinct(gen, s, s.n_k, h)
+    more = 1 + upto(gen, s.n_k)
+    fill = torch.where(torch.rand((*every.shape[:-1], more), generator=gen) < 0.8, -1,
+                       torch.randint(0, s.n_k, (*every.shape[:-1], more), generator=gen))
+    return torch.cat([every, fill], -1)
+
+
+def _one_key(gen, s, h):
+    """Every query of every head lists the same one key, then padding."""
+    key = upto(gen, s.n_k - 1)
+    topk = 1 + upto(gen, 3)
+    out = torch.full((s.batch, h, s.n_q, topk), -1)
+    out[..., 0] = key
+    return out
+
+
+FEATURE = Feature(
+    name="indices", flag="key_sets", term="keys", title="sparse index sets",
+    summary="a list of keys per query (top-k), -1 as padding",
+    check=_check, text=lambda value: f"topk={value.shape[-1]}", tensor=True, saved_dtype="int32",
+    dims=lambda value: (-4, -3), kv_heads=True, per_head=True, serving=False,  # packing would move the positions
+    shape_problem=_shape_problem, refusal=_refusal, required=lambda spec: bool(spec.key_sets and spec.key_sets.required),
+    regimes={
+        "none": None,
+        "sampled": _regime(_sample),
+        "sorted": _regime(lambda gen, s, h: _sample(gen, s, h).sort(-1).values),
+        "padded": _regime(_padded),
+        "padding_first": _regime(lambda gen, s, h: _padded(gen, s, h, first=True)),
+        "duplicates": _regime(_duplicates),
+        "last_keys": _regime(_last_keys),
+        "past_end": _regime(_past_end),
+        "over_keys": _regime(_over_keys),
+        "one_key": _regime(_one_key),
+        "all_padding": _regime(lambda gen, s, h: torch.full((s.batch, h, s.n_q, 1 + upto(gen, 4)), -1)),
+    },
+    settings=lambda spec, dtype, regime, choose: (
+        None if (regime in PAST_END_REGIMES and spec.key_sets.past_end == "never")
+        or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last") else {}),
+    visible=lambda value, n_q, n_k, heads_q: key_set_mask(value, n_k, heads_q),
+    edge=_edge,
+)
