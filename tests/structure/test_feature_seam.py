@@ -25,6 +25,7 @@ WORDS = {
     "attn_bias": ("attn_bias",),
     "window": ("window",),
     "chunk": ("chunk",),
+    "indices": ("key_sets", "keysets"),  # its keyword "indices" is also a plain word for positions
     "sinks": ("sinks", "dsinks"),
 }
 # The calling forms and the quantized inputs -> the words that name each in code, and its own module.

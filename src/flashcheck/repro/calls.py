@@ -17,11 +17,11 @@ fla-core's, and the built-in kernels of the serving forms (``torch:varlen``, ``t
 
 from __future__ import annotations
 
-from ..contract.features import FEATURES
 from ..contract.forms import SERVING_FORMS
 from ..contract.spec import Kernel
 from ..errors import InvalidArgument
 from ..features.forms import script_entries
+from ..features.registry import REGISTRY, feature
 from ..inputs.serving import ServingCase
 from ..kernels.builtins import builtin
 from ..kernels.names import parse_kernel_name
@@ -33,7 +33,9 @@ __all__ = ["SUPPORTED", "kernel_call", "plain_target"]
 FLEX = "torch:flex"
 SUPPORTED = ("a plain callable module:function", *SDPA_KERNELS,
              f"{FLEX} (options {', '.join(option.name for option in builtin(FLEX).options)})")
-_FIX = (f"flashcheck repro writes dense cases (masks; {', '.join(FEATURES[:-1])} and {FEATURES[-1]} where the kernel "
+# The features a script writes out: every one but a key restriction without a mask_mod of its own.
+_SCRIPTED = [f.name for f in REGISTRY if f.term != "keys" or "mask_mod" in (f.script or {})]
+_FIX = (f"flashcheck repro writes dense cases (masks; {', '.join(_SCRIPTED[:-1])} and {_SCRIPTED[-1]} where the kernel "
         f"takes them) of {', '.join(SUPPORTED)}, and {', '.join(SERVING_FORMS)} and split-KV cases of a plain callable "
         "module:function of that form. Replay the case with flashcheck replay instead.")
 
@@ -51,6 +53,9 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
         _refuse(case_path, f"its kernel {source} is one of flashcheck's planted-bug variants, not an upstream kernel")
     if len(kernel.spec.calling.arguments("q", "k", "v")) != 3:  # the scripts hand a kernel q, k and v
         _refuse(case_path, f"its kernel {source} takes one cached row for K and V, which no script calls yet")
+    unscripted = [f for f in map(feature, case.variant.used) if f.term == "keys" and "mask_mod" not in (f.script or {})]
+    if unscripted:  # the script's reference would show keys the case hides
+        _refuse(case_path, f"its {unscripted[0].title or unscripted[0].name} has no reproducer code yet")
     if isinstance(case, ServingCase):
         return _serving(kernel, case, source, case_path)
     if base in SDPA_KERNELS:

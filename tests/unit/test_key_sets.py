@@ -1,0 +1,182 @@
+"""Sparse index sets (spec ``key_sets``): the convention's declarations refused by name, the visible set read from
+the convention (against a brute force written here, key by key), the oracle audited by mpmath on every regime,
+torch:sparse within the budget, each planted misread of the lists caught within 40 cases, a saved case replayed, and
+what the properties and the reproducer make of the lists."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from flashcheck import InvalidArgument, KernelSpec, KeySets, Variant
+from flashcheck.contract.validation import Shapes
+from flashcheck.features.key_sets import FEATURE, key_counts
+from flashcheck.inputs.case import load_case
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import draw_recipes
+from flashcheck.judge.check import check
+from flashcheck.kernels.planted import SPARSE
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.numerics.audit import audit_reference
+from flashcheck.numerics.oracle import reference_attention
+from flashcheck.repro.calls import kernel_call
+
+REGIMES = [r for r in FEATURE.regimes if r != "none"]
+
+
+# ---- the convention ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields, argument", [
+    ({"duplicates": "thrice"}, "duplicates"),
+    ({"past_end": "clamped"}, "past_end"),
+    ({"padding": "first"}, "padding"),
+    ({"order_invariant": "yes"}, "order_invariant"),
+])
+def test_a_wrong_declaration_names_its_field(fields, argument):
+    with pytest.raises(InvalidArgument) as raised:
+        KernelSpec(key_sets=fields)
+    assert raised.value.argument == argument and "KeySets" in str(raised.value)
+
+
+def test_key_sets_true_is_the_default_convention():
+    spec = KernelSpec(key_sets=True)
+    assert spec.key_sets == KeySets("once", "masked", "anywhere", False, True)
+    with pytest.raises(InvalidArgument) as raised:
+        KernelSpec(key_sets="topk")
+    assert raised.value.argument == "key_sets"
+
+
+@pytest.mark.parametrize("bad, words", [
+    (torch.zeros(2, 3, dtype=torch.int32), "4 dims"),
+    (torch.full((1, 1, 2, 3), -2, dtype=torch.int32), "below -1"),
+    (torch.zeros(1, 1, 2, 3), "integer"),
+])
+def test_bad_indices_are_refused_by_name(bad, words):
+    with pytest.raises(InvalidArgument) as raised:
+        Variant(indices=bad)
+    assert raised.value.argument == "indices" and words in str(raised.value)
+
+
+def test_indices_of_the_wrong_shape_are_refused():
+    case = Recipe(Shapes(1, 4, 2, 3, 9, 16, 16), "fp32", seed=0).build()
+    variant = Variant(indices=torch.zeros(1, 3, 3, 2, dtype=torch.int32))  # 3 lists where Hkv is 2
+    with pytest.raises(InvalidArgument) as raised:
+        check("torch:sparse", dataclasses.replace(case, variant=variant), device="cpu")
+    assert raised.value.argument == "indices"
+
+
+# ---- the visible set, from the convention ------------------------------------------------------------------------
+
+
+def _brute_force(indices, causal, n_q, n_k, heads_q):
+    """(B, Hq, Nq, Nk) visible keys, one list entry at a time: -1 and indices past the keys name none."""
+    B, Hs = indices.shape[:2]
+    out = torch.zeros(B, heads_q, n_q, n_k, dtype=torch.bool)
+    for b in range(B):
+        for h in range(heads_q):
+            for i in range(n_q):
+                for j in indices[b, h * Hs // heads_q, i].tolist():
+                    last = {"none": n_k - 1, "top_left": i, "bottom_right": i + n_k - n_q}[causal]
+                    if 0 <= j < n_k and j <= last:
+                        out[b, h, i, j] = True
+    return out
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_the_visible_keys_are_the_listed_ones(regime):
+    s = Shapes(2, 4, 2, 5, 11, 8, 8)
+    causal = "bottom_right" if regime != "one_key" else "none"
+    case = Recipe(s, "fp32", seed=3, causal=causal, variants={"indices": regime}).build()
+    got = case.visible()
+    want = _brute_force(case.variant.indices, causal, s.n_q, s.n_k, s.heads_q)
+    assert torch.equal(got, want)
+    ref = reference_attention(case.q, case.k, case.v, scale=case.scale, causal=causal, variant=case.variant)
+    assert torch.equal(ref.empty_rows, ~want.any(-1))
+
+
+def test_counts_name_each_key_as_often_as_listed():
+    idx = torch.tensor([[[[3, -1, 3, 0, 7, 99]]]], dtype=torch.int32)
+    assert key_counts(idx, 5).tolist() == [[[[1, 0, 0, 2, 0]]]]
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_the_oracle_is_audited_by_mpmath(regime, dtype):
+    case = Recipe(Shapes(1, 2, 1, 3, 13, 8, 8), dtype, seed=11, values="huge_logits", causal="top_left",
+                  variants={"indices": regime}).build()
+    audit = audit_reference(case.q, case.k, case.v, scale=case.scale, causal=case.causal, variant=case.variant,
+                            dps=40)
+    assert audit.ok, audit
+
+
+# ---- the reference and its planted bugs ---------------------------------------------------------------------------
+
+
+def test_torch_sparse_passes_its_own_cases():
+    kernel = resolve_kernel("torch:sparse", device="cpu")
+    worst = 0.0
+    for recipe in draw_recipes(30, spec=kernel.spec, seed=2, max_n=48):
+        verdict = check(kernel, recipe.build(), device="cpu", properties=())
+        assert verdict.status == "PASS", verdict
+        worst = max(worst, verdict.max_ratio)
+    assert 0.0 < worst <= 1.0
+
+
+@pytest.mark.parametrize("bug", [b.name for b in SPARSE])
+def test_each_misread_of_the_lists_is_caught_within_40_cases(bug):
+    kernel = resolve_kernel(f"torch:sparse~{bug}", device="cpu")
+    for recipe in draw_recipes(40, spec=kernel.spec, seed=0, max_n=48):
+        if check(kernel, recipe.build(), device="cpu", properties=(), envelope=False).status == "BUG":
+            return
+    pytest.fail(f"{kernel.name} passed 40 cases")
+
+
+def test_a_saved_case_replays_to_its_verdict(tmp_path):
+    buggy = resolve_kernel("torch:sparse~padding_reads_key0", device="cpu")
+    recipe = Recipe(Shapes(1, 2, 2, 3, 12, 8, 8), "fp16", seed=4, variants={"indices": "padded"})
+    case = recipe.build(kernel=buggy.name)
+    first = check(buggy, case, device="cpu", properties=())
+    assert first.status == "BUG"
+    case.save(tmp_path / "sparse")
+    loaded = load_case(tmp_path / "sparse.json")
+    assert torch.equal(loaded.variant.indices, case.variant.indices) and loaded.variant.indices.dtype == torch.int32
+    again = check(buggy, loaded, device="cpu", properties=())
+    assert again.status == "BUG" and again.max_ratio == first.max_ratio
+    assert check("torch:sparse", loaded, device="cpu", properties=()).status == "PASS"
+
+
+def test_keys_no_list_names_are_poisoned_with_nan():
+    """A gather never reads a key no list names: poisoning it with NaN changes no bit of torch:sparse."""
+    case = Recipe(Shapes(1, 2, 1, 3, 40, 8, 8), "fp32", seed=1, variants={"indices": "last_keys"}).build()
+    verdict = check("torch:sparse", case, device="cpu", properties=("poison",))
+    assert verdict.status == "PASS" and "poison" in verdict.properties, verdict
+
+
+def test_a_kernel_that_reads_unlisted_keys_is_caught_by_the_poison():
+    """A kernel that computes the dense scores and masks them after reads every key: 0 * NaN shows."""
+    import flashcheck
+
+    @flashcheck.kernel(key_sets=True, dtypes=("fp32",), fully_masked_rows="any", nan_safe_masking=True)
+    def dense_then_masked(q, k, v, *, scale, causal, attn_mask=None, indices):
+        counts = key_counts(indices, k.shape[2]) > 0
+        s = (q @ k.transpose(-1, -2) * scale).masked_fill(~counts, -math.inf)
+        return torch.softmax(s, -1).nan_to_num() @ v
+
+    case = Recipe(Shapes(1, 1, 1, 2, 40, 8, 8), "fp32", seed=1, variants={"indices": "last_keys"}).build()
+    verdict = check(dense_then_masked, case, device="cpu", properties=("poison",))
+    assert verdict.status == "BUG" and any(f.kind == "poison_leak" for f in verdict.findings), verdict
+
+
+def test_a_reproducer_of_a_sparse_case_is_refused_by_name(tmp_path):
+    @__import__("flashcheck").kernel(key_sets=True)
+    def user(q, k, v, *, scale, causal, attn_mask=None, indices):
+        raise AssertionError("never called")
+
+    case = Recipe(Shapes(1, 1, 1, 2, 8, 8, 8), "fp32", seed=0, variants={"indices": "sampled"}).build()
+    with pytest.raises(InvalidArgument) as raised:
+        kernel_call(user, case, device="cpu", case_path=tmp_path / "case.json")
+    assert raised.value.argument == "case" and "sparse index sets" in str(raised.value)
