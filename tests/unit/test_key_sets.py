@@ -180,3 +180,21 @@ def test_a_reproducer_of_a_sparse_case_is_refused_by_name(tmp_path):
     with pytest.raises(InvalidArgument) as raised:
         kernel_call(user, case, device="cpu", case_path=tmp_path / "case.json")
     assert raised.value.argument == "case" and "sparse index sets" in str(raised.value)
+
+
+def _promising_order_invariance():
+    import flashcheck
+
+    base = resolve_kernel("torch:sparse", device="cpu")
+    spec = dataclasses.replace(base.spec, key_sets=KeySets(order_invariant=True))
+    return flashcheck.Kernel(base.fn, spec, name="sparse-promising-order")
+
+
+def test_a_permuted_list_within_the_budget_is_a_note_unless_order_invariance_is_promised():
+    """torch:sparse sums a row in its list's order: a permuted list gives other bits, legal unless promised."""
+    case = Recipe(Shapes(1, 2, 1, 4, 200, 16, 16), "fp32", seed=1, variants={"indices": "sampled"}).build()
+    verdict = check("torch:sparse", case, device="cpu", properties=("reorder",))
+    assert verdict.status == "PASS" and verdict.properties == ["reorder"]
+    assert any("order-dependent" in note for note in verdict.notes), verdict.notes
+    promised = check(_promising_order_invariance(), case, device="cpu", properties=("reorder",))
+    assert promised.status == "BUG" and [f.kind for f in promised.findings] == ["order_dependence"], promised

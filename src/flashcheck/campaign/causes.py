@@ -195,6 +195,9 @@ def _property_causes() -> dict:
         "bias_shift_dependence": ("variant:bias_shift", f"a constant added to each row's {_shifted_biases(REGISTRY)} "
                                                         "(the same exact output) moves the output past its budget, or "
                                                         "changes its bits under bias_shift_invariant"),
+        "order_dependence": ("variant:order", "a variant written in another order with the same exact answer (each "
+                                              "row's index list permuted) moves the output past its budget, or "
+                                              "changes its bits where the spec promises order invariance"),
         SCALE_FINDING: SCALE_CAUSE,
         "layout_dependence": ("layout:page_order", "the page pool in another order (the block table renumbered) "
                                                    "changes the output"),

@@ -66,6 +66,9 @@ class Feature:
     - ``neutral(variant, causal, spec, shapes)``: (what, variant, causal) of the case with the feature at its
       neutral value, or None where it has none for this case (:func:`flashcheck.judge.properties.neutral_cases`);
       ``neutral_text``: that value in a few words ("a cap of inf"), for a cause's title.
+    - ``reordered(value, spec)``: (what, value, promised) of the value written in another order that gives the
+      same exact answer (an index list permuted), ``promised`` whether ``spec`` promises the same bits for it; None
+      where it has none;
     - ``row_shift(value, shift, shapes, dtype)``: a "bias" feature's value (None: none) with ``shift``, a
       constant per row ((B, Hq, Nq, 1) float64), added exactly, or None where a sum is not exact in its dtype: the
       bias shift property (:func:`flashcheck.judge.properties.shifted_bias_case`); None where it has none.
@@ -118,6 +121,7 @@ class Feature:
     neutral: Callable | None = None
     neutral_text: str | None = None
     row_shift: Callable | None = None
+    reordered: Callable | None = None
     misreads: Callable = lambda variant, row: []
     edge: Callable = lambda value, i, j, n_q, n_k, inside: ""
     # reproducers

@@ -88,6 +88,16 @@ def key_set_mask(indices: torch.Tensor, n_k: int, heads_q: int):
     return key_set_mod
 
 
+def _reordered(indices, spec):
+    """Each row's list in another order, drawn from a seed of the lists themselves (a replay permutes alike)."""
+    if indices.shape[-1] < 2:
+        return None
+    gen = torch.Generator().manual_seed(int(indices.long().sum()) % (1 << 31))
+    order = torch.rand(indices.shape, generator=gen).argsort(-1)
+    return ("each row's index list permuted", indices.gather(-1, order).contiguous(),
+            bool(spec.key_sets and spec.key_sets.order_invariant))
+
+
 def _edge(indices, i: int, j: int, n_q: int, n_k: int, inside: bool) -> str:
     if inside and j == 0 and bool((indices == -1).any()):
         return " (key 0, which a -1 padding entry reads as)"
@@ -193,5 +203,5 @@ FEATURE = Feature(
         None if (regime in PAST_END_REGIMES and spec.key_sets.past_end == "never")
         or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last") else {}),
     visible=lambda value, n_q, n_k, heads_q: key_set_mask(value, n_k, heads_q),
-    edge=_edge,
+    edge=_edge, reordered=_reordered,
 )

@@ -33,7 +33,7 @@ from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
 from .comparison import compare, promises
 from .envelope import ENVELOPE_FLOOR, envelope_findings
-from .properties import PROPERTIES, check_properties, neutral_cases, rescaled_case
+from .properties import PROPERTIES, check_properties, neutral_cases, reordered_cases, rescaled_case
 from .serving import SERVING_PROPERTIES, check_serving
 from .skips import Skip, one_line, raise_skip, skipped_verdict
 from .verdict import BUG, Finding, Verdict
@@ -221,6 +221,8 @@ def _applies(prop: str, case: AttentionCase, spec) -> bool:
         return case.shapes.batch > 1
     if prop == SCALE_PROPERTY:
         return rescaled_case(case) is not None
+    if prop == "reorder":
+        return bool(reordered_cases(case, spec))
     return prop != "neutral" or bool(neutral_cases(case, spec))
 
 

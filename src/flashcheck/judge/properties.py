@@ -47,12 +47,13 @@ from .verdict import BUG, Finding
 
 __all__ = ["PROPERTIES", "PROPERTY_FINDINGS", "differs", "rescaled_case",
            "PROPERTY_EVERY", "PROPERTY_KINDS", "properties_for", "hidden_keys", "check_properties",
-           "neutral_cases"]
+           "neutral_cases", "reordered_cases"]
 
 # Each property, in the order they run, and the finding kind it gives when it fails (a rerun that crashes: crash).
 PROPERTY_FINDINGS = {"determinism": "nondeterminism", "poison": "poison_leak", "guard_bands": "poison_leak",
                      "layout": "layout_dependence", "batch": "batch_dependence", "neutral": "neutral_variant",
-                     "bias_shift": "bias_shift_dependence", SCALE_PROPERTY: SCALE_FINDING}
+                     "bias_shift": "bias_shift_dependence", "reorder": "order_dependence",
+                     SCALE_PROPERTY: SCALE_FINDING}
 PROPERTIES = tuple(PROPERTY_FINDINGS)
 # The finding kinds only the properties give: a bug of one of them needs the properties to show again.
 PROPERTY_KINDS = frozenset(PROPERTY_FINDINGS.values())
@@ -258,6 +259,7 @@ def _same_or_within(reruns: _Reruns, kind: str, what: str, rerun, *, promised: b
 
 
 _NOTES = {"layout_dependence": "layout-dependent", "neutral_variant": "variant-dependent",
+          "order_dependence": "order-dependent",
           SCALE_FINDING: f"{SCALE_PROPERTY}-dependent"}
 
 
@@ -281,6 +283,27 @@ def _neutral(reruns: _Reruns) -> None:
             return
         _same_or_within(reruns, "neutral_variant", f"the case with {what}", reruns.rerun(case),
                         promised=reruns.spec.neutral_variants, neutral=what)
+
+
+def reordered_cases(case: AttentionCase, spec: KernelSpec) -> list[tuple[str, AttentionCase, bool]]:
+    """(what, case, promised) for each feature the case uses that can be written in another order giving the same
+    exact answer (the feature's ``reordered``), and whether the spec promises the same bits for it."""
+    out = []
+    for feature in REGISTRY:
+        value = getattr(case.variant, feature.name)
+        found = None if feature.reordered is None or value is None else feature.reordered(value, spec)
+        if found is not None:
+            what, changed, promised = found
+            out.append((what, dataclasses.replace(case, variant=case.variant.replace(**{feature.name: changed})),
+                        promised))
+    return out
+
+
+def _reorder(reruns: _Reruns) -> None:
+    for what, case, promised in reordered_cases(reruns.case, reruns.spec):
+        if reruns.crashed:
+            return
+        _same_or_within(reruns, "order_dependence", f"the case with {what}", reruns.rerun(case), promised=promised)
 
 
 def _batch(reruns: _Reruns) -> None:
@@ -343,7 +366,8 @@ def _rescale(reruns: _Reruns) -> None:
 
 
 _CHECKS = {"determinism": _determinism, "poison": _poison, "guard_bands": _guard_bands, "layout": _layout,
-           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift, SCALE_PROPERTY: _rescale}
+           "batch": _batch, "neutral": _neutral, "bias_shift": _bias_shift, "reorder": _reorder,
+           SCALE_PROPERTY: _rescale}
 
 
 def _last_sequence(case: AttentionCase) -> AttentionCase:

@@ -37,6 +37,7 @@ FINDING_KINDS = (
     "bias_shift_dependence",  # a constant added to a row's bias changed the output (or broke its budget)
     "split_dependence",     # another split count, other bits (only if the spec promises split invariance)
     "neutral_variant",      # a declared variant at its neutral value changed the output (or broke its budget)
+    "order_dependence",     # a variant written in another order (a permuted index list) changed the output
     SCALE_FINDING,          # quantized inputs rescaled against their scales broke the budget
 )
 
