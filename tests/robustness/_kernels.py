@@ -221,6 +221,16 @@ def backward_out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
     return autograd_attention(q, k, v, scale, on_dq=_out_of_memory if _big(q) else None)
 
 
+def _segfault(grad):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@flashcheck.kernel(**BACKWARD_SPEC)
+def segfaults_in_backward(q, k, v, *, scale, causal, attn_mask=None):
+    """The forward runs; its backward dies of SIGSEGV on big cases, in autograd, after the kernel's call returned."""
+    return autograd_attention(q, k, v, scale, on_dq=_segfault if _big(q) else None)
+
+
 def _as_if_contiguous(t):
     """``t`` read the way a kernel that ignores strides reads it: contiguous from its first element."""
     strides = (t.shape[1] * t.shape[2] * t.shape[3], t.shape[2] * t.shape[3], t.shape[3], 1)

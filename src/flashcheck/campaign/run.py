@@ -210,8 +210,8 @@ class _Campaign:
         try:
             # a kept record holds the field's rules on the same output too; shrink candidates keep none
             return self.judge_recipe(recipe, properties, anchors=self.result.records is not None and not shrinking)
-        except WorkerStartError as exc:  # it loaded before: the machine, not the kernel, is failing now
-            self.result.notes.append(f"stopped: a fresh worker process could not start: {exc}")
+        except WorkerStartError as exc:  # it loaded before: the machine or flashcheck, not the kernel, is failing now
+            self.result.notes.append(f"stopped: a fresh worker process could not start or draw a case again: {exc}")
             self.stop_reason = "worker_failed"
             if shrinking:
                 self.schedule.round.cut = True

@@ -5,10 +5,14 @@ A :class:`KernelWorker` is a ``multiprocessing`` "spawn" child that resolves the
 :func:`flashcheck.judge.check.check` on each case the parent sends. The parent turns what can go wrong with the
 process into verdicts and goes on with a fresh worker:
 
-- the process dies (segfault, ``os._exit``, a CUDA error that aborts): a ``crash`` finding naming the exit
-  code or the signal;
+- the process dies (segfault, ``os._exit``, a CUDA error that aborts) while the kernel runs: a ``crash``
+  finding naming the exit code or the signal;
 - the kernel hangs: the parent waits ``case_timeout`` seconds, kills the worker and reports a ``timeout``
   finding;
+- the process dies or hangs while flashcheck's own code runs (drawing the case, judging it): flashcheck's
+  failure, never the kernel's, so the case is a skip counted as such. The child shows its phase in a byte of
+  shared memory (:mod:`flashcheck.judge.phases`), which the parent reads even after a SIGKILL
+  (:mod:`.worker_deaths`);
 - the kernel raises a CUDA error that poisons the process's CUDA context (an illegal memory access, a
   device-side assert): the worker reports the crash finding and then exits by itself, so that the next
   case runs in a fresh process instead of failing on a dead context.
@@ -25,20 +29,20 @@ too (:class:`flashcheck.campaign.config.CampaignHooks`'s ``worker_process``).
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
-import signal
 import time
 from typing import TYPE_CHECKING
 
 from ..contract.counts import check_seconds
 from ..errors import FlashcheckError, InvalidArgument
-from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
+from ..judge.phases import Phase
+from ..judge.verdict import BUG, SUSPICIOUS, Verdict
 from .interrupts import sigint_ignored_by_children
 from .messages import Assign, BuildCase, Built, Ended, JudgeCase, JudgeFailed, JudgeRecipe, Ready, Shutdown, TimedOut
 from .transport import channel_pair
 from .worker_child import poisons_cuda, worker_main
+from .worker_deaths import death_verdict, exit_text, hang_verdict, phase_of
 
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
@@ -65,20 +69,6 @@ class WorkerStartError(FlashcheckError, RuntimeError):
     """The worker could not resolve or load the kernel."""
 
 
-def exit_text(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "no exit status yet"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-        # nothing in flashcheck sends SIGKILL to a worker busy with a case; the kernel or the system did
-        hint = ", maybe by the system's out-of-memory killer" if name == "SIGKILL" else ""
-        return f"killed by signal {name}{hint}"
-    return f"exit code {exitcode}"
-
-
 # ------------------------------------------------------------------------------------------------
 # The parent
 # ------------------------------------------------------------------------------------------------
@@ -97,12 +87,14 @@ class WorkerProcess:
 
     def __init__(self):
         parent_end, child_end = channel_pair()
-        process = multiprocessing.get_context("spawn").Process(target=worker_main, args=(child_end,),
-                                                               name="flashcheck-worker", daemon=True)
+        context = multiprocessing.get_context("spawn")
+        # Whose code the child runs (judge.phases): shared memory, which a SIGKILL leaves readable; no lock, one byte
+        phase = context.Value("b", Phase.WAITING, lock=False)
+        process = context.Process(target=worker_main, args=(child_end, phase), name="flashcheck-worker", daemon=True)
         with sigint_ignored_by_children():
             process.start()
         child_end.close()  # so that the parent sees EOF when the child dies
-        self._process, self._channel = process, parent_end
+        self._process, self._channel, self._phase = process, parent_end, phase
         self.assignment: Assign | None = None
 
     @property
@@ -122,7 +114,7 @@ class WorkerProcess:
             pass  # it died: whoever waits for it finds out
 
     def take(self, assignment: Assign):
-        """``(process, channel)`` for a :class:`KernelWorker` of ``assignment``, assigned now unless it was
+        """``(process, channel, phase)`` for a :class:`KernelWorker` of ``assignment``, assigned now unless it was
         before; None when it cannot take that one (closed, taken, or assigned another kernel)."""
         if self._process is None:
             return None
@@ -133,7 +125,7 @@ class WorkerProcess:
         if self.assignment is None:
             self.assign(assignment.target, device=assignment.device, options=assignment.options,
                         paths=assignment.paths)
-        taken, self._process, self._channel = (self._process, self._channel), None, None
+        taken, self._process, self._channel = (self._process, self._channel, self._phase), None, None
         return taken
 
     def close(self) -> None:
@@ -187,6 +179,7 @@ class KernelWorker:
         self.kernel_name: str | None = None
         self._process = None
         self._channel = None
+        self._phase = None  # the worker's shared phase (judge.phases)
         self._busy = False
 
     @property
@@ -208,7 +201,7 @@ class KernelWorker:
         taken = spare.take(assignment) if spare is not None else None
         if taken is None:
             taken = WorkerProcess().take(assignment)
-        process, self._channel = taken
+        process, self._channel, self._phase = taken
         self._process = process
         self.starts += 1
         self._busy = True
@@ -238,11 +231,12 @@ class KernelWorker:
     def check_recipe(self, recipe, *, properties=(), backward: bool = False, anchors: bool = False) -> tuple:
         """``(verdict, case)`` for the case the worker draws from ``recipe`` (on its GPU if it has one, so
         that no tensor crosses the pipe): ``case`` is the case when it failed (BUG or SUSPICIOUS), else
-        None. A worker that died or hung on it leaves a fresh one to draw the case again, to be saved.
+        None. A worker that died or hung in the kernel leaves a fresh one to draw the case again, to be saved
+        (:class:`WorkerStartError` if that fresh one cannot).
         ``anchors``: the field's rules judge the same output too (``verdict.anchors``)."""
         verdict, case = self._judge(JudgeRecipe(recipe, tuple(properties), backward, anchors), recipe.regime,
                                     f"{recipe.dtype} {recipe.shapes} regime={recipe.regime}")
-        if case is None and verdict.status in (BUG, SUSPICIOUS):
+        if case is None and verdict.status in (BUG, SUSPICIOUS):  # a skip (flashcheck's failure) is neither
             case = self.build(recipe, backward=backward)
             verdict.case = case.describe()
         return verdict, case
@@ -260,10 +254,11 @@ class KernelWorker:
         match reply:
             case Built(case=case):
                 return case
-            case Ended():
-                why = "it died"
+            case Ended():  # flashcheck's drawing died: never the kernel's verdict, whatever the first death was
+                exitcode, phase = self._ended()
+                why = f"it died ({exit_text(exitcode)}), {phase.text}"
             case TimedOut():
-                why = "it timed out"
+                why = f"it timed out {phase_of(self._phase).text}"
             case _:  # JudgeFailed
                 why = reply.error
         self._discard()
@@ -341,7 +336,7 @@ class KernelWorker:
 
     def _discard(self, *, wait: bool = False) -> None:
         process, channel = self._process, self._channel
-        self._process = self._channel = None
+        self._process = self._channel = self._phase = None
         if process is not None:
             if wait:
                 process.join(timeout=2.0)
@@ -351,25 +346,24 @@ class KernelWorker:
         if channel is not None:
             channel.close()
 
-    def _verdict(self, regime: str | None, described: str, finding: Finding, waited: float) -> Verdict:
-        finding.regime = regime
-        return Verdict.from_findings([finding], max_ratio=math.nan, kernel=self.kernel_name or self.target,
-                                     case=described, regime=regime, elapsed={"kernel": waited})
+    def _meta(self, regime: str | None, described: str) -> dict:
+        return dict(kernel=self.kernel_name or self.target, case=described, regime=regime)
 
     def _died(self, regime: str | None, described: str, waited: float) -> Verdict:
+        """The kernel's crash if it died in the kernel, else a skip as flashcheck's (:mod:`.worker_deaths`)."""
+        exitcode, phase = self._ended()
+        return death_verdict(phase, exitcode, waited, self._meta(regime, described))
+
+    def _timed_out(self, regime: str | None, described: str, waited: float) -> Verdict:
+        phase = phase_of(self._phase)  # before the kill: where it hung
+        self._discard()
+        return hang_verdict(phase, self.case_timeout, waited, self._meta(regime, described))
+
+    def _ended(self) -> tuple:
+        """``(exit code, phase)`` of a worker that died, once reaped (its last phase written); it is discarded."""
         process = self._process
         if process is not None:
             process.join(timeout=5.0)
-        exitcode = process.exitcode if process is not None else None
+        exitcode, phase = (process.exitcode if process is not None else None), phase_of(self._phase)
         self._discard()
-        how = exit_text(exitcode)
-        return self._verdict(regime, described, Finding(
-            "crash", BUG, f"the worker process running the kernel died ({how}) after {waited:.3g} s: a segfault, "
-            "an abort or an exit inside the kernel", details={"exitcode": exitcode, "died": how}), waited)
-
-    def _timed_out(self, regime: str | None, described: str, waited: float) -> Verdict:
-        self._discard()
-        return self._verdict(regime, described, Finding(
-            "timeout", BUG, f"no result within the case timeout of {self.case_timeout:g} s (--case-timeout): the "
-            "kernel hangs or is far too slow; its worker process was killed",
-            details={"case_timeout": self.case_timeout}), waited)
+        return exitcode, phase

@@ -14,6 +14,7 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING
 
+from ..judge.phases import Phase, enter, show_phases
 from ..judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
 from .messages import (
     Assign,
@@ -75,13 +76,15 @@ def leave_terminal_group() -> None:
         pass
 
 
-def worker_main(channel) -> None:
+def worker_main(channel, phase=None) -> None:
     """The worker's main loop: import, receive the kernel to load and load it, then judge each case
-    received until told to stop."""
+    received until told to stop. ``phase``: shared memory the parent reads whose code runs
+    (:mod:`flashcheck.judge.phases`), so that a death in flashcheck's own code is never the kernel's."""
     # Ctrl-C reaches the whole process group; the parent decides what happens to a running case.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     leave_terminal_group()
     die_with_parent()
+    show_phases(phase)
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid != os.getppid():
         return  # the parent died before that: nobody will name a kernel (a usage error, Ctrl-C)
@@ -126,6 +129,7 @@ def _judge_until_shutdown(channel, kernel, device: str, judge_case) -> None:
             return
         reply, poisoned = _answer(kernel, device, message, judge_case)
         channel.send(reply)
+        enter(Phase.WAITING)  # only once the answer is out: a death while sending it is flashcheck's
         if poisoned:
             channel.close()
             os._exit(0)
@@ -138,16 +142,18 @@ def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, j
     itself raised."""
     case = None
     try:
+        draws = isinstance(message, (JudgeRecipe, BuildCase))
+        enter(Phase.DRAWING if draws else Phase.JUDGING)  # the kernel's calls mark themselves (judge.phases)
         if isinstance(message, BuildCase):
             return Built(drawn_case(message.recipe, kernel=kernel.name, device=device,
                                     backward=message.backward)), False
         start = time.perf_counter()
-        recipe = isinstance(message, JudgeRecipe)
         case, skipped = drawn_or_skipped(message.recipe, kernel=kernel.name, device=device,
-                                         backward=message.backward) if recipe else (message.case, None)
-        drawn = time.perf_counter() - start if recipe else 0.0
+                                         backward=message.backward) if draws else (message.case, None)
+        drawn = time.perf_counter() - start if draws else 0.0
+        enter(Phase.JUDGING)
         verdict = skipped or judge_case(kernel, case, device=device, properties=message.properties,
-                                        anchors=recipe and message.anchors)
+                                        anchors=draws and message.anchors)
         verdict.elapsed["generation"] = drawn
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
@@ -156,7 +162,7 @@ def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, j
         # A CUDA error is sticky and may surface at a later call than the kernel's own (here in
         # flashcheck's code after the kernel ran): the kernel broke the context, so it is its crash.
         verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
-    failed = recipe and verdict.status in (BUG, SUSPICIOUS)
+    failed = draws and verdict.status in (BUG, SUSPICIOUS)
     return Judged(verdict.as_dict(), case if failed else None), poisons_cuda(verdict)
 
 

@@ -32,6 +32,7 @@ from ..numerics.oracle import reference_attention
 from .anchors import anchor_outcomes
 from .check import check, compilations_so_far, crash_verdict, record_compilations
 from .diagnose import describe_ranges, diagnose_elements, first_index
+from .phases import kernel_call
 from .skips import Skip, raise_skip, skipped_verdict
 from .verdict import BUG, Finding, Verdict
 
@@ -100,12 +101,12 @@ def run_backward(kernel, q, k, v, do, *, scale, causal, attn_mask=None, **varian
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]  # same storage and strides
     extra = {n: variant[n].detach().requires_grad_() for n in _VARIANT_INPUTS if n in variant}
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), kernel_call():  # autograd's backward runs the kernel's backward: its phase too
             result = kernel(*inputs, scale=scale, causal=causal, attn_mask=attn_mask, **{**variant, **extra})
             out = result[0] if isinstance(result, (tuple, list)) else result
             grads = torch.autograd.grad(out, inputs + list(extra.values()), do, allow_unused=True)
-        if q.is_cuda:
-            torch.cuda.synchronize(q.device)
+            if q.is_cuda:
+                torch.cuda.synchronize(q.device)
     except Exception as exc:  # a crash is a finding, not flashcheck's failure
         raise_skip(exc, "the kernel's forward and backward")
         return BackwardRun(None, exc, traceback.format_exc(), time.perf_counter() - start)

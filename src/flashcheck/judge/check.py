@@ -33,6 +33,7 @@ from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
 from .comparison import compare, promises
 from .envelope import ENVELOPE_FLOOR, envelope_findings
+from .phases import kernel_call
 from .properties import PROPERTIES, check_properties, neutral_cases, reordered_cases, rescaled_case
 from .serving import SERVING_PROPERTIES, check_serving
 from .skips import Skip, one_line, raise_skip, skipped_verdict
@@ -57,9 +58,10 @@ def run_kernel(kernel, q, k, v, *, scale, causal, attn_mask=None, **variant) -> 
     keywords of the case's variant (:meth:`~flashcheck.features.variant.Variant.kwargs`), passed on."""
     start = time.perf_counter()
     try:
-        result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
-        if q.is_cuda:
-            torch.cuda.synchronize(q.device)
+        with kernel_call():  # the kernel's time, its launch's end included: a death here is the kernel's
+            result = kernel(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, **variant)
+            if q.is_cuda:
+                torch.cuda.synchronize(q.device)
     except Exception as exc:  # a crash is a finding, not flashcheck's failure
         return KernelRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
     out, lse = (result if isinstance(result, (tuple, list)) and len(result) == 2 else (result, None))

@@ -24,6 +24,7 @@ from ..features.forms import Setting, form, settings
 from ..inputs.serving import SequenceGroup, ServingCase
 from ..numerics.budget import error_budget
 from .comparison import compare, promises
+from .phases import kernel_call
 from .properties import differs
 from .skips import one_line, raise_skip
 from .verdict import BUG, Finding, Verdict
@@ -55,10 +56,11 @@ def run_form(kernel, case: ServingCase, device, *, setting: Setting | None = Non
     splits = {} if setting is None else setting.keywords()
     start = time.perf_counter()
     try:
-        result = kernel.fn(*kernel.spec.calling.arguments(*inputs.tensors), **inputs.kwargs, scale=case.scale,
-                           causal=case.causal, **case.variant.kwargs(device), **splits)
-        if inputs.tensors[0].is_cuda:
-            torch.cuda.synchronize(device)
+        with kernel_call():  # a death here is the kernel's
+            result = kernel.fn(*kernel.spec.calling.arguments(*inputs.tensors), **inputs.kwargs, scale=case.scale,
+                               causal=case.causal, **case.variant.kwargs(device), **splits)
+            if inputs.tensors[0].is_cuda:
+                torch.cuda.synchronize(device)
     except Exception as exc:  # a crash is a finding
         raise_skip(exc, what)
         return FormRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
