@@ -105,7 +105,8 @@ def make_sparse_kernel(*, device: str, mutant: str | None = None) -> Kernel:
         raise BackendUnavailable("torch:sparse", "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     spec = KernelSpec(key_sets=KeySets(duplicates="once", past_end="masked", padding="anywhere"),
                       causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True,
-                      fully_masked_rows="zero", precision="upcast", devices=(device,), max_head_dim=256)
+                      fully_masked_rows="zero", precision="upcast", devices=(device,), max_head_dim=256,
+                      backward=True, deterministic_backward=True)
 
     def sparse(q, k, v, *, scale, causal="none", attn_mask=None, indices):
         return _attend(q, k, v, indices, scale=scale, causal=causal, attn_mask=attn_mask, mutant=mutant)
