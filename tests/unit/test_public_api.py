@@ -19,7 +19,9 @@ PUBLIC = {
     # serving forms (varlen, paged)
     "ServingCase",
     # the conventions a spec declares as records: MLA's cached row, sparse index sets
-    "LatentCache", "KeySets",
+    "LatentCache", "KeySets", "BlockSparse",
+    # a case's key-block lists (the block-sparse convention)
+    "BlockLists",
 }
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .forms import SERVING_FORMS
+from .block_sparse import block_sparse
 from .key_sets import key_sets
 
 __all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
@@ -17,7 +18,7 @@ __all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
 # ``alibi``) and its module in flashcheck.features, which the registry loads, in the order a kernel receives
 # them. A new feature is its module, a line here and its flag in FeatureFlags.
 MODULES = {"softcap": "softcap", "alibi_slopes": "alibi", "attn_bias": "attn_bias", "window": "window",
-           "chunk": "chunk", "indices": "key_sets", "sinks": "sinks"}
+           "chunk": "chunk", "indices": "key_sets", "block_lists": "block_lists", "sinks": "sinks"}
 FEATURES = tuple(MODULES)
 ALIBI_MODES = ("symmetric", "linear")
 BIAS_ORDERS = ("cap_first", "bias_first")
@@ -40,7 +41,9 @@ class FeatureFlags:
     bits (the lse moves by the constant); without the promise, the output must stay within the shifted case's
     budget. ``key_sets``: the kernel takes ``indices``, an index set per query, read by the declared convention
     (:mod:`flashcheck.contract.key_sets`): None, True (the defaults) or a
-    :class:`~flashcheck.contract.key_sets.KeySets`.
+    :class:`~flashcheck.contract.key_sets.KeySets`. ``block_sparse``: the kernel takes key-block lists per query
+    block (:mod:`flashcheck.contract.block_sparse`): None, True (the defaults) or a
+    :class:`~flashcheck.contract.block_sparse.BlockSparse`.
     """
 
     softcap: bool = False
@@ -54,9 +57,11 @@ class FeatureFlags:
     neutral_variants: bool = False
     bias_shift_invariant: bool = False
     key_sets: object = None
+    block_sparse: object = None
 
     def __post_init__(self):
         object.__setattr__(self, "key_sets", key_sets(self.key_sets))
+        object.__setattr__(self, "block_sparse", block_sparse(self.block_sparse))
         if self.alibi not in (None,) + ALIBI_MODES:
             raise InvalidArgument("alibi", self.alibi, "unknown ALiBi mode",
                                   f"Use None or one of {list(ALIBI_MODES)}.")

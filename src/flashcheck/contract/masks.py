@@ -197,6 +197,9 @@ def visible(causal_mode: str, attn_mask: torch.Tensor | None, shape: Sequence[in
             raise InvalidArgument("attn_mask", attn_mask, f"does not broadcast to {(B, H, Nq, Nk)}",
                                   "The mask must broadcast to (B, Hq, Nq, Nk).") from None
         out = out & dense
+    shown = None if variant is None else variant.shown(Nq, Nk, H)
+    if shown is not None:  # keys shown whatever the rest hides (trusted full blocks)
+        out = out | materialize(shown, (B, H, Nq, Nk), device=device)
     bias = None if variant is None else variant.bias(Nq, Nk, torch.arange(Nq), device)
     if bias is not None:  # a bias of -inf hides its key
         out = out & torch.broadcast_to(bias > -math.inf, (B, H, Nq, Nk))

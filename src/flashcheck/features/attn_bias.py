@@ -92,9 +92,10 @@ def attn_bias_score(bias, full, offset, settings):
     return lambda score, b, h, q_idx, kv_idx: score + bias[b, h, q_idx, kv_idx]
 
 
-def _draw(name: str, regime, gen, shapes, bias_dtype) -> torch.Tensor:
-    """The regime's bias rounded to ``bias_dtype``; an error where a finite value would round to infinity."""
-    fmt = format_of(bias_dtype, argument="bias_dtype")
+def _draw(name: str, regime, gen, shapes, settings) -> torch.Tensor:
+    """The regime's bias rounded to the recipe's ``bias_dtype``; an error where a finite value would round to
+    infinity."""
+    fmt = format_of(settings["bias_dtype"], argument="bias_dtype")
     bias = regime(gen, shapes, fmt.dtype)
     out = bias.to(fmt.dtype)
     if bool((torch.isinf(out) & torch.isfinite(bias)).any()):

@@ -39,21 +39,26 @@ class Feature:
     Drawn and saved cases (:mod:`flashcheck.inputs`):
 
     - ``regimes``: name -> draw(generator, shapes), or None for "none", which comes first (hypothesis shrinks
-      towards it); ``draw(name, regime, gen, shapes, bias_dtype)`` calls one (a bias's regimes also take the
-      bias's dtype); ``masks``: boolean-mask regimes the
+      towards it); ``draw(name, regime, gen, shapes, settings)`` calls one (``settings``: the recipe's, as
+      :data:`~flashcheck.features.variant.RECIPE_SETTINGS` names them, the bias's dtype always given); ``masks``: boolean-mask regimes the
       feature's restriction gives, name -> draw(generator, shapes).
     - ``settings(spec, dtype, regime, choose)``: the recipe fields
       (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
       kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case.
     - ``tensor``: saved with the case's arrays (else in its JSON, through ``to_json``/``from_json``);
       ``saved_dtype``: a tensor's dtype in a saved case (None: the case's JSON gives it); ``dims(value)``: a
-      tensor's (batch, head) dims counted from its end (None: it has none), to cut a case.
+      tensor's (batch, head) dims counted from its end (None: it has none), to cut a case; ``cut(value, batch,
+      heads, group)``: a record's own cut, where it is no tensor (None: by ``dims``).
+    - ``keywords(value, device)``: the keyword arguments the kernel receives for the value, where they are not the
+      one keyword ``name`` (a record of several tensors).
 
     The numerics (:mod:`flashcheck.numerics`, through the Variant's terms):
 
     - ``visible(value, n_q, n_k, heads_q)``: the mask function of the keys a "keys" feature leaves visible
       (:mod:`flashcheck.contract.masks` convention); ``per_head``: it reads the batch entry and the query head
-      (else it is the same for every one); ``kv_heads``: a tensor's head dim counts K/V heads, not query heads.
+      (else it is the same for every one); ``kv_heads``: a tensor's head dim counts K/V heads, not query heads;
+      ``shown(value, n_q, n_k, heads_q)``: the mask function of keys it shows whatever the rest of the case hides
+      (trusted full blocks), or None.
     - ``bias(variant, n_q, n_k, rows, device, size)``: a "bias" feature's float64 bias of ``rows``, broadcastable
       to (B, Hq, R, Nk), or with ``size`` the magnitude a legal kernel's bias arithmetic rounds on;
       ``bias_extent(variant, n_q, n_k)``: a float no smaller than that magnitude on any row and key of the call,
@@ -102,18 +107,21 @@ class Feature:
     required: Callable = lambda spec: False
     serving: bool = True
     # drawn and saved cases
-    draw: Callable = lambda name, regime, gen, shapes, bias_dtype: regime(gen, shapes)
+    draw: Callable = lambda name, regime, gen, shapes, settings: regime(gen, shapes)
     masks: dict = field(default_factory=dict)
     settings: Callable = lambda spec, dtype, regime, choose: {}
     tensor: bool = False
     saved_dtype: str | None = "fp32"
     dims: Callable = lambda value: (None, None)
     kv_heads: bool = False
+    cut: Callable | None = None
+    keywords: Callable | None = None
     to_json: Callable = lambda value: value
     from_json: Callable = lambda value: value
     # the numerics
     visible: Callable | None = None
     per_head: bool = False
+    shown: Callable | None = None
     bias: Callable | None = None
     bias_extent: Callable | None = None
     gradient: str | None = None

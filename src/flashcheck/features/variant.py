@@ -61,7 +61,7 @@ SETTINGS = ("alibi", "bias_order")  # the JSON keys that are no feature: how slo
 # What a recipe (flashcheck.inputs.recipe) records of the kernel's spec to draw a case's variant, in the order it saves
 # them (None: the case has no such part): the ALiBi mode and the bias's dtype (those features' ``settings``) and
 # where a cap and a bias meet.
-RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype")
+RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype", "block_size", "full_blocks")
 
 
 def declared(spec) -> tuple[str, ...]:
@@ -79,6 +79,7 @@ class Variant:
     window: tuple[int, int] | None = None
     chunk: int | None = None
     indices: torch.Tensor | None = None  # (B, Hkv or 1, Nq, topk) int32, on the CPU
+    block_lists: object = None  # a flashcheck.BlockLists (its tensors on the CPU)
     sinks: torch.Tensor | None = None  # (Hq,) float32, on the CPU
     alibi: str = "symmetric"  # how the slopes make a bias (ALIBI_MODES)
     bias_order: str = "cap_first"  # where a cap and a bias meet (BIAS_ORDERS)
@@ -156,7 +157,11 @@ class Variant:
     def kwargs(self, device=None) -> dict:
         """The keyword arguments a kernel receives (none for plain attention); tensors as fresh copies on
         ``device``, so a kernel writing into them cannot change the case."""
-        out = {f: getattr(self, f) for f in self.used}
+        out = {}
+        for f in REGISTRY:
+            value = getattr(self, f.name)
+            if value is not None:
+                out.update(f.keywords(value, device or "cpu") if f.keywords else {f.name: value})
         for name in TENSORS:
             if name in out:
                 out[name] = out[name].to(device or "cpu", copy=True)
@@ -186,6 +191,16 @@ class Variant:
             return None
         return parts[0] if len(parts) == 1 else masks.and_masks(*parts)
 
+    def shown(self, n_q: int, n_k: int, heads_q: int = 1):
+        """The mask function of the keys a feature shows whatever the rest of the case hides (trusted full blocks),
+        or None."""
+        parts = [f.shown(getattr(self, f.name), n_q, n_k, heads_q) for f in REGISTRY
+                 if f.shown is not None and getattr(self, f.name) is not None]
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else masks.or_masks(*parts)
+
     def select(self, batch: slice | torch.Tensor = slice(None), heads: slice = slice(None), *,
                group: int = 1) -> "Variant":
         """The variant of the batch entries ``batch`` (a slice, or a tensor of their indices) and query heads
@@ -197,6 +212,8 @@ class Variant:
         cuts = {f.name: _cut(getattr(self, f.name), f.dims(getattr(self, f.name)), batch,
                              _kv_heads(heads, group) if f.kv_heads else heads)
                 for f in REGISTRY if f.tensor}
+        cuts.update({f.name: f.cut(getattr(self, f.name), batch, heads, group) for f in REGISTRY
+                     if f.cut is not None and getattr(self, f.name) is not None})
         return self.replace(**cuts, descales=_cut(self.descales, (-2, None), batch, heads))
 
     def replace(self, **changes) -> "Variant":

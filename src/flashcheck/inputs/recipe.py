@@ -143,8 +143,8 @@ class Recipe:
         q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if quantized else self.dtype, seed=self.seed)
         q, k, v = form_values(self.form_values, q, k, v, s)
         # Each draw has its own generator (of the seed): the variant's does not depend on the values'.
-        variant = make_variant(self.variants, shapes=s, seed=self.seed,
-                               bias_dtype=self.settings.get("bias_dtype") or self.dtype, **settings_of(self.settings))
+        drawing = {**self.settings, "bias_dtype": self.settings.get("bias_dtype") or self.dtype}
+        variant = make_variant(self.variants, shapes=s, seed=self.seed, drawing=drawing, **settings_of(self.settings))
         if quantized:
             q, k, v, variant = quantize(q, k, v, variant, shapes=s, dtype=self.dtype, seed=self.seed)
         if self.layout == "expanded":

@@ -93,9 +93,10 @@ def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
     pools = {}
     for f in REGISTRY:
         required = f.required(spec)
-        drawn = f.name in declared(spec) and (f.name in chosen or required)
-        pool = [r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r) and not (required and r == "none")]
-        pools[f.name] = pool if drawn else ["none"]
+        if f.name not in declared(spec) or not (f.name in chosen or required):
+            pools[f.name] = ["none"]
+            continue
+        pools[f.name] = [r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r) and not (required and r == "none")]
     return pools
 
 

@@ -14,10 +14,13 @@ __all__ = ["VARIANT_REGIMES", "make_variant"]
 VARIANT_REGIMES: dict[str, dict] = {f.name: f.regimes for f in REGISTRY}
 
 
-def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, bias_dtype="fp32", **settings) -> Variant:
-    """The :class:`Variant` of the named regime of each feature (``regimes``: feature -> regime name), a bias
-    drawn in ``bias_dtype``, with the Variant's ``settings`` as the kernel's spec asks them
-    (:func:`~flashcheck.features.variant.settings_of`; the Variant's defaults where not given)."""
+def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, drawing: dict | None = None,
+                 **settings) -> Variant:
+    """The :class:`Variant` of the named regime of each feature (``regimes``: feature -> regime name), drawn with
+    the recipe's settings ``drawing`` (a bias's dtype: fp32 where not given), with the Variant's ``settings`` as the
+    kernel's spec asks them (:func:`~flashcheck.features.variant.settings_of`; the Variant's defaults where not
+    given)."""
+    drawing = {"bias_dtype": "fp32", **{k: v for k, v in (drawing or {}).items() if v is not None}}
     gen = seeded(int(seed) + 3)
     parts = {}
     for feature in REGISTRY:
@@ -28,5 +31,5 @@ def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, bias_dty
                                   f"Use one of {list(table)}.")
         if table[name] is None:
             continue
-        parts[feature.name] = feature.draw(name, table[name], gen, shapes, bias_dtype)
+        parts[feature.name] = feature.draw(name, table[name], gen, shapes, drawing)
     return Variant(**parts, **settings)

@@ -33,10 +33,11 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_VARLEN, VARLEN
+from .planted import BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_VARLEN, VARLEN
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
+from .block_sparse import make_block_sparse_kernel
 from .sparse import make_sparse_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 from .serving import make_serving_kernel
@@ -218,6 +219,9 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:sparse", "attention over sparse index sets in fp32 torch (indices (B, Hkv or 1, Nq, topk), -1 "
             "padding, duplicates once, indices past the keys masked: kernel(q, k, v, *, scale, causal, attn_mask, "
             "indices)), gathering the listed keys", make_sparse_kernel, planted=SPARSE),
+    Builtin("torch:block-sparse", "attention over key-block lists in fp32 torch (FlexAttention's kv_num_blocks, "
+            "kv_indices and full_kv_* of blocks 16 x 32; option full_blocks=masked|trusted)", make_block_sparse_kernel,
+            options_of(make_block_sparse_kernel), BLOCK_SPARSE),
 )
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}

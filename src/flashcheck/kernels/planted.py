@@ -76,6 +76,16 @@ SPARSE = (
     PlantedBug("ignores_causal", "the set is trusted: keys past the causal diagonal that it lists are attended"),
 )
 
+# Block-sparse lists (kernels/block_sparse.py): a count read one too far (FlexAttention's kv_num_blocks), the partial
+# tail block attended as a whole one, full-block lists trusted though declared masked, the mask skipped in partial
+# blocks.
+BLOCK_SPARSE = (
+    PlantedBug("count_off_by_one", "each row's list is read one entry past its kv_num_blocks"),
+    PlantedBug("tail_block_padded", "the partial last key block is attended whole: its missing keys as zero keys"),
+    PlantedBug("full_list_trusted", "full blocks are attended whole, the mask skipped, though declared masked"),
+    PlantedBug("partial_as_full", "listed blocks are attended whole: the causal alignment and the mask skipped"),
+)
+
 # fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer
 # 1023 and 4979: scales silently dropped).
 _IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
@@ -89,4 +99,4 @@ SELFTEST = MUTANTS + VARIANT_MUTANTS
 SELFTEST_BACKWARD = BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS
 # Built-in references the self-test judges after flashcheck:triton's rows: each as a correct row, and each of its
 # planted bugs (its name KERNEL~BUG) as a row to be caught. Forward only.
-SELFTEST_BUILTINS = {"torch:mla": MLA, "torch:sparse": SPARSE}
+SELFTEST_BUILTINS = {"torch:mla": MLA, "torch:sparse": SPARSE, "torch:block-sparse": BLOCK_SPARSE}

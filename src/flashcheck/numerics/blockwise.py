@@ -73,6 +73,10 @@ def visible_block(causal: str, attn_mask, shapes: Shapes, rows: torch.Tensor, de
         grouped = full.reshape(shapes.batch * shapes.heads_kv, shapes.group, shapes.n_q, shapes.n_k)
         grouped = grouped[heads if heads is not None else slice(None)]
         vis = vis & grouped.index_select(2, rows.to(attn_mask.device)).to(device)
+    shown = None if variant is None else variant.shown(shapes.n_q, shapes.n_k, shapes.heads_q)
+    if shown is not None:  # keys shown whatever the rest hides (trusted full blocks): a per-head feature's
+        b, h = _grouped_heads(shapes, heads, device)
+        vis = vis | shown(b, h, q_idx.view(1, 1, -1, 1), kv_idx.view(1, 1, 1, -1))
     return vis
 
 
