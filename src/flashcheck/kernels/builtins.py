@@ -38,6 +38,8 @@ from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
 from .block_sparse import make_block_sparse_kernel
+from .flex_blocks import NAME as FLEX_BLOCKS
+from .flex_blocks import make_flex_block_sparse_kernel
 from .sparse import make_sparse_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 from .serving import make_serving_kernel
@@ -222,6 +224,9 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:block-sparse", "attention over key-block lists in fp32 torch (FlexAttention's kv_num_blocks, "
             "kv_indices and full_kv_* of blocks 16 x 32; option full_blocks=masked|trusted)", make_block_sparse_kernel,
             options_of(make_block_sparse_kernel), BLOCK_SPARSE),
+    Builtin(FLEX_BLOCKS, "FlexAttention's block-sparse path: the case's key-block lists as its BlockMask "
+            "(from_kv_blocks; full blocks trusted; options q_block, kv_block (128), compile=False: eager path)",
+            make_flex_block_sparse_kernel, options_of(make_flex_block_sparse_kernel)),
 )
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}

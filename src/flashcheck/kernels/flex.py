@@ -30,7 +30,7 @@ Backward is not declared: the adapter runs under no_grad. Measured: flex has no 
 H200, eager and compiled) a captured bias that requires grad gets its gradient (within 6e-6 of fp32's).
 
 GQA uses flex's ``enable_gqa``, except on CUDA with a mask or a variant, where K and V are repeated over the query
-heads: there inductor (torch 2.11) failed to compile flex's GQA decoding kernel (see ``_heads``).
+heads: there inductor (torch 2.11) failed to compile flex's GQA decoding kernel (see ``flex_heads``).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from ..errors import BackendUnavailable, InvalidArgument, Unsupported
 from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["make_flex_kernel", "flex_sink_key", "DESCRIPTION", "check_available", "compiled_flex", "flex_module",
-           "flex_options", "run_flex"]
+__all__ = ["make_flex_kernel", "flex_sink_key", "DESCRIPTION", "check_available", "compiled_flex", "flex_heads",
+           "flex_module", "flex_options", "restriction_mod", "run_flex"]
 
 NAME = "torch:flex"
 DESCRIPTION = "PyTorch FlexAttention (torch.compile'd fused kernel; compile=False: unfused eager path)"
@@ -159,7 +159,7 @@ def _chunk_mod(chunk: int, offset: torch.Tensor, device):
     return chunk_mod
 
 
-def _mask_mod(fa, causal: str, attn_mask, shapes, device, *, window=None, chunk=None):
+def restriction_mod(fa, causal: str, attn_mask, shapes, device, *, window=None, chunk=None):
     """The mask_mod of every restriction on the keys and the batch and head sizes its block mask needs,
     or (None, None, None) when every key is visible."""
     mods, B, H = [], None, None
@@ -240,7 +240,7 @@ def _unsupported(exc: BaseException) -> str | None:
     return None
 
 
-def _heads(q, k, v, shapes, masked_cuda: bool):
+def flex_heads(q, k, v, shapes, masked_cuda: bool):
     """K, V and whether flex's enable_gqa is used."""
     gqa = shapes.heads_q != shapes.heads_kv
     if gqa and masked_cuda:
@@ -309,11 +309,11 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
             NAME, device, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
         fa = flex_module()
         captures = causal != "none" or attn_mask is not None or any(x is not None for x in (window, chunk, sinks))
-        k, v, gqa = _heads(q, k, v, shapes, compile and device == "cuda" and (captures or bool(scores)))
+        k, v, gqa = flex_heads(q, k, v, shapes, compile and device == "cuda" and (captures or bool(scores)))
         fn = compiled_flex(fa, device) if compile else fa.flex_attention
 
         def mods():
-            mask_mod, B, H = _mask_mod(fa, causal, attn_mask, shapes, q.device, window=window, chunk=chunk)
+            mask_mod, B, H = restriction_mod(fa, causal, attn_mask, shapes, q.device, window=window, chunk=chunk)
             score_mod = _score_mod(shapes, q.device, alibi=alibi, **scores)
             k_, v_ = k, v
             if sinks is not None:
