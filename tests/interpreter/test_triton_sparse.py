@@ -1,7 +1,8 @@
 """flashcheck's Triton sparse kernel (top-k gather over index sets) under the Triton interpreter: it passes drawn
-cases in fp16 and fp32, attends a key repeated in a later tile of its list once, never reads a key no list
-names, refuses indices of the wrong dtype by name, and each planted misread of the lists is a BUG within 40
-drawn cases. Small shapes, few cases: every program of the interpreter holds one query row."""
+cases in fp16 and fp32, forward and backward, attends a key repeated in a later tile of its list once, never reads
+a key no list names, refuses indices of the wrong dtype by name, and each planted bug (the lists misread, dK and dV
+written instead of added) is a BUG within 40 drawn cases. Small shapes, few cases: every program of the
+interpreter holds one query row."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import io
 import pytest
 import torch
 
-from flashcheck import Variant
+from flashcheck import Variant, check_backward
 from flashcheck.cli import main
 from flashcheck.contract.validation import Shapes
 from flashcheck.errors import InvalidArgument
@@ -83,5 +84,33 @@ def test_each_misread_of_the_lists_is_caught_within_40_cases(bug):
     kernel = _kernel(bug)
     for recipe in draw_recipes(40, spec=kernel.spec, seed=0, **SMALL):
         if check(kernel, recipe.build(), device="cpu", properties=(), envelope=False).status == "BUG":
+            return
+    pytest.fail(f"{kernel.name} passed 40 cases")
+
+
+def test_the_gradients_of_drawn_cases_stay_within_the_budget():
+    kernel = _kernel()
+    assert kernel.spec.backward and not kernel.spec.deterministic_backward  # atomic adds into the gathered keys
+    drawn = draw_recipes(5, spec=kernel.spec, seed=7, dtypes=["fp16", "fp32"], **dict(SMALL, max_n=16))
+    assert {r.dtype for r in drawn} == {"fp16", "fp32"}
+    for recipe in drawn:
+        verdict = check_backward(kernel, recipe.build(), device="cpu")
+        assert verdict.status == "PASS", str(verdict)
+
+
+def test_a_key_chosen_by_many_queries_gets_the_sum_of_their_gradients():
+    """Every query of 4 heads sharing one K/V head lists keys 2 and 5 (and padding): their dK and dV add up."""
+    indices = torch.tensor([2, -1, 5, 2], dtype=torch.int32).expand(1, 1, 6, 4).contiguous()
+    case = Recipe(Shapes(1, 4, 1, 6, 8, 16, 16), "fp16", seed=2, causal="bottom_right").build()
+    case = dataclasses.replace(case, variant=Variant(indices=indices))
+    assert check_backward(_kernel(), case, device="cpu").status == "PASS"
+    verdict = check_backward(_kernel("dk_written_not_added"), case, device="cpu")
+    assert verdict.status == "BUG" and {f.kind for f in verdict.findings} == {"over_budget"}, str(verdict)
+
+
+def test_dk_written_not_added_is_caught_within_40_cases():
+    kernel = _kernel("dk_written_not_added")
+    for recipe in draw_recipes(40, spec=kernel.spec, seed=0, **SMALL):
+        if check_backward(kernel, recipe.build(), device="cpu").status == "BUG":
             return
     pytest.fail(f"{kernel.name} passed 40 cases")

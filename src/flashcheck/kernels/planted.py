@@ -80,6 +80,8 @@ SPARSE = (
 _SPARSE = {bug.name: bug for bug in SPARSE}
 TRITON_SPARSE = (
     _SPARSE["padding_reads_key0"], _SPARSE["counts_duplicates"], _SPARSE["past_end_clamped"],
+    PlantedBug("dk_written_not_added", "the backward stores each gathered key's dK and dV where it should add them "
+               "atomically: of the rows that list a key, the last to write wins"),
 )
 
 # fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer

@@ -12,7 +12,9 @@ online softmax of the dense form (scores in fp32 and base 2, P rounded to the in
 row of the tile shows is never read, so NaN in it cannot reach the output. Rows with no visible key give out 0 and
 lse -inf.
 
-Its planted bugs (:data:`flashcheck.kernels.planted.TRITON_SPARSE`) are switches of the kernel.
+The backward (:mod:`.sparse_backward`) recomputes P from the saved lse and adds each gathered key's dK and dV with
+atomic adds: two calls may sum in other orders, so ``deterministic_backward`` is False. Its planted bugs
+(:data:`flashcheck.kernels.planted.TRITON_SPARSE`) are switches of the kernels.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ...contract.key_sets import KeySets
 from ...contract.spec import Kernel, KernelSpec
 from .online import LN2, finish, online_step, start_state
 from .runtime import import_triton, triton_dtypes
-from .sparse_keys import SparseArgs, listed_keys, visible_keys
+from .sparse_backward import sparse_backward
+from .sparse_keys import SparseArgs, listed_keys, switches, visible_keys
 
 __all__ = ["NAME", "make_sparse_kernel", "sparse_forward"]
 
@@ -74,12 +77,6 @@ def _sparse_forward(Q, K, V, O, LSE, IDX, MASK, scale_log2, n_q, n_k, topk, head
     tl.store(LSE + b * slb + heads.to(tl.int64) * slh + row64, lse2 * LN2, mask=head_ok)
 
 
-def switches(mutant: str | None) -> dict:
-    """The constexprs that plant ``mutant`` (none for a correct kernel): the list tests it drops."""
-    return dict(DEDUP=mutant != "counts_duplicates", PADDING_MASKED=mutant != "padding_reads_key0",
-                PAST_END_MASKED=mutant != "past_end_clamped")
-
-
 def sparse_forward(a: SparseArgs, mutant: str | None = None):
     """(out (B, Hq, Nq, Dv) in q's dtype, lse (B, Hq, Nq) fp32 natural log) of a checked call."""
     s, q = a.shapes, a.q
@@ -96,16 +93,39 @@ def _last_stride_one(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()  # the kernels address the head dim with stride 1
 
 
+class _Differentiable(torch.autograd.Function):
+    """The sparse forward, with the backward of :mod:`.sparse_backward`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, indices, attn_mask, call):
+        a = SparseArgs(q, k, v, indices, attn_mask=attn_mask, **call["args"])
+        out, lse = sparse_forward(a, call["mutant"])
+        ctx.save_for_backward(out, lse)
+        ctx.args, ctx.mutant = a, call["mutant"]
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        out, lse = ctx.saved_tensors
+        dq, dk, dv = sparse_backward(ctx.args, out, lse, _last_stride_one(dout.to(out.dtype)), ctx.mutant)
+        return dq, dk, dv, None, None, None
+
+
 def make_sparse_kernel(*, device: str, mutant: str | None = None) -> Kernel:
     """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, indices):
         q, k, v = (_last_stride_one(t) for t in (q, k, v))
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            call = dict(args=dict(scale=scale, causal=causal), mutant=mutant)
+            return _Differentiable.apply(q, k, v, indices, attn_mask, call)
         return sparse_forward(SparseArgs(q, k, v, indices, scale=scale, causal=causal, attn_mask=attn_mask), mutant)
 
     spec = KernelSpec(key_sets=KeySets(duplicates="once", past_end="masked", padding="anywhere"),
                       dtypes=triton_dtypes(device), causal=("none", "top_left", "bottom_right"), attn_mask=True,
                       gqa=True, max_head_dim=256, dv_equals_d=False, fully_masked_rows="zero", precision="flash",
-                      devices=(device,), nan_safe_masking=True)
+                      devices=(device,), nan_safe_masking=True, backward=True,
+                      deterministic_backward=False)  # dK and dV of a key: atomic adds from every row that lists it
     attention.__name__ = attention.__qualname__ = "triton_sparse"
     return Kernel(attention, spec, name=NAME + (f"~{mutant}" if mutant else ""))

@@ -22,7 +22,7 @@ from ...errors import InvalidArgument
 from .online import BLOCK_N, pow2
 from .runtime import import_triton
 
-__all__ = ["MAX_BLOCK_H", "SparseArgs", "listed_keys", "value_tile", "visible_keys"]
+__all__ = ["MAX_BLOCK_H", "SparseArgs", "listed_keys", "switches", "value_tile", "visible_keys"]
 
 MAX_BLOCK_H = 64  # query heads a program holds: more than that are split over programs
 MAX_HEAD_DIM = 256  # a (BLOCK_H, 256) fp32 accumulator is the most a tile holds in registers
@@ -68,6 +68,12 @@ def visible_keys(shown, head_ok, heads_q, key, mask_row, smh, smn, HAS_MASK: tl.
         allowed = tl.load(mask_row + heads_q.to(tl.int64)[:, None] * smh + key[None, :] * smn, mask=visible, other=0)
         visible = visible & (allowed != 0)
     return visible
+
+
+def switches(mutant: str | None) -> dict:
+    """The constexprs of :func:`listed_keys` that plant ``mutant`` (none for a correct kernel): the test dropped."""
+    return dict(DEDUP=mutant != "counts_duplicates", PADDING_MASKED=mutant != "padding_reads_key0",
+                PAST_END_MASKED=mutant != "past_end_clamped")
 
 
 def value_tile(head_dim_v: int, block_d: int) -> int:
