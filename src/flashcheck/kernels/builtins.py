@@ -33,7 +33,7 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_VARLEN, VARLEN
+from .planted import BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_SPARSE, TRITON_VARLEN, VARLEN
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
@@ -221,6 +221,9 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:sparse", "attention over sparse index sets in fp32 torch (indices (B, Hkv or 1, Nq, topk), -1 "
             "padding, duplicates once, indices past the keys masked: kernel(q, k, v, *, scale, causal, attn_mask, "
             "indices)), gathering the listed keys", make_sparse_kernel, planted=SPARSE),
+    _triton_form("flashcheck:triton-sparse", "sparse", "make_sparse_kernel", "flashcheck's own Triton top-k gather "
+                 "attention over sparse index sets (torch:sparse's convention; a repeated key attended once)",
+                 TRITON_SPARSE),
     Builtin("torch:block-sparse", "attention over key-block lists in fp32 torch (FlexAttention's kv_num_blocks, "
             "kv_indices and full_kv_* of blocks 16 x 32; option full_blocks=masked|trusted)", make_block_sparse_kernel,
             options_of(make_block_sparse_kernel), BLOCK_SPARSE),

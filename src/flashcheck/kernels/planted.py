@@ -23,7 +23,7 @@ from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
 __all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
-           "SPLIT_KV", "TRITON", "TRITON_VARLEN", "VARLEN"]
+           "SPLIT_KV", "TRITON", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,14 @@ SPARSE = (
     PlantedBug("counts_duplicates", "a key listed twice is gathered twice, the convention declared counts it once"),
     PlantedBug("stops_at_padding", "a list is read up to its first -1: entries after padding are dropped"),
     PlantedBug("ignores_causal", "the set is trusted: keys past the causal diagonal that it lists are attended"),
+)
+# flashcheck:triton-sparse (kernels/triton/sparse.py): torch:sparse's misreads of the lists that a gather kernel
+# writes (a test dropped from its load masks), and the backward's scatter of dK and dV written, not added.
+_SPARSE = {bug.name: bug for bug in SPARSE}
+TRITON_SPARSE = (
+    _SPARSE["padding_reads_key0"], _SPARSE["counts_duplicates"], _SPARSE["past_end_clamped"],
+    PlantedBug("dk_written_not_added", "the backward stores each gathered key's dK and dV where it should add them "
+               "atomically: of the rows that list a key, the last to write wins"),
 )
 
 # Block-sparse lists (kernels/block_sparse.py): a count read one too far (FlexAttention's kv_num_blocks), the partial

@@ -1,0 +1,116 @@
+"""flashcheck's Triton sparse kernel (top-k gather over index sets) under the Triton interpreter: it passes drawn
+cases in fp16 and fp32, forward and backward, attends a key repeated in a later tile of its list once, never reads
+a key no list names, refuses indices of the wrong dtype by name, and each planted bug (the lists misread, dK and dV
+written instead of added) is a BUG within 40 drawn cases. Small shapes, few cases: every program of the
+interpreter holds one query row."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+
+import pytest
+import torch
+
+from flashcheck import Variant, check_backward
+from flashcheck.cli import main
+from flashcheck.contract.validation import Shapes
+from flashcheck.errors import InvalidArgument
+from flashcheck.inputs.recipe import Recipe
+from flashcheck.inputs.recipe_draws import draw_recipes
+from flashcheck.judge.check import check
+from flashcheck.kernels.planted import TRITON_SPARSE
+from flashcheck.kernels.registry import resolve_kernel
+from flashcheck.kernels.triton.sparse import FORWARD_BUGS
+
+pytestmark = pytest.mark.interpreter
+
+NAME = "flashcheck:triton-sparse"
+SMALL = dict(max_n=20, max_batch=1, max_heads=4, head_dims=[16, 24])
+
+
+def _kernel(bug: str | None = None):
+    return resolve_kernel(NAME + (f"~{bug}" if bug else ""), device="cpu")
+
+
+def test_the_kernel_is_listed_with_its_planted_bugs():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["kernels"]) == 0
+    listing = " ".join(line.strip() for line in out.getvalue().splitlines())
+    bugs = ", ".join(bug.name for bug in TRITON_SPARSE)
+    assert f"planted bugs ({NAME}~NAME): {bugs}" in listing, listing
+
+
+def test_the_kernel_passes_drawn_cases_in_fp16_and_fp32():
+    kernel = _kernel()
+    drawn = draw_recipes(6, spec=kernel.spec, seed=1, dtypes=["fp16", "fp32"], **SMALL)
+    assert {r.dtype for r in drawn} == {"fp16", "fp32"}
+    for recipe in drawn:
+        verdict = check(kernel, recipe.build(), device="cpu", properties=())
+        assert verdict.status == "PASS", str(verdict)
+
+
+def _case(indices: torch.Tensor, n_k: int = 12, causal: str = "none"):
+    case = Recipe(Shapes(1, 2, 1, indices.shape[2], n_k, 16, 16), "fp16", seed=5, causal=causal).build()
+    return dataclasses.replace(case, variant=Variant(indices=indices))
+
+
+def test_a_key_repeated_in_a_later_tile_is_attended_once():
+    """40 entries, two tiles of 32: key 3 first at entry 1 and again at 35; -1 and past-end entries between."""
+    row = [7, 3] + [-1] * 30 + [11, 12, 99, 3, 0, -1, 5, 3]
+    indices = torch.tensor([row, row[::-1]], dtype=torch.int32).view(1, 1, 2, 40)
+    assert check(_kernel(), _case(indices), device="cpu", properties=()).status == "PASS"
+    assert check(_kernel("counts_duplicates"), _case(indices), device="cpu", properties=()).status == "BUG"
+
+
+def test_keys_no_list_names_are_never_read():
+    case = Recipe(Shapes(1, 2, 1, 3, 40, 16, 16), "fp32", seed=1, causal="bottom_right",
+                  variants={"indices": "last_keys"}).build()
+    verdict = check(_kernel(), case, device="cpu", properties=("poison",))
+    assert verdict.status == "PASS" and "poison" in verdict.properties, str(verdict)
+
+
+def test_indices_of_another_dtype_are_refused_by_name():
+    q = torch.zeros(1, 2, 3, 16)
+    with pytest.raises(InvalidArgument) as raised:
+        _kernel().fn(q, q, q, scale=1.0, indices=torch.zeros(1, 1, 3, 2, dtype=torch.int64))
+    assert raised.value.argument == "indices" and "int32" in raised.value.fix
+
+
+@pytest.mark.parametrize("bug", FORWARD_BUGS)
+def test_each_misread_of_the_lists_is_caught_within_40_cases(bug):
+    kernel = _kernel(bug)
+    for recipe in draw_recipes(40, spec=kernel.spec, seed=0, **SMALL):
+        if check(kernel, recipe.build(), device="cpu", properties=(), envelope=False).status == "BUG":
+            return
+    pytest.fail(f"{kernel.name} passed 40 cases")
+
+
+def test_the_gradients_of_drawn_cases_stay_within_the_budget():
+    kernel = _kernel()
+    assert kernel.spec.backward and not kernel.spec.deterministic_backward  # atomic adds into the gathered keys
+    drawn = draw_recipes(5, spec=kernel.spec, seed=7, dtypes=["fp16", "fp32"], **dict(SMALL, max_n=16))
+    assert {r.dtype for r in drawn} == {"fp16", "fp32"}
+    for recipe in drawn:
+        verdict = check_backward(kernel, recipe.build(), device="cpu")
+        assert verdict.status == "PASS", str(verdict)
+
+
+def test_a_key_chosen_by_many_queries_gets_the_sum_of_their_gradients():
+    """Every query of 4 heads sharing one K/V head lists keys 2 and 5 (and padding): their dK and dV add up."""
+    indices = torch.tensor([2, -1, 5, 2], dtype=torch.int32).expand(1, 1, 6, 4).contiguous()
+    case = Recipe(Shapes(1, 4, 1, 6, 8, 16, 16), "fp16", seed=2, causal="bottom_right").build()
+    case = dataclasses.replace(case, variant=Variant(indices=indices))
+    assert check_backward(_kernel(), case, device="cpu").status == "PASS"
+    verdict = check_backward(_kernel("dk_written_not_added"), case, device="cpu")
+    assert verdict.status == "BUG" and {f.kind for f in verdict.findings} == {"over_budget"}, str(verdict)
+
+
+def test_dk_written_not_added_is_caught_within_40_cases():
+    kernel = _kernel("dk_written_not_added")
+    for recipe in draw_recipes(40, spec=kernel.spec, seed=0, **SMALL):
+        if check_backward(kernel, recipe.build(), device="cpu").status == "BUG":
+            return
+    pytest.fail(f"{kernel.name} passed 40 cases")
