@@ -10,7 +10,9 @@ import pytest
 
 from flashcheck.cli import main
 from flashcheck.kernels import planted
+from flashcheck.kernels.block_sparse import make_block_sparse_kernel
 from flashcheck.kernels.flex import make_flex_kernel
+from flashcheck.kernels.flex_blocks import make_flex_block_sparse_kernel
 from flashcheck.kernels.flex_varlen import make_flex_varlen_kernel
 from flashcheck.kernels.registry import BUILTIN_KERNELS
 from flashcheck.kernels.serving import make_serving_kernel
@@ -18,6 +20,7 @@ from flashcheck.kernels.triton.forward import make_kernel
 
 # The functions that make the built-ins that take options, and the keywords of theirs that are no option.
 FACTORIES = {"torch:flex": make_flex_kernel, "torch:flex-varlen": make_flex_varlen_kernel,
+             "torch:block-sparse": make_block_sparse_kernel, "torch:flex-block-sparse": make_flex_block_sparse_kernel,
              "flashcheck:triton": make_kernel, "torch:varlen": make_serving_kernel, "torch:paged": make_serving_kernel}
 NOT_OPTIONS = {"device", "mutant"}
 # Each kernel's planted bugs, from the catalog (the kernels of one form or of fp8 share theirs).
@@ -26,6 +29,7 @@ CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": plan
            "torch:fp8": planted.FP8, "flashcheck:triton-fp8": planted.FP8_TRITON, "torch:varlen": planted.VARLEN,
            "torch:paged": planted.PAGED, "torch:split-kv": planted.SPLIT_KV, "torch:mla": planted.MLA,
            "torch:mla-paged": planted.MLA, "torch:sparse": planted.SPARSE,
+           "torch:block-sparse": planted.BLOCK_SPARSE,
            "flashcheck:triton-sparse": planted.TRITON_SPARSE}
 PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}
 

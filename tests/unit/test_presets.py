@@ -12,7 +12,7 @@ from flashcheck.kernels.registry import resolve_kernel
 
 def test_builtin_presets_load():
     names = set(builtin_presets())
-    assert {"smoke", "adversarial", "long-context", "signoff", "serving", "mla"} <= names
+    assert {"smoke", "adversarial", "long-context", "signoff", "serving", "mla", "sparse"} <= names
     for name in names:
         preset = load_preset(name)
         assert preset.description and preset.max_examples >= 1 and preset.min_n <= preset.max_n

@@ -100,27 +100,31 @@ def _has_cxx() -> bool:
     return any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++"))
 
 
-def check_available(device: str, compile: bool) -> None:
+def check_available(device: str, compile: bool, *, name: str = NAME) -> None:
+    """BackendUnavailable (in the kernel's ``name``) where flex cannot run on ``device`` as ``compile`` asks."""
+    if not isinstance(compile, bool):
+        raise InvalidArgument("compile", compile, "expected True or False",
+                              "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
     flex_module()
     if device == "cuda" and not torch.cuda.is_available():
-        raise BackendUnavailable(NAME, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
+        raise BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
     import torch._dynamo as dynamo  # lazy (about a second); binds only `dynamo`, so `torch` stays the module global
 
     if not dynamo.is_dynamo_supported():
-        raise BackendUnavailable(NAME, device, "FlexAttention needs TorchDynamo, which this Python does not support",
+        raise BackendUnavailable(name, device, "FlexAttention needs TorchDynamo, which this Python does not support",
                                  "Use a Python version that torch.compile supports.")
     if not compile:
         return
     if device == "cuda":
         if importlib.util.find_spec("triton") is None:
-            raise BackendUnavailable(NAME, "cuda", "torch.compile builds flex's CUDA kernel with Triton, which is not "
+            raise BackendUnavailable(name, "cuda", "torch.compile builds flex's CUDA kernel with Triton, which is not "
                                      "installed", "Install triton, or pass compile=False for the unfused eager path.")
         if os.environ.get("TRITON_INTERPRET") == "1":
-            raise BackendUnavailable(NAME, "cuda", "TRITON_INTERPRET=1 is set, so the Triton kernels torch.compile "
+            raise BackendUnavailable(name, "cuda", "TRITON_INTERPRET=1 is set, so the Triton kernels torch.compile "
                                      "generates would run in Triton's CPU interpreter",
                                      "Unset TRITON_INTERPRET for GPU runs.")
     elif not _has_cxx():
-        raise BackendUnavailable(NAME, "cpu", "torch.compile builds flex's CPU kernel with a C++ compiler and none was "
+        raise BackendUnavailable(name, "cpu", "torch.compile builds flex's CPU kernel with a C++ compiler and none was "
                                  "found (g++, c++, clang++ or $CXX)",
                                  "Install one (e.g. apt-get install g++), or pass compile=False for the unfused eager path.")
 
@@ -286,9 +290,6 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
     unfused eager path. Returns ``(out, lse)``, or ``out`` alone for the compiled CPU kernel. ``alibi``: the
     ALiBi the score_mod adds, ``"symmetric"`` (flash-attention's) or ``"linear"`` (attention-gym's slope (j - i)).
     """
-    if not isinstance(compile, bool):
-        raise InvalidArgument("compile", compile, "expected True or False",
-                              "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
     if alibi not in ALIBI_MODES:
         raise InvalidArgument("alibi", alibi, "unknown ALiBi mode", f"Use one of {list(ALIBI_MODES)}.")
     check_available(device, compile)

@@ -22,7 +22,6 @@ from ..contract.formats import DTYPES
 from ..contract.masks import and_masks, or_masks
 from ..contract.spec import Kernel, KernelSpec
 from ..contract.validation import CAUSAL_MODES
-from ..errors import InvalidArgument
 from ..features.block_lists import BlockLists, block_tables
 from .adapters import validated_call
 from .flex import check_available, compiled_flex, flex_heads, flex_module, flex_options, restriction_mod, run_flex
@@ -57,10 +56,7 @@ def _block_mask(fa, lists: BlockLists, base, shapes, device):
 def make_flex_block_sparse_kernel(*, device: str = "cuda", compile: bool = True, q_block: int = 128,
                                   kv_block: int = 128) -> Kernel:
     """FlexAttention's block-sparse path on ``device`` with blocks of ``q_block`` x ``kv_block``."""
-    if not isinstance(compile, bool):
-        raise InvalidArgument("compile", compile, "expected True or False",
-                              "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
-    check_available(device, compile)
+    check_available(device, compile, name=NAME)
     convention = BlockSparse(q_block, kv_block, "trusted")
     returns_lse = not (compile and device == "cpu")
     spec = KernelSpec(dtypes=DTYPES, causal=CAUSAL_MODES, attn_mask=True, gqa=True,

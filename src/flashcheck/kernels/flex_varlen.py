@@ -11,7 +11,6 @@ import torch
 
 from ..contract.formats import DTYPES
 from ..contract.spec import Kernel, KernelSpec
-from ..errors import BackendUnavailable, InvalidArgument
 from .flex import check_available, compiled_flex, flex_module, flex_options, run_flex
 
 __all__ = ["NAME", "make_flex_varlen_kernel"]
@@ -43,13 +42,7 @@ def _document_mask(cu_q, cu_k, causal: str):
 
 
 def make_flex_varlen_kernel(*, device: str = "cuda", compile: bool = True) -> Kernel:
-    if not isinstance(compile, bool):
-        raise InvalidArgument("compile", compile, "expected True or False",
-                              "Pass compile=True for the fused kernel or compile=False for flex's eager path.")
-    try:
-        check_available(device, compile)
-    except BackendUnavailable as exc:  # in this kernel's name
-        raise BackendUnavailable(NAME, device, exc.reason, exc.fix) from None
+    check_available(device, compile, name=NAME)
     returns_lse = not (compile and device == "cpu")
     spec = KernelSpec(form="varlen", dtypes=DTYPES, causal=("none", "top_left", "bottom_right"), gqa=True,
                       min_head_dim=16 if (compile and device == "cuda") else 1, dv_equals_d=False,

@@ -38,10 +38,13 @@ def _valid(idx: torch.Tensor, n_k: int, mutant: str | None) -> torch.Tensor:
 
 
 def _first_of_each(idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``valid`` less every repeat of a key earlier in the same list."""
-    earlier = (idx[..., :, None] == idx[..., None, :]) & valid[..., None, :]
-    earlier = earlier.tril(-1).any(-1)
-    return valid & ~earlier
+    """``valid`` less every repeat of a key earlier in the same list (a stable sort puts each key's first entry
+    first among its equals)."""
+    keyed = torch.where(valid, idx, -1)  # invalid entries repeat nothing
+    ordered, order = keyed.sort(dim=-1, stable=True)
+    repeat = torch.zeros_like(valid)
+    repeat[..., 1:] = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
+    return valid & ~torch.zeros_like(valid).scatter_(-1, order, repeat)
 
 
 def _visible(causal: str, attn_mask, shape, n_k: int, device) -> torch.Tensor:
@@ -70,7 +73,7 @@ def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant):
     idx = idx.repeat_interleave(group, 1) if idx.shape[1] > 1 else idx.expand(B, Hq, -1, -1)
     shown = torch.broadcast_to(_visible(causal, attn_mask, q.shape, n_k, q.device), (B, Hq, n_q, n_k))
     kk, vv = (t.float().repeat_interleave(group, 1).reshape(B * Hq * n_k, -1) for t in (k, v))
-    width = idx.shape[-1] * (k.shape[-1] + v.shape[-1] + idx.shape[-1])
+    width = idx.shape[-1] * (k.shape[-1] + v.shape[-1])
     step = max(1, _CHUNK_ELEMENTS // max(1, B * Hq * width))
     parts = [_attend_rows(q[:, :, r:r + step].float(), kk, vv, idx[:, :, r:r + step], shown[:, :, r:r + step],
                           scale=scale, n_k=n_k, mutant=mutant) for r in range(0, n_q, step)]

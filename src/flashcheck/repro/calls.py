@@ -53,7 +53,8 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
         _refuse(case_path, f"its kernel {source} is one of flashcheck's planted-bug variants, not an upstream kernel")
     if len(kernel.spec.calling.arguments("q", "k", "v")) != 3:  # the scripts hand a kernel q, k and v
         _refuse(case_path, f"its kernel {source} takes one cached row for K and V, which no script calls yet")
-    unscripted = [f for f in map(feature, case.variant.used) if f.term == "keys" and "mask_mod" not in (f.script or {})]
+    used = () if case is None else case.variant.used
+    unscripted = [f for f in map(feature, used) if f.term == "keys" and "mask_mod" not in (f.script or {})]
     if unscripted:  # the script's reference would show keys the case hides
         _refuse(case_path, f"its {unscripted[0].title or unscripted[0].name} has no reproducer code yet")
     if isinstance(case, ServingCase):
