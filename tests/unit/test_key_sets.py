@@ -226,3 +226,52 @@ def test_torch_sparse_gradients_stay_within_the_budget():
     for recipe in draw_recipes(12, spec=kernel.spec, seed=5, max_n=32):
         verdict = check_backward(kernel, recipe.build(), device="cpu")
         assert verdict.status == "PASS" or verdict.skipped, verdict
+
+
+# ---- duplicates counted twice ------------------------------------------------------------------------------------
+
+
+def _twice_case(seed=2, dtype="fp32", regime="duplicates"):
+    return Recipe(Shapes(1, 4, 2, 3, 21, 8, 8), dtype, seed=seed, causal="bottom_right",
+                  variants={"indices": regime}, settings={"duplicates": "twice"}).build()
+
+
+def test_under_twice_the_oracle_weighs_a_key_as_often_as_listed():
+    """Against a float64 gather written here: every listed entry (not -1, not past the keys, not past the causal
+    diagonal) is one term of the softmax, repeats included."""
+    case = _twice_case()
+    assert case.variant.duplicates == "twice" and case.variant.indices.shape[1] == 1
+    q, k, v = (t.double() for t in (case.q, case.k, case.v))
+    s = case.shapes
+    want = torch.zeros(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=torch.float64)
+    for h in range(s.heads_q):
+        for i in range(s.n_q):
+            keys = [j for j in case.variant.indices[0, 0, i].tolist() if 0 <= j <= i + s.n_k - s.n_q]
+            if keys:
+                logits = torch.stack([q[0, h, i] @ k[0, h // s.group, j] for j in keys]) * case.scale
+                want[0, h, i] = torch.softmax(logits, 0) @ v[0, h // s.group, keys]
+    ref = reference_attention(case.q, case.k, case.v, scale=case.scale, causal=case.causal, variant=case.variant)
+    assert torch.allclose(ref.out.nan_to_num(), want, rtol=1e-12, atol=1e-13)
+    assert bool((key_counts(case.variant.indices, s.n_k) > 1).any())  # the case repeats keys
+
+
+def test_under_twice_the_audit_holds_and_a_deduplicating_kernel_is_caught():
+    case = _twice_case(dtype="fp16")
+    audit = audit_reference(case.q, case.k, case.v, scale=case.scale, causal=case.causal, variant=case.variant, dps=30)
+    assert audit.ok, audit
+    assert check("torch:sparse[duplicates=twice]", case, device="cpu").status == "PASS"
+    import flashcheck
+
+    once = resolve_kernel("torch:sparse", device="cpu")
+    claims_twice = flashcheck.Kernel(once.fn, dataclasses.replace(once.spec, key_sets=KeySets(duplicates="twice")),
+                                     name="dedups-declares-twice")
+    assert check(claims_twice, case, device="cpu", properties=()).status == "BUG"
+    with pytest.raises(InvalidArgument) as raised:  # a case counted twice, a kernel that counts once
+        check(once, case, device="cpu")
+    assert "duplicates" in str(raised.value)
+
+
+def test_twice_weighs_one_list_for_every_head():
+    with pytest.raises(InvalidArgument) as raised:
+        Variant(indices=torch.zeros(1, 2, 3, 4, dtype=torch.int32), duplicates="twice")
+    assert raised.value.argument == "indices" and "(B, 1, Nq, topk)" in str(raised.value)

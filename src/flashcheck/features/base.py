@@ -63,6 +63,9 @@ class Feature:
       to (B, Hq, R, Nk), or with ``size`` the magnitude a legal kernel's bias arithmetic rounds on;
       ``bias_extent(variant, n_q, n_k)``: a float no smaller than that magnitude on any row and key of the call,
       found without a pass over them (the oracle's bound on the logits).
+    - A "keys" feature with a ``bias`` weighs its keys where ``weighs(variant)``: its bias is the log of each key's
+      weight (a key listed twice counts twice); ``summed(variant, n_k)``: the most terms a row's sums may then
+      hold (every key once: ``n_k``).
     - ``gradient``: the name of the gradient a backward pass gives of a tensor feature (``dbias``), where it is
       judged; None where it is not.
 
@@ -124,6 +127,8 @@ class Feature:
     shown: Callable | None = None
     bias: Callable | None = None
     bias_extent: Callable | None = None
+    weighs: Callable = lambda variant: True
+    summed: Callable = lambda variant, n_k: n_k
     gradient: str | None = None
     # the judge
     neutral: Callable | None = None

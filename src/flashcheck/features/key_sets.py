@@ -10,6 +10,7 @@ chosen by every query, sets in the last partial tile, and rows whose set is empt
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -51,6 +52,11 @@ def _shape_problem(indices, shapes):
 
 def _refusal(variant, spec, dtype):
     convention = spec.key_sets
+    if variant.duplicates != convention.duplicates:
+        return (f"indices whose repeated keys count {variant.duplicates} (the kernel's spec declares "
+                f"duplicates={convention.duplicates!r})")
+    if variant.duplicates == "twice" and variant.capped and variant.bias_order == "bias_first":
+        return "a key counted twice under a cap the bias goes into (bias_order='bias_first'): its weight is no logit"
     if convention.padding == "last" and _padding_first(variant.indices):
         return "indices with -1 before a valid entry (the kernel's spec declares padding='last')"
     return None
@@ -72,6 +78,18 @@ def key_counts(indices: torch.Tensor, n_k: int) -> torch.Tensor:
 def _visible_table(indices: torch.Tensor, n_k: int, device: str) -> torch.Tensor:
     # one table per variant, length and device: every block of the oracle's walk reads it
     return key_counts(indices.to(device), n_k) > 0
+
+
+def _weights(variant, n_q: int, n_k: int, rows: torch.Tensor, device, size: bool):
+    """The log of how often each key of ``rows`` is listed (B, 1, R, Nk) float64, 0 where it is not: a key counted
+    twice weighs e^log 2 = 2. With ``size``, its magnitude (a legal kernel's sums hold the repeats, not this bias)."""
+    counts = key_counts(variant.indices.to(device), n_k).index_select(2, rows.to(device)).to(torch.float64)
+    return torch.log(counts.clamp(min=1.0))
+
+
+def _weight_extent(variant, n_q: int, n_k: int) -> float:
+    """Twice the largest log count: the log's own rounding in float64 included."""
+    return 2 * math.log(max(1, variant.indices.shape[-1]))
 
 
 def key_set_mask(indices: torch.Tensor, n_k: int, heads_q: int):
@@ -118,8 +136,9 @@ def _heads(gen, s) -> int:
 
 
 def _regime(draw):
-    """A regime of (gen, shapes, heads) as a feature's regime of (gen, shapes), int32."""
-    return lambda gen, s: draw(gen, s, _heads(gen, s)).to(torch.int32).contiguous()
+    """A regime of (gen, shapes, heads) as a feature's regime of (gen, shapes, one_list), int32: one list for every
+    K/V head where ``one_list`` (the convention that counts repeats weighs one list)."""
+    return lambda gen, s, one_list=False: draw(gen, s, 1 if one_list else _heads(gen, s)).to(torch.int32).contiguous()
 
 
 def _sample(gen, s, h):
@@ -201,7 +220,11 @@ FEATURE = Feature(
     },
     settings=lambda spec, dtype, regime, choose: (
         None if (regime in PAST_END_REGIMES and spec.key_sets.past_end == "never")
-        or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last") else {}),
+        or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last")
+        else {"duplicates": spec.key_sets.duplicates}),
+    draw=lambda name, regime, gen, shapes, settings: regime(gen, shapes, settings.get("duplicates") == "twice"),
+    bias=_weights, bias_extent=_weight_extent, weighs=lambda variant: variant.duplicates == "twice",
+    summed=lambda variant, n_k: variant.indices.shape[-1],
     visible=lambda value, n_q, n_k, heads_q: key_set_mask(value, n_k, heads_q),
     edge=_edge, reordered=_reordered,
 )

@@ -43,6 +43,7 @@ import torch
 
 from ..contract import masks
 from ..contract.features import ALIBI_MODES, BIAS_ORDERS, FEATURES
+from ..contract.key_sets import DUPLICATES
 from ..errors import InvalidArgument
 from .registry import REGISTRY, by_term
 from .scores import finite_cap
@@ -57,11 +58,11 @@ TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",)
 # The dtype each of TENSORS is saved in (None: the one the saved JSON gives with the shape).
 SAVED_DTYPES = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor}, "descales": "fp32"}
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
-SETTINGS = ("alibi", "bias_order")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
+SETTINGS = ("alibi", "bias_order", "duplicates")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
 # What a recipe (flashcheck.inputs.recipe) records of the kernel's spec to draw a case's variant, in the order it saves
 # them (None: the case has no such part): the ALiBi mode and the bias's dtype (those features' ``settings``) and
 # where a cap and a bias meet.
-RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype", "block_size", "full_blocks")
+RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype", "block_size", "full_blocks", "duplicates")
 
 
 def declared(spec) -> tuple[str, ...]:
@@ -82,6 +83,7 @@ class Variant:
     block_lists: object = None  # a flashcheck.BlockLists (its tensors on the CPU)
     sinks: torch.Tensor | None = None  # (Hq,) float32, on the CPU
     alibi: str = "symmetric"  # how the slopes make a bias (ALIBI_MODES)
+    duplicates: str = "once"  # how often a key listed twice in ``indices`` counts (DUPLICATES)
     bias_order: str = "cap_first"  # where a cap and a bias meet (BIAS_ORDERS)
     descales: torch.Tensor | None = None  # (3, B, Hkv) fp32 of fp8 inputs, on the CPU
 
@@ -90,6 +92,11 @@ class Variant:
             object.__setattr__(self, f.name, f.check(getattr(self, f.name)))
         _check_choice("alibi", self.alibi, ALIBI_MODES)
         _check_choice("bias_order", self.bias_order, BIAS_ORDERS)
+        _check_choice("duplicates", self.duplicates, DUPLICATES)
+        if self.duplicates == "twice" and self.indices is not None and self.indices.shape[1] > 1:
+            raise InvalidArgument("indices", tuple(self.indices.shape), "lists per K/V head, counted with duplicates="
+                                  "'twice': flashcheck weighs one list for every head", "Pass indices of shape "
+                                  "(B, 1, Nq, topk), or declare duplicates='once'.")
         object.__setattr__(self, "descales", _check_descales(self.descales))
 
     @property
@@ -108,7 +115,13 @@ class Variant:
 
     @property
     def biased(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in by_term("bias"))
+        return bool(self.biasing())
+
+    def biasing(self) -> tuple:
+        """The features that add a term to this case's logits: the bias features it uses, and a key restriction
+        that weighs its keys (a key listed twice counted twice: its bias is the log of the count)."""
+        return tuple(f for f in REGISTRY if f.bias is not None and getattr(self, f.name) is not None
+                     and (f.term == "bias" or f.weighs(self)))
 
     @property
     def capped(self) -> bool:
@@ -176,10 +189,9 @@ class Variant:
         ``size``: instead, the magnitude a legal kernel's bias arithmetic rounds on (each feature's own)."""
         out = None
         rows = rows.to(device)
-        for f in by_term("bias"):
-            if getattr(self, f.name) is not None:
-                term = f.bias(self, n_q, n_k, rows, device, size)
-                out = term if out is None else out + term
+        for f in self.biasing():
+            term = f.bias(self, n_q, n_k, rows, device, size)
+            out = term if out is None else out + term
         return out
 
     def visible(self, n_q: int, n_k: int, heads_q: int = 1):
@@ -200,6 +212,10 @@ class Variant:
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else masks.or_masks(*parts)
+
+    def summed_keys(self, n_k: int) -> int:
+        """The most terms a row's sums may hold: every key once, or more where a feature weighs its keys."""
+        return max([n_k] + [f.summed(self, n_k) for f in self.biasing() if f.term == "keys"])
 
     def select(self, batch: slice | torch.Tensor = slice(None), heads: slice = slice(None), *,
                group: int = 1) -> "Variant":
@@ -230,7 +246,8 @@ class Variant:
         return " ".join(parts)
 
     def equal_bits(self, other: "Variant") -> bool:
-        if self.used != other.used or self.alibi != other.alibi or self.bias_order != other.bias_order:
+        if (self.used != other.used or self.alibi != other.alibi or self.bias_order != other.bias_order
+                or self.duplicates != other.duplicates):
             return False
         if any(getattr(self, f.name) != getattr(other, f.name) for f in REGISTRY if not f.tensor):
             return False
@@ -247,6 +264,8 @@ class Variant:
             out["alibi"] = self.alibi
         if self.biased and self.softcap is not None:
             out["bias_order"] = self.bias_order
+        if self.indices is not None and self.duplicates != "once":
+            out["duplicates"] = self.duplicates
         return out
 
     @classmethod
@@ -260,13 +279,13 @@ class Variant:
         scalars = {f.name: f.from_json(data[f.name]) for f in REGISTRY if not f.tensor and data.get(f.name) is not None}
         tensors = {t: (tensors or {}).get(t) for t in TENSORS}
         return cls(**scalars, alibi=data.get("alibi", "symmetric"), bias_order=data.get("bias_order", "cap_first"),
-                   **tensors)
+                   duplicates=data.get("duplicates", "once"), **tensors)
 
 
 def settings_of(recipe_settings: dict) -> dict:
     """The Variant's settings (:data:`SETTINGS`: its ALiBi mode and bias order) a recipe's :data:`RECIPE_SETTINGS`
     record; those it does not, left to the Variant's defaults."""
-    named = {"alibi_mode": "alibi", "bias_order": "bias_order"}  # the recipe's name -> the Variant's
+    named = {"alibi_mode": "alibi", "bias_order": "bias_order", "duplicates": "duplicates"}  # recipe's -> Variant's
     return {named[k]: value for k, value in recipe_settings.items() if k in named and value is not None}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..features.registry import REGISTRY, by_term
+from ..features.registry import REGISTRY
 from ..features.scores import RowTerms
 from ..features.variant import Variant
 from ..inputs.quantization import misread_scales
@@ -21,8 +21,7 @@ def row_biases(variant: Variant, b: int, h: int, i: int, n_q: int, n_k: int) -> 
         return t[_at(t, 0, b), _at(t, 1, h), 0].expand(n_k)
 
     row = torch.tensor([i])
-    return {f.name: of(f.bias(variant, n_q, n_k, row, "cpu", False)) for f in by_term("bias")
-            if getattr(variant, f.name) is not None}
+    return {f.name: of(f.bias(variant, n_q, n_k, row, "cpu", False)) for f in variant.biasing()}
 
 
 def _at(t: torch.Tensor, dim: int, index: int) -> int:

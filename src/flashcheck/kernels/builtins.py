@@ -220,7 +220,8 @@ BUILTINS: tuple[Builtin, ...] = (
             partial(make_mla_kernel, "torch:mla-paged"), planted=MLA),
     Builtin("torch:sparse", "attention over sparse index sets in fp32 torch (indices (B, Hkv or 1, Nq, topk), -1 "
             "padding, duplicates once, indices past the keys masked: kernel(q, k, v, *, scale, causal, attn_mask, "
-            "indices)), gathering the listed keys", make_sparse_kernel, planted=SPARSE),
+            "indices)), gathering the listed keys (option duplicates=once|twice)", make_sparse_kernel,
+            options_of(make_sparse_kernel), SPARSE),
     _triton_form("flashcheck:triton-sparse", "sparse", "make_sparse_kernel", "flashcheck's own Triton top-k gather "
                  "attention over sparse index sets (torch:sparse's convention; a repeated key attended once)",
                  TRITON_SPARSE),

@@ -4,7 +4,8 @@ reference of the convention.
 ``kernel(q, k, v, *, scale, causal, attn_mask=None, indices)``: each query attends the keys its row of ``indices``
 lists that the causal alignment and the mask also show. It gathers the listed keys (B, H, Nq, topk, D), as DeepSeek
 V3.2's sparse attention does, masks -1 and indices past the keys, and with ``duplicates="once"`` (the default) keeps
-the first of each repeated key, so that a key counts once. Logits, max, sum and normaliser in fp32, rounded once to
+the first of each repeated key, so that a key counts once; with the option ``duplicates="twice"`` it attends every
+entry, so a key counts as often as listed. Logits, max, sum and normaliser in fp32, rounded once to
 the input's dtype. Its planted bugs (:data:`flashcheck.kernels.planted.SPARSE`) are the misreads of the lists
 users reported.
 """
@@ -15,9 +16,9 @@ import math
 
 import torch
 
-from ..contract.key_sets import KeySets
+from ..contract.key_sets import DUPLICATES, KeySets
 from ..contract.spec import Kernel, KernelSpec
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, InvalidArgument
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
 __all__ = ["make_sparse_kernel"]
@@ -65,7 +66,7 @@ def _visible(causal: str, attn_mask, shape, n_k: int, device) -> torch.Tensor:
 _CHUNK_ELEMENTS = 1 << 26  # gathered elements a chunk of queries may hold (256 MB of fp32)
 
 
-def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant):
+def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant, once):
     """out (B, Hq, Nq, Dv) in q's dtype and lse (B, Hq, Nq) fp32, a chunk of queries at a time."""
     B, Hq, n_q, _ = q.shape
     n_k, group = k.shape[2], Hq // k.shape[1]
@@ -76,17 +77,17 @@ def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant):
     width = idx.shape[-1] * (k.shape[-1] + v.shape[-1])
     step = max(1, _CHUNK_ELEMENTS // max(1, B * Hq * width))
     parts = [_attend_rows(q[:, :, r:r + step].float(), kk, vv, idx[:, :, r:r + step], shown[:, :, r:r + step],
-                          scale=scale, n_k=n_k, mutant=mutant) for r in range(0, n_q, step)]
+                          scale=scale, n_k=n_k, mutant=mutant, once=once) for r in range(0, n_q, step)]
     out = torch.cat([o for o, _ in parts], 2) if parts else q.new_zeros(B, Hq, 0, v.shape[-1]).float()
     lse = torch.cat([s for _, s in parts], 2) if parts else q.new_zeros(B, Hq, 0).float()
     return out.to(q.dtype), lse
 
 
-def _attend_rows(q, kk, vv, idx, shown, *, scale, n_k, mutant):
+def _attend_rows(q, kk, vv, idx, shown, *, scale, n_k, mutant, once):
     """One chunk of query rows: q (B, Hq, R, D) fp32, the keys and values flattened (B * Hq * Nk, D)."""
     B, Hq = q.shape[:2]
     valid = _valid(idx, n_k, mutant)
-    if mutant != "counts_duplicates":
+    if once and mutant != "counts_duplicates":
         valid = _first_of_each(idx, valid)
     safe = idx.clamp(0, max(n_k - 1, 0))
     if mutant != "ignores_causal":
@@ -102,16 +103,24 @@ def _attend_rows(q, kk, vv, idx, shown, *, scale, n_k, mutant):
     return out, m + torch.log(total)
 
 
-def make_sparse_kernel(*, device: str, mutant: str | None = None) -> Kernel:
-    """``torch:sparse``, with its planted bug ``mutant`` (a name the registry checked)."""
+def make_sparse_kernel(*, device: str, mutant: str | None = None, duplicates: str = "once") -> Kernel:
+    """``torch:sparse``, counting a repeated key ``duplicates`` ("once" or "twice": every entry gathered), with its
+    planted bug ``mutant`` (a name the registry checked)."""
     if device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable("torch:sparse", "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
-    spec = KernelSpec(key_sets=KeySets(duplicates="once", past_end="masked", padding="anywhere"),
+    if duplicates not in DUPLICATES:
+        raise InvalidArgument("duplicates", duplicates, "unknown convention", f"Use one of {list(DUPLICATES)}.")
+    if duplicates == "twice" and mutant == "counts_duplicates":
+        raise InvalidArgument("kernel", "torch:sparse[duplicates=twice]~counts_duplicates", "counting a repeated "
+                              "key twice is that convention's rule, no bug", "Plant it in torch:sparse alone.")
+    spec = KernelSpec(key_sets=KeySets(duplicates=duplicates, past_end="masked", padding="anywhere"),
                       causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True,
                       fully_masked_rows="zero", precision="upcast", devices=(device,), max_head_dim=256,
                       backward=True, deterministic_backward=True)
 
     def sparse(q, k, v, *, scale, causal="none", attn_mask=None, indices):
-        return _attend(q, k, v, indices, scale=scale, causal=causal, attn_mask=attn_mask, mutant=mutant)
+        return _attend(q, k, v, indices, scale=scale, causal=causal, attn_mask=attn_mask, mutant=mutant,
+                       once=duplicates == "once")
 
-    return Kernel(sparse, spec, name=f"torch:sparse~{mutant}" if mutant else "torch:sparse")
+    name = "torch:sparse" + ("" if duplicates == "once" else f"[duplicates={duplicates}]")
+    return Kernel(sparse, spec, name=f"{name}~{mutant}" if mutant else name)

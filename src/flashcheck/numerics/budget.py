@@ -129,7 +129,8 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
     variant = Variant() if variant is None else variant
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None)
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None,
+                        keys=variant.summed_keys(shapes.n_k))
     ops = ops_for(q.device)
     values = AttentionCall(q, k, v, scale, causal, attn_mask, shapes, variant).dequantized()
     parts = None
@@ -165,6 +166,7 @@ class BudgetModel:
     precision: Precision
     terms: BudgetTerms
     sink: bool = False  # the sink is one more term of l
+    keys: int | None = None  # the most terms a row's sums hold (None: Nk; more where a key counts twice)
 
     def __post_init__(self):
         u = self.terms.u_32
@@ -174,7 +176,8 @@ class BudgetModel:
         # that tf32 may have rounded.
         dot_len = self.shapes.head_dim + 2 * self.precision.scale_on_inputs
         self.logit_factor = abs(self.scale) * ((1 + _gamma(dot_len, u)) * (1 + self.terms.u_in) ** 2 - 1)
-        self.accumulation_len = self.shapes.n_k + math.ceil(self.shapes.n_k / MIN_TILE) + 1 + self.sink
+        keys = max(self.shapes.n_k, self.keys or 0)
+        self.accumulation_len = keys + math.ceil(keys / MIN_TILE) + 1 + self.sink
         self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
                          + (self.terms.exp_ulps + EXTRA_ULPS + scaled) * u)
 

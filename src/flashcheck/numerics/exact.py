@@ -16,7 +16,6 @@ import torch
 
 from ..contract.formats import FP64
 from ..contract.validation import Shapes
-from ..features.registry import by_term
 from ..features.variant import Variant
 from .answers import GRADIENTS, Gradients, Reference
 from .blockwise import AttentionCall, visible_block
@@ -96,7 +95,7 @@ class _MpRow:
         full = (shapes.batch, shapes.heads_q, shapes.n_q, shapes.n_k)
         rows = torch.arange(shapes.n_q)
         self.biases = [np.broadcast_to(f.bias(variant, shapes.n_q, shapes.n_k, rows, "cpu", False).numpy(), full)
-                       for f in by_term("bias") if getattr(variant, f.name) is not None]
+                       for f in variant.biasing()]
 
     def sink(self, head):
         logits = self.sink_logits

@@ -120,7 +120,8 @@ def gradient_budget(q, k, v, do, *, scale: float, causal: str = "none", attn_mas
     do = check_upstream(do, q, shapes)
     precision = precision_named(precision)
     variant = Variant() if variant is None else variant
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None)
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None,
+                        keys=variant.summed_keys(shapes.n_k))
     f = _Factors.of(model, shapes)
     ops = ops_for(q.device)
     acc = _TermSums(shapes, q.device)

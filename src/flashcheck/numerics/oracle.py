@@ -40,7 +40,6 @@ from ..contract.counts import check_count
 from ..contract.formats import FP64
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import FlashcheckError, InvalidArgument
-from ..features.registry import by_term
 from ..features.scores import capped_scores
 from ..features.variant import Variant, check_shapes
 from .answers import Reference
@@ -221,9 +220,8 @@ def _bias_extent(variant: Variant, shapes: Shapes) -> float:
     if not variant.biased:
         return 0.0
     top = 0.0
-    for f in by_term("bias"):
-        if getattr(variant, f.name) is not None:
-            top += f.bias_extent(variant, shapes.n_q, shapes.n_k)
+    for f in variant.biasing():
+        top += f.bias_extent(variant, shapes.n_q, shapes.n_k)
     return 5 * U64 * top
 
 

@@ -18,7 +18,6 @@ from ..contract.masks import visible
 from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
-from ..features.registry import by_term
 from ..features.scores import bias_after_cap, capped_scores
 
 __all__ = ["Habits", "Tiling", "twin_attention", "round_tf32"]
@@ -198,7 +197,7 @@ class _Scores:
             rows = torch.arange(shapes.n_q).to(device)
             bias = _fp32_bias(variant.bias(shapes.n_q, shapes.n_k, rows, device))
             parts = [_fp32_bias(f.bias(variant, shapes.n_q, shapes.n_k, rows, device, False))
-                     for f in by_term("bias") if getattr(variant, f.name) is not None]
+                     for f in variant.biasing()]
         late = bias_after_cap(bias is not None, cap, variant.bias_order if variant is not None else "cap_first")
         scores = cls(scale, cap, sink, device, tanh_from_exp, bias, late)
         scores.parts = parts
