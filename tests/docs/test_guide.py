@@ -55,7 +55,7 @@ STATED = [
     ("README.md", "kernels", r"one of the (\d+) built-in kernels"),
     ("README.md", "planted", r"(\d+) planted bugs in `flashcheck:triton` \((\d+) in the plain kernel, (\d+) in its "
                              r"attention variants\)"),
-    ("README.md", "built-in planted", r"and (\d+) of the MLA reference `torch:mla`"),
+    ("README.md", "built-in planted", r"and (\d+) of the built-in references \(`torch:mla`"),
     ("README.md", "cpu rows", r"On the CPU that is (\d+) correct rows and (\d+) planted-bug rows"),
     ("README.md", "backward", r"(\d+) planted backward bugs \((\d+) on the CPU\)"),
     ("docs/cli.md", "planted", r"(\d+) planted-bug variants of `flashcheck:triton`, made by editing its source\. (\d+) "

@@ -26,6 +26,7 @@ WORDS = {
     "window": ("window",),
     "chunk": ("chunk",),
     "indices": ("key_sets", "keysets"),  # its keyword "indices" is also a plain word for positions
+    "block_lists": ("block_lists", "block_sparse", "blocklists", "blocksparse"),
     "sinks": ("sinks", "dsinks"),
 }
 # The calling forms and the quantized inputs -> the words that name each in code, and its own module.
@@ -40,6 +41,9 @@ WORDS.update({name: words for name, (words, _) in FORMS.items()})
 # The most files each may be named in: its module, the Variant record, the torch-free table of names and spec
 # flags (contract/features.py), and one more (the window: the mask library's sliding_window).
 LIMIT = {name: 4 for name in WORDS}
+# The block lists' Variant field has its name (the index sets' is "indices", a plain word), and their convention has
+# a record module in contract/ (as MLA's) and public names in the facade: one file more.
+LIMIT["block_lists"] = 5
 HOME = {**{name: f"features/{module}.py" for name, module in MODULES.items()},
         **{name: home for name, (_, home) in FORMS.items()}}
 

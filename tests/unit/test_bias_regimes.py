@@ -26,7 +26,7 @@ CAPPED = KernelSpec(dtypes=("fp16", "bf16"), alibi="linear", attn_bias=True, fp3
 
 
 def _bias(name: str, dtype="fp16", shapes=S) -> torch.Tensor:
-    return make_variant({"attn_bias": name}, shapes=shapes, seed=1, bias_dtype=dtype).attn_bias
+    return make_variant({"attn_bias": name}, shapes=shapes, seed=1, drawing={"bias_dtype": dtype}).attn_bias
 
 
 def _full(bias: torch.Tensor, s=S) -> torch.Tensor:
@@ -80,7 +80,7 @@ def test_the_bias_values():
 def test_a_row_hidden_by_the_bias_is_an_empty_row():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, h, n, 16, generator=gen).half() for h, n in ((4, 9), (2, 13), (2, 13)))
-    variant = make_variant({"attn_bias": "hidden_rows"}, shapes=S, seed=1, bias_dtype="fp16")
+    variant = make_variant({"attn_bias": "hidden_rows"}, shapes=S, seed=1, drawing={"bias_dtype": "fp16"})
     case = AttentionCase.create(q, k, v, scale=0.25, variant=variant)
     assert torch.equal(case.empty_rows(), _full(variant.attn_bias).eq(-math.inf).all(-1))
     assert case.empty_rows().any() and len(case.describe()) < 200

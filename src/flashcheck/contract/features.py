@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .forms import SERVING_FORMS
 from .block_sparse import block_sparse
-from .key_sets import key_sets
+from .key_sets import DUPLICATES, key_sets
 
-__all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "FeatureFlags"]
+__all__ = ["FEATURES", "MODULES", "ALIBI_MODES", "BIAS_ORDERS", "DUPLICATES", "FeatureFlags"]
 
 # Each feature's name (the keyword a kernel receives, declared by the spec flag of the same name; ALiBi's is
 # ``alibi``) and its module in flashcheck.features, which the registry loads, in the order a kernel receives

@@ -42,8 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from ..contract import masks
-from ..contract.features import ALIBI_MODES, BIAS_ORDERS, FEATURES
-from ..contract.key_sets import DUPLICATES
+from ..contract.features import ALIBI_MODES, BIAS_ORDERS, DUPLICATES, FEATURES
 from ..errors import InvalidArgument
 from .registry import REGISTRY, by_term
 from .scores import finite_cap
