@@ -94,8 +94,9 @@ def _variant_pools(spec: KernelSpec, variants) -> dict[str, list]:
     for f in REGISTRY:
         required = f.required(spec)
         drawn = f.name in declared(spec) and (f.name in chosen or required)
-        pool = [r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r) and not (required and r == "none")]
-        pools[f.name] = pool if drawn else ["none"]
+        # A feature's settings may read its own spec fields: asked only where the spec declares the feature.
+        pools[f.name] = ([r for r in VARIANT_REGIMES[f.name] if _takes(spec, f, r) and not (required and r == "none")]
+                         if drawn else ["none"])
     return pools
 
 
