@@ -29,7 +29,7 @@ CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": plan
            "flashcheck:triton-paged": planted.PAGED, "flashcheck:triton-split-kv": planted.SPLIT_KV,
            "torch:fp8": planted.FP8, "flashcheck:triton-fp8": planted.FP8_TRITON, "torch:varlen": planted.VARLEN,
            "torch:paged": planted.PAGED, "torch:split-kv": planted.SPLIT_KV, "torch:mla": planted.MLA,
-           "torch:mla-paged": planted.MLA, "torch:sparse": planted.SPARSE,
+           "torch:mla-paged": planted.MLA, "flashcheck:triton-mla": planted.TRITON_MLA, "torch:sparse": planted.SPARSE,
            "torch:block-sparse": planted.BLOCK_SPARSE,
            "flashcheck:triton-sparse": planted.TRITON_SPARSE}
 PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}

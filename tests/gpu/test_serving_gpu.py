@@ -2,7 +2,7 @@
 with empty sequences and pages of every size, and each planted bug of the forms is a BUG there too. PyTorch's
 jagged SDPA keeps its H200 defects visible: fp16 and bf16 scores rounded to the dtype where the head dim is not a
 multiple of 8 (its math composite without upcast; padded to 8, the same numbers pass), and NaN for a negative
-scale (reports/serving-2026-12-02). flashcheck's own Triton kernels of the forms (varlen, paged, split-KV)
+scale (reports/serving-2026-12-02). flashcheck's own Triton kernels of the forms (varlen, paged, split-KV, MLA)
 pass, on drawn cases too, and each of their planted bugs is a BUG."""
 
 from __future__ import annotations
@@ -116,3 +116,21 @@ def test_each_planted_bug_of_the_triton_paged_kernels_is_a_bug(name, mutant):
                         seed=1)
     verdict = flashcheck.check(f"{name}~{mutant}", case, device="cuda", properties=())
     assert verdict.status == "BUG", str(verdict)
+
+
+def test_the_triton_mla_kernel_passes_drawn_cases_in_every_dtype():
+    spec = resolve_kernel("flashcheck:triton-mla", device="cuda").spec
+    drawn = draw_recipes(40, seed=1, spec=spec, max_n=300)
+    assert {r.dtype for r in drawn} == {"fp16", "bf16", "fp32"}
+    for recipe in drawn:
+        verdict = flashcheck.check("flashcheck:triton-mla", recipe.build(), device="cuda")
+        assert verdict.ok, str(verdict)
+
+
+@pytest.mark.parametrize("mutant", sorted(planted_bugs("flashcheck:triton-mla")))
+def test_each_planted_bug_of_the_triton_mla_kernel_is_caught_within_40_cases(mutant):
+    kernel = resolve_kernel(f"flashcheck:triton-mla~{mutant}", device="cuda")
+    for recipe in draw_recipes(40, seed=0, spec=kernel.spec, max_n=64):
+        if flashcheck.check(kernel, recipe.build(), device="cuda", properties=()).status == "BUG":
+            return
+    pytest.fail(f"{kernel.name} passed 40 cases")

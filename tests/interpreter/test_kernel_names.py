@@ -30,7 +30,8 @@ def test_parse():
 @pytest.mark.parametrize("name, words", [
     ("torch:math~scale_ignored", "flashcheck:triton, torch:varlen, torch:paged, torch:split-kv, "
                                  "flashcheck:triton-varlen, flashcheck:triton-paged, flashcheck:triton-split-kv, "
-                                 "torch:fp8, flashcheck:triton-fp8, torch:mla, torch:mla-paged, torch:sparse, "
+                                 "torch:fp8, flashcheck:triton-fp8, torch:mla, torch:mla-paged, "
+                                 "flashcheck:triton-mla, torch:sparse, "
                                  "flashcheck:triton-sparse, torch:block-sparse only"),
     ("flashcheck:triton[block_m]", "has no value"),
     ("flashcheck:triton[tile=3]", "tile"),

@@ -30,7 +30,7 @@ def test_builtin_names_and_descriptions():
                                      "torch:varlen", "torch:paged", "torch:jagged", "torch:split-kv",
                                      "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
                                      "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8",
-                                     "torch:mla", "torch:mla-paged", "torch:sparse", "flashcheck:triton-sparse",
+                                     "torch:mla", "torch:mla-paged", "flashcheck:triton-mla", "torch:sparse", "flashcheck:triton-sparse",
                                      "torch:block-sparse", "torch:flex-block-sparse"]
     for name, description in BUILTIN_KERNELS.items():
         assert isinstance(description, str) and description and "\n" not in description, name

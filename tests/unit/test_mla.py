@@ -52,13 +52,18 @@ def test_mla_fixes_the_head_dims_and_heads():
     ({"mla": {"kv_lora_rank": 0, "rope_dim": 64}}, "kv_lora_rank", "at least 1"),
     ({"mla": {"kv_lora_rank": 1000, "rope_dim": 64}}, "mla", "1064"),
     ({"mla": "deepseek"}, "mla", "LatentCache"),
-    ({"mla": True, "form": "paged", "num_splits": (1, 2)}, "num_splits", "without split counts"),
+    ({"mla": True, "num_splits": (1, 2)}, "num_splits", "only the paged MLA form"),
 ])
 def test_a_wrong_mla_declaration_names_its_field(fields, argument, words):
     with pytest.raises(InvalidArgument) as raised:
         KernelSpec(**fields)
     assert raised.value.argument == argument and words in str(raised.value)
     assert raised.value.fix
+
+
+def test_a_paged_mla_kernel_may_declare_split_counts():
+    spec = KernelSpec(mla=True, form="paged", num_splits=(1, 2, 16))
+    assert spec.num_splits == (1, 2, 16) and spec.head_dims == (576,)
 
 
 # ---- the cases ------------------------------------------------------------------------------------------

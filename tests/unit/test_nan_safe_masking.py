@@ -91,7 +91,8 @@ def test_a_broken_default_promise_of_determinism_names_its_field():
 BUILT_IN_PROMISES = {"torch:math": False, "torch:flash": False, "torch:flex": False, "flashcheck:triton": True,
                      "torch:varlen": False, "torch:paged": False, "torch:jagged": True, "torch:split-kv": True,
                      "torch:flex-varlen": False, "flashcheck:triton-varlen": True, "flashcheck:triton-paged": True,
-                     "flashcheck:triton-split-kv": True, "torch:fp8": True, "torch:mla": False, "torch:mla-paged": True}
+                     "flashcheck:triton-split-kv": True, "torch:fp8": True, "torch:mla": False, "torch:mla-paged": True,
+                     "flashcheck:triton-mla": True, "torch:sparse": False}
 
 
 @pytest.mark.parametrize("name", sorted(set(available_kernels("cpu")) & set(BUILT_IN_PROMISES)))

@@ -33,7 +33,8 @@ def test_every_triton_spec_reads_the_one_rule(fp16_wrong):
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("name", ["flashcheck:triton-varlen", "flashcheck:triton-paged", "flashcheck:triton-split-kv"])
+@pytest.mark.parametrize("name", ["flashcheck:triton-varlen", "flashcheck:triton-paged", "flashcheck:triton-split-kv",
+                                  "flashcheck:triton-mla"])
 def test_the_serving_forms_triton_kernels_read_it(fp16_wrong, name):
     assert resolve_kernel(name, device="cpu").spec.dtypes == ("bf16", "fp32")
 

@@ -59,7 +59,8 @@ class CallingForm:
 
     ``mla``: the kernel takes multi-head latent attention's one cached row for K and V
     (:mod:`flashcheck.contract.mla`): None, True (DeepSeek V3's 512 + 64) or a
-    :class:`~flashcheck.contract.mla.LatentCache`; it fixes the head dims and takes one KV head.
+    :class:`~flashcheck.contract.mla.LatentCache`; it fixes the head dims and takes one KV head. A paged MLA
+    kernel may declare ``num_splits`` (split-KV decoding over the cache); the dense MLA form takes none.
     """
 
     form: str = "dense"
@@ -88,9 +89,10 @@ class CallingForm:
         if self.mla is not None and self.form not in MLA_FORMS:
             raise InvalidArgument("form", self.form, "MLA is declared for the dense and paged forms only",
                                   "Declare form='dense' (kernel(q, kv, ...)) or form='paged' (FlashMLA's kvcache call).")
-        if self.mla is not None and self.num_splits is not None:
-            raise InvalidArgument("num_splits", self.num_splits, "flashcheck judges MLA kernels without split counts",
-                                  "Declare num_splits=None with mla.")
+        if self.mla is not None and self.num_splits is not None and self.form != "paged":
+            raise InvalidArgument("num_splits", self.num_splits, "only the paged MLA form (FlashMLA's kvcache call) "
+                                  "takes split counts", "Declare num_splits=None with the dense MLA form, or "
+                                  "form='paged'.")
 
     def arguments(self, q, k, v) -> tuple:
         """The tensors a kernel of this form receives of a case's q, k and v (in the form's layout): MLA's one

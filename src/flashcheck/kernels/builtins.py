@@ -33,7 +33,8 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_SPARSE, TRITON_VARLEN, VARLEN
+from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN,
+                      VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
@@ -218,6 +219,10 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:mla-paged", "torch:mla over a paged cache (FlashMLA's kvcache call: kernel(q, kv_cache, *, "
             "block_table, cache_seqlens, scale, causal); page sizes 1, 16 and 64)",
             partial(make_mla_kernel, "torch:mla-paged"), planted=MLA),
+    _triton_form("flashcheck:triton-mla", "mla", "make_mla_triton_kernel", "flashcheck's own Triton MLA absorbed "
+                 "decode over a paged cache (torch:mla-paged's call, with num_splits): two fp32 dots per logit, the "
+                 "latent tile read once as V, split-KV partial states and a Triton merge; judged at 1, 2, 3 and 16 "
+                 "splits", TRITON_MLA),
     Builtin("torch:sparse", "attention over sparse index sets in fp32 torch (indices (B, Hkv or 1, Nq, topk), -1 "
             "padding, duplicates once, indices past the keys masked: kernel(q, k, v, *, scale, causal, attn_mask, "
             "indices)), gathering the listed keys (option duplicates=once|twice)", make_sparse_kernel,

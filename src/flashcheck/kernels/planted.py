@@ -23,7 +23,7 @@ from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
 __all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
-           "SPLIT_KV", "TRITON", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
+           "SPLIT_KV", "TRITON", "TRITON_MLA", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ MLA = (
     PlantedBug("drops_rope", "the logits are q . k over the 512 latent columns only: the rope part is left out"),
     PlantedBug("values_from_rope_end", "V is read as the row's last 512 columns (kv[..., 64:576]), rope included"),
     PlantedBug("split_off_by_one", "the latent view starts one column late: V = kv[..., 1:513]"),
+)
+# flashcheck:triton-mla (kernels/triton/mla.py): the same misreads, and a defect of its split-KV workspace, which it
+# keeps across calls as serving engines do.
+TRITON_MLA = MLA + (
+    PlantedBug("merges_empty_splits", "a split that received no keys writes no partial state, so the merge takes in "
+               "the stale state an earlier call left in the reused workspace"),
 )
 
 # Sparse index sets (kernels/sparse.py): the lists misread as users reported (FlashMLA PR 184: indices past the keys

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .runtime import import_triton
 
-__all__ = ["BLOCK_M", "BLOCK_N", "LN2", "finish", "gather_pages", "online_step", "pow2", "start_state"]
+__all__ = ["BLOCK_M", "BLOCK_N", "LN2", "finish", "gather_pages", "online_step", "online_update", "pow2",
+           "start_state"]
 
 # Tile sizes: 16 is tl.dot's least; the interpreter on the CPU runs the same code.
 BLOCK_M, BLOCK_N = 32, 32
@@ -26,7 +27,13 @@ def start_state(BLOCK_M: tl.constexpr, BDV: tl.constexpr):
 @triton.jit
 def online_step(q, kt, v, visible, m_i, l_i, acc, scale_log2):
     """One key tile: ``kt`` (BD, BLOCK_N), ``v`` (BLOCK_N, BDV), ``visible`` (BLOCK_M, BLOCK_N)."""
-    s = tl.where(visible, tl.dot(q, kt) * scale_log2, float("-inf"))
+    return online_update(tl.dot(q, kt) * scale_log2, v, visible, m_i, l_i, acc)
+
+
+@triton.jit
+def online_update(s2, v, visible, m_i, l_i, acc):
+    """One key tile of scores already scaled to base 2, ``s2`` (BLOCK_M, BLOCK_N), with its values ``v``."""
+    s = tl.where(visible, s2, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp2(s - m_safe[:, None])

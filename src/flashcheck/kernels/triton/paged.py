@@ -19,7 +19,7 @@ from ...errors import InvalidArgument
 from .online import BLOCK_M, BLOCK_N, LN2, finish, gather_pages, online_step, pow2, start_state
 from .runtime import import_triton, triton_dtypes
 
-__all__ = ["NAME", "PagedArgs", "attend_pages", "make_paged_kernel", "paged_spec"]
+__all__ = ["NAME", "PagedArgs", "attend_pages", "check_table", "make_paged_kernel", "paged_spec"]
 
 NAME = "flashcheck:triton-paged"
 
@@ -87,6 +87,11 @@ def _check(q, k_cache, v_cache, block_table, cache_seqlens) -> None:
     if max(q.shape[3], v_cache.shape[3]) > MAX_HEAD_DIM:
         raise InvalidArgument("q", tuple(q.shape), f"head dim above {MAX_HEAD_DIM}", f"Use head dims up to "
                               f"{MAX_HEAD_DIM}.")
+    check_table(q, block_table, cache_seqlens)
+
+
+def check_table(q, block_table, cache_seqlens) -> None:
+    """Refuse a block table or cache lengths that do not fit q's (B, ...) sequences, naming the argument."""
     for name, t, dims, shape in (("block_table", block_table, 2, "(B, max_blocks)"),
                                  ("cache_seqlens", cache_seqlens, 1, "(B,)")):
         if t.dim() != dims or t.shape[0] != q.shape[0] or t.dtype != torch.int32:
