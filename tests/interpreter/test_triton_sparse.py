@@ -24,6 +24,8 @@ from flashcheck.kernels.planted import TRITON_SPARSE
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.kernels.triton.sparse import FORWARD_BUGS
 
+from tests._planted import first_catching_case
+
 pytestmark = pytest.mark.interpreter
 
 NAME = "flashcheck:triton-sparse"
@@ -82,10 +84,7 @@ def test_indices_of_another_dtype_are_refused_by_name():
 @pytest.mark.parametrize("bug", FORWARD_BUGS)
 def test_each_misread_of_the_lists_is_caught_within_40_cases(bug):
     kernel = _kernel(bug)
-    for recipe in draw_recipes(40, spec=kernel.spec, seed=0, **SMALL):
-        if check(kernel, recipe.build(), device="cpu", properties=(), envelope=False).status == "BUG":
-            return
-    pytest.fail(f"{kernel.name} passed 40 cases")
+    assert first_catching_case(kernel, **SMALL) is not None, f"{kernel.name} passed 40 cases"
 
 
 def test_the_gradients_of_drawn_cases_stay_within_the_budget():
@@ -110,7 +109,5 @@ def test_a_key_chosen_by_many_queries_gets_the_sum_of_their_gradients():
 
 def test_dk_written_not_added_is_caught_within_40_cases():
     kernel = _kernel("dk_written_not_added")
-    for recipe in draw_recipes(40, spec=kernel.spec, seed=0, **SMALL):
-        if check_backward(kernel, recipe.build(), device="cpu").status == "BUG":
-            return
-    pytest.fail(f"{kernel.name} passed 40 cases")
+    caught = first_catching_case(kernel, judge=lambda k, case: check_backward(k, case, device="cpu"), **SMALL)
+    assert caught is not None, f"{kernel.name} passed 40 cases"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .counts import check_count
+from .declared import declared_record
 
 __all__ = ["FULL_BLOCKS", "BlockSparse", "block_sparse"]
 
@@ -62,12 +63,4 @@ class BlockSparse:
 def block_sparse(value) -> BlockSparse | None:
     """A spec's ``block_sparse`` as a :class:`BlockSparse`: None or False (none), True (the defaults), a record, or a
     mapping of its fields."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return BlockSparse()
-    if isinstance(value, BlockSparse):
-        return value
-    if isinstance(value, dict) and set(value) <= set(BlockSparse.__dataclass_fields__):
-        return BlockSparse(**value)
-    raise InvalidArgument("block_sparse", value, "expected True, a BlockSparse or a dict of its fields", _FIX)
+    return declared_record("block_sparse", value, BlockSparse, BlockSparse(), _FIX)

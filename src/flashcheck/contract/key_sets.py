@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from .declared import declared_record
 
 __all__ = ["DUPLICATES", "PAST_END", "PADDING", "KeySets", "key_sets"]
 
@@ -60,12 +61,4 @@ class KeySets:
 def key_sets(value) -> KeySets | None:
     """A spec's ``key_sets`` as a :class:`KeySets`: None or False (no index sets), True (the defaults), a record,
     or a mapping of its fields."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return KeySets()
-    if isinstance(value, KeySets):
-        return value
-    if isinstance(value, dict) and set(value) <= set(KeySets.__dataclass_fields__):
-        return KeySets(**value)
-    raise InvalidArgument("key_sets", value, "expected True, a KeySets or a dict of its fields", _FIX)
+    return declared_record("key_sets", value, KeySets, KeySets(), _FIX)

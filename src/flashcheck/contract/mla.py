@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .counts import check_count
+from .declared import declared_record
 from .head_dims import MAX_HEAD_DIM
 
 __all__ = ["DEEPSEEK_V3", "MAX_QUERIES", "MAX_QUERY_HEADS", "MODEL_SCALE", "LatentCache", "implied_fields",
@@ -80,16 +81,7 @@ DEEPSEEK_V3 = LatentCache()
 def latent_cache(value) -> LatentCache | None:
     """A spec's ``mla`` as a :class:`LatentCache`: None or False (no MLA), True (DeepSeek V3's 512 + 64), a record,
     or a mapping of its two fields."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return DEEPSEEK_V3
-    if isinstance(value, LatentCache):
-        return value
-    if isinstance(value, dict) and set(value) <= {"kv_lora_rank", "rope_dim"}:
-        return LatentCache(**value)
-    raise InvalidArgument("mla", value, "expected True, a LatentCache or {'kv_lora_rank': ..., 'rope_dim': ...}",
-                          _FIX)
+    return declared_record("mla", value, LatentCache, DEEPSEEK_V3, _FIX)
 
 
 def implied_fields(cache: LatentCache, *, head_dims) -> dict:

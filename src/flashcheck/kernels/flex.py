@@ -54,7 +54,7 @@ from .adapters import import_backend, validated_call
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
 __all__ = ["make_flex_kernel", "flex_sink_key", "DESCRIPTION", "check_available", "compiled_flex", "flex_heads",
-           "flex_module", "flex_options", "restriction_mod", "run_flex"]
+           "flex_module", "flex_options", "flex_outputs", "restriction_mod", "run_flex"]
 
 NAME = "torch:flex"
 DESCRIPTION = "PyTorch FlexAttention (torch.compile'd fused kernel; compile=False: unfused eager path)"
@@ -283,6 +283,14 @@ def run_flex(fn, q, mods, kwargs):
             raise Unsupported(f"FlexAttention: {reason}") from exc
 
 
+def flex_outputs(result, returns_lse: bool):
+    """``out``, or ``(out, lse)`` where flex returned its lse (an aux record since torch 2.9)."""
+    if not returns_lse:
+        return result
+    out, aux = result
+    return out, getattr(aux, "lse", aux)
+
+
 def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str = "symmetric") -> Kernel:
     """FlexAttention as a kernel for ``device`` (``"cuda"`` or ``"cpu"``).
 
@@ -323,11 +331,7 @@ def make_flex_kernel(*, device: str = "cuda", compile: bool = True, alibi: str =
                                                                              device=q.device)
             return dict(key=k_, value=v_, block_mask=block_mask, score_mod=score_mod)
 
-        result = run_flex(fn, q, mods, flex_options(fa, scale, gqa, returns_lse))
-        if not returns_lse:
-            return result
-        out, aux = result
-        return out, getattr(aux, "lse", aux)
+        return flex_outputs(run_flex(fn, q, mods, flex_options(fa, scale, gqa, returns_lse)), returns_lse)
 
     attention.__name__ = attention.__qualname__ = "flex"
     attention.__doc__ = DESCRIPTION

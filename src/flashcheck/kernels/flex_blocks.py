@@ -24,7 +24,8 @@ from ..contract.spec import Kernel, KernelSpec
 from ..contract.validation import CAUSAL_MODES
 from ..features.block_lists import BlockLists, block_tables
 from .adapters import validated_call
-from .flex import check_available, compiled_flex, flex_heads, flex_module, flex_options, restriction_mod, run_flex
+from .flex import (check_available, compiled_flex, flex_heads, flex_module, flex_options, flex_outputs, restriction_mod,
+                   run_flex)
 
 __all__ = ["NAME", "make_flex_block_sparse_kernel"]
 
@@ -77,11 +78,7 @@ def make_flex_block_sparse_kernel(*, device: str = "cuda", compile: bool = True,
             base, _, _ = restriction_mod(fa, causal, attn_mask, shapes, q.device)
             return dict(key=k, value=v, block_mask=_block_mask(fa, lists, base, shapes, q.device))
 
-        result = run_flex(fn, q, mods, flex_options(fa, scale, gqa, returns_lse))
-        if not returns_lse:
-            return result
-        out, aux = result
-        return out, getattr(aux, "lse", aux)
+        return flex_outputs(run_flex(fn, q, mods, flex_options(fa, scale, gqa, returns_lse)), returns_lse)
 
     attention.__name__ = attention.__qualname__ = "flex_block_sparse"
     options = ([] if compile else ["compile=False"]) + [f"{n}={b}" for n, b in (("q_block", q_block),
