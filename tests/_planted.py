@@ -26,3 +26,33 @@ def first_catching_case(kernel, *, device: str = "cpu", cases: int = 40, judge=N
         if judge(kernel, recipe.build()).status == "BUG":
             return index
     return None
+
+
+def assert_listed(name: str, bugs) -> None:
+    """``flashcheck kernels`` lists the kernel ``name`` with its planted ``bugs``, in order."""
+    import contextlib
+    import io
+
+    from flashcheck.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["kernels"]) == 0
+    listing = " ".join(line.strip() for line in out.getvalue().splitlines())
+    assert f"planted bugs ({name}~NAME): {', '.join(bug.name for bug in bugs)}" in listing, listing
+
+
+def assert_passes_drawn(kernel, cases: int, *, seed: int, judge=None, dtypes=("fp16", "fp32"), **draw) -> None:
+    """``cases`` cases drawn for ``kernel`` in every one of ``dtypes`` each PASS ``judge(kernel, case)`` (default:
+    the forward check on the CPU, no property)."""
+    from flashcheck.inputs.recipe_draws import draw_recipes
+    from flashcheck.judge.check import check
+
+    if judge is None:
+        def judge(k, case):
+            return check(k, case, device="cpu", properties=())
+    drawn = draw_recipes(cases, spec=kernel.spec, seed=seed, dtypes=list(dtypes), **draw)
+    assert {r.dtype for r in drawn} == set(dtypes)
+    for recipe in drawn:
+        verdict = judge(kernel, recipe.build())
+        assert verdict.status == "PASS", str(verdict)

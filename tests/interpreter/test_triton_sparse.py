@@ -6,25 +6,21 @@ interpreter holds one query row."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 
 import pytest
 import torch
 
 from flashcheck import Variant, check_backward
-from flashcheck.cli import main
 from flashcheck.contract.validation import Shapes
 from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.recipe import Recipe
-from flashcheck.inputs.recipe_draws import draw_recipes
 from flashcheck.judge.check import check
 from flashcheck.kernels.planted import TRITON_SPARSE
 from flashcheck.kernels.registry import resolve_kernel
 from flashcheck.kernels.triton.sparse import FORWARD_BUGS
 
-from tests._planted import first_catching_case
+from tests._planted import assert_listed, assert_passes_drawn, first_catching_case
 
 pytestmark = pytest.mark.interpreter
 
@@ -37,21 +33,11 @@ def _kernel(bug: str | None = None):
 
 
 def test_the_kernel_is_listed_with_its_planted_bugs():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["kernels"]) == 0
-    listing = " ".join(line.strip() for line in out.getvalue().splitlines())
-    bugs = ", ".join(bug.name for bug in TRITON_SPARSE)
-    assert f"planted bugs ({NAME}~NAME): {bugs}" in listing, listing
+    assert_listed(NAME, TRITON_SPARSE)
 
 
 def test_the_kernel_passes_drawn_cases_in_fp16_and_fp32():
-    kernel = _kernel()
-    drawn = draw_recipes(6, spec=kernel.spec, seed=1, dtypes=["fp16", "fp32"], **SMALL)
-    assert {r.dtype for r in drawn} == {"fp16", "fp32"}
-    for recipe in drawn:
-        verdict = check(kernel, recipe.build(), device="cpu", properties=())
-        assert verdict.status == "PASS", str(verdict)
+    assert_passes_drawn(_kernel(), 6, seed=1, **SMALL)
 
 
 def _case(indices: torch.Tensor, n_k: int = 12, causal: str = "none"):
@@ -90,11 +76,8 @@ def test_each_misread_of_the_lists_is_caught_within_40_cases(bug):
 def test_the_gradients_of_drawn_cases_stay_within_the_budget():
     kernel = _kernel()
     assert kernel.spec.backward and not kernel.spec.deterministic_backward  # atomic adds into the gathered keys
-    drawn = draw_recipes(5, spec=kernel.spec, seed=7, dtypes=["fp16", "fp32"], **dict(SMALL, max_n=16))
-    assert {r.dtype for r in drawn} == {"fp16", "fp32"}
-    for recipe in drawn:
-        verdict = check_backward(kernel, recipe.build(), device="cpu")
-        assert verdict.status == "PASS", str(verdict)
+    assert_passes_drawn(kernel, 5, seed=7, judge=lambda k, case: check_backward(k, case, device="cpu"),
+                        **dict(SMALL, max_n=16))
 
 
 def test_a_key_chosen_by_many_queries_gets_the_sum_of_their_gradients():

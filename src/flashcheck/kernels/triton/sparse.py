@@ -28,7 +28,7 @@ from ...contract.spec import Kernel, KernelSpec
 from .online import LN2, finish, online_step, start_state
 from .runtime import import_triton, triton_dtypes
 from .sparse_backward import sparse_backward
-from .sparse_keys import SparseArgs, listed_keys, switches, visible_keys
+from .sparse_keys import SparseArgs, last_stride_one, listed_keys, switches, visible_keys
 
 __all__ = ["NAME", "make_sparse_kernel", "sparse_forward"]
 
@@ -89,10 +89,6 @@ def sparse_forward(a: SparseArgs, mutant: str | None = None):
     return out, lse
 
 
-def _last_stride_one(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()  # the kernels address the head dim with stride 1
-
-
 class _Differentiable(torch.autograd.Function):
     """The sparse forward, with the backward of :mod:`.sparse_backward`."""
 
@@ -108,7 +104,7 @@ class _Differentiable(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         out, lse = ctx.saved_tensors
-        dq, dk, dv = sparse_backward(ctx.args, out, lse, _last_stride_one(dout.to(out.dtype)), ctx.mutant)
+        dq, dk, dv = sparse_backward(ctx.args, out, lse, last_stride_one(dout.to(out.dtype)), ctx.mutant)
         return dq, dk, dv, None, None, None
 
 
@@ -116,7 +112,7 @@ def make_sparse_kernel(*, device: str, mutant: str | None = None) -> Kernel:
     """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, indices):
-        q, k, v = (_last_stride_one(t) for t in (q, k, v))
+        q, k, v = (last_stride_one(t) for t in (q, k, v))
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
             call = dict(args=dict(scale=scale, causal=causal), mutant=mutant)
             return _Differentiable.apply(q, k, v, indices, attn_mask, call)

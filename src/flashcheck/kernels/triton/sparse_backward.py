@@ -26,7 +26,7 @@ import torch
 from .runtime import import_triton
 from .sparse_keys import SparseArgs, listed_keys, switches, visible_keys
 
-__all__ = ["sparse_backward"]
+__all__ = ["add_rows", "sparse_backward"]
 
 triton, tl = import_triton()
 RUNTIME_SIZES = ("scale", "scale_log2", "n_q", "n_k", "topk", "heads_kv", "group", "causal_offset", "D", "DV",
@@ -35,7 +35,7 @@ RUNTIME_SIZES = ("scale", "scale_log2", "n_q", "n_k", "topk", "heads_kv", "group
 
 
 @triton.jit
-def _add_rows(base, key, dims, width, read, value, ATOMIC: tl.constexpr):
+def add_rows(base, key, dims, width, read, value, ATOMIC: tl.constexpr):
     """Add ``value`` (BLOCK_N, BW) into the rows ``key`` of an fp32 buffer, the keys ``read`` only; without
     ``ATOMIC`` (the planted bug) store it."""
     where = base + key[:, None] * width + dims[None, :]
@@ -87,8 +87,8 @@ def _sparse_backward(Q, K, V, DO, LSE, DELTA, DQ, GK, GV, IDX, MASK, scale, scal
         dp = tl.dot(do, tl.trans(v))
         ds = tl.where(visible, p * (dp - delta[:, None]), 0.0)
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision="ieee")  # dS stays fp32
-        _add_rows(dv_base, key, dims_v, DV, read, tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do), ATOMIC)
-        _add_rows(dk_base, key, dims, D, read, tl.dot(tl.trans(ds), q.to(tl.float32), input_precision="ieee") * scale,
+        add_rows(dv_base, key, dims_v, DV, read, tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do), ATOMIC)
+        add_rows(dk_base, key, dims, D, read, tl.dot(tl.trans(ds), q.to(tl.float32), input_precision="ieee") * scale,
                   ATOMIC)
     tl.store(DQ + b * sdb + h64[:, None] * sdh + row64 * sdm + dims[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=d_ok)

@@ -22,7 +22,8 @@ from ...errors import InvalidArgument
 from .online import BLOCK_N, pow2
 from .runtime import import_triton
 
-__all__ = ["MAX_BLOCK_H", "SparseArgs", "listed_keys", "switches", "value_tile", "visible_keys"]
+__all__ = ["MAX_BLOCK_H", "CheckedCall", "SparseArgs", "last_stride_one", "listed_keys", "switches", "value_tile",
+           "visible_keys"]
 
 MAX_BLOCK_H = 64  # query heads a program holds: more than that are split over programs
 MAX_HEAD_DIM = 256  # a (BLOCK_H, 256) fp32 accumulator is the most a tile holds in registers
@@ -76,6 +77,10 @@ def switches(mutant: str | None) -> dict:
                 PAST_END_MASKED=mutant != "past_end_clamped")
 
 
+def last_stride_one(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()  # the kernels address the head dim with stride 1
+
+
 def value_tile(head_dim_v: int, block_d: int) -> int:
     """Columns of the V tile: Dv padded, never narrower than the Q/K tile unless 64 wide or more (Triton 3.6 on
     Hopper miscompiles P @ V on narrower V tiles: flashcheck:triton's forward says more)."""
@@ -95,24 +100,22 @@ def _check_indices(indices, q, shapes) -> torch.Tensor:
     return indices.contiguous()
 
 
-class SparseArgs:
-    """A sparse call checked, with what both kernels take: the launch grid, the strides and the tile sizes."""
+class CheckedCall:
+    """An attention call checked for flashcheck's Triton kernels over chosen keys (index sets, key-block lists),
+    with what their forward and backward kernels share: the inputs, the mask as uint8 bytes and its strides, the
+    causal offset, the head-dim tiles and the constexpr flags. ``programs`` counts the (batch entry, head) pairs of
+    the grid's last dimension, refused past CUDA's limit."""
 
-    def __init__(self, q, k, v, indices, *, scale, causal, attn_mask):
+    def __init__(self, q, k, v, *, scale, causal, attn_mask, programs=lambda s: s.batch * s.heads_kv):
         q, k, v, self.scale, self.causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
                                                                                  attn_mask=attn_mask)
         if max(s.head_dim, s.head_dim_v) > MAX_HEAD_DIM:
             raise InvalidArgument("q", tuple(q.shape), f"head dim above {MAX_HEAD_DIM}",
                                   f"Use head dims up to {MAX_HEAD_DIM}.")
-        if s.batch * s.heads_kv > _MAX_GRID:
-            raise InvalidArgument("k", tuple(k.shape), f"batch * K/V heads above {_MAX_GRID}",
+        if programs(s) > _MAX_GRID:
+            raise InvalidArgument("k", tuple(k.shape), f"batch * heads above {_MAX_GRID}",
                                   "Split the batch into several calls.")
         self.q, self.k, self.v, self.shapes = q, k, v, s
-        self.indices = _check_indices(indices, q, s)
-        self.block_h = min(MAX_BLOCK_H, pow2(s.group))
-        self.grid = (s.n_q, triton.cdiv(s.group, self.block_h), s.batch * s.heads_kv)
-        self.index_strides = (self.indices.stride(0), self.indices.stride(1) if self.indices.shape[1] > 1 else 0,
-                              self.indices.stride(2))
         if attn_mask is not None:  # uint8: the same bytes as bool, with a pointer type every Triton loads
             self.mask = torch.broadcast_to(attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k)).view(torch.uint8)
             self.mask_strides = self.mask.stride()
@@ -120,9 +123,22 @@ class SparseArgs:
             self.mask, self.mask_strides = q, (0, 0, 0, 0)  # never read: HAS_MASK is False
         self.causal_offset = {"none": 0, "top_left": 0, "bottom_right": s.n_k - s.n_q}[self.causal]
         block_d = pow2(s.head_dim)
-        self.sizes = dict(D=s.head_dim, DV=s.head_dim_v, BD=block_d, BDV=value_tile(s.head_dim_v, block_d),
-                          BLOCK_H=self.block_h, BLOCK_N=BLOCK_N)
+        self.sizes = dict(D=s.head_dim, DV=s.head_dim_v, BD=block_d, BDV=value_tile(s.head_dim_v, block_d))
         self.flags = dict(CAUSAL=self.causal != "none", HAS_MASK=attn_mask is not None)
+
+
+class SparseArgs(CheckedCall):
+    """A sparse call checked, with what both kernels take: the launch grid, the strides and the tile sizes."""
+
+    def __init__(self, q, k, v, indices, *, scale, causal, attn_mask):
+        super().__init__(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+        s = self.shapes
+        self.indices = _check_indices(indices, self.q, s)
+        self.block_h = min(MAX_BLOCK_H, pow2(s.group))
+        self.grid = (s.n_q, triton.cdiv(s.group, self.block_h), s.batch * s.heads_kv)
+        self.index_strides = (self.indices.stride(0), self.indices.stride(1) if self.indices.shape[1] > 1 else 0,
+                              self.indices.stride(2))
+        self.sizes.update(BLOCK_H=self.block_h, BLOCK_N=BLOCK_N)
 
     @property
     def runtime(self) -> tuple:
