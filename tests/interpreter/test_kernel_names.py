@@ -32,7 +32,8 @@ def test_parse():
                                  "flashcheck:triton-varlen, flashcheck:triton-paged, flashcheck:triton-split-kv, "
                                  "torch:fp8, flashcheck:triton-fp8, torch:mla, torch:mla-paged, "
                                  "flashcheck:triton-mla, torch:sparse, "
-                                 "flashcheck:triton-sparse, torch:block-sparse only"),
+                                 "flashcheck:triton-sparse, torch:block-sparse, "
+                                 "flashcheck:triton-block-sparse only"),
     ("flashcheck:triton[block_m]", "has no value"),
     ("flashcheck:triton[tile=3]", "tile"),
     ("flashcheck:triton~no_such_mutant", "no_such_mutant"),

@@ -31,7 +31,8 @@ def test_builtin_names_and_descriptions():
                                      "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
                                      "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8",
                                      "torch:mla", "torch:mla-paged", "flashcheck:triton-mla", "torch:sparse", "flashcheck:triton-sparse",
-                                     "torch:block-sparse", "torch:flex-block-sparse"]
+                                     "torch:block-sparse", "torch:flex-block-sparse",
+                                     "flashcheck:triton-block-sparse"]
     for name, description in BUILTIN_KERNELS.items():
         assert isinstance(description, str) and description and "\n" not in description, name
 

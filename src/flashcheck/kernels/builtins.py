@@ -33,8 +33,8 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN,
-                      VARLEN)
+from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA,
+                      TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
@@ -236,6 +236,9 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin(FLEX_BLOCKS, "FlexAttention's block-sparse path: the case's key-block lists as its BlockMask "
             "(from_kv_blocks; full blocks trusted; options q_block, kv_block (128), compile=False: eager path)",
             make_flex_block_sparse_kernel, options_of(make_flex_block_sparse_kernel)),
+    _triton_form("flashcheck:triton-block-sparse", "block_sparse", "make_block_sparse_kernel", "flashcheck's own "
+                 "Triton block-sparse prefill attention over key-block lists (torch:block-sparse's convention, blocks "
+                 "16 x 16, full blocks masked)", TRITON_BLOCK_SPARSE),
 )
 
 _BY_NAME = {entry.name: entry for entry in BUILTINS}

@@ -23,7 +23,7 @@ from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
 __all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
-           "SPLIT_KV", "TRITON", "TRITON_MLA", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
+           "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,18 @@ BLOCK_SPARSE = (
     PlantedBug("tail_block_padded", "the partial last key block is attended whole: its missing keys as zero keys"),
     PlantedBug("full_list_trusted", "full blocks are attended whole, the mask skipped, though declared masked"),
     PlantedBug("partial_as_full", "listed blocks are attended whole: the causal alignment and the mask skipped"),
+)
+# flashcheck:triton-block-sparse (kernels/triton/block_sparse.py): the misreads of the lists a Triton kernel over
+# key blocks writes (a count read one too far, the tail block's bounds test dropped, full blocks trusted though
+# declared masked), and the backward's dK and dV written, not added.
+_BLOCK_SPARSE = {bug.name: bug for bug in BLOCK_SPARSE}
+TRITON_BLOCK_SPARSE = (
+    _BLOCK_SPARSE["count_off_by_one"],
+    PlantedBug("tail_block_as_full", "the partial last key block is loaded without its bounds test: the positions "
+               "past the keys are attended as keys of zeros"),
+    _BLOCK_SPARSE["full_list_trusted"],
+    PlantedBug("dk_written_not_added", "the backward stores each key block's dK and dV where it should add them "
+               "atomically: of the query blocks and heads that visit a block, the last to write wins"),
 )
 
 # fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer
