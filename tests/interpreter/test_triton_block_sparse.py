@@ -10,6 +10,7 @@ import torch
 from flashcheck.contract.validation import Shapes
 from flashcheck.errors import InvalidArgument
 from flashcheck.inputs.recipe import Recipe
+from flashcheck.judge.backward import check_backward
 from flashcheck.judge.check import check
 from flashcheck.kernels.planted import TRITON_BLOCK_SPARSE
 from flashcheck.kernels.registry import resolve_kernel
@@ -54,3 +55,15 @@ def test_lists_of_another_dtype_are_refused_by_name():
 def test_each_misread_of_the_lists_is_caught_within_40_cases(bug):
     kernel = _kernel(bug)
     assert first_catching_case(kernel, **SMALL) is not None, f"{kernel.name} passed 40 cases"
+
+
+def test_the_gradients_of_drawn_cases_stay_within_the_budget():
+    kernel = _kernel()
+    assert kernel.spec.backward and not kernel.spec.deterministic_backward  # atomic adds into the key blocks
+    assert_passes_drawn(kernel, 5, seed=7, judge=lambda k, case: check_backward(k, case, device="cpu"), **SMALL)
+
+
+def test_dk_written_not_added_is_caught_within_40_cases():
+    kernel = _kernel("dk_written_not_added")
+    caught = first_catching_case(kernel, judge=lambda k, case: check_backward(k, case, device="cpu"), **SMALL)
+    assert caught is not None, f"{kernel.name} passed 40 cases"

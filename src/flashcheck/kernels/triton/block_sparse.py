@@ -26,10 +26,11 @@ import torch
 
 from ...contract.block_sparse import BlockSparse
 from ...contract.spec import Kernel, KernelSpec
-from .block_tiles import BlockArgs, key_block, list_count, switches
+from .block_sparse_backward import block_sparse_backward
+from .block_tiles import BlockArgs, key_block, list_count, program_block, switches
 from .online import LN2, finish, online_step, start_state
 from .runtime import import_triton, triton_dtypes
-from .sparse_keys import last_stride_one
+from .sparse_keys import attend
 
 __all__ = ["BLOCKS", "FORWARD_BUGS", "NAME", "block_sparse_forward", "make_block_sparse_kernel"]
 
@@ -63,18 +64,13 @@ def _block_sparse_forward(Q, K, V, O, LSE, NUM, IDX, MASK, scale_log2, n_q, n_k,
                           smn, D, DV, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, LISTS: tl.constexpr,
                           FULL_RULES: tl.constexpr, OFF_BY_ONE: tl.constexpr, IN_BOUNDS: tl.constexpr,
                           BD: tl.constexpr, BDV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    q_block, bh = tl.program_id(0), tl.program_id(1)
-    b, h = (bh // heads_q).to(tl.int64), bh % heads_q
-    h64, kv_head = h.to(tl.int64), (h // group).to(tl.int64)
-    rows = q_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok, rows64 = rows < n_q, rows.to(tl.int64)
+    b, h, kv_head, rows, row_ok, row = program_block(heads_q, group, n_q, BLOCK_M)
     dims, dims_v = tl.arange(0, BD), tl.arange(0, BDV)
-    q = tl.load(Q + b * sqb + h64 * sqh + rows64[:, None] * sqm + dims[None, :],
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :],
                 mask=row_ok[:, None] & (dims[None, :] < D), other=0.0)
     k_base = K + b * skb + kv_head * skh
     v_base = V + b * svb + kv_head * svh
-    mask_rows = MASK + b * smb + h64 * smh + rows64[:, None] * smm
-    row = bh * tl.num_programs(0) + q_block  # this program's row of the partial list; of the full one, one list on
+    mask_rows = MASK + b * smb + h * smh + rows[:, None] * smm
     m_i, l_i, acc = start_state(BLOCK_M, BDV)
     m_i, l_i, acc = _attend_list(q, m_i, l_i, acc, NUM, IDX, row, width, rows, row_ok, n_k, causal_offset, mask_rows,
                                  smn, k_base, v_base, skn, svn, dims, dims_v, D, DV, scale_log2, True, OFF_BY_ONE,
@@ -85,9 +81,9 @@ def _block_sparse_forward(Q, K, V, O, LSE, NUM, IDX, MASK, scale_log2, n_q, n_k,
                                      mask_rows, smn, k_base, v_base, skn, svn, dims, dims_v, D, DV, scale_log2,
                                      FULL_RULES, False, CAUSAL, HAS_MASK, IN_BOUNDS, BLOCK_N)
     out, lse2 = finish(m_i, l_i, acc)
-    tl.store(O + b * sob + h64 * soh + rows64[:, None] * som + dims_v[None, :], out.to(O.dtype.element_ty),
+    tl.store(O + b * sob + h * soh + rows[:, None] * som + dims_v[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & (dims_v[None, :] < DV))
-    tl.store(LSE + b * slb + h64 * slh + rows64, lse2 * LN2, mask=row_ok)
+    tl.store(LSE + b * slb + h * slh + rows, lse2 * LN2, mask=row_ok)
 
 
 def block_sparse_forward(a: BlockArgs, mutant: str | None = None):
@@ -107,14 +103,16 @@ def make_block_sparse_kernel(*, device: str, mutant: str | None = None) -> Kerne
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, kv_num_blocks, kv_indices,
                   full_kv_num_blocks=None, full_kv_indices=None):
-        q, k, v = (last_stride_one(t) for t in (q, k, v))
         lists = dict(kv_num_blocks=kv_num_blocks, kv_indices=kv_indices, full_kv_num_blocks=full_kv_num_blocks,
                      full_kv_indices=full_kv_indices)
-        args = dict(scale=scale, causal=causal, **blocks)
-        return block_sparse_forward(BlockArgs(q, k, v, lists, attn_mask=attn_mask, **args), mutant)
+
+        def args(q, k, v):
+            return BlockArgs(q, k, v, lists, scale=scale, causal=causal, attn_mask=attn_mask, **blocks)
+        return attend(q, k, v, args, block_sparse_forward, block_sparse_backward, mutant)
 
     spec = KernelSpec(block_sparse=BLOCKS, dtypes=triton_dtypes(device), causal=("none", "top_left", "bottom_right"),
                       attn_mask=True, gqa=True, max_head_dim=256, dv_equals_d=False, fully_masked_rows="zero",
-                      precision="flash", devices=(device,), nan_safe_masking=True)
+                      precision="flash", devices=(device,), nan_safe_masking=True, backward=True,
+                      deterministic_backward=False)  # dK and dV of a block: atomic adds from every query block
     attention.__name__ = attention.__qualname__ = "triton_block_sparse"
     return Kernel(attention, spec, name=NAME + (f"~{mutant}" if mutant else ""))

@@ -24,9 +24,20 @@ from ...errors import InvalidArgument
 from .runtime import import_triton
 from .sparse_keys import CheckedCall
 
-__all__ = ["BlockArgs", "key_block", "list_count", "switches"]
+__all__ = ["BlockArgs", "key_block", "list_count", "program_block", "switches"]
 
 triton, tl = import_triton()
+
+
+@triton.jit
+def program_block(heads_q, group, n_q, BLOCK_M: tl.constexpr):
+    """What a program holds: (b, query head, K/V head, rows, row_ok, row), the first three int64, its query rows
+    (int64) and which exist, and its row of the partial list (the full list's is one list further)."""
+    q_block, bh = tl.program_id(0), tl.program_id(1)
+    h = bh % heads_q
+    rows = (q_block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    return ((bh // heads_q).to(tl.int64), h.to(tl.int64), (h // group).to(tl.int64), rows, rows < n_q,
+            bh * tl.num_programs(0) + q_block)
 
 
 @triton.jit

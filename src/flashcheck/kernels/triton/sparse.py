@@ -28,7 +28,7 @@ from ...contract.spec import Kernel, KernelSpec
 from .online import LN2, finish, online_step, start_state
 from .runtime import import_triton, triton_dtypes
 from .sparse_backward import sparse_backward
-from .sparse_keys import SparseArgs, last_stride_one, listed_keys, switches, visible_keys
+from .sparse_keys import SparseArgs, attend, listed_keys, switches, visible_keys
 
 __all__ = ["NAME", "make_sparse_kernel", "sparse_forward"]
 
@@ -89,34 +89,13 @@ def sparse_forward(a: SparseArgs, mutant: str | None = None):
     return out, lse
 
 
-class _Differentiable(torch.autograd.Function):
-    """The sparse forward, with the backward of :mod:`.sparse_backward`."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, indices, attn_mask, call):
-        a = SparseArgs(q, k, v, indices, attn_mask=attn_mask, **call["args"])
-        out, lse = sparse_forward(a, call["mutant"])
-        ctx.save_for_backward(out, lse)
-        ctx.args, ctx.mutant = a, call["mutant"]
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        out, lse = ctx.saved_tensors
-        dq, dk, dv = sparse_backward(ctx.args, out, lse, last_stride_one(dout.to(out.dtype)), ctx.mutant)
-        return dq, dk, dv, None, None, None
-
-
 def make_sparse_kernel(*, device: str, mutant: str | None = None) -> Kernel:
     """The kernel on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
 
     def attention(q, k, v, *, scale, causal="none", attn_mask=None, indices):
-        q, k, v = (last_stride_one(t) for t in (q, k, v))
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            call = dict(args=dict(scale=scale, causal=causal), mutant=mutant)
-            return _Differentiable.apply(q, k, v, indices, attn_mask, call)
-        return sparse_forward(SparseArgs(q, k, v, indices, scale=scale, causal=causal, attn_mask=attn_mask), mutant)
+        def args(q, k, v):
+            return SparseArgs(q, k, v, indices, scale=scale, causal=causal, attn_mask=attn_mask)
+        return attend(q, k, v, args, sparse_forward, sparse_backward, mutant)
 
     spec = KernelSpec(key_sets=KeySets(duplicates="once", past_end="masked", padding="anywhere"),
                       dtypes=triton_dtypes(device), causal=("none", "top_left", "bottom_right"), attn_mask=True,

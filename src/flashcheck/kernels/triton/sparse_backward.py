@@ -24,9 +24,9 @@ import math
 import torch
 
 from .runtime import import_triton
-from .sparse_keys import SparseArgs, listed_keys, switches, visible_keys
+from .sparse_keys import CheckedCall, SparseArgs, listed_keys, switches, visible_keys
 
-__all__ = ["add_rows", "sparse_backward"]
+__all__ = ["add_rows", "gradient_buffers", "sparse_backward"]
 
 triton, tl = import_triton()
 RUNTIME_SIZES = ("scale", "scale_log2", "n_q", "n_k", "topk", "heads_kv", "group", "causal_offset", "D", "DV",
@@ -94,14 +94,23 @@ def _sparse_backward(Q, K, V, DO, LSE, DELTA, DQ, GK, GV, IDX, MASK, scale, scal
              mask=d_ok)
 
 
-def sparse_backward(a: SparseArgs, out, lse, do, mutant: str | None = None):
-    """(dq, dk, dv) in q's dtype for the forward's ``out`` and ``lse`` and the upstream gradient ``do``."""
+def gradient_buffers(a: CheckedCall, out, do):
+    """(delta, dq, dk, dv) of a backward over chosen keys: D_i = dO_i . O_i from the rounded O (fp32, laid out as
+    lse), dq in q's dtype, and the fp32 buffers of dK and dV, zero and contiguous (B, Hkv, Nk, D or Dv), that the
+    kernel adds into."""
     s, q = a.shapes, a.q
-    delta = (do.float() * out.float()).sum(-1)  # D_i = dO_i . O_i from the rounded O, fp32, laid out as lse
+    delta = (do.float() * out.float()).sum(-1).contiguous()
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.zeros(s.batch, s.heads_kv, s.n_k, s.head_dim, dtype=torch.float32, device=q.device)
     dv = torch.zeros(s.batch, s.heads_kv, s.n_k, s.head_dim_v, dtype=torch.float32, device=q.device)
-    _sparse_backward[a.grid](q, a.k, a.v, do, lse, delta.contiguous(), dq, dk, dv, a.indices, a.mask, a.scale,
+    return delta, dq, dk, dv
+
+
+def sparse_backward(a: SparseArgs, out, lse, do, mutant: str | None = None):
+    """(dq, dk, dv) in q's dtype for the forward's ``out`` and ``lse`` and the upstream gradient ``do``."""
+    q = a.q
+    delta, dq, dk, dv = gradient_buffers(a, out, do)
+    _sparse_backward[a.grid](q, a.k, a.v, do, lse, delta, dq, dk, dv, a.indices, a.mask, a.scale,
                              a.scale / math.log(2), *a.runtime, q.stride(0), q.stride(1), q.stride(2),
                              *a.k.stride()[:3], *a.v.stride()[:3], *do.stride()[:3], *lse.stride()[:2],
                              *a.index_strides, *a.mask_strides, *dq.stride()[:3], **a.sizes, **a.flags,

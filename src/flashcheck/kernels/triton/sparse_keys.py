@@ -22,7 +22,7 @@ from ...errors import InvalidArgument
 from .online import BLOCK_N, pow2
 from .runtime import import_triton
 
-__all__ = ["MAX_BLOCK_H", "CheckedCall", "SparseArgs", "last_stride_one", "listed_keys", "switches", "value_tile",
+__all__ = ["MAX_BLOCK_H", "CheckedCall", "SparseArgs", "attend", "last_stride_one", "listed_keys", "switches", "value_tile",
            "visible_keys"]
 
 MAX_BLOCK_H = 64  # query heads a program holds: more than that are split over programs
@@ -79,6 +79,34 @@ def switches(mutant: str | None) -> dict:
 
 def last_stride_one(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()  # the kernels address the head dim with stride 1
+
+
+class _Differentiable(torch.autograd.Function):
+    """A forward over chosen keys with its Triton backward (:func:`attend`'s)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, call):
+        a = call["args"](q, k, v)
+        out, lse = call["forward"](a, call["mutant"])
+        ctx.save_for_backward(out, lse)
+        ctx.args, ctx.call = a, call
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        out, lse = ctx.saved_tensors
+        do = last_stride_one(dout.to(out.dtype))
+        return (*ctx.call["backward"](ctx.args, out, lse, do, ctx.call["mutant"]), None)
+
+
+def attend(q, k, v, args, forward, backward, mutant: str | None):
+    """``forward(args(q, k, v), mutant)``: (out, lse), differentiable through ``backward(args, out, lse, do,
+    mutant)`` (dq, dk, dv) when q, k or v requires a gradient. ``args`` checks the call (a :class:`CheckedCall`)."""
+    q, k, v = (last_stride_one(t) for t in (q, k, v))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return _Differentiable.apply(q, k, v, dict(args=args, forward=forward, backward=backward, mutant=mutant))
+    return forward(args(q, k, v), mutant)
 
 
 def value_tile(head_dim_v: int, block_d: int) -> int:
