@@ -1,6 +1,7 @@
 """flashcheck's Triton block-sparse kernel (key-block lists, blocks 16 x 16) under the Triton interpreter: it passes
-drawn cases in fp16 and fp32, never reads a key no list names, refuses lists of the wrong dtype by name, and each
-planted bug (the lists misread) is a BUG within 40 drawn cases. Small shapes, few cases."""
+drawn cases in fp16 and fp32, forward and backward, never reads a key no list names, refuses lists of the wrong
+dtype by name, and each planted bug (the lists misread, dK and dV written instead of added) is a BUG within 40
+drawn cases. Small shapes, few cases."""
 
 from __future__ import annotations
 
