@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sparse attention's GPU evidence in one call (under 10 minutes), part A or B:
+#   A: soundness, the correct sparse kernels' campaigns side by side for SECONDS each, forward and backward where
+#      they have one: torch:sparse (once and twice), flashcheck:triton-sparse, torch:block-sparse (masked and
+#      trusted full blocks), flashcheck:triton-block-sparse and torch:flex-block-sparse (FlexAttention's compiled block-sparse path); no BUG and no
+#      SUSPICIOUS may come out, and the cases judged add up to the sign-off's sample;
+#   B: every planted bug of the sparse kernels, each its own campaign of at most 40 cases (its first catching case
+#      is the cases count of its row), beside FlexAttention's block-sparse path on the sparse preset.
+# Findings go to OUTDIR/corpus-* the moment they are found; a short table is printed last.
+# Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B [SECONDS]
+set -uo pipefail
+source "$(dirname "$0")/gpu_fuzz.sh"
+campaign_setup sparse 150 "$@"
+bugs() {  # KERNEL: its planted bugs' names
+  python3 -c "import sys; from flashcheck.kernels.registry import planted_bugs; print(' '.join(planted_bugs(sys.argv[1])))" "$1"
+}
+if [ "$part" = A ]; then
+  fuzz sparse torch:sparse 2 "$seconds" &
+  fuzz sparse-twice 'torch:sparse[duplicates=twice]' 2 "$seconds" &
+  fuzz sparse-backward torch:sparse 1 "$seconds" --backward &
+  fuzz triton-sparse flashcheck:triton-sparse 3 "$seconds" &
+  fuzz triton-sparse-backward flashcheck:triton-sparse 2 "$seconds" --backward &
+  fuzz block-sparse torch:block-sparse 1 "$seconds" &
+  fuzz triton-block-sparse flashcheck:triton-block-sparse 2 "$seconds" &
+  fuzz triton-block-sparse-backward flashcheck:triton-block-sparse 1 "$seconds" --backward &
+  fuzz block-sparse-trusted 'torch:block-sparse[full_blocks=trusted]' 1 "$seconds" &
+  fuzz flex-block-sparse 'torch:flex-block-sparse[q_block=64,kv_block=64]' 3 "$seconds" &
+  wait
+else
+  for kernel in torch:sparse flashcheck:triton-sparse torch:block-sparse flashcheck:triton-block-sparse; do
+    for bug in $(bugs "$kernel"); do
+      pass=$([ "$bug" = dk_written_not_added ] && echo --backward)
+      fuzz "${kernel//:/-}-$bug" "$kernel~$bug" 1 90 --max-examples 40 $pass &
+    done
+    wait
+  done
+  FUZZ_PRESET=sparse fuzz flex-block-sparse-preset 'torch:flex-block-sparse' 6 "$seconds"
+fi
+tar -czf "$out/sparse-$part.tgz" -C "$work" . 2>/dev/null
+campaign_table | tee "$out/table-$part.txt"
