@@ -22,7 +22,7 @@ __all__ = ["FEATURE", "key_counts", "key_set_mask", "PAST_END_REGIMES", "PADDING
 
 PAST_END_REGIMES = ("past_end",)  # regimes with indices >= Nk: drawn only where the spec masks them
 PADDING_FIRST_REGIMES = ("padding_first",)  # -1 before valid entries: drawn only where the spec allows it
-MAX_TOPK = 1 << 15
+MAX_TOPK = 1 << 14  # a key's count fits int16 (key_counts) whatever repeats a list holds
 
 
 def _check(indices):
@@ -138,7 +138,11 @@ def _heads(gen, s) -> int:
 def _regime(draw):
     """A regime of (gen, shapes, heads) as a feature's regime of (gen, shapes, one_list), int32: one list for every
     K/V head where ``one_list`` (the convention that counts repeats weighs one list)."""
-    return lambda gen, s, one_list=False: draw(gen, s, 1 if one_list else _heads(gen, s)).to(torch.int32).contiguous()
+    def drawn(gen, s, one_list=False):
+        out = draw(gen, s, 1 if one_list else _heads(gen, s))
+        return out[..., :MAX_TOPK].to(torch.int32).contiguous()  # long rows' lists stop at MAX_TOPK entries
+
+    return drawn
 
 
 def _sample(gen, s, h):
