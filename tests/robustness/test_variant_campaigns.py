@@ -41,9 +41,10 @@ def test_a_correct_kernel_with_every_variant_passes(tmp_path):
         assert used, f"no case used {feature}"
 
 
+# window_short is README.md's example: its fuzz command, seed 1 on the adversarial preset, is documented to say
+# BUG with "(the window's left edge) left out", and test_documented_commands_in_a_fresh_clone runs it.
 @pytest.mark.parametrize("name,named", [
     ("cap_unscaled", ("the cap applied to the unscaled logits", "(softcap ignored)")),
-    ("window_short", ("(the window's left edge) left out",)),
     ("sinks_ignored", ("(sink ignored)",)),
 ])
 def test_a_kernel_wrong_in_one_feature_is_found(tmp_path, name, named):
