@@ -92,7 +92,9 @@ BUILT_IN_PROMISES = {"torch:math": False, "torch:flash": False, "torch:flex": Fa
                      "torch:varlen": False, "torch:paged": False, "torch:jagged": True, "torch:split-kv": True,
                      "torch:flex-varlen": False, "flashcheck:triton-varlen": True, "flashcheck:triton-paged": True,
                      "flashcheck:triton-split-kv": True, "torch:fp8": True, "torch:mla": False, "torch:mla-paged": True,
-                     "flashcheck:triton-mla": True, "torch:sparse": False}
+                     "flashcheck:triton-mla": True, "torch:sparse": False, "flashcheck:triton-sparse": True,
+                     "torch:block-sparse": False, "torch:flex-block-sparse": False,
+                     "flashcheck:triton-block-sparse": True}
 
 
 @pytest.mark.parametrize("name", sorted(set(available_kernels("cpu")) & set(BUILT_IN_PROMISES)))

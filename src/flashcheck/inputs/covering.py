@@ -65,9 +65,11 @@ def covering_size(pools: dict[str, list], budget: int) -> int:
 
 def covering_plan(pools: dict[str, list], *, seed: int | None, limit: int) -> list[dict]:
     """At most ``limit`` cells (field -> value over :data:`POOL_FIELDS`): each value of each field once,
-    then the pairs of values of two fields. ``pools`` is :func:`~flashcheck.inputs.recipe_draws.recipe_pools`."""
+    then the pairs of values of two fields. ``pools`` is :func:`~flashcheck.inputs.recipe_draws.recipe_pools`.
+    A field of one value has nothing to cover and takes no part: a kernel's plan is the same whatever features
+    and forms it does not take."""
     rng = random.Random(f"covering/{seed}")
-    fields = [f for f in POOL_FIELDS if f in pools]
+    fields = [f for f in POOL_FIELDS if len(pools.get(f, ())) > 1]
     singles = _singles(pools, fields, rng)
     plan = singles[:limit]
     uncovered = pairs_of(pools, fields) - set().union(*(_pairs(cell, fields) for cell in plan))
@@ -77,7 +79,8 @@ def covering_plan(pools: dict[str, list], *, seed: int | None, limit: int) -> li
                    key=lambda c: len(_pairs(c, fields) & uncovered))
         plan.append(cell)
         uncovered -= _pairs(cell, fields)
-    return plan
+    one_value = {f: pools[f][0] for f in POOL_FIELDS if f in pools and f not in fields}
+    return [{f: cell[f] if f in cell else one_value[f] for f in POOL_FIELDS if f in pools} for cell in plan]
 
 
 def _singles(pools: dict, fields: list, rng: random.Random) -> list[dict]:

@@ -84,11 +84,10 @@ SPARSE = (
 # flashcheck:triton-sparse (kernels/triton/sparse.py): torch:sparse's misreads of the lists that a gather kernel
 # writes (a test dropped from its load masks), and the backward's scatter of dK and dV written, not added.
 _SPARSE = {bug.name: bug for bug in SPARSE}
-TRITON_SPARSE = (
-    _SPARSE["padding_reads_key0"], _SPARSE["counts_duplicates"], _SPARSE["past_end_clamped"],
-    PlantedBug("dk_written_not_added", "the backward stores each gathered key's dK and dV where it should add them "
-               "atomically: of the rows that list a key, the last to write wins"),
-)
+# The backward of both Triton sparse kernels: a key's dK and dV stored where they must be added atomically.
+_DK_WRITTEN = PlantedBug("dk_written_not_added", "the backward stores each key's dK and dV where it should add them "
+                         "atomically: of the query rows that see a key, the last to write wins")
+TRITON_SPARSE = (_SPARSE["padding_reads_key0"], _SPARSE["counts_duplicates"], _SPARSE["past_end_clamped"], _DK_WRITTEN)
 
 # Block-sparse lists (kernels/block_sparse.py): a count read one too far (FlexAttention's kv_num_blocks), the partial
 # tail block attended as a whole one, full-block lists trusted though declared masked, the mask skipped in partial
@@ -108,8 +107,7 @@ TRITON_BLOCK_SPARSE = (
     PlantedBug("tail_block_as_full", "the partial last key block is loaded without its bounds test: the positions "
                "past the keys are attended as keys of zeros"),
     _BLOCK_SPARSE["full_list_trusted"],
-    PlantedBug("dk_written_not_added", "the backward stores each key block's dK and dV where it should add them "
-               "atomically: of the query blocks and heads that visit a block, the last to write wins"),
+    _DK_WRITTEN,
 )
 
 # fp8 with FA3's descales (kernels/fp8.py, kernels/triton/fp8.py): the descale defects users reported (FlashInfer
