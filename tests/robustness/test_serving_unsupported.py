@@ -93,7 +93,7 @@ def _fuzz(tmp_path, name: str, *extra):
 
 @pytest.mark.parametrize("name, reason, how", [
     ("varlen", kernels.FEWER_KEYS, ["--no-isolation"]),
-    ("varlen", kernels.FEWER_KEYS, ["--jobs", "2", "--max-examples", "6"]),  # each job's own kernel worker
+    ("varlen", kernels.FEWER_KEYS, ["--jobs", "2", "--max-examples", "8"]),  # each job's own kernel worker
     ("paged", kernels.FEWER_KEYS, []),  # the kernel worker, as by default
     ("split_kv", kernels.MANY_SPLITS, ["--no-isolation"]),
 ])
