@@ -56,3 +56,10 @@ def assert_passes_drawn(kernel, cases: int, *, seed: int, judge=None, dtypes=("f
     for recipe in drawn:
         verdict = judge(kernel, recipe.build())
         assert verdict.status == "PASS", str(verdict)
+
+
+def backward_judge(kernel, case):
+    """The backward check of ``case`` on the CPU, as ``first_catching_case`` and ``assert_passes_drawn`` take it."""
+    from flashcheck.judge.backward import check_backward
+
+    return check_backward(kernel, case, device="cpu")

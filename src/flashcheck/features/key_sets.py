@@ -17,6 +17,7 @@ import torch
 from ..errors import InvalidArgument
 from .base import Feature
 from .draws import pick, upto
+from .tensors import as_tensor
 
 __all__ = ["FEATURE", "key_counts", "key_set_mask", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
 
@@ -29,10 +30,7 @@ def _check(indices):
     if indices is None:
         return None
     fix = "Pass indices as an int32 tensor (B, Hkv or 1, Nq, topk) of key positions, -1 as padding."
-    try:
-        t = torch.as_tensor(indices)
-    except (TypeError, ValueError, RuntimeError):
-        raise InvalidArgument("indices", indices, "not a tensor", fix) from None
+    t = as_tensor("indices", indices, fix)
     if t.dim() != 4 or t.numel() == 0 or t.is_floating_point() or t.dtype == torch.bool:
         raise InvalidArgument("indices", tuple(t.shape), "expected a non-empty integer tensor of 4 dims", fix)
     if t.shape[-1] > MAX_TOPK:

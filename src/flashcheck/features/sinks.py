@@ -10,7 +10,7 @@ import torch
 
 from ..errors import InvalidArgument
 from .base import Feature
-from .tensors import head_values_text
+from .tensors import as_tensor, head_values_text
 
 __all__ = ["FEATURE"]
 
@@ -19,10 +19,7 @@ def _check(sinks):
     if sinks is None:
         return None
     fix = "Pass sinks as a float32 tensor of one logit per query head, shape (Hq,); -inf is no sink."
-    try:
-        t = torch.as_tensor(sinks)
-    except (TypeError, ValueError, RuntimeError):
-        raise InvalidArgument("sinks", sinks, "not a tensor", fix) from None
+    t = as_tensor("sinks", sinks, fix)
     if t.dim() != 1 or t.numel() == 0 or not t.is_floating_point():
         raise InvalidArgument("sinks", sinks, "expected a 1-D floating-point tensor of shape (Hq,)", fix)
     t = t.detach().to("cpu", torch.float32).clone()

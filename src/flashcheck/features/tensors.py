@@ -9,15 +9,20 @@ import torch
 
 from ..errors import InvalidArgument
 
-__all__ = ["as_float_tensor", "head_values_text"]
+__all__ = ["as_float_tensor", "as_tensor", "head_values_text"]
+
+
+def as_tensor(name: str, value, fix: str) -> torch.Tensor:
+    """``value`` as a tensor, or an :class:`InvalidArgument` naming ``name``."""
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise InvalidArgument(name, value, "not a tensor", fix) from None
 
 
 def as_float_tensor(name: str, value, fix: str, dims: tuple) -> torch.Tensor:
     """``value`` as a detached, non-empty floating-point tensor of one of ``dims`` dims, with no NaN or +inf."""
-    try:
-        t = torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError):
-        raise InvalidArgument(name, value, "not a tensor", fix) from None
+    t = as_tensor(name, value, fix)
     if t.dim() not in dims or t.numel() == 0 or not t.is_floating_point():
         raise InvalidArgument(name, tuple(t.shape), f"expected a non-empty floating-point tensor of {dims} dims",
                               fix)
