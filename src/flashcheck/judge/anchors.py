@@ -32,6 +32,7 @@ import torch
 from ..features.scores import bias_after_cap, capped_scores
 from ..features.variant import Variant
 from ..inputs.case import AttentionCase
+from ..numerics.twin import by_group
 from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
 
 __all__ = ["ANCHORS", "BACKWARD_ANCHORS", "GradientReferences", "anchor_outcomes", "flash_attention_rule",
@@ -45,17 +46,15 @@ PYTORCH_RTOL = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float32: 1.3e
 
 
 def _attention(q, k, v, scale, visible, *, compute_dtype, softmax_dtype, variant: Variant | None = None):
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1).to(compute_dtype)
-    v = v.repeat_interleave(group, dim=1).to(compute_dtype)
-    s = _scores(q.to(compute_dtype) @ k.transpose(-1, -2) * scale, variant or Variant())
+    k, v = k.to(compute_dtype), v.to(compute_dtype)
+    s = _scores(by_group(q.to(compute_dtype), k.transpose(-1, -2)) * scale, variant or Variant())
     empty = ~visible.any(-1, keepdim=True)  # rows with no visible key: zero output, zero gradients (not NaN)
     s = s.masked_fill(~visible, -math.inf).masked_fill(empty, 0.0).to(softmax_dtype)
     sink = None if variant is None or variant.sink is None else variant.sink.to(s.device, softmax_dtype)
     if sink is not None:  # each head's sink: one more logit in the softmax, with no value
         s = torch.cat((s, sink.view(1, -1, 1, 1).expand(*s.shape[:-1], 1)), dim=-1)
     p = torch.softmax(s, dim=-1)[..., :visible.shape[-1]].masked_fill(empty, 0.0).to(compute_dtype)
-    return p @ v
+    return by_group(p, v)
 
 
 def _scores(s: torch.Tensor, variant: Variant) -> torch.Tensor:

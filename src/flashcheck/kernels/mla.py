@@ -44,18 +44,22 @@ def _values(kv: torch.Tensor, rank: int, mutant: str | None) -> torch.Tensor:
 
 def _attend(q, kv, *, rank: int, scale: float, causal: str, mutant: str | None):
     """q (..., Hq, Nq, D) against kv (..., 1, Nk, D): out (..., Hq, Nq, rank) and lse (..., Hq, Nq), fp32."""
-    q, kv = q.float(), kv.float()
+    heads, n_q = q.shape[-3], q.shape[-2]
+    # Every query head's rows against the one cached row set: (Hq Nq) rows of one matmul, so that the cache is
+    # never broadcast to Hq copies (128 of them in DeepSeek V3).
+    q, kv = q.float().flatten(-3, -2).unsqueeze(-3), kv.float()
     s = q[..., :rank] @ kv[..., :rank].transpose(-1, -2)
     if mutant != "drops_rope":
         s = s + q[..., rank:] @ kv[..., rank:].transpose(-1, -2)
     s = s * (q.shape[-1] ** -0.5 if mutant == "scale_of_row" else scale)
-    s = s.masked_fill(~_visible(causal, s.shape[-2], s.shape[-1], s.device), _NEG_INF)
+    s = s.unflatten(-2, (heads, n_q)).squeeze(-4)
+    s = s.masked_fill(~_visible(causal, n_q, s.shape[-1], s.device), _NEG_INF)
     m = s.amax(-1) if s.shape[-1] else s.new_full(s.shape[:-1], _NEG_INF)
     m = torch.where(m == _NEG_INF, 0.0, m)  # a row with no visible key: p = 0, out = 0, lse = -inf
     p = torch.exp(s - m[..., None])
     total = p.sum(-1)
-    out = (p @ _values(kv, rank, mutant)) / torch.where(total > 0, total, 1.0)[..., None]
-    return out, m + torch.log(total)
+    out = (p.flatten(-3, -2).unsqueeze(-3) @ _values(kv, rank, mutant)).unflatten(-2, (heads, n_q)).squeeze(-4)
+    return out / torch.where(total > 0, total, 1.0)[..., None], m + torch.log(total)
 
 
 def _dense(rank: int, mutant: str | None):

@@ -20,7 +20,7 @@ from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
 from ..features.scores import bias_after_cap, capped_scores
 
-__all__ = ["Habits", "Tiling", "twin_attention", "round_tf32"]
+__all__ = ["Habits", "Tiling", "twin_attention", "round_tf32", "by_group"]
 
 LOG2E = 1.4426950408889634
 
@@ -81,8 +81,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     dtype = q.dtype
     tf32 = precision.tf32 and dtype == torch.float32
     vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device, variant=variant)
-    kq = k.repeat_interleave(s.group, dim=1).float()
-    vq = v.repeat_interleave(s.group, dim=1).float()
+    kq, vq = k.float(), v.float()  # one copy a K/V head: its query heads are rows of one matmul (_by_group)
     qf = q.float()
     if habits.scale_inputs:
         root = math.sqrt(abs(scale))
@@ -96,8 +95,7 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
             raise InvalidArgument("key_order", tiling.key_order, "not a permutation of the keys",
                                   f"Pass a permutation of range({s.n_k}).")
         kq, vq, vis = kq[:, :, order], vq[:, :, order], vis[..., order]
-        if scores.bias is not None:
-            scores.permute_keys(order)
+        scores.permute_keys(order)
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=habits.tf32_mode) for t in (qf, kq, vq))
     if not precision.rescales_per_tile:
@@ -144,18 +142,18 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
         acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=qf.device)
         for n0 in _seen_tiles(vis[:, :, rows], block_n):
             cols = slice(n0, n0 + block_n)
-            s2 = scores.log2(qb @ kq[:, :, cols].transpose(-1, -2), rows, cols)  # log2 domain, fp32
+            s2 = scores.log2(by_group(qb, kq[:, :, cols].transpose(-1, -2)), rows, cols)  # log2 domain, fp32
             s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
             m_new = torch.maximum(m, s2.amax(-1, keepdim=True))
             safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with nothing visible yet
             alpha = torch.exp2(m - safe)
-            p = torch.exp2(s2 - safe)
+            p = scores.counted(torch.exp2(s2 - safe), rows, cols)
             l = l * alpha + p.sum(-1, keepdim=True)
             p = p if p_rounding is None else p_rounding(p)
             # Keys no row sees are not read (a careful kernel's masked V load): 0 * NaN from poisoned or
             # uninitialised memory would otherwise poison the product.
-            seen = vis[:, :, rows, cols].any(dim=2, keepdim=True).transpose(-1, -2)
-            acc = acc * alpha + p @ torch.where(seen, vq[:, :, cols], 0.0)
+            seen = _seen_keys(vis[:, :, rows, cols], s.heads_kv)
+            acc = acc * alpha + by_group(p, torch.where(seen, vq[:, :, cols], 0.0))
             m = m_new
         m, l, acc = scores.with_sink(m, l, acc)
         empty = l == 0
@@ -163,6 +161,26 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
         out[:, :, rows] = o.to(dtype)
         lse[:, :, rows] = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)[..., 0]
     return out, lse
+
+
+def by_group(a, b):
+    """``a`` (B, Hq, R, X) @ ``b`` (B, Hkv, X, C) -> (B, Hq, R, C), each query head against its K/V head: a K/V
+    head's query heads are the rows of one matmul, so K and V are never copied per query head (128 in MLA)."""
+    batch, heads_q, rows, _ = a.shape
+    heads_kv = b.shape[1]
+    if heads_kv == heads_q:
+        return a @ b
+    return (a.reshape(batch, heads_kv, heads_q // heads_kv * rows, -1) @ b).view(batch, heads_q, rows, -1)
+
+
+def _seen_keys(vis, heads_kv: int):
+    """(B or 1, Hkv or 1, Nk, 1): the keys some row of some query head of each K/V head sees in ``vis``
+    (B or 1, Hq or 1, R, Nk). A key no row sees is not read: 0 * NaN from poisoned or uninitialised memory would
+    poison the product."""
+    seen = vis.any(dim=2)
+    if seen.shape[1] > 1 and seen.shape[1] != heads_kv:
+        seen = seen.unflatten(1, (heads_kv, -1)).any(2)
+    return seen.unsqueeze(-1)
 
 
 def _seen_tiles(vis, block_n: int) -> list[int]:
@@ -187,20 +205,26 @@ class _Scores:
         self.bias, self.late = bias, late  # late: the bias is added to the capped logits
         self.base2 = False  # the biases added to the base-2 logits (where no cap comes after them)
         self.parts = []  # each bias feature's term apart (fp32, hidden keys 0), as a kernel adds them one by one
+        self.multiplicity = None  # how often each key is counted, (B, 1, Nq, Nk) fp32, where a feature weighs keys
 
     @classmethod
     def of(cls, variant, scale: float, device, tanh_from_exp: bool = False, shapes=None) -> "_Scores":
         cap = None if variant is None else variant.cap
         sink = None if variant is None or variant.sink is None else variant.sink.to(device).view(1, -1, 1, 1)
-        bias, parts = None, []
+        bias, parts, weights = None, [], []
         if variant is not None and variant.biased:
             rows = torch.arange(shapes.n_q).to(device)
-            bias = _fp32_bias(variant.bias(shapes.n_q, shapes.n_k, rows, device))
-            parts = [_fp32_bias(f.bias(variant, shapes.n_q, shapes.n_k, rows, device, False))
-                     for f in variant.biasing()]
+            for f in variant.biasing():
+                term = f.bias(variant, shapes.n_q, shapes.n_k, rows, device, False)
+                (parts if f.term == "bias" else weights).append(term)
+            bias = _fp32_bias(sum(parts)) if parts else None
+            parts = [_fp32_bias(part) for part in parts]
         late = bias_after_cap(bias is not None, cap, variant.bias_order if variant is not None else "cap_first")
         scores = cls(scale, cap, sink, device, tanh_from_exp, bias, late)
         scores.parts = parts
+        # A key listed c times is c terms of a gathering kernel's sums: its weight is multiplied by c after the
+        # exponential (exact in fp32), where adding log c to the logit would round otherwise.
+        scores.multiplicity = torch.exp(sum(weights)).round().float() if weights else None
         return scores
 
     def tanh(self, x):
@@ -215,7 +239,12 @@ class _Scores:
 
     def permute_keys(self, order):
         """The biases along the keys in ``order`` (one broadcast along the keys stays)."""
-        self.bias, *self.parts = (b[..., order] if b.shape[-1] > 1 else b for b in [self.bias, *self.parts])
+        self.bias, self.multiplicity, *self.parts = (
+            b if b is None or b.shape[-1] == 1 else b[..., order] for b in [self.bias, self.multiplicity, *self.parts])
+
+    def counted(self, p, rows=slice(None), cols=slice(None)):
+        """The weights ``p`` of ``rows`` and ``cols``, each key's counted as often as it is listed."""
+        return p if self.multiplicity is None else p * self._bias_tile(rows, cols, self.multiplicity)
 
     def natural(self, qk, rows=slice(None), cols=slice(None)):
         bias = None if self.bias is None else self._bias_tile(rows, cols)
@@ -252,20 +281,19 @@ def _fp32_bias(bias):
 
 def _upcast(qf, kq, vq, vis, scores, dtype, softmax_first):
     """Computed in fp32 and rounded once (PyTorch's math backend)."""
-    s = torch.where(vis, scores.natural(qf @ kq.transpose(-1, -2)), -math.inf)
+    s = torch.where(vis, scores.natural(by_group(qf, kq.transpose(-1, -2))), -math.inf)
     m = s.amax(-1, keepdim=True)
     if scores.sink is not None:
         m = torch.maximum(m, scores.sink)
     empty = m == -math.inf
-    p = torch.exp(s - torch.where(empty, 0.0, m))
+    p = scores.counted(torch.exp(s - torch.where(empty, 0.0, m)))
     l = p.sum(-1, keepdim=True)
     if scores.sink is not None:
         l = l + torch.exp(scores.sink - torch.where(empty, 0.0, m))
-    seen = vis.any(dim=2, keepdim=True).transpose(-1, -2)
-    vq = torch.where(seen, vq, 0.0)
+    vq = torch.where(_seen_keys(vis, vq.shape[1]), vq, 0.0)
     if softmax_first:
-        out = torch.where(empty, 0.0, (p / torch.where(empty, 1.0, l)) @ vq)
+        out = torch.where(empty, 0.0, by_group(p / torch.where(empty, 1.0, l), vq))
     else:
-        out = torch.where(empty, 0.0, (p @ vq) / torch.where(empty, 1.0, l))
+        out = torch.where(empty, 0.0, by_group(p, vq) / torch.where(empty, 1.0, l))
     lse = torch.where(empty, -math.inf, m + torch.log(torch.where(empty, 1.0, l)))[..., 0]
     return out.to(dtype), lse
