@@ -5,7 +5,7 @@
 #      trusted full blocks), flashcheck:triton-block-sparse and torch:flex-block-sparse (FlexAttention's compiled block-sparse path); no BUG and no
 #      SUSPICIOUS may come out, and the cases judged add up to the sign-off's sample;
 #   B: every planted bug of the sparse kernels, each its own campaign of at most 40 cases (its first catching case
-#      is the cases count of its row), beside FlexAttention's block-sparse path on the sparse preset.
+#      is the cases count of its row), all side by side with FlexAttention's block-sparse path on the sparse preset.
 # Findings go to OUTDIR/corpus-* the moment they are found; a short table is printed last.
 # Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B [SECONDS]
 set -uo pipefail
@@ -30,11 +30,11 @@ else
   for kernel in torch:sparse flashcheck:triton-sparse torch:block-sparse flashcheck:triton-block-sparse; do
     for bug in $(bugs "$kernel"); do
       pass=$([ "$bug" = dk_written_not_added ] && echo --backward)
-      fuzz "${kernel//:/-}-$bug" "$kernel~$bug" 1 90 --max-examples 40 $pass &
+      fuzz "${kernel//:/-}-$bug" "$kernel~$bug" 1 "$seconds" --max-examples 40 $pass &
     done
-    wait
   done
-  FUZZ_PRESET=sparse fuzz flex-block-sparse-preset 'torch:flex-block-sparse' 6 "$seconds"
+  FUZZ_PRESET=sparse fuzz flex-block-sparse-preset 'torch:flex-block-sparse' 4 "$seconds" &
+  wait
 fi
 tar -czf "$out/sparse-$part.tgz" -C "$work" . 2>/dev/null
 campaign_table | tee "$out/table-$part.txt"
