@@ -8,3 +8,9 @@ import flashcheck
 
 wrong_dv = flashcheck.kernel(_wrong_dv, backward=True)
 fixed = flashcheck.kernel(_fixed, backward=True)
+
+from planted_sparse import sparse_fixed as _sparse_fixed
+from planted_sparse import sparse_padding_as_key_0 as _sparse_padding_as_key_0
+
+sparse_fixed = flashcheck.kernel(_sparse_fixed, key_sets=True, causal=("none", "bottom_right"))
+sparse_padding_as_key_0 = flashcheck.kernel(_sparse_padding_as_key_0, key_sets=True, causal=("none", "bottom_right"))

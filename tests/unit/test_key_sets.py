@@ -173,15 +173,15 @@ def test_a_kernel_that_reads_unlisted_keys_is_caught_by_the_poison():
     assert verdict.status == "BUG" and any(f.kind == "poison_leak" for f in verdict.findings), verdict
 
 
-def test_a_reproducer_of_a_sparse_case_is_refused_by_name(tmp_path):
-    @__import__("flashcheck").kernel(key_sets=True)
+def test_a_reproducer_of_a_case_counted_twice_is_refused_by_name(tmp_path):
+    @flashcheck.kernel(key_sets=KeySets(duplicates="twice"))
     def user(q, k, v, *, scale, causal, attn_mask=None, indices):
         raise AssertionError("never called")
 
-    case = Recipe(Shapes(1, 1, 1, 2, 8, 8, 8), "fp32", seed=0, variants={"indices": "sampled"}).build()
+    case = _twice_case()
     with pytest.raises(InvalidArgument) as raised:
         kernel_call(user, case, device="cpu", case_path=tmp_path / "case.json")
-    assert raised.value.argument == "case" and "sparse index sets" in str(raised.value)
+    assert raised.value.argument == "case" and "duplicates='twice'" in str(raised.value)
 
 
 def _promising_order_invariance():

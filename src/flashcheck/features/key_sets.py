@@ -104,6 +104,22 @@ def key_set_mask(indices: torch.Tensor, n_k: int, heads_q: int):
     return key_set_mod
 
 
+def key_set_script(indices, offset, device):
+    """The index sets' mask_mod in a reproducer script, whose exact answer asks it once for every query and key at
+    once (b, h broadcastable to (B, Hq, 1, 1), q_idx and kv_idx every query's and key's position): key j is visible to
+    query i when i's list names j (-1 and positions past the keys name nothing). Torch only: a script copies it."""
+    indices = indices.to(device).long()
+
+    def key_set_mod(b, h, q_idx, kv_idx):
+        n_k = kv_idx.shape[-1]
+        valid = (indices >= 0) & (indices < n_k)
+        counts = torch.zeros((*indices.shape[:-1], n_k), dtype=torch.int32, device=device)
+        listed = counts.scatter_add_(-1, indices.clamp(0, n_k - 1), valid.to(torch.int32)) > 0
+        return listed.repeat_interleave(h.shape[1] // listed.shape[1], 1) if listed.shape[1] > 1 else listed
+
+    return key_set_mod
+
+
 def _reordered(indices, spec):
     """Each row's list in another order, drawn from a seed of the lists themselves (a replay permutes alike)."""
     if indices.shape[-1] < 2:
@@ -225,6 +241,7 @@ FEATURE = Feature(
         or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last")
         else {"duplicates": spec.key_sets.duplicates}),
     draw=lambda name, regime, gen, shapes, settings: regime(gen, shapes, settings.get("duplicates") == "twice"),
+    script={"mask_mod": key_set_script},
     bias=_weights, bias_extent=_weight_extent, weighs=lambda variant: variant.duplicates == "twice",
     summed=lambda variant, n_k: variant.indices.shape[-1],
     visible=lambda value, n_q, n_k, heads_q: key_set_mask(value, n_k, heads_q),

@@ -57,6 +57,9 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
     unscripted = [f for f in map(feature, used) if f.term == "keys" and "mask_mod" not in (f.script or {})]
     if unscripted:  # the script's reference would show keys the case hides
         _refuse(case_path, f"its {unscripted[0].title or unscripted[0].name} has no reproducer code yet")
+    if case is not None and any(f.term == "keys" for f in case.variant.biasing()):  # the script's answer counts once
+        _refuse(case_path, "its keys are weighed by how often they are listed (duplicates='twice'), which no script "
+                "counts yet")
     if isinstance(case, ServingCase):
         return _serving(kernel, case, source, case_path)
     if base in SDPA_KERNELS:
