@@ -2,5 +2,5 @@
 # /tmp/flashcheck-site (the GPU machine has no network) and that folder joins PYTHONPATH.
 if ! python3 -c "import fla" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/flashcheck-site .whl/*.whl
-  export PYTHONPATH=$PYTHONPATH:/tmp/flashcheck-site
+  export PYTHONPATH=/tmp/flashcheck-site:$PYTHONPATH  # first: a carried wheel newer than the machine's copy wins
 fi

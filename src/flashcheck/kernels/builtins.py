@@ -28,6 +28,10 @@ from .fla import NAME as FLA
 from .fla import VARLEN_NAME as FLA_VARLEN
 from .fla import make_fla_decoding_kernel, make_fla_kernel
 from .fla import unavailable as fla_unavailable
+from .sglang_mla import DESCRIPTION as SGLANG_MLA_DESCRIPTION
+from .sglang_mla import NAME as SGLANG_MLA
+from .sglang_mla import make_sglang_mla_kernel
+from .sglang_mla import unavailable as sglang_unavailable
 from .flex import NAME as FLEX
 from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
@@ -188,6 +192,8 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin(FLA_DECODING, "fla-core's attn_decoding_one_step on a packed varlen batch: each query as a decoding "
             "step at the end of its key prefix (bottom-right causal)", make_fla_decoding_kernel,
             unavailable=partial(fla_unavailable, name=FLA_DECODING)),
+    Builtin(SGLANG_MLA, SGLANG_MLA_DESCRIPTION + "; pip install sglang", make_sglang_mla_kernel,
+            unavailable=sglang_unavailable),
     _serving("torch:varlen", "packed variable-length batches (flash-attention's varlen convention, seqused_k "
              "included), one PyTorch SDPA call per sequence" + _SDPA_BACKEND, VARLEN,
              options_of(make_serving_kernel)),
