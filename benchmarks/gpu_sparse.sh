@@ -6,8 +6,9 @@
 #      SUSPICIOUS may come out, and the cases judged add up to the sign-off's sample;
 #   B: every planted bug of the sparse kernels, each its own campaign of at most 40 cases (its first catching case
 #      is the cases count of its row), all side by side with FlexAttention's block-sparse path on the sparse preset.
+#   C: part A's twice convention and backward campaigns alone (a rerun after a change to the twin or the budget).
 # Findings go to OUTDIR/corpus-* the moment they are found; a short table is printed last.
-# Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B [SECONDS]
+# Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B|C [SECONDS]
 set -uo pipefail
 source "$(dirname "$0")/gpu_fuzz.sh"
 campaign_setup sparse 150 "$@"
@@ -25,6 +26,11 @@ if [ "$part" = A ]; then
   fuzz triton-block-sparse-backward flashcheck:triton-block-sparse 1 "$seconds" --backward &
   fuzz block-sparse-trusted 'torch:block-sparse[full_blocks=trusted]' 1 "$seconds" &
   fuzz flex-block-sparse 'torch:flex-block-sparse[q_block=64,kv_block=64]' 3 "$seconds" &
+  wait
+elif [ "$part" = C ]; then
+  fuzz sparse-twice 'torch:sparse[duplicates=twice]' 2 "$seconds" &
+  fuzz sparse-backward torch:sparse 1 "$seconds" --backward &
+  fuzz triton-sparse-backward flashcheck:triton-sparse 2 "$seconds" --backward &
   wait
 else
   for kernel in torch:sparse flashcheck:triton-sparse torch:block-sparse flashcheck:triton-block-sparse; do
