@@ -76,6 +76,15 @@ def out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
 
 
 @flashcheck.kernel(**SPEC)
+def cuda_out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
+    """Runs out of device memory outside the caching allocator on big cases: CUDA's own error, as a cuBLAS
+    workspace on a full GPU raised it (torch.AcceleratorError, raised by hand)."""
+    if _big(q):
+        raise torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
+@flashcheck.kernel(**SPEC)
 def oom_on_rerun(q, k, v, *, scale, causal, attn_mask=None):
     """Runs out of device memory on a non-contiguous q: the layout property's rerun, not the first run."""
     if not q.is_contiguous():

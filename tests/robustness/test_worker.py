@@ -93,6 +93,13 @@ def test_out_of_memory_skips_the_case_in_process_and_in_the_worker():
         assert worker.check(SMALL).status == PASS and worker.restarts == 0  # the process is fine
 
 
+def test_cuda_s_own_out_of_memory_error_skips_the_case_too():
+    verdict = check(resolve_kernel(f"{K}:cuda_out_of_memory", device="cpu"), BIG, device="cpu")
+    assert verdict.findings == [] and verdict.skipped.startswith("oom:") and "AcceleratorError" in verdict.skipped
+    crashed = check(resolve_kernel(f"{K}:poisons_cuda", device="cpu"), BIG, device="cpu")
+    assert kinds(crashed) == ["crash"]  # CUDA's other errors stay the kernel's crash
+
+
 def test_wrong_output_is_a_finding_through_the_worker():
     # (a wrong shape, found and shrunk by a campaign: test_fuzz_finds_a_wrong_shape_through_the_worker)
     with KernelWorker(f"{K}:wrong_dtype", device="cpu") as worker:

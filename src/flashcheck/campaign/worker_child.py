@@ -186,11 +186,13 @@ def drawn_or_skipped(recipe, *, kernel: str, device, backward: bool) -> tuple:
     # torch: this module is imported by the parent's worker.py, which must not import it
     import torch
     from ..inputs.sizes import host_memory_problem
-    from ..judge.skips import Skip, one_line, skipped_verdict
+    from ..judge.skips import Skip, one_line, out_of_memory, skipped_verdict
 
     try:
         return drawn_case(recipe, kernel=kernel, device=device, backward=backward), None
-    except torch.cuda.OutOfMemoryError as exc:
+    except RuntimeError as exc:
+        if not out_of_memory(exc):
+            raise
         torch.cuda.empty_cache()
         problem = one_line(exc, "drawing the case on the GPU")
     on_host = host_memory_problem(recipe.shapes)

@@ -36,7 +36,7 @@ from .envelope import ENVELOPE_FLOOR, envelope_findings
 from .phases import kernel_call
 from .properties import PROPERTIES, check_properties, neutral_cases, reordered_cases, rescaled_case
 from .serving import SERVING_PROPERTIES, check_serving
-from .skips import Skip, one_line, raise_skip, skipped_verdict
+from .skips import Skip, one_line, out_of_memory, raise_skip, skipped_verdict
 from .verdict import BUG, Finding, Verdict
 
 __all__ = ["KernelRun", "run_kernel", "check", "assert_attention_close"]
@@ -122,7 +122,9 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
                                         envelope=envelope, regime=regime, meta=meta))
     except Skip as skip:
         verdict = skipped_verdict(skip, device, meta)
-    except torch.cuda.OutOfMemoryError as exc:  # flashcheck's own tensors: the inputs, the float64 oracle
+    except RuntimeError as exc:  # out of memory in flashcheck's own work: the inputs, the float64 oracle
+        if not out_of_memory(exc):
+            raise
         verdict = skipped_verdict(Skip("oom", one_line(exc, "flashcheck's inputs or oracle")), device, meta)
     return record_compilations(verdict, compiled_before)
 

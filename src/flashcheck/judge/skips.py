@@ -12,7 +12,7 @@ import torch
 from ..errors import Unsupported
 from .verdict import Verdict
 
-__all__ = ["Skip", "one_line", "raise_skip", "skipped_verdict"]
+__all__ = ["Skip", "one_line", "out_of_memory", "raise_skip", "skipped_verdict"]
 
 
 def one_line(error: BaseException, where: str | None = None) -> str:
@@ -30,10 +30,20 @@ class Skip(Exception):
         self.kind = kind
 
 
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` says the device ran out of memory: the caching allocator's OutOfMemoryError, or CUDA's own
+    "out of memory" from outside it (a library's workspace, a context; measured: torch.AcceleratorError "CUDA error:
+    out of memory" from a matmul on an H100 that other processes had filled)."""
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and "CUDA" in text and "out of memory" in text
+
+
 def raise_skip(error: BaseException | None, what: str) -> None:
     """Raise :class:`Skip` when ``error``, what a call of the kernel (``what``: which call) raised, says the case
     cannot be judged; any other error is the caller's to judge (a crash)."""
-    if isinstance(error, torch.cuda.OutOfMemoryError):
+    if out_of_memory(error):
         raise Skip("oom", one_line(error, what))
     if isinstance(error, Unsupported):
         raise Skip("unsupported", error.reason)

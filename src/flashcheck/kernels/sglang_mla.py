@@ -12,6 +12,11 @@ SGLang's conventions, mapped onto flashcheck's:
   lse: the row's is the log-sum-exp of the splits' (natural log), the workspace set to -inf first, as SGLang's
   callers do, so that a split that saw no key drops out.
 - ``sm_scale`` the model's scale; ``k_scale`` and ``v_scale`` 1 (no fp8 cache).
+- slot 0 of SGLang's pool is its padding slot, which masked lanes of the kernel read (its values times a weight of
+  0): the pool here is one zero row, then the cache. Measured on an H100 before that row: the poison flashcheck puts
+  in pages no sequence owns reached the output (NaN in fp16, over the budget in bf16) through slot 0.
+- a request has at least one key (a decode step attends its own token): a sequence of no keys, or a query whose
+  bottom-right row sees none, is :class:`~flashcheck.Unsupported` (skipped), as SGLang never builds one.
 
 ``pip install sglang`` (the wheel and its import-time dependencies, about 42 MB; no CUDA kernels of its own are
 loaded on this path). It compiles two Triton kernels on first use. CUDA only: the Triton interpreter of triton 3.6
@@ -25,7 +30,7 @@ import importlib.util
 import torch
 
 from ..contract.spec import Kernel, KernelSpec
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, Unsupported
 from .adapters import import_backend
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
@@ -58,9 +63,11 @@ def _requests(block_table, cache_seqlens, n_q: int, page: int, causal: str):
     lengths, slots = [], []
     for b, n in enumerate(cache_seqlens.tolist()):
         j = torch.arange(n, device=block_table.device)
-        rows = block_table[b].long()[j // page] * page + j % page
+        rows = block_table[b].long()[j // page] * page + j % page + 1  # slot 0: SGLang's padding slot
         for i in range(n_q):
             seen = max(0, n - n_q + 1 + i) if causal == "bottom_right" else n
+            if seen == 0:  # a decode request attends at least its own token: SGLang never builds one without keys
+                raise Unsupported(f"a request with no key (sequence {b} of {n} keys, query {i} of {n_q})")
             lengths.append(seen)
             slots.append(rows[:seen])
     indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=block_table.device)
@@ -82,7 +89,7 @@ def make_sglang_mla_kernel(*, device: str = "cuda") -> Kernel:
         decode = import_backend(NAME, "sglang.kernels.ops.attention.decode_attention", problem="sglang is not "
                                 "installed", fix=_FIX).decode_attention_fwd
         batch, n_q, heads, d = q.shape
-        pool = kv_cache.reshape(-1, 1, d)
+        pool = torch.cat([kv_cache.new_zeros(1, 1, d), kv_cache.reshape(-1, 1, d)])  # masked lanes read slot 0
         indptr, indices = _requests(block_table, cache_seqlens, n_q, kv_cache.shape[1], causal)
         requests = batch * n_q
         out = torch.empty(requests, heads, rank, dtype=q.dtype, device=q.device)
