@@ -32,7 +32,7 @@ import torch
 from ..features.scores import bias_after_cap, capped_scores
 from ..features.variant import Variant
 from ..inputs.case import AttentionCase
-from ..numerics.twin import by_group
+from ..numerics.blockwise import by_group
 from .verdict import ANCHOR_FAIL, ANCHOR_PASS, NOT_APPLICABLE
 
 __all__ = ["ANCHORS", "BACKWARD_ANCHORS", "GradientReferences", "anchor_outcomes", "flash_attention_rule",

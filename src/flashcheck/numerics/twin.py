@@ -19,8 +19,9 @@ from ..contract.precision import Precision, precision_named
 from ..contract.validation import check_attention_inputs
 from ..errors import InvalidArgument
 from ..features.scores import bias_after_cap, capped_scores
+from .blockwise import by_group
 
-__all__ = ["Habits", "Tiling", "twin_attention", "round_tf32", "by_group"]
+__all__ = ["Habits", "Tiling", "twin_attention", "round_tf32"]
 
 LOG2E = 1.4426950408889634
 
@@ -161,16 +162,6 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
         out[:, :, rows] = o.to(dtype)
         lse[:, :, rows] = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)[..., 0]
     return out, lse
-
-
-def by_group(a, b):
-    """``a`` (B, Hq, R, X) @ ``b`` (B, Hkv, X, C) -> (B, Hq, R, C), each query head against its K/V head: a K/V
-    head's query heads are the rows of one matmul, so K and V are never copied per query head (128 in MLA)."""
-    batch, heads_q, rows, _ = a.shape
-    heads_kv = b.shape[1]
-    if heads_kv == heads_q:
-        return a @ b
-    return (a.reshape(batch, heads_kv, heads_q // heads_kv * rows, -1) @ b).view(batch, heads_q, rows, -1)
 
 
 def _seen_keys(vis, heads_kv: int):
