@@ -16,6 +16,11 @@ fuzz() {  # NAME KERNEL JOBS SECONDS [FUZZ-ARGUMENTS...]: one campaign, its text
       --json "$work/$name.json" --no-progress "$@" > "$work/$name.txt" 2>&1
   echo "fuzz $name exit $?" >> "$work/$name.txt"
 }
+campaign_archive() {  # NAME: $work as $out/NAME.tgz, and its text, summaries and saved cases' JSON (no tensors) as
+  # $out/NAME-text.tgz, small enough to come back from a machine that returns files of at most 16 MiB
+  tar -czf "$out/$1.tgz" -C "$work" . 2>/dev/null
+  (cd "$work" && tar -czf "$out/$1-text.tgz" $(ls *.txt *.json corpus-*/*.json 2>/dev/null))
+}
 campaign_table() {  # the machine, the GPU tests' last line and one row per campaign JSON in $work
   python3 - "$work" <<'PY'
 import json, pathlib, sys

@@ -28,5 +28,5 @@ else
   done
   wait
 fi
-tar -czf "$out/mla-$part.tgz" -C "$work" . 2>/dev/null
+campaign_archive "mla-$part"
 campaign_table | tee "$out/table-$part.txt"

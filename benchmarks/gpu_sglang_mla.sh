@@ -20,6 +20,6 @@ for case in "$work"/corpus-*/*.json; do
     python3 -m flashcheck.cli replay "$case" --kernel "$control" --device cuda 2>&1 | head -3 >> "$work/controls.txt"
   done
 done
-tar -czf "$out/sglang-mla.tgz" -C "$work" . 2>/dev/null
+campaign_archive sglang-mla
 campaign_table | tee "$out/table.txt"
 [ -e "$work/controls.txt" ] && grep -c "^PASS" "$work/controls.txt" | sed 's/^/controls passing: /'

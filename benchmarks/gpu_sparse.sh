@@ -42,5 +42,5 @@ else
   FUZZ_PRESET=sparse fuzz flex-block-sparse-preset 'torch:flex-block-sparse' 4 "$seconds" &
   wait
 fi
-tar -czf "$out/sparse-$part.tgz" -C "$work" . 2>/dev/null
+campaign_archive "sparse-$part"
 campaign_table | tee "$out/table-$part.txt"
