@@ -12,9 +12,11 @@ SGLang's conventions, mapped onto flashcheck's:
   lse: the row's is the log-sum-exp of the splits' (natural log), the workspace set to -inf first, as SGLang's
   callers do, so that a split that saw no key drops out.
 - ``sm_scale`` the model's scale; ``k_scale`` and ``v_scale`` 1 (no fp8 cache).
-- slot 0 of SGLang's pool is its padding slot, which masked lanes of the kernel read (its values times a weight of
-  0): the pool here is one zero row, then the cache. Measured on an H100 before that row: the poison flashcheck puts
-  in pages no sequence owns reached the output (NaN in fp16, over the budget in bf16) through slot 0.
+- slot 0 of SGLang's pool is its padding slot, which its allocator never hands out: the pool here is one zero row,
+  then the cache.
+- with one query head on the K/V head (Hq = 1) SGLang takes its ungrouped stage-1 kernel, which rounds each q.k
+  product to the input dtype before its fp32 sum (found on an H100: reports/mla-2026-12-06); MLA's 16 to 128
+  heads take the grouped one, whose tl.dot accumulates in fp32.
 - a request has at least one key (a decode step attends its own token): a sequence of no keys, or a query whose
   bottom-right row sees none, is :class:`~flashcheck.Unsupported` (skipped), as SGLang never builds one.
 
@@ -89,7 +91,7 @@ def make_sglang_mla_kernel(*, device: str = "cuda") -> Kernel:
         decode = import_backend(NAME, "sglang.kernels.ops.attention.decode_attention", problem="sglang is not "
                                 "installed", fix=_FIX).decode_attention_fwd
         batch, n_q, heads, d = q.shape
-        pool = torch.cat([kv_cache.new_zeros(1, 1, d), kv_cache.reshape(-1, 1, d)])  # masked lanes read slot 0
+        pool = torch.cat([kv_cache.new_zeros(1, 1, d), kv_cache.reshape(-1, 1, d)])  # slot 0: padding
         indptr, indices = _requests(block_table, cache_seqlens, n_q, kv_cache.shape[1], causal)
         requests = batch * n_q
         out = torch.empty(requests, heads, rank, dtype=q.dtype, device=q.device)
