@@ -17,7 +17,25 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _share_the_cores(config) -> None:
+    """Under pytest-xdist, N workers on C cores: each worker's thread pools (torch's intra-op pool, OpenMP's,
+    BLAS's) get C // N threads, as flashcheck's own ``--jobs`` workers do (flashcheck/campaign/transport.py).
+
+    Set in the controller before it starts the workers, so that each worker (and each process a test starts) reads
+    them before it imports numpy or torch. Left as they were, two workers on two cores each ran two threads: the
+    oversubscribed pools spun against each other, and an in-process campaign took twice its time. A variable the
+    user set wins."""
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 2:
+        return
+    from flashcheck.campaign.transport import THREAD_VARIABLES, threads_per_worker
+
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, threads_per_worker(workers))
+
+
 def pytest_configure(config):
+    _share_the_cores(config)
     # The documented installs' resolutions wait on the index for a minute: started now, they run beside the tests.
     from tests.docs._resolution import start_for_the_run
 
