@@ -38,6 +38,11 @@ def _call(compiled, q_len: int, kv_len: int, d: int, dv: int, dtype, block, tile
 
 def main() -> None:
     q_len, kv_len = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (65, 246)
+    import torch._dynamo
+
+    # every row is a recompile: past dynamo's limit (8) flex would run its eager path instead, another kernel
+    torch._dynamo.config.recompile_limit = 1 << 16
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     compiled = torch.compile(flex_attention)
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}: causal, Q_LEN {q_len}, KV_LEN {kv_len}")
     print(f"{'dtype':<5} {'D/Dv':<8} {'blocks':<8} {'kernel tiles':<13} outcome")
