@@ -94,3 +94,46 @@ def test_the_runs_go_fewest_key_tiles_first_and_their_order_changes_no_envelope(
     whole = reordering_envelope(case, budget, device="cpu")
     monkeypatch.setattr(envelope, "ENVELOPE_TILINGS", (runs[3], runs[1], runs[0], runs[2]))  # the order before
     assert reordering_envelope(case, budget, device="cpu") == whole
+
+
+def test_a_running_sum_is_a_legal_order_where_the_device_sums_in_a_tree(monkeypatch):
+    """A CPU's BLAS sums each dot product one term at a time; a GPU's sums in a tree, whose roundings cancel where
+    a running sum's add up (coherent P rounding). With the twin's matmuls exact, as a GPU's tree nearly is, a
+    kernel with running sums (torch:math on the CPU) read as SUSPICIOUS at 10.7 times the envelope; found on an
+    H100 by torch:block-sparse on an fp32 case of 364 keys (0.22 of the budget, the envelope 0.0154)."""
+    from flashcheck import check
+    from flashcheck.inputs.case import Shapes
+    from flashcheck.inputs.recipe import Recipe
+    from flashcheck.numerics import twin
+    from flashcheck.numerics.blockwise import by_group
+
+    monkeypatch.setattr(twin, "by_group", lambda a, b: by_group(a.double(), b.double()).float())
+    recipe = Recipe(shapes=Shapes(1, 5, 1, 364, 364, 188, 2), dtype="fp32", values="coherent_p_rounding",
+                    mask="none", causal="none", scale="default", layout="contiguous", seed=1)
+    case = recipe.build(kernel="torch:math")
+    verdict = check("torch:math", case, device="cpu", properties=(), envelope=True)
+    assert verdict.status == "PASS" and verdict.max_ratio > 0.1, str(verdict)
+    budget = error_budget(case.q, case.k, case.v, scale=case.scale, precision="upcast")
+    tree, _ = twin_attention(case.q, case.k, case.v, scale=case.scale, precision="upcast")
+    ref = budget.reference
+    tree_ratio = float(error_ratios(tree.double(), ref.out, budget.total, ref.empty_rows)[0].max())
+    assert tree_ratio * 8 < verdict.max_ratio  # the tree's twin alone would have called it SUSPICIOUS
+
+
+def test_the_running_sum_twin_rounds_each_product_and_each_sum_to_fp32():
+    import numpy as np
+
+    from flashcheck.numerics.twin import Habits
+
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 3, 5, generator=gen) for _ in range(3))
+    out, _ = twin_attention(q, k, v, scale=1.0, precision="upcast", habits=Habits(sequential=True))
+    x, y, w = (t.numpy() for t in (q, k, v))
+    s = np.zeros((1, 2, 3, 3), np.float32)
+    for i in range(5):
+        s += x[..., i, None] * y[..., None, :, i]
+    p = torch.exp(torch.from_numpy(s - s.max(-1, keepdims=True))).numpy()  # the twin's exp, not numpy's
+    acc = np.zeros((1, 2, 3, 5), np.float32)
+    for j in range(3):
+        acc += p[..., j, None] * w[..., j, None, :]
+    assert torch.equal(out, torch.from_numpy(acc / p.sum(-1, keepdims=True)))

@@ -29,12 +29,15 @@ ENVELOPE_FLOOR = 0.05
 # (block_m, block_n, keys shuffled), the biases added to the natural logits (the first two) or, as exp2
 # kernels add them, to the base-2 ones (the last two); for a one-pass contract, where tiles change
 # nothing, the orders of operations a kernel may pick (scale on Q and K, softmax before P @ V, keys
-# shuffled). The twin walks its key tiles one by one, so the runs go by their number of key tiles, fewest
-# first: a run that settles the verdict stops the walk, and on a long row the tiles of 128 keys settle it at an
-# eighth of the cost of the tiles of 16 (the verdict is the same in any order; the shuffled runs keep theirs,
-# which draws their key orders).
+# shuffled, and last, as the dearest, each dot product summed one term at a time: the device's BLAS picks
+# the other runs' inner order, and a GPU's tree of sums rounds far less than a CPU's running sum). The twin
+# walks its key tiles one by one, so the runs go by their number of key tiles, fewest first: a run that
+# settles the verdict stops the walk, and on a long row the tiles of 128 keys settle it at an eighth of the
+# cost of the tiles of 16 (the verdict is the same in any order; the shuffled runs keep theirs, which draws
+# their key orders).
 ENVELOPE_TILINGS = ((32, 128, True), (64, 64, False), (128, 32, True), (16, 16, False))
-ENVELOPE_ONE_PASS = ((False, False, False), (True, True, False), (True, False, True), (False, True, True))
+ENVELOPE_ONE_PASS = ((False, False, False, False), (True, True, False, False), (True, False, True, False),
+                     (False, True, True, False), (False, False, False, True))
 
 
 def _envelope_runs(precision, dtype: str) -> list[tuple[Tiling, Habits, bool]]:
@@ -43,8 +46,9 @@ def _envelope_runs(precision, dtype: str) -> list[tuple[Tiling, Habits, bool]]:
     if precision.rescales_per_tile:
         runs = [(Tiling(m, n), Habits(bias_base2=shuffled), shuffled) for m, n, shuffled in ENVELOPE_TILINGS]
     else:
-        runs = [(Tiling(), Habits(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first), shuffled)
-                for scaled, first, shuffled in ENVELOPE_ONE_PASS]
+        runs = [(Tiling(), Habits(scale_inputs=scaled and precision.scale_on_inputs, softmax_first=first,
+                                  sequential=sequential), shuffled)
+                for scaled, first, shuffled, sequential in ENVELOPE_ONE_PASS]
     return [(tiling, replace(habits, tf32_mode=mode), shuffled) for tiling, habits, shuffled in runs
             for mode in tf32_modes]
 
