@@ -42,6 +42,8 @@ class Feature:
       towards it); ``draw(name, regime, gen, shapes, settings)`` calls one (``settings``: the recipe's, as
       :data:`~flashcheck.features.variant.RECIPE_SETTINGS` names them, the bias's dtype always given); ``masks``: boolean-mask regimes the
       feature's restriction gives, name -> draw(generator, shapes).
+    - ``fitted``: name -> fit(value, q, k, scale) -> (value, k), for a regime drawn with the case's values: the drawn
+      value and k rebuilt from q and k in the input dtype (keys made to tie, the value chosen at the ties).
     - ``settings(spec, dtype, regime, choose)``: the recipe fields
       (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
       kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case.
@@ -112,6 +114,7 @@ class Feature:
     # drawn and saved cases
     draw: Callable = lambda name, regime, gen, shapes, settings: regime(gen, shapes)
     masks: dict = field(default_factory=dict)
+    fitted: dict = field(default_factory=dict)
     settings: Callable = lambda spec, dtype, regime, choose: {}
     tensor: bool = False
     saved_dtype: str | None = "fp32"
