@@ -173,15 +173,19 @@ def test_a_kernel_that_reads_unlisted_keys_is_caught_by_the_poison():
     assert verdict.status == "BUG" and any(f.kind == "poison_leak" for f in verdict.findings), verdict
 
 
-def test_a_reproducer_of_a_case_counted_twice_is_refused_by_name(tmp_path):
+def test_a_reproducer_of_keys_weighed_without_code_that_counts_them_is_refused_by_name(tmp_path, monkeypatch):
+    """A case counted twice gets a script (tests/repro/test_sparse_repro.py), since the index sets' script code
+    counts repeats; a key restriction that weighs its keys without such code is refused, not written wrong."""
     @flashcheck.kernel(key_sets=KeySets(duplicates="twice"))
     def user(q, k, v, *, scale, causal, attn_mask=None, indices):
         raise AssertionError("never called")
 
-    case = _twice_case()
+    unweighed = dataclasses.replace(FEATURE, script={"mask_mod": FEATURE.script["mask_mod"]})
+    monkeypatch.setattr(Variant, "biasing", lambda self: (unweighed,))
     with pytest.raises(InvalidArgument) as raised:
-        kernel_call(user, case, device="cpu", case_path=tmp_path / "case.json")
-    assert raised.value.argument == "case" and "duplicates='twice'" in str(raised.value)
+        kernel_call(user, _twice_case(), device="cpu", case_path=tmp_path / "case.json")
+    assert raised.value.argument == "case" and "weighs keys by how often they are listed" in str(raised.value)
+    assert "case.json" in str(raised.value) and "flashcheck replay" in str(raised.value)
 
 
 def _promising_order_invariance():

@@ -95,7 +95,10 @@ class Feature:
       feature's ``"bias"(value, n_q, n_k, dtype, settings)`` (its bias in ``dtype``, broadcastable to (B, Hq, Nq,
       Nk); ``settings``: the variant's, e.g. the ALiBi mode) and ``"score_mod"(value, full, offset, settings)``
       (``term(score, b, h, q_idx, kv_idx)``, its term of flex's score_mod), a "keys" feature's
-      ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys).
+      ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys), ``"shown_mod"(value, offset, device,
+      shown=True)`` (the mask_mod of the keys it shows whatever the rest hides, or None) and ``"weight"(value, n_k,
+      device, settings)`` (how often each key counts, multiplying its exp, or None). A value the kernel receives
+      as several keywords reaches them as a dict of its scalars and those keywords.
     """
 
     # what it is

@@ -21,7 +21,7 @@ from .base import Feature
 from .draws import pick, upto
 from .tensors import as_tensor
 
-__all__ = ["FEATURE", "key_counts", "key_set_mask", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
+__all__ = ["FEATURE", "key_counts", "key_set_mask", "key_set_weights", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
 
 PAST_END_REGIMES = ("past_end",)  # regimes with indices >= Nk: drawn only where the spec masks them
 PADDING_FIRST_REGIMES = ("padding_first",)  # -1 before valid entries: drawn only where the spec allows it
@@ -121,6 +121,18 @@ def key_set_script(indices, offset, device):
         return listed.repeat_interleave(h.shape[1] // listed.shape[1], 1) if listed.shape[1] > 1 else listed
 
     return key_set_mod
+
+
+def key_set_weights(indices, n_k, device, settings):
+    """How often each key counts in a reproducer script's exact answer, float64 (B, 1, Nq, Nk): under
+    duplicates='twice' as often as listed (its exp multiplied by that), else None (once). Torch only: a script
+    copies it."""
+    if settings["duplicates"] != "twice":
+        return None
+    indices = indices.to(device).long()
+    valid = (indices >= 0) & (indices < n_k)
+    counts = torch.zeros((*indices.shape[:-1], n_k), dtype=torch.float64, device=device)
+    return counts.scatter_add_(-1, indices.clamp(0, n_k - 1), valid.to(torch.float64))
 
 
 def _reordered(indices, spec):
@@ -299,7 +311,7 @@ FEATURE = Feature(
         or (regime in VALUE_REGIMES and is_quantized(dtype))  # a quantization would move the ties
         else {"duplicates": spec.key_sets.duplicates}),
     draw=lambda name, regime, gen, shapes, settings: regime(gen, shapes, settings.get("duplicates") == "twice"),
-    script={"mask_mod": key_set_script},
+    script={"mask_mod": key_set_script, "weight": key_set_weights},
     bias=_weights, bias_extent=_weight_extent, weighs=lambda variant: variant.duplicates == "twice",
     summed=lambda variant, n_k: variant.indices.shape[-1],
     visible=lambda value, n_q, n_k, heads_q: key_set_mask(value, n_k, heads_q),
