@@ -11,6 +11,8 @@ import torch
 from flashcheck.features.block_lists import BlockLists
 from flashcheck.features.variant import Variant
 from flashcheck.inputs.case import AttentionCase
+from flashcheck.judge.check import check
+from flashcheck.kernels.registry import resolve_kernel
 
 from ._repro import imports_flashcheck, repro, run_without_flashcheck, save_case, tensors
 
@@ -43,12 +45,20 @@ def test_a_padding_misread_reproduces_without_flashcheck_and_its_fix_does_not(ke
 def _saved_repro(tmp_path, kernel: str, case, kernel_folder):
     """``case`` judged on ``declared_attention:KERNEL`` and saved, its reproducer written and run where flashcheck
     cannot be imported: (verdict, script, the run)."""
-    path, verdict = save_case(tmp_path / kernel / "corpus", f"declared_attention:{kernel}", case)
-    status, printed, errors = repro(path, tmp_path / kernel / "out")
+    path, verdict = save_case(tmp_path / "corpus", f"declared_attention:{kernel}", case)
+    status, printed, errors = repro(path, tmp_path / "out")
     assert status == 0, printed + errors
-    script = tmp_path / kernel / "out" / "repro.py"
+    script = tmp_path / "out" / "repro.py"
     assert not imports_flashcheck(script.read_text())
     return verdict, script, run_without_flashcheck(script, path=kernel_folder)
+
+
+def _agrees_on_the_fixed_twin(script, case, kernel: str, kernel_folder):
+    """flashcheck passes the fixed twin ``kernel`` on ``case``, and so does the script run on it."""
+    assert check(resolve_kernel(f"declared_attention:{kernel}", device="cpu"), case, device="cpu").status == "PASS"
+    fixed = run_without_flashcheck(script, "--kernel", f"planted_block_sparse:{kernel}", path=kernel_folder)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "not reproduced: every element within its budget" in fixed.stdout, fixed.stdout
 
 
 def _wrong_rows(stdout: str) -> set:
@@ -73,7 +83,7 @@ def _block_case():
 def test_a_block_list_count_read_one_too_far_reproduces_and_a_passing_case_does_not(kernel_folder, tmp_path):
     """The script takes its exact answer over the blocks the counts name, trusted full blocks shown past the causal
     diagonal: the kernel that reads one entry past the count is wrong only in query blocks whose count leaves an
-    entry to read, its fixed twin is right, and a case flashcheck passes passes the script too."""
+    entry to read, and its fixed twin, which flashcheck passes, passes the script too."""
     case, num = _block_case()
     verdict, script, found = _saved_repro(tmp_path, "blocks_past_count", case, kernel_folder)
     assert verdict.status == "BUG", verdict
@@ -81,11 +91,7 @@ def test_a_block_list_count_read_one_too_far_reproduces_and_a_passing_case_does_
     assert found.returncode == 1 and "REPRODUCED: " in found.stdout, found.stdout + found.stderr
     readable = {(h, i) for h in range(2) for i in range(10) if int(num[0, h, i // 4]) < 4}
     assert _wrong_rows(found.stdout) and _wrong_rows(found.stdout) <= readable, found.stdout
-    fixed = run_without_flashcheck(script, "--kernel", "planted_block_sparse:blocks_fixed", path=kernel_folder)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    verdict, _, passed = _saved_repro(tmp_path, "blocks_fixed", case, kernel_folder)
-    assert verdict.status == "PASS", verdict
-    assert passed.returncode == 0 and "not reproduced: every element within its budget" in passed.stdout, passed.stdout
+    _agrees_on_the_fixed_twin(script, case, "blocks_fixed", kernel_folder)
 
 
 def _twice_case():
@@ -100,15 +106,11 @@ def _twice_case():
 def test_keys_counted_twice_reproduce_a_kernel_that_counts_them_once_and_a_passing_case_does_not(kernel_folder,
                                                                                                   tmp_path):
     """The script weighs a key listed c times c times its exp: the kernel that counts it once is wrong only in rows
-    that repeat a key they see, its fixed twin is right, and a case flashcheck passes passes the script too."""
+    that repeat a key they see, and its fixed twin, which flashcheck passes, passes the script too."""
     case = _twice_case()
     verdict, script, found = _saved_repro(tmp_path, "twice_counted_once", case, kernel_folder)
     assert verdict.status == "BUG", verdict
     assert "def key_set_weights" in script.read_text()
     assert found.returncode == 1 and "REPRODUCED: " in found.stdout, found.stdout + found.stderr
     assert _wrong_rows(found.stdout) and {i for _, i in _wrong_rows(found.stdout)} <= {0, 1, 4}, found.stdout
-    fixed = run_without_flashcheck(script, "--kernel", "planted_block_sparse:twice_fixed", path=kernel_folder)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    verdict, _, passed = _saved_repro(tmp_path, "twice_fixed", case, kernel_folder)
-    assert verdict.status == "PASS", verdict
-    assert passed.returncode == 0 and "not reproduced: every element within its budget" in passed.stdout, passed.stdout
+    _agrees_on_the_fixed_twin(script, case, "twice_fixed", kernel_folder)
