@@ -25,7 +25,7 @@ __all__ = ["FEATURE", "key_counts", "key_set_mask", "key_set_weights", "PAST_END
 
 PAST_END_REGIMES = ("past_end",)  # regimes with indices >= Nk: drawn only where the spec masks them
 PADDING_FIRST_REGIMES = ("padding_first",)  # -1 before valid entries: drawn only where the spec allows it
-VALUE_REGIMES = ("near_ties",)  # placed at ties of the values (Feature.fitted): drawn in a float dtype
+FITTED_REGIMES = ("near_ties",)  # placed at ties of the values (Feature.fitted): drawn in a float dtype
 MAX_TOPK = 1 << 14  # a key's count fits int16 (key_counts) whatever repeats a list holds
 
 
@@ -254,25 +254,30 @@ def _fit_near_ties(indices, q, k, scale: float):
     after the drawn top-k. Of that pair it lists the lower logit, or either at random when they tie exactly: a
     kernel that takes the top-k of its own scores picks the other. A list for several heads is chosen on the first
     query head of its first K/V head (the others list a twin each, not always at their boundary)."""
-    n_k, topk = k.shape[-2], indices.shape[-1]
-    if n_k < 2:
+    if k.shape[-2] < 2:
         return indices, k
     gen = torch.Generator().manual_seed(int(indices.long().sum()) % (1 << 31))
     k, pair = _twinned(k, gen)
     heads = torch.arange(indices.shape[1], device=k.device)
     scores = q[:, heads * (q.shape[1] // k.shape[1])].double() @ k[:, heads].double().transpose(-1, -2) * scale
+    return _split_at_a_tie(scores, pair, indices.shape[-1], gen).to(indices.device, torch.int32).contiguous(), k
+
+
+def _split_at_a_tie(scores, pair, topk: int, gen) -> torch.Tensor:
+    """Each row's keys by ``scores`` down to the first pair split at or after rank ``topk``, the lower of that pair
+    (either on an exact tie) last, then -1."""
+    n_k = scores.shape[-1]
     ranks = scores.argsort(dim=-1, descending=True, stable=True)
     split = pair[ranks[..., :-1]] == pair[ranks[..., 1:]]
-    split &= torch.arange(n_k - 1, device=k.device) >= topk - 1
+    split &= torch.arange(n_k - 1, device=scores.device) >= topk - 1
     end = torch.where(split.any(-1), split.int().argmax(-1), topk - 1)[..., None]  # the last entry's rank
     upper, lower = ranks.gather(-1, end), ranks.gather(-1, (end + 1).clamp(max=n_k - 1))
-    coin = torch.rand(upper.shape, generator=gen).to(k.device) < 0.5
+    coin = torch.rand(upper.shape, generator=gen).to(scores.device) < 0.5
     tied = scores.gather(-1, upper) == scores.gather(-1, lower)
     last = torch.where(split.any(-1, keepdim=True) & (~tied | coin), lower, upper)
     width = int(end.max()) + 1
     listed = ranks[..., :width].scatter(-1, end, last)
-    out = torch.where(torch.arange(width, device=k.device) <= end, listed, -1)
-    return out.to(indices.device, torch.int32).contiguous(), k
+    return torch.where(torch.arange(width, device=scores.device) <= end, listed, -1)
 
 
 def _one_key(gen, s, h):
@@ -308,7 +313,7 @@ FEATURE = Feature(
     settings=lambda spec, dtype, regime, choose: (
         None if (regime in PAST_END_REGIMES and spec.key_sets.past_end == "never")
         or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last")
-        or (regime in VALUE_REGIMES and is_quantized(dtype))  # a quantization would move the ties
+        or (regime in FITTED_REGIMES and is_quantized(dtype))  # a quantization would move the ties
         else {"duplicates": spec.key_sets.duplicates}),
     draw=lambda name, regime, gen, shapes, settings: regime(gen, shapes, settings.get("duplicates") == "twice"),
     script={"mask_mod": key_set_script, "weight": key_set_weights},
