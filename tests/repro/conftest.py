@@ -13,7 +13,8 @@ HERE = Path(__file__).resolve().parent
 # Each file of planted kernels, and the module name it has in the kernel folder.
 COPIES = {"planted.py": "planted_attention", "declared.py": "declared_attention",
           "planted_serving.py": "planted_serving", "declared_serving.py": "declared_serving",
-          "planted_merge.py": "planted_merge", "planted_sparse.py": "planted_sparse"}
+          "planted_merge.py": "planted_merge", "planted_sparse.py": "planted_sparse",
+          "planted_block_sparse.py": "planted_block_sparse"}
 
 
 @pytest.fixture(scope="session")

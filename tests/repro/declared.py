@@ -14,3 +14,15 @@ from planted_sparse import sparse_padding_as_key_0 as _sparse_padding_as_key_0
 
 sparse_fixed = flashcheck.kernel(_sparse_fixed, key_sets=True, causal=("none", "bottom_right"))
 sparse_padding_as_key_0 = flashcheck.kernel(_sparse_padding_as_key_0, key_sets=True, causal=("none", "bottom_right"))
+
+from planted_block_sparse import blocks_fixed as _blocks_fixed
+from planted_block_sparse import blocks_past_count as _blocks_past_count
+from planted_block_sparse import twice_counted_once as _twice_counted_once
+from planted_block_sparse import twice_fixed as _twice_fixed
+
+_BLOCKS = flashcheck.BlockSparse(q_block=4, kv_block=4, full_blocks="trusted")
+blocks_fixed = flashcheck.kernel(_blocks_fixed, block_sparse=_BLOCKS, causal=("none", "top_left"))
+blocks_past_count = flashcheck.kernel(_blocks_past_count, block_sparse=_BLOCKS, causal=("none", "top_left"))
+_TWICE = flashcheck.KeySets(duplicates="twice")
+twice_fixed = flashcheck.kernel(_twice_fixed, key_sets=_TWICE, causal=("none", "bottom_right"))
+twice_counted_once = flashcheck.kernel(_twice_counted_once, key_sets=_TWICE, causal=("none", "bottom_right"))

@@ -173,15 +173,19 @@ def test_a_kernel_that_reads_unlisted_keys_is_caught_by_the_poison():
     assert verdict.status == "BUG" and any(f.kind == "poison_leak" for f in verdict.findings), verdict
 
 
-def test_a_reproducer_of_a_case_counted_twice_is_refused_by_name(tmp_path):
+def test_a_reproducer_of_keys_weighed_without_code_that_counts_them_is_refused_by_name(tmp_path, monkeypatch):
+    """A case counted twice gets a script (tests/repro/test_sparse_repro.py), since the index sets' script code
+    counts repeats; a key restriction that weighs its keys without such code is refused, not written wrong."""
     @flashcheck.kernel(key_sets=KeySets(duplicates="twice"))
     def user(q, k, v, *, scale, causal, attn_mask=None, indices):
         raise AssertionError("never called")
 
-    case = _twice_case()
+    unweighed = dataclasses.replace(FEATURE, script={"mask_mod": FEATURE.script["mask_mod"]})
+    monkeypatch.setattr(Variant, "biasing", lambda self: (unweighed,))
     with pytest.raises(InvalidArgument) as raised:
-        kernel_call(user, case, device="cpu", case_path=tmp_path / "case.json")
-    assert raised.value.argument == "case" and "duplicates='twice'" in str(raised.value)
+        kernel_call(user, _twice_case(), device="cpu", case_path=tmp_path / "case.json")
+    assert raised.value.argument == "case" and "weighs keys by how often they are listed" in str(raised.value)
+    assert "case.json" in str(raised.value) and "flashcheck replay" in str(raised.value)
 
 
 def _promising_order_invariance():
@@ -289,3 +293,73 @@ def test_under_twice_the_envelope_holds_a_gathering_kernels_repeated_terms():
     assert reordering_envelope(case, budget, device="cpu") > 0
     verdict = check("torch:sparse[duplicates=twice]", case, device="cpu")
     assert verdict.status == "PASS" and verdict.max_ratio > 0, verdict
+
+
+# ---- near ties at the top-k boundary ------------------------------------------------------------------------------
+
+
+def _near_ties_case(seed, dtype="fp16", values="random", causal="none"):
+    return Recipe(Shapes(2, 4, 2, 6, 40, 16, 16), dtype, seed=seed, values=values, causal=causal,
+                  variants={"indices": "near_ties"}).build()
+
+
+def _boundary_gaps(case):
+    """Per row of each list (on the query head its list was chosen on): the best unlisted key's exact logit less the
+    worst listed key's, and the dtype's resolution of those two logits (its eps times the larger sum of |scale q_d
+    k_d| over d)."""
+    indices = case.variant.indices.long()
+    lists = torch.arange(indices.shape[1])
+    q = case.q[:, lists * (case.shapes.heads_q // case.shapes.heads_kv)].double()
+    k = case.k[:, lists].double()
+    s = q @ k.transpose(-1, -2) * case.scale
+    sizes = (q.abs() @ k.abs().transpose(-1, -2)) * abs(case.scale)
+    listed = key_counts(indices, case.shapes.n_k) > 0
+    worst = s.masked_fill(~listed, math.inf).argmin(-1, keepdim=True)
+    best = s.masked_fill(listed, -math.inf).argmax(-1, keepdim=True)
+    gap = s.gather(-1, best) - s.gather(-1, worst)
+    eps = torch.finfo(case.q.dtype).eps
+    return gap.flatten(), eps * torch.maximum(sizes.gather(-1, best), sizes.gather(-1, worst)).flatten()
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_near_ties_list_the_top_k_up_to_a_tie_in_the_input_dtype(dtype):
+    """Every row lists its best keys by the exact logits, and its boundary is a tie: the best key left out scores as
+    high as the worst one listed (exactly, or within the dtype's resolution of the two logits, where it scores
+    higher: a kernel that re-derives the set from its scores picks it)."""
+    gaps, resolutions = zip(*(_boundary_gaps(_near_ties_case(seed, dtype, values))
+                              for seed in range(6) for values in ("random", "huge_logits")))
+    gap, resolution = torch.cat(gaps), torch.cat(resolutions)
+    assert bool((gap >= 0).all()) and bool((gap <= resolution).all()), (gap / resolution).max()
+    assert bool((gap == 0).any()) and bool((gap > 0).any())  # exact ties and one-ulp ties both drawn
+
+
+def test_near_ties_are_drawn_and_counted_for_a_key_set_kernel_in_a_float_dtype():
+    from flashcheck.inputs.covering import empty_coverage
+    from flashcheck.inputs.recipe_draws import recipe_pools
+
+    kernel = resolve_kernel("torch:sparse", device="cpu")
+    drawn = {r.variants.get("indices") for r in draw_recipes(60, spec=kernel.spec, seed=1, max_n=48)}
+    assert "near_ties" in drawn
+    assert "near_ties" in empty_coverage(recipe_pools(spec=kernel.spec))["indices"]
+    assert FEATURE.settings(kernel.spec, "fp8_e4m3", "near_ties", lambda options: options[0]) is None
+
+
+@flashcheck.kernel(key_sets=True, dtypes=("fp16", "bf16", "fp32"))
+def _recomputes_top_k(q, k, v, *, scale, causal, attn_mask=None, indices):
+    """Attends the top-n keys of its own fp32 scores, n the count its list holds: the list's keys are never read."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, 1).float() for t in (k, v))
+    s = q.float() @ k.transpose(-1, -2) * scale
+    count = (indices >= 0).sum(-1, keepdim=True)
+    count = count.repeat_interleave(q.shape[1] // count.shape[1], 1)
+    keep = s.argsort(dim=-1, descending=True, stable=True).argsort(-1) < count
+    return (torch.softmax(s.masked_fill(~keep, -math.inf), -1) @ v).to(q.dtype)
+
+
+def test_a_kernel_that_recomputes_the_top_k_is_caught_on_near_ties_and_torch_sparse_passes():
+    """Measured: caught on each of these 6 cases, at 52 to 5106 times its budget."""
+    for seed in range(6):
+        case = _near_ties_case(seed, dtype=("fp16", "bf16", "fp32")[seed % 3])
+        assert check("torch:sparse", case, device="cpu", properties=()).status == "PASS"
+        verdict = check(_recomputes_top_k, case, device="cpu", properties=())
+        assert verdict.status == "BUG", (seed, verdict)

@@ -42,6 +42,8 @@ class Feature:
       towards it); ``draw(name, regime, gen, shapes, settings)`` calls one (``settings``: the recipe's, as
       :data:`~flashcheck.features.variant.RECIPE_SETTINGS` names them, the bias's dtype always given); ``masks``: boolean-mask regimes the
       feature's restriction gives, name -> draw(generator, shapes).
+    - ``fitted``: name -> fit(value, q, k, scale) -> (value, k), for a regime drawn with the case's values: the drawn
+      value and k rebuilt from q and k in the input dtype (keys made to tie, the value chosen at the ties).
     - ``settings(spec, dtype, regime, choose)``: the recipe fields
       (:data:`~flashcheck.features.variant.RECIPE_SETTINGS`) a case in ``dtype`` drawing ``regime`` takes from the
       kernel's spec, ``choose(options)`` drawing one of several, or None where the spec takes no such case.
@@ -93,7 +95,10 @@ class Feature:
       feature's ``"bias"(value, n_q, n_k, dtype, settings)`` (its bias in ``dtype``, broadcastable to (B, Hq, Nq,
       Nk); ``settings``: the variant's, e.g. the ALiBi mode) and ``"score_mod"(value, full, offset, settings)``
       (``term(score, b, h, q_idx, kv_idx)``, its term of flex's score_mod), a "keys" feature's
-      ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys).
+      ``"mask_mod"(value, offset, device)`` (the mask_mod of its keys), ``"shown_mod"(value, offset, device,
+      shown=True)`` (the mask_mod of the keys it shows whatever the rest hides, or None) and ``"weight"(value, n_k,
+      device, settings)`` (how often each key counts, multiplying its exp, or None). A value the kernel receives
+      as several keywords reaches them as a dict of its scalars and those keywords.
     """
 
     # what it is
@@ -112,6 +117,7 @@ class Feature:
     # drawn and saved cases
     draw: Callable = lambda name, regime, gen, shapes, settings: regime(gen, shapes)
     masks: dict = field(default_factory=dict)
+    fitted: dict = field(default_factory=dict)
     settings: Callable = lambda spec, dtype, regime, choose: {}
     tensor: bool = False
     saved_dtype: str | None = "fp32"

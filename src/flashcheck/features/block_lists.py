@@ -19,7 +19,7 @@ from ..errors import InvalidArgument
 from .base import Feature
 from .draws import upto
 
-__all__ = ["FEATURE", "BlockLists", "block_tables", "KEYWORDS"]
+__all__ = ["FEATURE", "BlockLists", "block_list_script", "block_tables", "KEYWORDS"]
 
 KEYWORDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
 # Drawn only for a kernel that takes full-block lists. Its blocks are drawn apart from the case's causal alignment
@@ -135,6 +135,33 @@ def _shown(lists: BlockLists, n_q: int, n_k: int, heads_q: int):
     return None if whole is None else _lookup(whole, lists, heads_q)
 
 
+def block_list_script(lists, offset, device, shown=False):
+    """The block lists' mask_mod in a reproducer script, asked once for every query and key at once (q_idx (Nq, 1),
+    kv_idx (1, Nk)), its answer (B or 1, H or 1, Nq, Nk): ``lists`` holds the four keywords, the block sizes and
+    ``trusted``. Key j is visible to query i where j's block is among the first counted entries of i's block's
+    lists (the full ones too, unless trusted); with ``shown``, where it is a trusted full block (else None).
+    Torch only: a script copies it."""
+    full = lists["full_kv_num_blocks"] is not None
+    if shown and not (full and lists["trusted"]):
+        return None
+    names = ["full_kv"] if shown else ["kv"] + (["full_kv"] if full and not lists["trusted"] else [])
+
+    def block_mod(b, h, q_idx, kv_idx):
+        n_q, n_k = q_idx.shape[-2], kv_idx.shape[-1]
+        kv_blocks = -(-n_k // lists["kv_block"])
+        table = None
+        for name in names:
+            num, idx = lists[name + "_num_blocks"].to(device).long(), lists[name + "_indices"].to(device).long()
+            used = (torch.arange(idx.shape[-1], device=device) < num[..., None]) & (idx >= 0) & (idx < kv_blocks)
+            counts = torch.zeros((*idx.shape[:3], kv_blocks), dtype=torch.int32, device=device)
+            listed = counts.scatter_add_(-1, torch.where(used, idx, 0), used.to(torch.int32)) > 0
+            table = listed if table is None else table | listed
+        rows = table.repeat_interleave(lists["q_block"], 2)[:, :, :n_q]
+        return rows.repeat_interleave(lists["kv_block"], 3)[..., :n_k]
+
+    return block_mod
+
+
 def _check(value):
     if value is None or isinstance(value, BlockLists):
         return value
@@ -245,4 +272,5 @@ FEATURE = Feature(
     regimes=REGIMES, draw=_draw, settings=_settings,
     visible=_visible, shown=_shown, keywords=lambda v, device: v.keywords(device),
     cut=lambda v, batch, heads, group: v.cut(batch, heads),
+    script={"mask_mod": block_list_script, "shown_mod": block_list_script},
 )

@@ -5,7 +5,8 @@ kernel is judged on the set it was given, whoever chose it.
 
 Its regimes are drawn from where reported bugs cluster: padding (-1 read as key 0), padding before valid entries,
 duplicates, indices at the last key and past it, unsorted and sorted lists, top-k longer than the keys, one key
-chosen by every query, sets in the last partial tile, and rows whose set is empty."""
+chosen by every query, sets in the last partial tile, rows whose set is empty, and sets whose end splits keys
+nearly tied (a kernel that re-derives the set from its scores picks the other)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ import math
 
 import torch
 
+from ..contract.formats import is_quantized
 from ..errors import InvalidArgument
 from .base import Feature
 from .draws import pick, upto
 from .tensors import as_tensor
 
-__all__ = ["FEATURE", "key_counts", "key_set_mask", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
+__all__ = ["FEATURE", "key_counts", "key_set_mask", "key_set_weights", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
 
 PAST_END_REGIMES = ("past_end",)  # regimes with indices >= Nk: drawn only where the spec masks them
 PADDING_FIRST_REGIMES = ("padding_first",)  # -1 before valid entries: drawn only where the spec allows it
+FITTED_REGIMES = ("near_ties",)  # placed at ties of the values (Feature.fitted): drawn in a float dtype
 MAX_TOPK = 1 << 14  # a key's count fits int16 (key_counts) whatever repeats a list holds
 
 
@@ -120,6 +123,18 @@ def key_set_script(indices, offset, device):
     return key_set_mod
 
 
+def key_set_weights(indices, n_k, device, settings):
+    """How often each key counts in a reproducer script's exact answer, float64 (B, 1, Nq, Nk): under
+    duplicates='twice' as often as listed (its exp multiplied by that), else None (once). Torch only: a script
+    copies it."""
+    if settings["duplicates"] != "twice":
+        return None
+    indices = indices.to(device).long()
+    valid = (indices >= 0) & (indices < n_k)
+    counts = torch.zeros((*indices.shape[:-1], n_k), dtype=torch.float64, device=device)
+    return counts.scatter_add_(-1, indices.clamp(0, n_k - 1), valid.to(torch.float64))
+
+
 def _reordered(indices, spec):
     """Each row's list in another order, drawn from a seed of the lists themselves (a replay permutes alike)."""
     if indices.shape[-1] < 2:
@@ -208,6 +223,63 @@ def _over_keys(gen, s, h):
     return torch.cat([every, fill], -1)
 
 
+# k's bits as integers: one less is one ulp nearer zero, whatever the sign
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
+
+
+def _near_ties(gen, s, h):
+    """A top-k below the keys' count, as distinct keys: :func:`_fit_near_ties` places it at a tie of the values (the
+    drawn keys seed its choice between tied keys)."""
+    return _distinct(gen, s, min(1 + upto(gen, s.n_k - 2), MAX_TOPK - 1), h)
+
+
+def _twinned(k: torch.Tensor, gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """(k, each key's pair): every odd key a twin of the even key before it (an odd count's last key joins the last
+    pair), bit for bit or one ulp nearer zero in its element of least nonzero magnitude, at random."""
+    n_k = k.shape[-2]
+    pair = torch.arange(n_k).div(2, rounding_mode="floor").clamp(max=n_k // 2 - 1).to(k.device)
+    first = k.index_select(-2, 2 * pair)
+    least = torch.where(first != 0, first.abs(), math.inf).argmin(-1, keepdim=True)
+    nudged = torch.rand((k.shape[0], 1, n_k), generator=gen).to(k.device) < 0.5  # alike on every head (expanded)
+    step = torch.zeros_like(first, dtype=_BITS[k.dtype]).scatter_(-1, least, 1) * nudged[..., None]
+    step = step * (first.gather(-1, least) != 0)  # a key of zeros is copied
+    twin = (torch.arange(n_k, device=k.device) != 2 * pair)[:, None]
+    return torch.where(twin, (first.view(_BITS[k.dtype]) - step).view(k.dtype), k), pair
+
+
+def _fit_near_ties(indices, q, k, scale: float):
+    """The lists of :func:`_near_ties` rebuilt at ties: k's keys twinned (:func:`_twinned`), each row lists its
+    query's best keys by the exact logits scale q.k in float64, up to the first pair split by the list's end at or
+    after the drawn top-k. Of that pair it lists the lower logit, or either at random when they tie exactly: a
+    kernel that takes the top-k of its own scores picks the other. A list for several heads is chosen on the first
+    query head of its first K/V head (the others list a twin each, not always at their boundary)."""
+    if k.shape[-2] < 2:
+        return indices, k
+    gen = torch.Generator().manual_seed(int(indices.long().sum()) % (1 << 31))
+    k, pair = _twinned(k, gen)
+    heads = torch.arange(indices.shape[1], device=k.device)
+    scores = q[:, heads * (q.shape[1] // k.shape[1])].double() @ k[:, heads].double().transpose(-1, -2) * scale
+    return _split_at_a_tie(scores, pair, indices.shape[-1], gen).to(indices.device, torch.int32).contiguous(), k
+
+
+def _split_at_a_tie(scores, pair, topk: int, gen) -> torch.Tensor:
+    """Each row's keys by ``scores`` down to the first pair split at or after rank ``topk``, the lower of that pair
+    (either on an exact tie) last, then -1."""
+    n_k = scores.shape[-1]
+    ranks = scores.argsort(dim=-1, descending=True, stable=True)
+    split = pair[ranks[..., :-1]] == pair[ranks[..., 1:]]
+    split &= torch.arange(n_k - 1, device=scores.device) >= topk - 1
+    end = torch.where(split.any(-1), split.int().argmax(-1), topk - 1)[..., None]  # the last entry's rank
+    upper, lower = ranks.gather(-1, end), ranks.gather(-1, (end + 1).clamp(max=n_k - 1))
+    coin = torch.rand(upper.shape, generator=gen).to(scores.device) < 0.5
+    tied = scores.gather(-1, upper) == scores.gather(-1, lower)
+    last = torch.where(split.any(-1, keepdim=True) & (~tied | coin), lower, upper)
+    width = int(end.max()) + 1
+    listed = ranks[..., :width].scatter(-1, end, last)
+    return torch.where(torch.arange(width, device=scores.device) <= end, listed, -1)
+
+
 def _one_key(gen, s, h):
     """Every query of every head lists the same one key, then padding."""
     key = upto(gen, s.n_k - 1)
@@ -235,13 +307,16 @@ FEATURE = Feature(
         "over_keys": _regime(_over_keys),
         "one_key": _regime(_one_key),
         "all_padding": _regime(lambda gen, s, h: torch.full((s.batch, h, s.n_q, 1 + upto(gen, 4)), -1)),
+        "near_ties": _regime(_near_ties),
     },
+    fitted={"near_ties": _fit_near_ties},
     settings=lambda spec, dtype, regime, choose: (
         None if (regime in PAST_END_REGIMES and spec.key_sets.past_end == "never")
         or (regime in PADDING_FIRST_REGIMES and spec.key_sets.padding == "last")
+        or (regime in FITTED_REGIMES and is_quantized(dtype))  # a quantization would move the ties
         else {"duplicates": spec.key_sets.duplicates}),
     draw=lambda name, regime, gen, shapes, settings: regime(gen, shapes, settings.get("duplicates") == "twice"),
-    script={"mask_mod": key_set_script},
+    script={"mask_mod": key_set_script, "weight": key_set_weights},
     bias=_weights, bias_extent=_weight_extent, weighs=lambda variant: variant.duplicates == "twice",
     summed=lambda variant, n_k: variant.indices.shape[-1],
     visible=lambda value, n_q, n_k, heads_q: key_set_mask(value, n_k, heads_q),

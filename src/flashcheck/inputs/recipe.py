@@ -24,7 +24,7 @@ from .packing import serving_case
 from .quantization import VALUE_FORMAT, quantize, regime_text
 from .regimes import make_mask, make_scale, make_values
 from .serving import ServingCase
-from .variant_regimes import make_variant
+from .variant_regimes import fit_to_values, make_variant
 
 __all__ = ["BIAS_FIELDS", "FORM_FIELDS", "POOL_FIELDS", "Recipe"]
 
@@ -150,10 +150,12 @@ class Recipe:
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
+        scale = make_scale(self.scale, head_dim=s.head_dim, base=self.base_scale)
+        variant, k = fit_to_values(self.variants, variant, q, k, scale)
         if self.shared_kv:  # after every rounding, so that V holds K's own bits
             v = k[..., :s.head_dim_v].contiguous()
         return AttentionCase.create(
-            q, k, v, scale=make_scale(self.scale, head_dim=s.head_dim, base=self.base_scale), causal=self.causal,
+            q, k, v, scale=scale, causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict(), **drawn_on(q)},

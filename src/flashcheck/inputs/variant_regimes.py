@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features.registry import REGISTRY
 from ..features.variant import Variant
 from .drawing import seeded
 
-__all__ = ["VARIANT_REGIMES", "make_variant"]
+__all__ = ["VARIANT_REGIMES", "fit_to_values", "make_variant"]
 
 VARIANT_REGIMES: dict[str, dict] = {f.name: f.regimes for f in REGISTRY}
 
@@ -33,3 +35,14 @@ def make_variant(regimes: dict[str, str], *, shapes: Shapes, seed: int, drawing:
             continue
         parts[feature.name] = feature.draw(name, table[name], gen, shapes, drawing)
     return Variant(**parts, **settings)
+
+
+def fit_to_values(regimes: dict[str, str], variant: Variant, q, k, scale: float):
+    """(variant, k) with each feature whose regime is drawn with the values (``Feature.fitted``) rebuilt from q, k
+    and the scale: a regime that places keys at ties of the logits needs the logits."""
+    for feature in REGISTRY:
+        fit = feature.fitted.get(regimes.get(feature.name, "none"))
+        if fit is not None:
+            value, k = fit(getattr(variant, feature.name), q, k, scale)
+            variant = dataclasses.replace(variant, **{feature.name: value})
+    return variant, k

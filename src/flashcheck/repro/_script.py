@@ -92,7 +92,11 @@ def scale():
 # broadcastable to (B, Hq, Nq, Nk), added to the logits. MASK_MODS: keyword -> the factory (value, Nk - Nq, device)
 # of the mask_mod of the keys it shows. SINK_LOGITS: the keywords of one more logit per query head, in each row's
 # sum only. SCORE_MODS (flex): keyword -> the factory (value, (B, Hq, Nq, Nk), Nk - Nq, settings) of its score_mod
-# term.
+# term. SHOWN_MODS: keyword -> the factory (value, Nk - Nq, device, shown=True) of the mask_mod of keys shown
+# whatever the rest hides (trusted full blocks), or None. WEIGHTS: keyword -> weight(value, Nk, device, settings),
+# how often each key counts (broadcastable to (B, Hq, Nq, Nk)), or None. RECORDS: a feature the kernel receives as
+# several keywords -> its scalars and the names of its keywords (feature_value).
+SHOWN_MODS, WEIGHTS, RECORDS = {}, {}, {}
 KEYWORDS, CAPS, BIASES, MASK_MODS, SINK_LOGITS, SCORE_MODS = {}, (), {}, {}, (), {}  # @VARIANT@
 
 
@@ -170,9 +174,17 @@ def score_bias(nq, nk, device, kw, dtype=torch.float64):
     return out
 
 
+def feature_value(name, kw):
+    """What a feature's code in this script reads: its keyword's value, or for a record the kernel receives as
+    several keywords (RECORDS), its scalars and those keywords' values in one dict."""
+    if name not in RECORDS:
+        return kw[name]
+    return {**RECORDS[name], **{n: kw.get(n) for n in RECORDS[name]["keywords"]}}
+
+
 def visible(full, device, mask, kw):
     """Bool, broadcastable to ``full`` (B, Hq, Nq, Nk): the keys each query may see (the causal alignment, each
-    mask_mod of MASK_MODS, the mask)."""
+    mask_mod of MASK_MODS, the mask), and the keys SHOWN_MODS show whatever those hide."""
     nq, nk = full[2:]
     vis = causal_visible(CASE["causal"], nq, nk, device)
     offset = torch.tensor(nk - nq, device=device)  # the bottom-right alignment
@@ -180,8 +192,12 @@ def visible(full, device, mask, kw):
     h = torch.arange(full[1], device=device).view(1, -1, 1, 1)
     q_idx, kv_idx = torch.arange(nq, device=device).view(-1, 1), torch.arange(nk, device=device).view(1, -1)
     for name, mask_mod in MASK_MODS.items():
-        vis = vis & mask_mod(kw[name], offset, device)(b, h, q_idx, kv_idx)
-    return vis if mask is None else vis & as_4d(mask)
+        vis = vis & mask_mod(feature_value(name, kw), offset, device)(b, h, q_idx, kv_idx)
+    vis = vis if mask is None else vis & as_4d(mask)
+    for name, shown_mod in SHOWN_MODS.items():
+        shown = shown_mod(feature_value(name, kw), offset, device, shown=True)
+        vis = vis if shown is None else vis | shown(b, h, q_idx, kv_idx)
+    return vis
 
 
 def attention64(q, k, v, mask, kw):
@@ -209,6 +225,9 @@ def attention64(q, k, v, mask, kw):
     m = s.amax(-1, keepdim=True).detach()
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(s - m)
+    for name, weight in WEIGHTS.items():  # a key that counts c times weighs c times its exp
+        counts = weight(kw[name], nk, q.device, CASE["settings"])
+        p = p if counts is None else torch.cat([p[..., :nk] * counts, p[..., nk:]], -1)
     total = p.sum(-1, keepdim=True)
     out = (p[..., :nk] @ v) / torch.where(total == 0, torch.ones_like(total), total)
     return out, (torch.log(total) + m).squeeze(-1), (total == 0).squeeze(-1)

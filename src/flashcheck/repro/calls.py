@@ -57,9 +57,11 @@ def kernel_call(kernel: Kernel, case, *, device: str, case_path) -> dict:
     unscripted = [f for f in map(feature, used) if f.term == "keys" and "mask_mod" not in (f.script or {})]
     if unscripted:  # the script's reference would show keys the case hides
         _refuse(case_path, f"its {unscripted[0].title or unscripted[0].name} has no reproducer code yet")
-    if case is not None and any(f.term == "keys" for f in case.variant.biasing()):  # the script's answer counts once
-        _refuse(case_path, "its keys are weighed by how often they are listed (duplicates='twice'), which no script "
-                "counts yet")
+    unweighed = [] if case is None else [f for f in case.variant.biasing()
+                                         if f.term == "keys" and "weight" not in (f.script or {})]
+    if unweighed:  # the script's answer would count each key once
+        _refuse(case_path, f"its {unweighed[0].title or unweighed[0].name} weighs keys by how often they are listed, "
+                "which its reproducer code does not count yet")
     if isinstance(case, ServingCase):
         return _serving(kernel, case, source, case_path)
     if base in SDPA_KERNELS:

@@ -42,11 +42,13 @@ _CALLS_START = "\n# ---- calls ----\n"  # on a line of its own (the docstring na
 _FORM_LINE = "INPUTS = RUN = JUDGE = None  # @FORM@: what the case's form reads, runs and judges (see _script_dense.py)"
 _FORM_START = "\n# ---- form ----\n"
 _VARIANT_START = "# ---- the variant: "  # the section's first line: its comment, then the @VARIANT@ line
-_VARIANT_LINE = "KEYWORDS, CAPS, BIASES, MASK_MODS, SINK_LOGITS, SCORE_MODS = {}, (), {}, {}, (), {}  # @VARIANT@"
+_VARIANT_LINE = ("SHOWN_MODS, WEIGHTS, RECORDS = {}, {}, {}\n"
+                 "KEYWORDS, CAPS, BIASES, MASK_MODS, SINK_LOGITS, SCORE_MODS = {}, (), {}, {}, (), {}  # @VARIANT@")
 # The script's tables of the variant (see _script.py): the keywords of a term's features, as they are; and a role of
 # the features' script code (Feature.script) -> its table, with the kinds of call that need it (None: every script).
 _TERM_TABLES = {"cap": "CAPS", "sink": "SINK_LOGITS"}
-_ROLE_TABLES = {"bias": ("BIASES", None), "mask_mod": ("MASK_MODS", None), "score_mod": ("SCORE_MODS", "flex")}
+_ROLE_TABLES = {"bias": ("BIASES", None), "mask_mod": ("MASK_MODS", None), "shown_mod": ("SHOWN_MODS", None),
+                "weight": ("WEIGHTS", None), "score_mod": ("SCORE_MODS", "flex")}
 # What a form's script leaves out of the template: a dense case's call, and for a merge the attention too.
 _LEFT_OUT = {"dense": (), "serving": ("plain_call",),
              "merge": ("plain_call", "inputs", "scale", "as_4d", "causal_visible", "dequantized", "score_bias",
@@ -82,15 +84,25 @@ def _variant_code(variant, kind: str) -> str:
     each written by its feature (``Feature.literal``), the features' code the ``kind`` of call needs, copied
     (``Feature.script``), and the tables that name them by keyword."""
     used = [feature(name) for name in variant.used]
-    scalars = ", ".join(f"{f.name}={f.literal(getattr(variant, f.name))}" for f in used if not f.tensor)
+    given = {f.name: f.keywords(getattr(variant, f.name), "cpu") for f in used if f.keywords}  # records' keywords
+    scalars = [f"{f.name}={f.literal(getattr(variant, f.name))}" for f in used if not (f.tensor or f.keywords)]
+    scalars += [f"{n}=None" for keywords in given.values() for n, v in keywords.items() if v is None]
+    records = {name: _record(feature(name), getattr(variant, name), keywords) for name, keywords in given.items()}
     tables = [f"{table} = {tuple(f.name for f in used if f.term == term)!r}" for term, table in _TERM_TABLES.items()]
-    functions = []
+    functions = {}  # one copy of a function that fills two tables
     for role, (table, needs) in _ROLE_TABLES.items():
         code = {f.name: f.script[role] for f in used if role in (f.script or {})}
         if needs in (None, kind):
-            functions += [inspect.getsource(fn) for fn in code.values()]
+            functions.update({fn.__name__: inspect.getsource(fn) for fn in code.values()})
             tables.append(f"{table} = {{{', '.join(f'{name!r}: {fn.__name__}' for name, fn in code.items())}}}")
-    return "\n\n".join([f"KEYWORDS = dict({scalars})\n", *functions, "\n".join(tables)])
+    tables.append(f"RECORDS = {records!r}")
+    return "\n\n".join([f"KEYWORDS = dict({', '.join(scalars)})\n", *functions.values(), "\n".join(tables)])
+
+
+def _record(f, value, keywords: dict) -> dict:
+    """A record the kernel receives as several ``keywords`` (``Feature.keywords``), as the script's RECORDS hold
+    it: its scalars as its JSON holds them, and the names of its keywords (their tensors: the tensors file)."""
+    return {**{k: v for k, v in f.to_json(value).items() if k not in keywords}, "keywords": list(keywords)}
 
 
 def _grad_keywords(variant) -> list:
