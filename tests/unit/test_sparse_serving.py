@@ -13,7 +13,7 @@ import torch
 from flashcheck import KernelSpec, KeySets
 from flashcheck.contract.mla import MODEL_SCALE
 from flashcheck.contract.validation import Shapes
-from flashcheck.features.key_sets import FEATURE, fitted
+from flashcheck.features.key_sets import FEATURE, into_sequences
 from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.recipe import Recipe
 from flashcheck.inputs.recipe_draws import draw_recipes, recipe_pools
@@ -104,7 +104,7 @@ def test_the_oracle_is_audited_by_mpmath(form):
 
 def test_drawn_lists_move_into_each_sequences_keys():
     idx = torch.tensor([[[[0, 19, 10, -1, 20, 21]]], [[[0, 19, 10, -1, 20, 21]]]], dtype=torch.int32)
-    assert fitted(idx, 20, [5, 0]).tolist() == [[[[0, 4, 2, -1, 5, 6]]], [[[-1, -1, -1, -1, -1, -1]]]]
+    assert into_sequences(idx, 20, [5, 0]).tolist() == [[[[0, 4, 2, -1, 5, 6]]], [[[-1, -1, -1, -1, -1, -1]]]]
 
 
 def test_a_convention_without_indices_past_the_keys_gets_none_past_a_sequence():

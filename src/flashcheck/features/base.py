@@ -37,8 +37,8 @@ class Feature:
       None; ``required(spec)``: a kernel of ``spec`` cannot be called without the feature (cases always draw it); ``serving``: a serving form's case may carry it.
     - ``per_query``: a tensor (B, H, Nq, ...) with one entry per query: a sequence's logical case keeps its
       queries' rows, and a serving form hands it to the kernel laid out as q (packed, or (B, Nq, H, ...)).
-      ``fitted(value, n_k, k_lens)``: a value drawn over a serving case's padded keys (``n_k``) with its key
-      positions moved into each sequence's own ``k_lens[b]`` keys (None: it names no key position).
+      ``into_sequences(value, n_k, k_lens)``: a value drawn over a serving case's padded keys (``n_k``) with its
+      key positions moved into each sequence's own ``k_lens[b]`` keys (None: it names no key position).
 
     Drawn and saved cases (:mod:`flashcheck.inputs`):
 
@@ -114,7 +114,7 @@ class Feature:
     required: Callable = lambda spec: False
     serving: bool = True
     per_query: bool = False
-    fitted: Callable | None = None
+    into_sequences: Callable | None = None
     # drawn and saved cases
     draw: Callable = lambda name, regime, gen, shapes, settings: regime(gen, shapes)
     masks: dict = field(default_factory=dict)

@@ -50,11 +50,11 @@ def _lengths(regime: str, batch: int, limit: int, rng: np.random.Generator) -> l
     raise InvalidArgument("packing", regime, "unknown length regime", f"Use one of {list(LENGTH_REGIMES)}.")
 
 
-def _fitted(base: AttentionCase, k_lens: list[int]) -> AttentionCase:
+def _into_sequences(base: AttentionCase, k_lens: list[int]) -> AttentionCase:
     """``base`` with each feature that names key positions moved into each sequence's own keys (an index set drawn
     over the padded keys lists positions of its sequence)."""
-    moved = {f.name: f.fitted(getattr(base.variant, f.name), base.shapes.n_k, k_lens) for f in REGISTRY
-             if f.fitted is not None and getattr(base.variant, f.name) is not None}
+    moved = {f.name: f.into_sequences(getattr(base.variant, f.name), base.shapes.n_k, k_lens) for f in REGISTRY
+             if f.into_sequences is not None and getattr(base.variant, f.name) is not None}
     return dataclasses.replace(base, variant=base.variant.replace(**moved)) if moved else base
 
 
@@ -67,7 +67,7 @@ def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, po
     s = base.shapes
     check_serving_form(form)
     k_lens = _lengths(packing, s.batch, s.n_k, rng)
-    base = _fitted(base, k_lens)
+    base = _into_sequences(base, k_lens)
     record = forms.form(form)
     regime = {"pages": pages, "seqused": seqused}[record.pool]
     layout = record.layout(forms.LayoutDraw(rng, s, k_lens, packing, regime, same_lengths,
