@@ -30,7 +30,8 @@ CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": plan
            "torch:fp8": planted.FP8, "flashcheck:triton-fp8": planted.FP8_TRITON, "torch:varlen": planted.VARLEN,
            "torch:paged": planted.PAGED, "torch:split-kv": planted.SPLIT_KV, "torch:mla": planted.MLA,
            "torch:mla-paged": planted.MLA, "flashcheck:triton-mla": planted.TRITON_MLA, "torch:sparse": planted.SPARSE,
-           "torch:block-sparse": planted.BLOCK_SPARSE,
+           "torch:block-sparse": planted.BLOCK_SPARSE, "torch:sparse-varlen": planted.SPARSE_VARLEN,
+           "torch:sparse-paged": planted.SPARSE_PAGED, "torch:mla-sparse": planted.SPARSE_PAGED,
            "flashcheck:triton-sparse": planted.TRITON_SPARSE,
            "flashcheck:triton-block-sparse": planted.TRITON_BLOCK_SPARSE}
 PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}

@@ -142,5 +142,5 @@ def test_each_sequence_keeps_its_own_slopes_and_the_shared_sinks():
         assert torch.equal(group.case.variant.alibi_slopes, slopes[list(group.indices)])
         assert torch.equal(group.case.variant.sinks, sinks)
     assert torch.equal(case.only(1).variant.alibi_slopes, slopes[1:2])
-    with pytest.raises(InvalidArgument, match="takes no mask, no attn_bias or indices or block_lists and the contiguous layout"):
+    with pytest.raises(InvalidArgument, match="takes no mask, no attn_bias or block_lists and the contiguous layout"):
         ServingCase(base.with_layout("transposed"), "varlen", [9] * 3, [40] * 3)

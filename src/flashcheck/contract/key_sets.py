@@ -15,6 +15,14 @@ case (causal alignment, mask, window) also shows. What real kernels differ on is
   which shows every key);
 
 A row whose set shows no key is fully masked: the spec's ``fully_masked_rows`` says what it gets.
+
+On a serving form (``form="varlen"`` or ``"paged"``, MLA's paged decode included) each entry is a position in its
+query's own sequence, 0 to that sequence's key count - 1, never a row of the packed k or a slot of the page pool: the
+kernel finds the key through ``cu_seqlens_k`` or the block table, as it finds any other key of the sequence. An
+index at or past the sequence's key count follows ``past_end``, and the causal alignment is the sequence's own
+(bottom-right). ``indices`` is laid out as q: (total_q, Hkv or 1, topk) packed for varlen, (B, Nq, Hkv or 1, topk)
+for paged. DeepSeek V3.2's indexer gives such positions; FlashMLA's sparse decode takes them already turned into
+cache slots (page * page_size + offset), which vLLM computes from the block table before the call.
 """
 
 from __future__ import annotations

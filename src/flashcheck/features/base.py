@@ -35,6 +35,10 @@ class Feature:
     - ``shape_problem(value, shapes)``: (what, why, fix) where the value does not fit the case's shapes, or None;
       ``refusal(variant, spec, dtype)``: why a spec that declares the feature still cannot take this value, or
       None; ``required(spec)``: a kernel of ``spec`` cannot be called without the feature (cases always draw it); ``serving``: a serving form's case may carry it.
+    - ``per_query``: a tensor (B, H, Nq, ...) with one entry per query: a sequence's logical case keeps its
+      queries' rows, and a serving form hands it to the kernel laid out as q (packed, or (B, Nq, H, ...)).
+      ``into_sequences(value, n_k, k_lens)``: a value drawn over a serving case's padded keys (``n_k``) with its
+      key positions moved into each sequence's own ``k_lens[b]`` keys (None: it names no key position).
 
     Drawn and saved cases (:mod:`flashcheck.inputs`):
 
@@ -114,6 +118,8 @@ class Feature:
     refusal: Callable = lambda variant, spec, dtype: None
     required: Callable = lambda spec: False
     serving: bool = True
+    per_query: bool = False
+    into_sequences: Callable | None = None
     # drawn and saved cases
     draw: Callable = lambda name, regime, gen, shapes, settings: regime(gen, shapes)
     masks: dict = field(default_factory=dict)

@@ -3,6 +3,11 @@
 sees: the oracle reads the set from the convention (:func:`key_counts`), never from a kernel's logic, and the
 kernel is judged on the set it was given, whoever chose it.
 
+On a serving form (varlen, paged, MLA's paged decode) an entry is a position in its query's own sequence, 0 to that
+sequence's key count - 1 (:mod:`flashcheck.contract.key_sets`): each sequence's logical case keeps its queries' lists
+(``per_query``), the kernel receives them laid out as q, and lists drawn over the padded case are moved into each
+sequence's keys (:func:`into_sequences`).
+
 Its regimes are drawn from where reported bugs cluster: padding (-1 read as key 0), padding before valid entries,
 duplicates, indices at the last key and past it, unsorted and sorted lists, top-k longer than the keys, one key
 chosen by every query, sets in the last partial tile, rows whose set is empty, and sets whose end splits keys
@@ -21,7 +26,8 @@ from .base import Feature
 from .draws import pick, upto
 from .tensors import as_tensor
 
-__all__ = ["FEATURE", "key_counts", "key_set_mask", "key_set_weights", "PAST_END_REGIMES", "PADDING_FIRST_REGIMES"]
+__all__ = ["FEATURE", "into_sequences", "key_counts", "key_set_mask", "key_set_weights", "PAST_END_REGIMES",
+           "PADDING_FIRST_REGIMES"]
 
 PAST_END_REGIMES = ("past_end",)  # regimes with indices >= Nk: drawn only where the spec masks them
 PADDING_FIRST_REGIMES = ("padding_first",)  # -1 before valid entries: drawn only where the spec allows it
@@ -73,6 +79,17 @@ def key_counts(indices: torch.Tensor, n_k: int) -> torch.Tensor:
     valid = (indices >= 0) & (indices < n_k)
     counts = torch.zeros((*indices.shape[:-1], n_k), dtype=torch.int16, device=indices.device)
     return counts.scatter_add_(-1, indices.clamp(0, max(n_k - 1, 0)).long(), valid.to(torch.int16))
+
+
+def into_sequences(indices: torch.Tensor, n_k: int, k_lens) -> torch.Tensor:
+    """Lists drawn over a serving case's ``n_k`` padded keys as positions in each sequence's own ``k_lens[b]`` keys:
+    key j < ``n_k`` moves to j * k_len // ``n_k`` (key 0 and the last key stay the first and the last), an index past
+    the padded keys moves as far past the sequence's end (``n_k`` to k_len), -1 stays; a sequence without keys lists
+    none (so that a convention without indices past the keys holds none)."""
+    lens = torch.tensor(list(k_lens), dtype=torch.int64).view(-1, 1, 1, 1)
+    idx = indices.long()
+    moved = torch.where(idx < n_k, idx * lens // max(n_k, 1), idx - n_k + lens)
+    return torch.where((idx < 0) | (lens == 0), -1, moved).to(torch.int32)
 
 
 @functools.lru_cache(maxsize=8)
@@ -293,7 +310,8 @@ FEATURE = Feature(
     name="indices", flag="key_sets", term="keys", title="sparse index sets",
     summary="a list of keys per query (top-k), -1 as padding",
     check=_check, text=lambda value: f"topk={value.shape[-1]}", tensor=True, saved_dtype="int32",
-    dims=lambda value: (-4, -3), kv_heads=True, per_head=True, serving=False,  # packing would move the positions
+    dims=lambda value: (-4, -3), kv_heads=True, per_head=True, per_query=True,
+    into_sequences=into_sequences,
     shape_problem=_shape_problem, refusal=_refusal, required=lambda spec: bool(spec.key_sets and spec.key_sets.required),
     regimes={
         "none": None,

@@ -217,16 +217,18 @@ class Variant:
         return max([n_k] + [f.summed(self, n_k) for f in self.biasing() if f.term == "keys"])
 
     def select(self, batch: slice | torch.Tensor = slice(None), heads: slice = slice(None), *,
-               group: int = 1) -> "Variant":
+               group: int = 1, queries: slice = slice(None)) -> "Variant":
         """The variant of the batch entries ``batch`` (a slice, or a tensor of their indices) and query heads
         ``heads`` of its case (each tensor feature cut where it has those dims; ``group``: query heads per K/V
-        head, for a tensor of K/V heads)."""
+        head, for a tensor of K/V heads), and of its queries ``queries`` (a feature with one entry per query)."""
         if self.descales is not None and heads != slice(None):
             raise InvalidArgument("heads", heads, "descales are per K/V head: a cut of query heads cannot keep them",
                                   "Select whole batch entries of an fp8 case.")
         cuts = {f.name: _cut(getattr(self, f.name), f.dims(getattr(self, f.name)), batch,
                              _kv_heads(heads, group) if f.kv_heads else heads)
                 for f in REGISTRY if f.tensor}
+        cuts.update({f.name: cuts[f.name][..., queries, :] for f in REGISTRY
+                     if f.per_query and cuts.get(f.name) is not None})
         cuts.update({f.name: f.cut(getattr(self, f.name), batch, heads, group) for f in REGISTRY
                      if f.cut is not None and getattr(self, f.name) is not None})
         return self.replace(**cuts, descales=_cut(self.descales, (-2, None), batch, heads))

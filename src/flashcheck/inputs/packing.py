@@ -8,11 +8,14 @@ built, the form's record (:mod:`flashcheck.features.forms`) drawing its layout.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..contract.forms import check_serving_form
 from ..errors import InvalidArgument
 from ..features import forms
+from ..features.registry import REGISTRY
 from .case import AttentionCase
 from .serving import ServingCase
 
@@ -47,6 +50,14 @@ def _lengths(regime: str, batch: int, limit: int, rng: np.random.Generator) -> l
     raise InvalidArgument("packing", regime, "unknown length regime", f"Use one of {list(LENGTH_REGIMES)}.")
 
 
+def _into_sequences(base: AttentionCase, k_lens: list[int]) -> AttentionCase:
+    """``base`` with each feature that names key positions moved into each sequence's own keys (an index set drawn
+    over the padded keys lists positions of its sequence)."""
+    moved = {f.name: f.into_sequences(getattr(base.variant, f.name), base.shapes.n_k, k_lens) for f in REGISTRY
+             if f.into_sequences is not None and getattr(base.variant, f.name) is not None}
+    return dataclasses.replace(base, variant=base.variant.replace(**moved)) if moved else base
+
+
 def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, poison: str, seed: int,
                  same_lengths: bool = False, seqused: str = "none") -> ServingCase:
     """The serving-form case over ``base`` that the regimes and ``seed`` name (``same_lengths``: each sequence's
@@ -56,6 +67,7 @@ def serving_case(base: AttentionCase, *, form: str, packing: str, pages: str, po
     s = base.shapes
     check_serving_form(form)
     k_lens = _lengths(packing, s.batch, s.n_k, rng)
+    base = _into_sequences(base, k_lens)
     record = forms.form(form)
     regime = {"pages": pages, "seqused": seqused}[record.pool]
     layout = record.layout(forms.LayoutDraw(rng, s, k_lens, packing, regime, same_lengths,

@@ -202,7 +202,7 @@ class ServingCase:
         else:
             k, v = k[:, :, :n_k], v[:, :, :n_k]
         return dataclasses.replace(base, q=q[:, :, :n_q], k=k, v=v, attn_mask=mask,
-                                   variant=base.variant.select(rows))
+                                   variant=base.variant.select(rows, queries=slice(0, n_q)))
 
     # ---- the physical form ------------------------------------------------------------------------------
 
@@ -215,7 +215,7 @@ class ServingCase:
 
     def _varlen(self, device) -> FormInputs:
         base, (huge_k, huge_v), spans = self.base, self._poison(), self.k_spans
-        packed = (_packed(base.q, self.q_lens, self.q_lens, huge_k, device),
+        packed = (self._as_q(base.q, device, huge_k),
                   _packed(base.k, self.k_lens, spans, huge_k, device, alternate=True),
                   _packed(base.v, self.k_lens, spans, huge_v, device))
         pad = self.max_seqlen_pad
@@ -236,9 +236,24 @@ class ServingCase:
             pool = torch.full((self.num_blocks, self.page_size, t.shape[1], t.shape[3]), value, dtype=t.dtype)
             pool[page, slot] = t[seq, :, key]
             caches.append(pool.to(device))
-        q = base.q.transpose(1, 2).contiguous().to(device)
-        return FormInputs((q, *caches), {"block_table": self.block_table.to(device),
+        return FormInputs((self._as_q(base.q, device), *caches), {"block_table": self.block_table.to(device),
                                          "cache_seqlens": torch.tensor(self.k_lens, dtype=torch.int32, device=device)})
+
+    def _as_q(self, t: torch.Tensor, device, fill: float = 0.0) -> torch.Tensor:
+        """``t`` (B, H, Nq, X) laid out as the form's q: packed (total_q, H, X), the rows past the end ``fill``
+        (varlen), or (B, Nq, H, X) (paged)."""
+        if self.form == "varlen":
+            return _packed(t, self.q_lens, self.q_lens, fill, device)
+        return t.transpose(1, 2).contiguous().to(device)
+
+    def variant_kwargs(self, device) -> dict:
+        """The variant's keyword arguments as a kernel of the form receives them: a feature with one entry per
+        query (an index set) laid out as q."""
+        kwargs = self.variant.kwargs(device)
+        for f in REGISTRY:
+            if f.per_query and f.name in kwargs:
+                kwargs[f.name] = self._as_q(getattr(self.variant, f.name), device)
+        return kwargs
 
     def output_shapes(self) -> tuple[tuple, tuple]:
         s = self.shapes

@@ -58,7 +58,7 @@ def run_form(kernel, case: ServingCase, device, *, setting: Setting | None = Non
     try:
         with kernel_call():  # a death here is the kernel's
             result = kernel.fn(*kernel.spec.calling.arguments(*inputs.tensors), **inputs.kwargs, scale=case.scale,
-                               causal=case.causal, **case.variant.kwargs(device), **splits)
+                               causal=case.causal, **case.variant_kwargs(device), **splits)
             if inputs.tensors[0].is_cuda:
                 torch.cuda.synchronize(device)
     except Exception as exc:  # a crash is a finding

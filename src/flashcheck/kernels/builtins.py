@@ -37,8 +37,8 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA,
-                      TRITON_SPARSE, TRITON_VARLEN, VARLEN)
+from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED, SPARSE_VARLEN, SPLIT_KV,
+                      TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
@@ -46,6 +46,7 @@ from .block_sparse import make_block_sparse_kernel
 from .flex_blocks import NAME as FLEX_BLOCKS
 from .flex_blocks import make_flex_block_sparse_kernel
 from .sparse import make_sparse_kernel
+from .sparse_serving import make_sparse_serving_kernel
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON, SDPA_KERNELS, make_sdpa_kernel
 from .serving import make_serving_kernel
 from .triton.forward import jitted_for_the_gpu, make_kernel, on_device
@@ -233,6 +234,15 @@ BUILTINS: tuple[Builtin, ...] = (
             "padding, duplicates once, indices past the keys masked: kernel(q, k, v, *, scale, causal, attn_mask, "
             "indices)), gathering the listed keys (option duplicates=once|twice)", make_sparse_kernel,
             options_of(make_sparse_kernel), SPARSE),
+    Builtin("torch:sparse-varlen", "torch:sparse on packed varlen batches: indices (total_q, Hkv or 1, topk) packed "
+            "as q, each entry a position in its query's own sequence", partial(make_sparse_serving_kernel,
+            "torch:sparse-varlen"), planted=SPARSE_VARLEN),
+    Builtin("torch:sparse-paged", "torch:sparse over a paged KV cache: indices (B, Nq, Hkv or 1, topk) laid out as q, "
+            "each entry a position in its sequence, read through the block table", partial(
+                make_sparse_serving_kernel, "torch:sparse-paged"), planted=SPARSE_PAGED),
+    Builtin("torch:mla-sparse", "DeepSeek V3.2's sparse MLA decode in fp32 torch: torch:mla-paged's call with indices "
+            "(B, Nq, 1, topk), each entry a position in its sequence, read through the block table",
+            partial(make_sparse_serving_kernel, "torch:mla-sparse"), planted=SPARSE_PAGED),
     _triton_form("flashcheck:triton-sparse", "sparse", "make_sparse_kernel", "flashcheck's own Triton top-k gather "
                  "attention over sparse index sets (torch:sparse's convention; a repeated key attended once)",
                  TRITON_SPARSE),

@@ -23,7 +23,8 @@ from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
 __all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
-           "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
+           "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE",
+           "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,20 @@ SPARSE = (
     PlantedBug("counts_duplicates", "a key listed twice is gathered twice, the convention declared counts it once"),
     PlantedBug("stops_at_padding", "a list is read up to its first -1: entries after padding are dropped"),
     PlantedBug("ignores_causal", "the set is trusted: keys past the causal diagonal that it lists are attended"),
+)
+# Index sets on the serving forms (kernels/sparse_serving.py): a position in the sequence misread as a row of the
+# form's storage, as engines that turn an indexer's positions into cache slots can (vLLM converts them through the
+# block table; FlashMLA's sparse decode takes the slots).
+SPARSE_VARLEN = (
+    PlantedBug("global_positions", "a position in the sequence is read as a row of the packed k and v: the "
+               "sequence's offset from cu_seqlens_k is never added"),
+    PlantedBug("bounds_by_longest", "an index is masked against max_seqlen_k, not its own sequence's key count: "
+               "one past the end reads the next sequence's keys"),
+)
+SPARSE_PAGED = (
+    PlantedBug("ignores_block_table", "a position is read as a slot of the page pool in pool order: the block table "
+               "is never applied"),
+    PlantedBug("padding_reads_slot0", "a -1 padding entry is read as the pool's first slot (page 0, slot 0)"),
 )
 # flashcheck:triton-sparse (kernels/triton/sparse.py): torch:sparse's misreads of the lists that a gather kernel
 # writes (a test dropped from its load masks), and the backward's scatter of dK and dV written, not added.

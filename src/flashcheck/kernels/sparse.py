@@ -13,6 +13,7 @@ users reported.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -21,12 +22,12 @@ from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["make_sparse_kernel"]
+__all__ = ["CHUNK_ELEMENTS", "RowWeights", "first_of_each", "make_sparse_kernel", "row_weights", "valid_entries"]
 
 _NEG_INF = -math.inf
 
 
-def _valid(idx: torch.Tensor, n_k: int, mutant: str | None) -> torch.Tensor:
+def valid_entries(idx: torch.Tensor, n_k: int, mutant: str | None) -> torch.Tensor:
     """Which entries of the lists name a key: not -1, not past the keys (each as the planted bug reads it)."""
     if mutant == "padding_reads_key0":
         return idx < n_k
@@ -38,7 +39,7 @@ def _valid(idx: torch.Tensor, n_k: int, mutant: str | None) -> torch.Tensor:
     return valid
 
 
-def _first_of_each(idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def first_of_each(idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """``valid`` less every repeat of a key earlier in the same list (a stable sort puts each key's first entry
     first among its equals)."""
     keyed = torch.where(valid, idx, -1)  # invalid entries repeat nothing
@@ -63,7 +64,7 @@ def _visible(causal: str, attn_mask, shape, n_k: int, device) -> torch.Tensor:
     return vis if attn_mask is None else vis & attn_mask.to(device)
 
 
-_CHUNK_ELEMENTS = 1 << 26  # gathered elements a chunk of queries may hold (256 MB of fp32)
+CHUNK_ELEMENTS = 1 << 26  # gathered elements a chunk of queries may hold (256 MB of fp32)
 
 
 def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant, once):
@@ -75,7 +76,7 @@ def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant, once):
     shown = torch.broadcast_to(_visible(causal, attn_mask, q.shape, n_k, q.device), (B, Hq, n_q, n_k))
     kk, vv = (t.float().repeat_interleave(group, 1).reshape(B * Hq * n_k, -1) for t in (k, v))
     width = idx.shape[-1] * (k.shape[-1] + v.shape[-1])
-    step = max(1, _CHUNK_ELEMENTS // max(1, B * Hq * width))
+    step = max(1, CHUNK_ELEMENTS // max(1, B * Hq * width))
     parts = [_attend_rows(q[:, :, r:r + step].float(), kk, vv, idx[:, :, r:r + step], shown[:, :, r:r + step],
                           scale=scale, n_k=n_k, mutant=mutant, once=once) for r in range(0, n_q, step)]
     out = torch.cat([o for o, _ in parts], 2) if parts else q.new_zeros(B, Hq, 0, v.shape[-1]).float()
@@ -86,21 +87,38 @@ def _attend(q, k, v, indices, *, scale, causal, attn_mask, mutant, once):
 def _attend_rows(q, kk, vv, idx, shown, *, scale, n_k, mutant, once):
     """One chunk of query rows: q (B, Hq, R, D) fp32, the keys and values flattened (B * Hq * Nk, D)."""
     B, Hq = q.shape[:2]
-    valid = _valid(idx, n_k, mutant)
+    valid = valid_entries(idx, n_k, mutant)
     if once and mutant != "counts_duplicates":
-        valid = _first_of_each(idx, valid)
+        valid = first_of_each(idx, valid)
     safe = idx.clamp(0, max(n_k - 1, 0))
     if mutant != "ignores_causal":
         valid = valid & shown.gather(-1, safe)
     rows = torch.arange(B * Hq, device=q.device).view(B, Hq, 1, 1) * n_k + safe  # (B, Hq, R, topk)
-    s = torch.einsum("bhqd,bhqtd->bhqt", q, kk[rows]) * scale
+    w = row_weights(torch.einsum("bhqd,bhqtd->bhqt", q, kk[rows]) * scale, valid)
+    return w.normalised(torch.einsum("bhqt,bhqtd->bhqd", w.p, vv[rows]))
+
+
+@dataclass(frozen=True)
+class RowWeights:
+    """Each row's unnormalised weights over its gathered entries, ``p = exp(s - m)`` (0 where an entry is not
+    valid), the row's max ``m`` (0 on a row with no valid entry) and its sum ``total``, all fp32."""
+
+    p: torch.Tensor
+    m: torch.Tensor
+    total: torch.Tensor
+
+    def normalised(self, pv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """out = ``pv`` (the weights times V) / total and lse = m + log(total): out 0 and lse -inf on an empty row."""
+        return pv / torch.where(self.total > 0, self.total, 1.0)[..., None], self.m + torch.log(self.total)
+
+
+def row_weights(s: torch.Tensor, valid: torch.Tensor) -> RowWeights:
+    """The :class:`RowWeights` of the logits ``s`` (..., topk) fp32 over their ``valid`` entries."""
     s = s.masked_fill(~valid, _NEG_INF)
     m = s.amax(-1)
     m = torch.where(m == _NEG_INF, 0.0, m)  # a row with no visible key: p = 0, out = 0, lse = -inf
     p = torch.exp(s - m[..., None])
-    total = p.sum(-1)
-    out = torch.einsum("bhqt,bhqtd->bhqd", p, vv[rows]) / torch.where(total > 0, total, 1.0)[..., None]
-    return out, m + torch.log(total)
+    return RowWeights(p, m, p.sum(-1))
 
 
 def make_sparse_kernel(*, device: str, mutant: str | None = None, duplicates: str = "once") -> Kernel:
