@@ -6,9 +6,11 @@
 #      SUSPICIOUS may come out, and the cases judged add up to the sign-off's sample;
 #   B: every planted bug of the sparse kernels, each its own campaign of at most 40 cases (its first catching case
 #      is the cases count of its row), all side by side with FlexAttention's block-sparse path on the sparse preset.
-#   C: part A's twice convention and backward campaigns alone (a rerun after a change to the twin or the budget).
+#   C: part A's twice convention and backward campaigns alone (a rerun after a change to the twin or the budget);
+#   D: the block-list references' campaigns alone, every dtype and fp32 on its own (a rerun after a change to the
+#      envelope of one-pass contracts, whose fp32 cases it decides).
 # Findings go to OUTDIR/corpus-* the moment they are found; a short table is printed last.
-# Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B|C [SECONDS]
+# Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B|C|D [SECONDS]
 set -uo pipefail
 source "$(dirname "$0")/gpu_fuzz.sh"
 campaign_setup sparse 150 "$@"
@@ -31,6 +33,11 @@ elif [ "$part" = C ]; then
   fuzz sparse-twice 'torch:sparse[duplicates=twice]' 2 "$seconds" &
   fuzz sparse-backward torch:sparse 1 "$seconds" --backward &
   fuzz triton-sparse-backward flashcheck:triton-sparse 2 "$seconds" --backward &
+  wait
+elif [ "$part" = D ]; then
+  fuzz block-sparse torch:block-sparse 2 "$seconds" &
+  fuzz block-sparse-trusted 'torch:block-sparse[full_blocks=trusted]' 2 "$seconds" &
+  fuzz block-sparse-fp32 torch:block-sparse 2 "$seconds" --dtype fp32 &
   wait
 else
   for kernel in torch:sparse flashcheck:triton-sparse torch:block-sparse flashcheck:triton-block-sparse; do

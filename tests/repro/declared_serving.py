@@ -19,3 +19,15 @@ paged_page_off_by_one = _declared("paged")(_planted.paged_page_off_by_one)
 paged_fixed = _declared("paged")(_planted.paged_fixed)
 split_kv_empty_split_nan = _declared("paged", num_splits=(1, 3, 16))(_planted.split_kv_empty_split_nan)
 split_kv_fixed = _declared("paged", num_splits=(1, 3, 16))(_planted.split_kv_fixed)
+
+from flashcheck.contract.spec import Kernel as _Kernel
+from flashcheck.kernels.registry import resolve_kernel as _resolve
+
+_SPARSE = _resolve("torch:sparse-varlen", device="cpu")
+
+
+def _sparse_varlen(*args, **keywords):  # a user's varlen kernel with index sets (flashcheck's reference underneath)
+    return _SPARSE.fn(*args, **keywords)
+
+
+sparse_varlen = _Kernel(_sparse_varlen, _SPARSE.spec, name="declared_serving:sparse_varlen")

@@ -54,3 +54,18 @@ def test_a_serving_case_of_a_built_in_kernel_is_refused_with_what_is_supported(t
     status, _, errors = repro(f"{case}.json", tmp_path / "out")
     _refused(status, errors, "case=", "varlen-case", "torch:varlen", "built-in", "varlen, paged and split-KV")
     assert not (tmp_path / "out" / "repro.py").exists()
+
+
+def test_a_serving_case_with_index_sets_is_refused_by_name(tmp_path, kernel_folder):
+    from flashcheck.inputs.recipe_draws import draw_recipes
+    from flashcheck.kernels.registry import resolve_kernel
+
+    from ._repro import save_case
+
+    spec = resolve_kernel("torch:sparse-varlen", device="cpu").spec
+    recipe = next(r for r in draw_recipes(40, spec=spec, seed=0, max_n=24) if r.indices in ("sampled", "sorted"))
+    path, verdict = save_case(tmp_path / "corpus", "declared_serving:sparse_varlen", recipe.build())
+    assert verdict.status == "PASS", verdict
+    status, _, errors = repro(path, tmp_path / "out")
+    _refused(status, errors, "case=", "a varlen case with", "does not lay out as q")
+    assert not (tmp_path / "out" / "repro.py").exists()

@@ -133,10 +133,35 @@ _BUGS = [("torch:sparse-varlen", b.name) for b in SPARSE_VARLEN] + [
     (name, b.name) for name in ("torch:sparse-paged", "torch:mla-sparse") for b in SPARSE_PAGED]
 
 
-@pytest.mark.parametrize("name,bug", _BUGS)
+# Bounded by the longest sequence, a kernel goes wrong only on an index past a shorter sequence's end but inside the
+# longest, in a case without causal (bottom-right hides those positions): of 200 drawn cases (seed 0), 9 have the
+# past_end regime and no causal and one lists such an index, case 66, the first to catch it. Its test takes that case.
+_NARROW = {("torch:sparse-varlen", "bounds_by_longest")}
+
+
+@pytest.mark.parametrize("name,bug", [b for b in _BUGS if b not in _NARROW])
 def test_each_misread_of_the_positions_is_caught_within_40_cases(name, bug):
     kernel = resolve_kernel(f"{name}~{bug}", device="cpu")
     assert first_catching_case(kernel, **_DRAW[name]) is not None, f"{kernel.name} passed 40 cases"
+
+
+def _reads_past_its_own_end(case) -> bool:
+    """Whether a query lists a position past its own sequence's keys but inside the longest sequence's (the lists of
+    sequence b: its logical case's, ``indices[b, :, :q_lens[b]]``)."""
+    longest = max(case.k_lens)
+    return any(bool(((lists[:, :q] >= n) & (lists[:, :q] < longest)).any())
+               for lists, q, n in zip(case.variant.indices, case.q_lens, case.k_lens))
+
+
+def test_a_bound_by_the_longest_sequence_is_caught_on_each_case_that_reads_past_a_shorter_one():
+    from flashcheck.inputs.recipe_draws import draw_recipes
+
+    kernel = resolve_kernel("torch:sparse-varlen~bounds_by_longest", device="cpu")
+    cases = [recipe.build() for recipe in draw_recipes(200, spec=kernel.spec, seed=0, **_DRAW["torch:sparse-varlen"])
+             if recipe.indices == "past_end" and recipe.causal == "none"]
+    showing = [case for case in cases if _reads_past_its_own_end(case)]
+    assert showing  # one of the 200: the generator seldom draws the hazard (a known gap)
+    assert [check(kernel, case, device="cpu", properties=()).status for case in showing] == ["BUG"] * len(showing)
 
 
 # ---- the presets draw the composition ---------------------------------------------------------------------------

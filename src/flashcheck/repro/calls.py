@@ -86,6 +86,10 @@ def _serving(kernel: Kernel, case: ServingCase, source: str, case_path) -> dict:
         _refuse(case_path, f"a {case.form} case, but its kernel {source} declares form={kernel.spec.form!r}")
     if reserved(source):
         _refuse(case_path, f"its kernel {source} is a built-in that plain public code cannot call")
+    per_query = [f for f in map(feature, case.variant.used) if f.per_query]
+    if per_query:  # the serving script hands a variant's tensors in the dense layout, not laid out as q
+        _refuse(case_path, f"a {case.form} case with {per_query[0].title or per_query[0].name}, which the serving "
+                "script does not lay out as q yet")
     return {**plain_target(kernel, source, case_path), **script_entries(kernel.spec)}
 
 
