@@ -7,8 +7,9 @@
 #   B: every planted bug of the sparse kernels, each its own campaign of at most 40 cases (its first catching case
 #      is the cases count of its row), all side by side with FlexAttention's block-sparse path on the sparse preset.
 #   C: part A's twice convention and backward campaigns alone (a rerun after a change to the twin or the budget);
-#   D: the block-list references' campaigns alone, every dtype and fp32 on its own (a rerun after a change to the
-#      envelope of one-pass contracts, whose fp32 cases it decides).
+#   D: the block-list references' campaigns, every dtype and fp32 on its own (a rerun after a change to the envelope
+#      of one-pass contracts, whose fp32 cases it decides), beside the references of index sets on the serving forms
+#      and MLA's paged decode and each of their planted bugs (at most 40 cases).
 # Findings go to OUTDIR/corpus-* the moment they are found; a short table is printed last.
 # Usage (repository root): bash benchmarks/gpu_sparse.sh OUTDIR A|B|C|D [SECONDS]
 set -uo pipefail
@@ -38,6 +39,12 @@ elif [ "$part" = D ]; then
   fuzz block-sparse torch:block-sparse 2 "$seconds" &
   fuzz block-sparse-trusted 'torch:block-sparse[full_blocks=trusted]' 2 "$seconds" &
   fuzz block-sparse-fp32 torch:block-sparse 2 "$seconds" --dtype fp32 &
+  for kernel in torch:sparse-varlen torch:sparse-paged torch:mla-sparse; do
+    fuzz "${kernel//:/-}" "$kernel" 1 "$seconds" &
+    for bug in $(bugs "$kernel"); do
+      fuzz "${kernel//:/-}-$bug" "$kernel~$bug" 1 "$seconds" --max-examples 40 &
+    done
+  done
   wait
 else
   for kernel in torch:sparse flashcheck:triton-sparse torch:block-sparse flashcheck:triton-block-sparse; do
