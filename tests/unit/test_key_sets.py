@@ -363,3 +363,9 @@ def test_a_kernel_that_recomputes_the_top_k_is_caught_on_near_ties_and_torch_spa
         assert check("torch:sparse", case, device="cpu", properties=()).status == "PASS"
         verdict = check(_recomputes_top_k, case, device="cpu", properties=())
         assert verdict.status == "BUG", (seed, verdict)
+
+
+def test_near_ties_in_a_quantized_dtype_is_refused_by_name():
+    """The regime is drawn only in fp16, bf16 and fp32; a recipe built by hand in fp8 gets a named error."""
+    with pytest.raises(InvalidArgument, match="dtype='float8_e4m3fn'.*near_ties"):
+        _near_ties_case(0, dtype="fp8_e4m3")

@@ -271,6 +271,10 @@ def _fit_near_ties(indices, q, k, scale: float):
     after the drawn top-k. Of that pair it lists the lower logit, or either at random when they tie exactly: a
     kernel that takes the top-k of its own scores picks the other. A list for several heads is chosen on the first
     query head of its first K/V head (the others list a twin each, not always at their boundary)."""
+    if k.dtype not in _BITS:  # drawn only in these (the regime's settings); a hand-built recipe can ask for more
+        raise InvalidArgument("dtype", str(k.dtype).replace("torch.", ""), "the near_ties regime twins keys bit for "
+                              "bit in fp16, bf16 or fp32; a quantized dtype would move the ties",
+                              "Draw near_ties in fp16, bf16 or fp32, or another index regime in this dtype.")
     if k.shape[-2] < 2:
         return indices, k
     gen = torch.Generator().manual_seed(int(indices.long().sum()) % (1 << 31))
