@@ -16,6 +16,15 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Imported here (after TRITON_INTERPRET), so that pytester's in-process runs find them among the modules they keep.
+# A module imported first inside one run is dropped after it and imported anew by the next, beside the modules kept:
+# hypothesis.database then held a second ``not_set`` that the settings made before did not (``TypeError: expected
+# str, bytes or os.PathLike object, not UniqueIdentifier``), and a test that set SHRINK_SECONDS on the new
+# property_test module was run by the kept plugin's old one.
+import hypothesis.database  # noqa: E402,F401
+
+import flashcheck.testing.property_test  # noqa: E402,F401
+
 
 def _share_the_cores(config) -> None:
     """Under pytest-xdist, N workers on C cores: each worker's thread pools (torch's intra-op pool, OpenMP's,
