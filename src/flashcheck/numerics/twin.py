@@ -22,7 +22,7 @@ from ..errors import InvalidArgument
 from ..features.scores import bias_after_cap, capped_scores
 from .blockwise import by_group
 
-__all__ = ["Habits", "Tiling", "twin_attention", "round_tf32"]
+__all__ = ["Defect", "Habits", "Tiling", "twin_attention", "round_tf32"]
 
 LOG2E = 1.4426950408889634
 
@@ -61,6 +61,41 @@ class Habits:
     sequential: bool = False
 
 
+def _same(x):
+    return x
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One mistake a kernel can make, at the twin's named points of the tiled algorithm (the defaults: none).
+
+    It turns the twin into a defect model (:mod:`flashcheck.defects`): ``dot`` forms Q @ K^T from (B, Hq, R, D) and
+    (B, Hkv, D, C) fp32 operands; ``scores`` rounds its fp32 result; ``logits`` rounds the base-2 logits after the
+    scale (a Triton kernel's half-precision scores times an fp32 scalar stay half); ``logit_factor`` multiplies the scale;
+    ``prescale`` rounds Q times the scale before the product (the scale then 1); ``p`` rounds the weights before
+    P @ V in place of the contract's rounding; ``acc`` and ``row_sum`` round the accumulator and l after each key
+    tile; ``carry_max``, ``rescale_acc`` and ``rescale_sum`` drop the online softmax's carried max and its two
+    rescales; ``exp_p`` is the exponential of the weights (base 2); ``masked_logit`` adds a finite value to each
+    hidden key's logit (natural units) instead of hiding it; ``lse`` maps the natural lse and the row max (m, base
+    2) to the lse returned.
+    """
+
+    dot: object = None
+    scores: object = _same
+    logits: object = _same
+    logit_factor: float = 1.0
+    prescale: object = None
+    p: object = None
+    acc: object = _same
+    row_sum: object = _same
+    carry_max: bool = True
+    rescale_acc: bool = True
+    rescale_sum: bool = True
+    exp_p: object = torch.exp2
+    masked_logit: float | None = None
+    lse: object = None
+
+
 def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
     """fp32 values rounded to tf32's 10 explicit mantissa bits (``"nearest"`` or ``"truncate"``)."""
     bits = x.float().contiguous().view(torch.int32)
@@ -75,10 +110,11 @@ def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
 
 def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                    precision: Precision | str = "flash", variant=None, tiling: Tiling = Tiling(),
-                   habits: Habits = Habits()):
+                   habits: Habits = Habits(), defect: Defect | None = None):
     """(out, lse) of the tiled algorithm under ``precision``, in ``tiling``'s tiles and key order, computed
     with a kernel's ``habits``; ``variant``'s cap and bias on the logits, its visible keys, and its sink added
-    to l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does.
+    to l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does. A ``defect`` makes
+    the twin commit that mistake; it always walks key tiles (a one-pass contract's P stays in fp32).
     """
     q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
                                                                   attn_mask=attn_mask)
@@ -89,6 +125,8 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
     vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device, variant=variant)
     kq, vq = k.float(), v.float()  # one copy a K/V head: its query heads are rows of one matmul (_by_group)
     qf = q.float()
+    if defect is not None:
+        qf, scale = _defect_scale(defect, qf, scale, dtype)
     if habits.scale_inputs:
         root = math.sqrt(abs(scale))
         qf, kq = qf * math.copysign(root, scale), kq * root
@@ -104,11 +142,22 @@ def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=Non
         scores.permute_keys(order)
     if tf32:
         qf, kq, vq = (round_tf32(t, mode=habits.tf32_mode) for t in (qf, kq, vq))
-    if not precision.rescales_per_tile:
+    if not precision.rescales_per_tile and defect is None:
         matmul = _sequential_by_group if habits.sequential else by_group
         return _upcast(qf, kq, vq, vis, scores, dtype, habits.softmax_first, matmul)
     p_rounding = _p_rounding(precision, dtype, tf32, habits.tf32_mode)
-    return _tiled(qf, kq, vq, vis, scores, s, dtype=dtype, p_rounding=p_rounding, tiling=tiling)
+    if defect is not None and defect.p is not None:
+        p_rounding = defect.p
+    return _tiled(qf, kq, vq, vis, scores, s, dtype=dtype, p_rounding=p_rounding, tiling=tiling,
+                  defect=defect or Defect())
+
+
+def _defect_scale(defect: Defect, qf, scale: float, dtype):
+    """Q and the scale as the defect leaves them: the scale multiplied, or folded into Q and rounded."""
+    scale = scale * defect.logit_factor
+    if defect.prescale is None:
+        return qf, scale
+    return defect.prescale(qf * scale).float(), 1.0
 
 
 def _check_knobs(precision: Precision, tiling: Tiling, habits: Habits) -> None:
@@ -133,8 +182,8 @@ def _p_rounding(precision: Precision, dtype, tf32: bool, tf32_mode: str):
     return (lambda p: round_tf32(p, mode=tf32_mode)) if tf32 else (lambda p: p.to(dtype).float())
 
 
-def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
-    """The online softmax over key tiles of ``block_n``: (out, lse)."""
+def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling, defect: Defect = Defect()):
+    """The online softmax over key tiles of ``block_n``: (out, lse), with ``defect``'s mistake."""
     block_m, block_n = tiling.block_m, tiling.block_n
     out = torch.empty(s.batch, s.heads_q, s.n_q, s.head_dim_v, dtype=dtype, device=qf.device)
     lse = torch.empty(s.batch, s.heads_q, s.n_q, dtype=torch.float32, device=qf.device)
@@ -148,26 +197,34 @@ def _tiled(qf, kq, vq, vis, scores, s, *, dtype, p_rounding, tiling: Tiling):
         m = torch.full(qb.shape[:-1] + (1,), -math.inf, device=qf.device)
         l = torch.zeros_like(m)
         acc = torch.zeros(qb.shape[:-1] + (s.head_dim_v,), device=qf.device)
-        for n0 in _seen_tiles(vis[:, :, rows], block_n):
+        dot = defect.dot or by_group
+        tiles = _seen_tiles(vis[:, :, rows], block_n) if defect.masked_logit is None else range(0, s.n_k, block_n)
+        for n0 in tiles:
             cols = slice(n0, n0 + block_n)
-            s2 = scores.log2(by_group(qb, kq[:, :, cols].transpose(-1, -2)), rows, cols)  # log2 domain, fp32
-            s2 = torch.where(vis[:, :, rows, cols], s2, -math.inf)
-            m_new = torch.maximum(m, s2.amax(-1, keepdim=True))
+            qk = defect.scores(dot(qb, kq[:, :, cols].transpose(-1, -2)))
+            s2 = defect.logits(scores.log2(qk, rows, cols))  # log2 domain, fp32
+            hidden = -math.inf if defect.masked_logit is None else s2 + defect.masked_logit * LOG2E
+            s2 = torch.where(vis[:, :, rows, cols], s2, hidden)
+            tile_max = s2.amax(-1, keepdim=True)
+            m_new = torch.maximum(m, tile_max) if defect.carry_max else tile_max
             safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with nothing visible yet
             alpha = torch.exp2(m - safe)
-            p = scores.counted(torch.exp2(s2 - safe), rows, cols)
-            l = l * alpha + p.sum(-1, keepdim=True)
+            p = scores.counted(defect.exp_p(s2 - safe), rows, cols)
+            l = defect.row_sum((l * alpha if defect.rescale_sum else l) + p.sum(-1, keepdim=True))
             p = p if p_rounding is None else p_rounding(p)
             # Keys no row sees are not read (a careful kernel's masked V load): 0 * NaN from poisoned or
             # uninitialised memory would otherwise poison the product.
-            seen = _seen_keys(vis[:, :, rows, cols], s.heads_kv)
-            acc = acc * alpha + by_group(p, torch.where(seen, vq[:, :, cols], 0.0))
+            vt = vq[:, :, cols]  # a finite sentinel reads every key's V
+            pv = by_group(p, vt if defect.masked_logit is not None else
+                          torch.where(_seen_keys(vis[:, :, rows, cols], s.heads_kv), vt, 0.0))
+            acc = defect.acc((acc * alpha if defect.rescale_acc else acc) + pv)
             m = m_new
         m, l, acc = scores.with_sink(m, l, acc)
         empty = l == 0
         o = torch.where(empty, 0.0, acc / torch.where(empty, 1.0, l))
         out[:, :, rows] = o.to(dtype)
-        lse[:, :, rows] = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)[..., 0]
+        natural = torch.where(empty, -math.inf, (m + torch.log2(torch.where(empty, 1.0, l))) / LOG2E)
+        lse[:, :, rows] = (natural if defect.lse is None else defect.lse(natural, m))[..., 0]
     return out, lse
 
 

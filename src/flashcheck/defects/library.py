@@ -1,0 +1,211 @@
+"""The library of defect models: each a known numerical mistake of attention kernels, committed by the
+precision-faithful twin (:class:`~flashcheck.numerics.twin.Defect` for the forward,
+:class:`~flashcheck.defects.gradients.GradientDefect` for the backward) and parametrised where the mistake comes in
+several forms (which narrow format, which tile). :mod:`flashcheck.defects.matching` runs them against a bug.
+
+A model is a record: its name, what it says a kernel does (with ``{}`` for the parameter), the parameters tried,
+how it builds the twin's defect from one, and the planted bugs it is known to name (the tests check that it does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..numerics.twin import LOG2E, Defect
+from .gradients import GradientDefect
+
+__all__ = ["BACKWARD_MODELS", "FORMATS", "FORWARD_MODELS", "MODELS", "DefectModel", "ModelCase", "model_named",
+           "key_tiles", "rounding"]
+
+# The narrow formats a defect rounds to, with their significand bits (the contract's P formats included). "bf16
+# truncated" drops an fp32's low 16 bits, as a conversion by bit masking does (the Triton interpreter's, too).
+FORMATS = {"fp16": (torch.float16, 11), "bf16": (torch.bfloat16, 8), "bf16 truncated": (torch.bfloat16, 8),
+           "e4m3": (torch.float8_e4m3fn, 4)}
+_BITS = {"fp32": 24, "tf32": 11, "fp16": 11, "bf16": 8}
+TILES = (16, 32, 64, 128)
+HALVES = ("fp16", "bf16", "bf16 truncated")
+
+
+def rounding(fmt: str) -> Callable:
+    """fp32 values rounded to ``fmt`` and back (e4m3 saturates at its largest finite value, as kernels clamp)."""
+    dtype = FORMATS[fmt][0]
+    if fmt == "bf16 truncated":
+        return lambda x: (x.float().contiguous().view(torch.int32) & ~0xFFFF).view(torch.float32)
+    if fmt == "e4m3":
+        top = torch.finfo(dtype).max
+        return lambda x: x.clamp(-top, top).to(dtype).float()
+    return lambda x: x.to(dtype).float()
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """What a model's applicability and parameters depend on: the case's input dtype, the format the contract
+    rounds P to, its scale and sizes."""
+
+    dtype: str
+    p_format: str  # "fp32", "tf32", "fp16" or "bf16"
+    scale: float
+    head_dim: int
+    n_k: int
+    backward: bool = False
+    grouped: bool = False  # several query heads share a K/V head
+
+
+@dataclass(frozen=True)
+class DefectModel:
+    """One known mistake. ``says`` reads "the kernel ..." with ``{}`` for the parameter; ``build`` makes the twin's
+    :class:`Defect` (or a :class:`GradientDefect` for a backward model) from one of ``params``; ``applies`` says
+    whether a parameter is a mistake at all on a case (rounding fp16 inputs' products to fp32 is none)."""
+
+    name: str
+    says: str
+    params: tuple
+    build: Callable
+    applies: Callable = lambda param, case: True
+    backward: bool = False
+    planted: tuple[str, ...] = ()  # KERNEL~BUG names whose best fit this model is
+
+    def describe(self, param) -> str:
+        if param is None:
+            return self.says
+        return self.says.format(*param) if isinstance(param, tuple) else self.says.format(param)
+
+
+def _narrower(fmt: str, than: str) -> bool:
+    return FORMATS[fmt][1] < _BITS[than]
+
+
+def _half_of_inputs(fmt: str, case: ModelCase) -> bool:
+    """A half format of the inputs (fp16 products of fp16 inputs), or any half format under fp32 inputs."""
+    return fmt.split()[0] == case.dtype or case.dtype == "fp32"
+
+
+def _products_in(fmt: str, *, partial_sums: bool) -> Callable:
+    """Q @ K^T formed one product at a time in ``fmt`` and summed in fp32 (``partial_sums``: every partial sum
+    rounded to ``fmt`` too, pairwise), in row chunks that keep the (rows, keys, D) products small."""
+    to = rounding(fmt)
+
+    def dot(a, b):  # a (B, Hq, R, D), b (B or 1, Hkv, D, C)
+        batch, heads_q, rows, d = a.shape
+        heads_kv = b.shape[1]
+        grouped = a.reshape(batch, heads_kv, heads_q // heads_kv * rows, d)
+        keys = b.transpose(-1, -2)[:, :, None]  # (B, Hkv, 1, C, D)
+        chunk = max(1, (1 << 22) // max(1, batch * heads_q * b.shape[-1] * d))
+        parts = []
+        for r0 in range(0, grouped.shape[2], chunk):
+            terms = to(grouped[:, :, r0:r0 + chunk, None, :] * keys)
+            parts.append(_pairwise(terms, to) if partial_sums else terms.sum(-1))
+        out = torch.cat(parts, 2)
+        return out.view(out.shape[0], heads_q, rows, -1)
+
+    return dot
+
+
+def _pairwise(x, to):
+    """The last dim summed as a tree, each partial sum rounded by ``to``."""
+    while x.shape[-1] > 1:
+        if x.shape[-1] % 2:
+            x = torch.nn.functional.pad(x, (0, 1))
+        half = x.shape[-1] // 2
+        x = to(x[..., :half] + x[..., half:])
+    return x[..., 0]
+
+
+# How a scale goes wrong, as the factor it multiplies the scale by (given the case).
+_SCALE_SLIPS = {
+    "applied twice": lambda c: c.scale,
+    "ignored (taken as 1)": lambda c: 1.0 / c.scale if c.scale else 1.0,
+    "taken as 1/sqrt(D)": lambda c: 1.0 / (math.sqrt(c.head_dim) * c.scale) if c.scale else 1.0,
+    "without log2(e) in an exp2 kernel": lambda c: math.log(2.0),
+    "with log2(e) in an exp kernel": lambda c: LOG2E,
+}
+
+
+def _logits_rounded(fmt: str, case: ModelCase) -> Defect:
+    """Scores rounded to ``fmt``, times the base-2 scale rounded to ``fmt``, the product rounded again."""
+    scale2 = case.scale * LOG2E
+    rounded = float(torch.tensor(scale2).to(FORMATS[fmt][0]))
+    return Defect(scores=rounding(fmt), logits=rounding(fmt), logit_factor=rounded / scale2 if scale2 else 1.0)
+
+
+FORWARD_MODELS: tuple[DefectModel, ...] = (
+    DefectModel("products_in", "forms each q.k product in {} before an fp32 sum", HALVES,
+                lambda f, c: Defect(dot=_products_in(f, partial_sums=False)), _half_of_inputs),
+    DefectModel("sums_in", "sums each q.k dot product in {} (every product and partial sum rounded)", HALVES,
+                lambda f, c: Defect(dot=_products_in(f, partial_sums=True)), _half_of_inputs),
+    DefectModel("scores_rounded", "rounds the scores Q K^T to {} before the softmax", HALVES,
+                lambda f, c: Defect(scores=rounding(f)), _half_of_inputs),
+    DefectModel("logits_rounded", "rounds the scores Q K^T to {0} and multiplies them by the scale (times log2(e)) "
+                "in {0}, as Triton keeps a half tensor times an fp32 scalar in half", HALVES, _logits_rounded,
+                _half_of_inputs,
+                planted=("flashcheck:triton~scores_rounded_to_input_dtype",)),
+    DefectModel("q_prescaled", "multiplies Q by the scale in {} (rounded) before Q K^T", HALVES,
+                lambda f, c: Defect(prescale=rounding(f)), lambda f, c: f.split()[0] == c.dtype),
+    DefectModel("p_rounded", "rounds P to {} before P @ V, narrower than its contract allows",
+                ("fp16", "bf16", "bf16 truncated", "e4m3"),
+                lambda f, c: Defect(p=rounding(f)), lambda f, c: _narrower(f, c.p_format),
+                planted=("flashcheck:triton~p_rounded_to_bf16",)),
+    DefectModel("scale_slip", "applies the softmax scale {}", tuple(_SCALE_SLIPS),
+                lambda s, c: Defect(logit_factor=_SCALE_SLIPS[s](c)),
+                lambda s, c: abs(_SCALE_SLIPS[s](c) - 1.0) > 1e-6,
+                planted=("flashcheck:triton~scale_ignored", "flashcheck:triton~log2e_forgotten")),
+    DefectModel("exp_of_base2_logits", "takes exp, not exp2, of its base-2 logits for P (the rescale in base 2)",
+                (None,), lambda _, c: Defect(exp_p=torch.exp), planted=("flashcheck:triton~exp_instead_of_exp2",)),
+    DefectModel("max_not_carried", "takes each key tile's own max as the running max", (None,),
+                lambda _, c: Defect(carry_max=False), planted=("flashcheck:triton~max_not_carried",)),
+    DefectModel("acc_not_rescaled", "does not rescale the accumulator when the running max grows", (None,),
+                lambda _, c: Defect(rescale_acc=False), planted=("flashcheck:triton~acc_rescale_forgotten",)),
+    DefectModel("sum_not_rescaled", "does not rescale the row sum l when the running max grows", (None,),
+                lambda _, c: Defect(rescale_sum=False), planted=("flashcheck:triton~sum_rescale_forgotten",)),
+    DefectModel("acc_rounded", "accumulates P @ V in {} (rounded after each key tile)", HALVES,
+                lambda f, c: Defect(acc=rounding(f)), planted=("flashcheck:triton~acc_rounded_to_fp16",)),
+    DefectModel("sum_rounded", "sums the softmax's l in {} (rounded after each key tile)", HALVES,
+                lambda f, c: Defect(row_sum=rounding(f))),
+    DefectModel("finite_sentinel", "hides a key with a finite logit offset of -{:g} instead of -inf",
+                (65504.0, 1e30), lambda x, c: Defect(masked_logit=-x),
+                planted=("flashcheck:triton~bias_finite_sentinel",)),
+    DefectModel("lse_base2", "returns lse in base 2 where it declares base e", (None,),
+                lambda _, c: Defect(lse=lambda lse, m: lse * LOG2E), planted=("flashcheck:triton~lse_log2_units",)),
+    DefectModel("lse_without_max", "returns log(l) without the row max in lse", (None,),
+                lambda _, c: Defect(lse=lambda lse, m: lse - m / LOG2E),
+                planted=("flashcheck:triton~lse_missing_max",)),
+)
+
+# The backward's mistakes (flashcheck.defects.gradients computes dQ, dK and dV with one of them).
+BACKWARD_MODELS: tuple[DefectModel, ...] = (
+    DefectModel("ds_rounded", "rounds dS to {} before dQ = dS K and dK = dS^T Q", HALVES,
+                lambda f, c: GradientDefect(ds=rounding(f)), lambda f, c: f != c.dtype or c.dtype == "fp16",
+                backward=True, planted=("flashcheck:triton~ds_rounded_to_bf16",)),
+    DefectModel("scaled_ds_rounded", "rounds scale x dS to {} (the scale applied before the rounding)", HALVES,
+                lambda f, c: GradientDefect(scaled_ds=rounding(f)), _half_of_inputs, backward=True),
+    DefectModel("p_rounded_for_ds", "computes dS from P rounded to {}", HALVES,
+                lambda f, c: GradientDefect(p_for_ds=rounding(f)), _half_of_inputs, backward=True),
+    DefectModel("p_rounded_for_dv", "rounds P to {} before dV = P^T dO, narrower than its contract allows",
+                ("fp16", "bf16", "bf16 truncated", "e4m3"), lambda f, c: GradientDefect(p_for_dv=rounding(f)),
+                lambda f, c: _narrower(f, c.p_format), backward=True,
+                planted=("flashcheck:triton~p_rounded_to_bf16_in_dv",)),
+    DefectModel("dv_accumulated", "accumulates dV in {} (rounded after each tile of {} query rows)",
+                tuple((f, n) for f in HALVES for n in TILES),
+                lambda p, c: GradientDefect(dv_acc=rounding(p[0]), block_m=p[1]),
+                backward=True, planted=("flashcheck:triton~dv_accumulated_in_fp16",)),
+    DefectModel("group_share_rounded", "rounds each query head's dK and dV share to {} before the group's sum",
+                HALVES, lambda f, c: GradientDefect(share=rounding(f)), lambda f, c: c.grouped and _half_of_inputs(f, c),
+                backward=True),
+)
+
+MODELS = FORWARD_MODELS + BACKWARD_MODELS
+
+
+def model_named(name: str) -> DefectModel:
+    return next(m for m in MODELS if m.name == name)
+
+
+def key_tiles(n_k: int) -> tuple[int, ...]:
+    """The key tiles a forward model runs with: each of :data:`TILES` that splits the keys, and one that holds
+    them all (every larger tile computes the same)."""
+    return tuple(t for t in TILES if t < n_k) + (next((t for t in TILES if t >= n_k), TILES[-1]),)
+
