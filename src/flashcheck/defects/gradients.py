@@ -26,7 +26,7 @@ class GradientDefect:
     """One mistake of a backward: ``ds`` rounds dS, ``scaled_ds`` rounds scale x dS, ``p_for_ds`` and ``p_for_dv``
     round P where dS and dV read it (``p_for_dv`` in place of the contract's rounding), ``dv_acc`` rounds dV's
     accumulator after each tile of ``block_m`` query rows, ``share`` rounds each query head's dK and dV share
-    before the group's sum."""
+    before the group's sum, or (``running``) the group's running sum after each head."""
 
     ds: Callable | None = None
     scaled_ds: Callable | None = None
@@ -35,6 +35,7 @@ class GradientDefect:
     dv_acc: Callable | None = None
     block_m: int = 64
     share: Callable | None = None
+    running: bool = False
 
 
 def covers(case) -> bool:
@@ -70,7 +71,7 @@ def model_gradients(case, do, *, p_rounding: Callable | None, defect: GradientDe
     dk = scaled.transpose(-1, -2) @ q
     p_dv = defect.p_for_dv or p_rounding
     dv = _dv(p if p_dv is None else p_dv(p), do, defect)
-    dk, dv = (_group_sum(t, s.heads_kv, defect.share) for t in (dk, dv))
+    dk, dv = (_group_sum(t, s.heads_kv, defect) for t in (dk, dv))
     return dq.to(dtype), dk.to(dtype), dv.to(dtype)
 
 
@@ -85,10 +86,18 @@ def _dv(p, do, defect: GradientDefect):
     return acc
 
 
-def _group_sum(shares, heads_kv: int, share: Callable | None):
-    """Each K/V head's sum of its query heads' shares (B, Hq, Nk, D) -> (B, Hkv, Nk, D), rounded first if so."""
-    shares = shares if share is None else share(shares)
-    return shares.unflatten(1, (heads_kv, -1)).sum(2)
+def _group_sum(shares, heads_kv: int, defect: GradientDefect):
+    """Each K/V head's sum of its query heads' shares (B, Hq, Nk, D) -> (B, Hkv, Nk, D): each share rounded first,
+    or the running sum rounded after each head, where the defect says."""
+    grouped = shares.unflatten(1, (heads_kv, -1))
+    if defect.share is None:
+        return grouped.sum(2)
+    if not defect.running:
+        return defect.share(grouped).sum(2)
+    total = torch.zeros_like(grouped[:, :, 0])
+    for g in range(grouped.shape[2]):
+        total = defect.share(total + grouped[:, :, g])
+    return total
 
 
 def contract_p_rounding(precision, dtype: torch.dtype):

@@ -195,6 +195,9 @@ BACKWARD_MODELS: tuple[DefectModel, ...] = (
     DefectModel("group_share_rounded", "rounds each query head's dK and dV share to {} before the group's sum",
                 HALVES, lambda f, c: GradientDefect(share=rounding(f)), lambda f, c: c.grouped and _half_of_inputs(f, c),
                 backward=True),
+    DefectModel("group_sum_rounded", "sums the query heads' dK and dV shares in {} (the running sum rounded after "
+                "each head)", HALVES, lambda f, c: GradientDefect(share=rounding(f), running=True),
+                lambda f, c: c.grouped and _half_of_inputs(f, c), backward=True),
 )
 
 MODELS = FORWARD_MODELS + BACKWARD_MODELS

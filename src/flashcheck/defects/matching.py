@@ -309,9 +309,10 @@ def explain_backward(case: AttentionCase, grads: tuple, budget, do: torch.Tensor
 
 # ---- a kernel on a case ---------------------------------------------------------------------------------------
 
-def explain(kernel, case, *, device=None, verdict=None) -> Explanation:
+def explain(kernel, case, *, device=None, verdict=None, do=None) -> Explanation:
     """Run ``kernel`` on ``case`` (or take ``verdict``'s output of that run) and match its output against the
-    library. A serving case is matched group by group (each group's logical problem as a dense case); the groups'
+    library: the backward's gradients for a backward case or with an upstream gradient ``do``, else the forward's
+    output. A serving case is matched group by group (each group's logical problem as a dense case); the groups'
     explanations are joined by model, a model explaining the bug where it explains every group that broke."""
     from ..judge.backward import check_backward, is_backward_case, upstream_gradient
     from ..judge.check import check
@@ -319,24 +320,27 @@ def explain(kernel, case, *, device=None, verdict=None) -> Explanation:
     from ..numerics.gradient_budget import gradient_budget
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    kern = _kernel(kernel, device)
     if isinstance(case, ServingCase):
-        return _explain_serving(kernel, case, device, verdict)
+        return _explain_serving(kern, case, device, verdict)
+    if _too_large(case):
+        return Explanation(note=_too_large(case))
     exact = tuple(t.to(device) for t in (case.q, case.k, case.v))
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
     kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask, variant=case.variant)
-    if is_backward_case(case):
-        do = upstream_gradient(case, device)
-        verdict = verdict or check_backward(kernel, case, device=device, do=do)
-        budget = gradient_budget(*exact, do, **kw, precision=_contract(kernel, verdict))
+    if do is not None or is_backward_case(case):
+        do = upstream_gradient(case, device) if do is None else do.to(device)
+        verdict = verdict or check_backward(kern, case, device=device, do=do)
         if not isinstance(verdict.output, tuple):
             return Explanation(note="not run: the kernel gave no gradients (a crash or a skip)")
+        budget = gradient_budget(*exact, do, **kw, precision=kern.spec.precision)
         return explain_backward(case, verdict.output, budget, do, device=device)
-    budget = error_budget(*exact, **kw, precision=_contract(kernel, verdict))
-    verdict = verdict or check(kernel, case, device=device, budget=budget, properties=(), envelope=False)
+    budget = error_budget(*exact, **kw, precision=kern.spec.precision)
+    verdict = verdict or check(kern, case, device=device, budget=budget, properties=(), envelope=False)
     if not isinstance(verdict.output, tuple) or verdict.output[0] is None:
         return Explanation(note="not run: the kernel gave no output (a crash or a skip)")
     out, lse = verdict.output
-    return explain_forward(case, out, _natural(lse, kernel), budget, device=device)
+    return explain_forward(case, out, _natural(lse, kern), budget, device=device)
 
 
 def _kernel(kernel, device):
@@ -345,22 +349,17 @@ def _kernel(kernel, device):
     return resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
 
 
-def _contract(kernel, verdict):
-    return _kernel(kernel, torch.device("cpu")).spec.precision if isinstance(kernel, str) else kernel.spec.precision
-
-
-def _natural(lse, kernel):
+def _natural(lse, kern):
+    """A kernel's lse in natural log, as the oracle's."""
     if lse is None:
         return None
-    spec = kernel.spec if not isinstance(kernel, str) else _kernel(kernel, torch.device("cpu")).spec
-    return lse.detach().double() * (math.log(2) if spec.lse_base == "2" else 1.0)
+    return lse.detach().double() * (math.log(2) if kern.spec.lse_base == "2" else 1.0)
 
 
-def _explain_serving(kernel, case: ServingCase, device, verdict) -> Explanation:
+def _explain_serving(kern, case: ServingCase, device, verdict) -> Explanation:
     from ..judge.check import check
     from ..judge.serving import group_budgets
 
-    kern = _kernel(kernel, device)
     verdict = verdict or check(kern, case, device=device, properties=())
     if not isinstance(verdict.output, tuple) or verdict.output[0] is None:
         return Explanation(note="not run: the kernel gave no output (a crash or a skip)")

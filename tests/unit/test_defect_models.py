@@ -1,0 +1,73 @@
+"""The defect models on real kernels' defects (PyTorch's CPU flash backward, as installed) and the matching's
+record: what it names, what it says when nothing fits or nothing ran, and its JSON."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from flashcheck import AttentionCase, check_backward
+from flashcheck.defects import MODELS, Explanation, Fit, explain
+from flashcheck.defects.library import key_tiles
+from tests._cases import cancelling_group_case
+
+
+def test_cpu_flash_backward_fp16_overflow_is_named_ds_rounded_to_fp16():
+    """tests/unit/test_sdpa_backward_defects.py's case: dP = dO . V near 6e5, past fp16, so a dS rounded to fp16
+    is inf; the CPU flash backward's dQ and dK are its bits."""
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 1, n, 128, generator=g).mul(0.3).half() for n in (65, 3))
+    v = (torch.randn(1, 1, 3, 128, generator=g).sign() * 68).half()
+    do = v[:, :, :1].expand(1, 1, 65, 128).contiguous()
+    case = AttentionCase.create(q, k, v, scale=128 ** -0.5, causal="top_left")
+    verdict = check_backward("torch:flash", case, do=do, device="cpu")
+    assert verdict.status == "BUG", str(verdict)
+    explained = explain("torch:flash", case, device="cpu", verdict=verdict, do=do)
+    assert explained.named == "ds_rounded(fp16)", explained.line()
+    assert explained.best.fit <= 1.0 < explained.best.model_ratio, explained.line()
+
+
+def test_cpu_flash_gqa_share_is_named_the_running_sum_in_fp16():
+    """reports/gqa-share-2026-12-04: shares of +-120,000 that cancel. The CPU kernel's running sum over the heads
+    in fp16 gives +-inf (the H200's kernels round each share: NaN, group_share_rounded)."""
+    case, do = cancelling_group_case()
+    verdict = check_backward("torch:flash", case, do=do, device="cpu")
+    explained = explain("torch:flash", case, device="cpu", verdict=verdict, do=do)
+    assert explained.named == "group_sum_rounded(fp16)", explained.line()
+    control, small = cancelling_group_case(1.0)
+    assert check_backward("torch:flash", control, do=small, device="cpu").status == "PASS"
+
+
+def test_the_explanation_round_trips_through_json_and_says_what_it_names():
+    fit = Fit("p_rounded", "bf16", "rounds P to bf16 before P @ V", 0.31, 12.0, 3210.0, 0.97, False, 64)
+    assert fit.explains and fit.name == "p_rounded(bf16)"
+    explained = Explanation([fit], tried=120, kernel_ratio=3210.0)
+    again = Explanation.from_dict(explained.as_dict())
+    assert again.fits == [fit] and again.named == "p_rounded(bf16)" and again.line() == explained.line()
+    assert "0.31 against the model" in explained.line() and "3,210 against the oracle" in explained.line()
+    nothing = Explanation(tried=120, kernel_ratio=math.inf)
+    assert Explanation.from_dict(nothing.as_dict()).line() == "defect models: none of 120 matches (no known " \
+                                                              "mistake gives this output)"
+
+
+def test_a_fit_within_the_budget_does_not_explain_where_the_model_is_legal_or_the_twin_fits_as_well():
+    assert not Fit("m", None, "s", 0.2, 0.9, 5.0).explains  # the model itself within the budget
+    assert not Fit("m", None, "s", 0.6, 4.0, 1.0).explains  # the legal twin nearly as close
+    assert Fit("m", None, "s", 0.6, 4.0, 1.0, bitwise=True).explains
+
+
+def test_a_case_too_large_is_not_matched_and_says_so():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, n, 8, generator=g) for n in (4096, 2048, 2048))
+    explained = explain("torch:math", AttentionCase.create(q, k, v, scale=0.3), device="cpu")
+    assert explained.note.startswith("not run: the case has 8,388,608 scores") and explained.named is None
+    assert explained.line().startswith("defect models: not run")
+
+
+def test_every_model_is_described_and_tiles_cover_the_keys():
+    assert len({m.name for m in MODELS}) == len(MODELS) >= 20
+    for m in MODELS:
+        for p in m.params:
+            assert "{" not in m.describe(p), (m.name, p)
+    assert key_tiles(10) == (16,) and key_tiles(40) == (16, 32, 64) and key_tiles(1000)[-1] == 128
