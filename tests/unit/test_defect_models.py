@@ -5,37 +5,34 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from flashcheck import AttentionCase, check_backward
 from flashcheck.defects import MODELS, Explanation, Fit, explain
 from flashcheck.defects.library import key_tiles
 from tests._cases import cancelling_group_case
+from tests._defect_cases import REAL
 
 
-def test_cpu_flash_backward_fp16_overflow_is_named_ds_rounded_to_fp16():
-    """tests/unit/test_sdpa_backward_defects.py's case: dP = dO . V near 6e5, past fp16, so a dS rounded to fp16
-    is inf; the CPU flash backward's dQ and dK are its bits."""
-    g = torch.Generator().manual_seed(0)
-    q, k = (torch.randn(1, 1, n, 128, generator=g).mul(0.3).half() for n in (65, 3))
-    v = (torch.randn(1, 1, 3, 128, generator=g).sign() * 68).half()
-    do = v[:, :, :1].expand(1, 1, 65, 128).contiguous()
-    case = AttentionCase.create(q, k, v, scale=128 ** -0.5, causal="top_left")
-    verdict = check_backward("torch:flash", case, do=do, device="cpu")
+CPU_DEFECTS = [d for d in REAL if "cpu" in d.devices]
+
+
+@pytest.mark.parametrize("defect", CPU_DEFECTS, ids=[d.model for d in CPU_DEFECTS])
+def test_the_cpu_flash_backwards_defects_are_named(defect):
+    """PyTorch's CPU flash backward, as installed: dS rounded to fp16 past 65,504 (dP = dO . V near 6e5), and
+    GQA's dK shares of +-120,000 that cancel summed in fp16 one head after the other (+-inf; the H200's kernels
+    round each share: NaN). Each is the model's, within the budget of its output."""
+    case, do = defect.load("cpu")
+    verdict = check_backward(defect.kernel, case, do=do, device="cpu")
     assert verdict.status == "BUG", str(verdict)
-    explained = explain("torch:flash", case, device="cpu", verdict=verdict, do=do)
-    assert explained.named == "ds_rounded(fp16)", explained.line()
+    explained = explain(defect.kernel, case, device="cpu", verdict=verdict, do=do)
+    assert defect.matches(explained.named), explained.line()
     assert explained.best.fit <= 1.0 < explained.best.model_ratio, explained.line()
 
 
-def test_cpu_flash_gqa_share_is_named_the_running_sum_in_fp16():
-    """reports/gqa-share-2026-12-04: shares of +-120,000 that cancel. The CPU kernel's running sum over the heads
-    in fp16 gives +-inf (the H200's kernels round each share: NaN, group_share_rounded)."""
-    case, do = cancelling_group_case()
-    verdict = check_backward("torch:flash", case, do=do, device="cpu")
-    explained = explain("torch:flash", case, device="cpu", verdict=verdict, do=do)
-    assert explained.named == "group_sum_rounded(fp16)", explained.line()
-    control, small = cancelling_group_case(1.0)
+def test_the_group_share_control_passes():
+    control, small = cancelling_group_case(1.0)  # every share at 19,200
     assert check_backward("torch:flash", control, do=small, device="cpu").status == "PASS"
 
 

@@ -1,0 +1,91 @@
+"""The defect models against the defects they must name, on this device: each model's planted bugs (flashcheck's
+Triton kernel on its exposing input) and the real defects already classified in reports/ (tests/_defect_cases.py).
+A row a defect: the model named, its fit against the model, the share of broken elements within one budget of
+it, the kernel's err/budget against the oracle, and whether it is the expected model.
+
+    python benchmarks/defect_table.py --device cuda [--only planted|real]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--only", choices=("planted", "real"), default=None)
+    args = parser.parse_args(argv)
+    rows = []
+    if args.only != "real":
+        rows += [planted_row(model, bug, args.device) for model, bug in _planted()]
+    if args.only != "planted":
+        rows += [real_row(d, args.device) for d in _real() if args.device in d.devices]
+    print(f"{'defect':<66} {'model named':<34} {'fit':>7} {'within':>6} {'oracle':>9} {'ok':>3} {'s':>5}")
+    for r in rows:
+        print(f"{r['defect'][:66]:<66} {str(r['named'])[:34]:<34} {_num(r['fit']):>7} {_pct(r['within']):>6} "
+              f"{_num(r['oracle']):>9} {r['ok']:>3} {r['seconds']:>5.1f}")
+    missed = [r for r in rows if r["ok"] == "no"]
+    print(f"{len(rows) - len(missed)} of {len(rows)} named as expected")
+    return 1 if missed else 0
+
+
+def _planted():
+    from tests._defect_cases import planted
+    return planted()
+
+
+def _real():
+    from tests._defect_cases import REAL
+    return REAL
+
+
+def planted_row(model: str, bug: str, device: str) -> dict:
+    from flashcheck.defects import explain
+    from flashcheck.kernels.triton.mutants import load_mutant
+    from tests._defect_cases import planted_probe
+
+    case, block = planted_probe(bug)
+    start = time.perf_counter()
+    explained = explain(load_mutant(bug, block_m=block, block_n=block, input_precision="ieee"), case, device=device)
+    best = explained.best
+    return _row(f"flashcheck:triton~{bug}", explained, best is not None and best.model == model, start)
+
+
+def real_row(defect, device: str) -> dict:
+    from flashcheck.defects import explain
+
+    start = time.perf_counter()
+    if defect.needs and importlib.util.find_spec(defect.needs) is None:
+        return {"defect": defect.label, "named": f"not run: no {defect.needs}", "fit": None, "within": None,
+                "oracle": None, "ok": "-", "seconds": 0.0}
+    case, do = defect.load(device)
+    explained = explain(defect.kernel, case, device=device, do=do)
+    return _row(f"{defect.label} ({defect.kernel})", explained, defect.matches(explained.named), start)
+
+
+def _row(label: str, explained, ok: bool, start: float) -> dict:
+    best = explained.best
+    return {"defect": label, "named": explained.named or explained.note or "none", "fit": best and best.fit,
+            "within": best and best.within, "oracle": explained.kernel_ratio, "ok": "yes" if ok else "no",
+            "seconds": time.perf_counter() - start, "line": explained.line()}
+
+
+def _num(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
