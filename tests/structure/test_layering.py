@@ -10,7 +10,7 @@ from ._imports import PACKAGE, Import, expand, imports_of, modules
 
 # Lowest first. A module's layer is its top-level subpackage (or module) under flashcheck.
 LAYERS = ("errors", "words", "files", "contract", "features", "numerics", "hypothesis_internals", "inputs", "kernels", "judge",
-          "campaign", "selftest", "report", "repro", "testing", "plugin", "cli")
+          "defects", "campaign", "selftest", "report", "repro", "testing", "plugin", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 MODULES = modules()
 

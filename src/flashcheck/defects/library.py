@@ -15,28 +15,34 @@ from typing import Callable
 
 import torch
 
+from ..contract.formats import FORMATS as FLOATS
+from ..contract.formats import QUANTIZED_DTYPES
 from ..numerics.twin import LOG2E, Defect
 from .gradients import GradientDefect
 
 __all__ = ["BACKWARD_MODELS", "FORMATS", "FORWARD_MODELS", "MODELS", "DefectModel", "ModelCase", "model_named",
            "key_tiles", "rounding"]
 
-# The narrow formats a defect rounds to, with their significand bits (the contract's P formats included). "bf16
-# truncated" drops an fp32's low 16 bits, as a conversion by bit masking does (the Triton interpreter's, too).
-FORMATS = {"fp16": (torch.float16, 11), "bf16": (torch.bfloat16, 8), "bf16 truncated": (torch.bfloat16, 8),
-           "e4m3": (torch.float8_e4m3fn, 4)}
-_BITS = {"fp32": 24, "tf32": 11, "fp16": 11, "bf16": 8}
+# The narrow formats a defect rounds to, (torch dtype, significand bits): the half formats and, for P, the first
+# quantized format (kernels that requantize P use it). "bf16 truncated" drops an fp32's low 16 bits, as a
+# conversion by bit masking does (the Triton interpreter's, too).
+_NARROW = QUANTIZED_DTYPES[0]
+FORMATS = {name: (FLOATS[name].dtype, FLOATS[name].significand_bits) for name in ("fp16", "bf16", _NARROW)}
+FORMATS["bf16 truncated"] = FORMATS["bf16"]
+_BITS = {"fp32": 24, "tf32": 11, "fp16": 11, "bf16": 8}  # of the contract's P formats
 TILES = (16, 32, 64, 128)
 HALVES = ("fp16", "bf16", "bf16 truncated")
+P_FORMATS = ("fp16", "bf16", "bf16 truncated", _NARROW)
 
 
 def rounding(fmt: str) -> Callable:
-    """fp32 values rounded to ``fmt`` and back (e4m3 saturates at its largest finite value, as kernels clamp)."""
+    """fp32 values rounded to ``fmt`` and back (a quantized format saturates at its largest finite value, as
+    kernels clamp before the cast)."""
     dtype = FORMATS[fmt][0]
     if fmt == "bf16 truncated":
         return lambda x: (x.float().contiguous().view(torch.int32) & ~0xFFFF).view(torch.float32)
-    if fmt == "e4m3":
-        top = torch.finfo(dtype).max
+    if fmt in FLOATS and FLOATS[fmt].quantized:
+        top = FLOATS[fmt].max_value
         return lambda x: x.clamp(-top, top).to(dtype).float()
     return lambda x: x.to(dtype).float()
 
@@ -84,9 +90,10 @@ def _half_of_inputs(fmt: str, case: ModelCase) -> bool:
     return fmt.split()[0] == case.dtype or case.dtype == "fp32"
 
 
-def _products_in(fmt: str, *, partial_sums: bool) -> Callable:
+def _products_in(fmt: str, *, partial_sums: str | None = None) -> Callable:
     """Q @ K^T formed one product at a time in ``fmt`` and summed in fp32 (``partial_sums``: every partial sum
-    rounded to ``fmt`` too, pairwise), in row chunks that keep the (rows, keys, D) products small."""
+    rounded to ``fmt`` too, "pairwise" or "in order"), in row chunks that keep the (rows, keys, D) products
+    small."""
     to = rounding(fmt)
 
     def dot(a, b):  # a (B, Hq, R, D), b (B or 1, Hkv, D, C)
@@ -98,7 +105,7 @@ def _products_in(fmt: str, *, partial_sums: bool) -> Callable:
         parts = []
         for r0 in range(0, grouped.shape[2], chunk):
             terms = to(grouped[:, :, r0:r0 + chunk, None, :] * keys)
-            parts.append(_pairwise(terms, to) if partial_sums else terms.sum(-1))
+            parts.append(terms.sum(-1) if partial_sums is None else _SUMS[partial_sums](terms, to))
         out = torch.cat(parts, 2)
         return out.view(out.shape[0], heads_q, rows, -1)
 
@@ -113,6 +120,18 @@ def _pairwise(x, to):
         half = x.shape[-1] // 2
         x = to(x[..., :half] + x[..., half:])
     return x[..., 0]
+
+
+def _in_order(x, to):
+    """The last dim summed one term after the other, each partial sum rounded by ``to``."""
+    total = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        total = to(total + x[..., i])
+    return total
+
+
+_SUMS = {"pairwise": _pairwise, "in order": _in_order}
+_HALF_SUMS = tuple((f, order) for f in ("fp16", "bf16", "bf16 truncated") for order in _SUMS)
 
 
 # How a scale goes wrong, as the factor it multiplies the scale by (given the case).
@@ -134,9 +153,14 @@ def _logits_rounded(fmt: str, case: ModelCase) -> Defect:
 
 FORWARD_MODELS: tuple[DefectModel, ...] = (
     DefectModel("products_in", "forms each q.k product in {} before an fp32 sum", HALVES,
-                lambda f, c: Defect(dot=_products_in(f, partial_sums=False)), _half_of_inputs),
-    DefectModel("sums_in", "sums each q.k dot product in {} (every product and partial sum rounded)", HALVES,
-                lambda f, c: Defect(dot=_products_in(f, partial_sums=True)), _half_of_inputs),
+                lambda f, c: Defect(dot=_products_in(f)), _half_of_inputs),
+    DefectModel("sums_in", "sums each q.k dot product in {0} (every product and partial sum rounded, {1})",
+                _HALF_SUMS, lambda p, c: Defect(dot=_products_in(p[0], partial_sums=p[1])),
+                lambda p, c: _half_of_inputs(p[0], c)),
+    DefectModel("prescaled_sums_in", "multiplies Q by the scale in {0} and sums each q.k dot product in {0} (every "
+                "product and partial sum rounded, {1})", _HALF_SUMS,
+                lambda p, c: Defect(prescale=rounding(p[0]), dot=_products_in(p[0], partial_sums=p[1])),
+                lambda p, c: p[0].split()[0] == c.dtype),
     DefectModel("scores_rounded", "rounds the scores Q K^T to {} before the softmax", HALVES,
                 lambda f, c: Defect(scores=rounding(f)), _half_of_inputs),
     DefectModel("logits_rounded", "rounds the scores Q K^T to {0} and multiplies them by the scale (times log2(e)) "
@@ -146,7 +170,7 @@ FORWARD_MODELS: tuple[DefectModel, ...] = (
     DefectModel("q_prescaled", "multiplies Q by the scale in {} (rounded) before Q K^T", HALVES,
                 lambda f, c: Defect(prescale=rounding(f)), lambda f, c: f.split()[0] == c.dtype),
     DefectModel("p_rounded", "rounds P to {} before P @ V, narrower than its contract allows",
-                ("fp16", "bf16", "bf16 truncated", "e4m3"),
+                P_FORMATS,
                 lambda f, c: Defect(p=rounding(f)), lambda f, c: _narrower(f, c.p_format),
                 planted=("flashcheck:triton~p_rounded_to_bf16",)),
     DefectModel("scale_slip", "applies the softmax scale {}", tuple(_SCALE_SLIPS),
@@ -185,7 +209,7 @@ BACKWARD_MODELS: tuple[DefectModel, ...] = (
     DefectModel("p_rounded_for_ds", "computes dS from P rounded to {}", HALVES,
                 lambda f, c: GradientDefect(p_for_ds=rounding(f)), _half_of_inputs, backward=True),
     DefectModel("p_rounded_for_dv", "rounds P to {} before dV = P^T dO, narrower than its contract allows",
-                ("fp16", "bf16", "bf16 truncated", "e4m3"), lambda f, c: GradientDefect(p_for_dv=rounding(f)),
+                P_FORMATS, lambda f, c: GradientDefect(p_for_dv=rounding(f)),
                 lambda f, c: _narrower(f, c.p_format), backward=True,
                 planted=("flashcheck:triton~p_rounded_to_bf16_in_dv",)),
     DefectModel("dv_accumulated", "accumulates dV in {} (rounded after each tile of {} query rows)",

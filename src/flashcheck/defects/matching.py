@@ -21,10 +21,16 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..contract.precision import precision_named
+from ..contract.spec import as_kernel
 from ..inputs.case import AttentionCase
 from ..inputs.serving import ServingCase
-from ..numerics.budget import Budget, contract_terms
-from ..numerics.twin import Defect, Tiling, twin_attention
+from ..judge.backward import check_backward, is_backward_case, upstream_gradient
+from ..judge.check import check
+from ..judge.serving import group_budgets
+from ..kernels.registry import resolve_kernel
+from ..numerics.budget import Budget, contract_terms, error_budget
+from ..numerics.gradient_budget import gradient_budget
+from ..numerics.twin import Defect, Habits, Tiling, twin_attention
 from .gradients import GradientDefect, contract_p_rounding, covers, model_gradients
 from .library import BACKWARD_MODELS, FORWARD_MODELS, DefectModel, ModelCase, key_tiles
 
@@ -263,7 +269,7 @@ def _twin_forward(case: AttentionCase, budget: Budget, defect: Defect, tile: int
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
     out, lse = twin_attention(q, k, v, scale=case.scale, causal=case.causal, attn_mask=mask,
                               precision=budget.precision, variant=case.variant, tiling=Tiling(64, tile),
-                              defect=defect)
+                              habits=Habits(defect=defect))
     return {"out": out, "lse": lse}
 
 
@@ -314,10 +320,6 @@ def explain(kernel, case, *, device=None, verdict=None, do=None) -> Explanation:
     library: the backward's gradients for a backward case or with an upstream gradient ``do``, else the forward's
     output. A serving case is matched group by group (each group's logical problem as a dense case); the groups'
     explanations are joined by model, a model explaining the bug where it explains every group that broke."""
-    from ..judge.backward import check_backward, is_backward_case, upstream_gradient
-    from ..judge.check import check
-    from ..numerics.budget import error_budget
-    from ..numerics.gradient_budget import gradient_budget
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     kern = _kernel(kernel, device)
@@ -344,8 +346,6 @@ def explain(kernel, case, *, device=None, verdict=None, do=None) -> Explanation:
 
 
 def _kernel(kernel, device):
-    from ..contract.spec import as_kernel
-    from ..kernels.registry import resolve_kernel
     return resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
 
 
@@ -357,8 +357,6 @@ def _natural(lse, kern):
 
 
 def _explain_serving(kern, case: ServingCase, device, verdict) -> Explanation:
-    from ..judge.check import check
-    from ..judge.serving import group_budgets
 
     verdict = verdict or check(kern, case, device=device, properties=())
     if not isinstance(verdict.output, tuple) or verdict.output[0] is None:

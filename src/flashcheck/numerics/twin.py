@@ -50,7 +50,9 @@ class Habits:
     ``(s + b) log2(e)``: the two round differently where |b| is large. ``sequential`` (one-pass contracts only)
     accumulates each dot product of Q @ K^T and P @ V one term at a time in fp32, as a CPU's BLAS does: where the
     terms' roundings share a sign their errors add up, where a GPU's BLAS sums in a tree and most of them cancel
-    (on an fp32 case of 364 keys, 0.216 of the budget against 0.017), and either order is legal.
+    (on an fp32 case of 364 keys, 0.216 of the budget against 0.017), and either order is legal. ``defect`` is
+    no habit but a mistake (:class:`Defect`), committed by the defect models; the twin then always walks key tiles
+    (a one-pass contract's P stays in fp32).
     """
 
     tf32_mode: str = "nearest"
@@ -59,6 +61,7 @@ class Habits:
     tanh_from_exp: bool = False
     bias_base2: bool = False
     sequential: bool = False
+    defect: "Defect | None" = None
 
 
 def _same(x):
@@ -110,16 +113,17 @@ def round_tf32(x: torch.Tensor, *, mode: str = "nearest") -> torch.Tensor:
 
 def twin_attention(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
                    precision: Precision | str = "flash", variant=None, tiling: Tiling = Tiling(),
-                   habits: Habits = Habits(), defect: Defect | None = None):
+                   habits: Habits = Habits()):
     """(out, lse) of the tiled algorithm under ``precision``, in ``tiling``'s tiles and key order, computed
     with a kernel's ``habits``; ``variant``'s cap and bias on the logits, its visible keys, and its sink added
-    to l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does. A ``defect`` makes
-    the twin commit that mistake; it always walks key tiles (a one-pass contract's P stays in fp32).
+    to l at the end. Fully masked rows give out = 0 and lse = -inf, as a careful kernel does. ``habits.defect``
+    makes the twin commit that mistake.
     """
     q, k, v, scale, causal, attn_mask, s = check_attention_inputs(q, k, v, scale=scale, causal=causal,
                                                                   attn_mask=attn_mask)
     precision = precision_named(precision)
     _check_knobs(precision, tiling, habits)
+    defect = habits.defect
     dtype = q.dtype
     tf32 = precision.tf32 and dtype == torch.float32
     vis = visible(causal, attn_mask, (s.batch, s.heads_q, s.n_q, s.n_k), device=q.device, variant=variant)
