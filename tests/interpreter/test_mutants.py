@@ -29,6 +29,7 @@ from flashcheck.kernels.triton import mutants
 from flashcheck.kernels.triton.forward import make_kernel
 from flashcheck.kernels.triton.mutants import MutantSourceError, load_mutant, mutant_names, mutant_source
 from flashcheck.kernels.triton.planted import AREAS, MUTANTS, SOURCES, Mutant
+from flashcheck.kernels.triton.planted_defects import DEFECT_MUTANTS
 from flashcheck.kernels.triton.planted_long import LONG_MUTANTS
 from flashcheck.kernels.triton.runtime import BACKEND_NAME
 from flashcheck.numerics.budget import error_budget
@@ -51,10 +52,10 @@ def test_at_least_22_mutants_with_unique_names_and_known_areas():
     assert all(m.name.isidentifier() and m.description and m.exposed_by and m.edits for m in MUTANTS)
 
 
-@pytest.mark.parametrize("name", NAMES + tuple(m.name for m in LONG_MUTANTS))
+@pytest.mark.parametrize("name", NAMES + tuple(m.name for m in LONG_MUTANTS + DEFECT_MUTANTS))
 def test_edits_apply_once_and_give_valid_python(name):
-    source = SOURCES["forward"].read_text()
     mutant = mutants._BY_NAME[name]
+    source = SOURCES[mutant.target].read_text()
     for old, new in mutant.edits:
         assert source.count(old) == 1, (name, old)
         assert old != new

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .triton.planted import BACKWARD_MUTANTS, MUTANTS
+from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
@@ -132,8 +133,8 @@ FP8 = (_IGNORES_K_DESCALE, PlantedBug("v_descale_twice", "v_descale multiplies t
 FP8_TRITON = (_IGNORES_K_DESCALE,)
 
 # flashcheck:triton's, in the order `flashcheck kernels` lists them; the self-test's leave out the long ones,
-# which its short cases cannot show.
-TRITON = MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS
+# which its short cases cannot show, and those of the defect models, which their models' tests run.
+TRITON = MUTANTS + BACKWARD_MUTANTS + VARIANT_MUTANTS + VARIANT_BACKWARD_MUTANTS + LONG_MUTANTS + DEFECT_MUTANTS
 SELFTEST = MUTANTS + VARIANT_MUTANTS
 SELFTEST_BACKWARD = BACKWARD_MUTANTS + VARIANT_BACKWARD_MUTANTS
 # Built-in references the self-test judges after flashcheck:triton's rows: each as a correct row, and each of its

@@ -3,7 +3,8 @@
 flashcheck proves its error model on defects a kernel author could really write. Each :class:`Mutant`
 is a list of small text edits to ``flashcheck/kernels/triton/forward.py`` (the forward pass) or to
 ``flashcheck/kernels/triton/backward.py``, written in :mod:`.planted` (the attention variants' in
-:mod:`.planted_variants`, the long sequences' in :mod:`.planted_long`) and catalogued with every built-in's
+:mod:`.planted_variants`, the long sequences' in :mod:`.planted_long`, those of the defect models in
+:mod:`.planted_defects`) and catalogued with every built-in's
 planted bugs in :mod:`flashcheck.kernels.planted`; the production kernel carries no bug switches.
 :func:`load_mutant` writes the edited source to a private temporary directory, imports it as
 ``flashcheck.kernels.triton._mutant_<name>`` and returns its kernel, which keeps the correct kernel's spec (a mutant claims to be correct, as a buggy
@@ -75,7 +76,8 @@ def _apply(mutant: Mutant, source: str) -> str:
             raise MutantSourceError(
                 f"mutant {mutant.name!r}: its edit expects {old!r} exactly once in {mutant.file.name}, "
                 f"found it {count} times. The kernel source changed; update the mutant's edit in "
-                "flashcheck/kernels/triton/planted.py or planted_variants.py to match it."
+                "flashcheck/kernels/triton/planted.py (or planted_variants.py, planted_long.py, planted_defects.py) "
+                "to match it."
             )
         source = source.replace(old, new)
     return source
