@@ -51,9 +51,10 @@ def planted_row(model: str, bug: str, device: str) -> dict:
     from flashcheck.kernels.triton.mutants import load_mutant
     from tests._defect_cases import planted_probe
 
-    case, block = planted_probe(bug)
+    case, do, block = planted_probe(bug)
     start = time.perf_counter()
-    explained = explain(load_mutant(bug, block_m=block, block_n=block, input_precision="ieee"), case, device=device)
+    kernel = load_mutant(bug, block_m=block, block_n=block, input_precision="ieee")
+    explained = explain(kernel, case, device=device, do=do)
     best = explained.best
     return _row(f"flashcheck:triton~{bug}", explained, best is not None and best.model == model, start)
 

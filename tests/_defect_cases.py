@@ -11,6 +11,10 @@ from typing import Callable
 
 import torch
 
+from flashcheck import AttentionCase
+from flashcheck.judge.backward import backward_case
+from tests._cases import cancelling_group_case
+
 REPORTS = Path(__file__).parents[1] / "reports"
 SDPA_CASES = Path(__file__).parent / "gpu" / "sdpa_backward_cases"
 
@@ -43,15 +47,11 @@ def _saved(path: Path, backward: bool = False):
 
 
 def _cancelling(device):
-    from tests._cases import cancelling_group_case
-
     case, do = cancelling_group_case()
     return case, do.to(device)
 
 
 def _cpu_flash_overflow(device):
-    from flashcheck import AttentionCase
-
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, 1, n, 128, generator=g).mul(0.3).half() for n in (65, 3))
     v = (torch.randn(1, 1, 3, 128, generator=g).sign() * 68).half()
@@ -59,10 +59,65 @@ def _cpu_flash_overflow(device):
     return AttentionCase.create(q, k, v, scale=128 ** -0.5, causal="top_left"), do.to(device)
 
 
+F16 = torch.float16
+
+
+def _near_tied_large_logits(scale: float) -> AttentionCase:
+    # q.k ~ 1024 (fp16's spacing 1 there; products near 64, spacing 2^-5) while the keys differ by a few units.
+    gen = torch.Generator().manual_seed(6)
+    q = (8 + 0.1 * torch.randn(1, 2, 16, 16, generator=gen)).to(F16)
+    k = (8 + 0.1 * torch.randn(1, 2, 64, 16, generator=gen)).to(F16)
+    v = torch.randn(1, 2, 64, 16, generator=gen).to(F16)
+    return AttentionCase.create(q, k, v, scale=scale)
+
+
+def _random_fp32() -> AttentionCase:
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=gen) for n in (16, 64, 64))
+    return AttentionCase.create(q, k, v, scale=0.25)
+
+
+def _hidden_keys_far_above() -> AttentionCase:
+    # Logits +40,000 on keys 0..15, which the mask hides from every row, and -40,000 on keys 16..31, some of them
+    # visible: a hidden key's logit less 65,504 is still 14,496 above every visible one.
+    gen = torch.Generator().manual_seed(2)
+    q = torch.full((1, 1, 16, 16), 100.0)
+    k = torch.full((1, 1, 32, 16), 100.0)
+    k[:, :, 16:] = -100.0
+    v = torch.randn(1, 1, 32, 16, generator=gen)
+    mask = torch.rand(1, 1, 16, 32, generator=gen) < 0.5
+    mask[..., :16] = False
+    mask[..., 16] = True
+    return AttentionCase.create(q.to(F16), k.to(F16), v.to(F16), scale=0.25, attn_mask=mask)
+
+
+def _cancelling_rows(v: float, scale: float) -> tuple[AttentionCase, torch.Tensor]:
+    # K = 0 (P = 1/2 on both keys), V = +-v, dO = 12.5 and two query rows of opposite signs: dS = +-100 v on each
+    # row, so dQ = 0 and dK = scale (dS_0 - dS_1) = 0 exactly, whatever dS and scale x dS are.
+    q = torch.ones(1, 1, 2, 16)
+    q[:, :, 1] = -1.0
+    k = torch.zeros(1, 1, 2, 16)
+    values = torch.tensor([v, -v]).reshape(1, 1, 2, 1).expand(1, 1, 2, 16).contiguous()
+    do = torch.full((1, 1, 2, 16), 12.5, dtype=F16)
+    return AttentionCase.create(q.to(F16), k.to(F16), values.to(F16), scale=scale), do
+
+
+def _peaked_subnormal_p() -> AttentionCase:
+    # One key at logit 0, 31 at logit gaps of 10 to 16 (P from 4.5e-5 down to 1.1e-7: fp16's subnormals), and dO
+    # along O (the "aligned" regime), so dS = P (dP - D) of the tiny weights carries their rounding.
+    gen = torch.Generator().manual_seed(5)
+    gaps = 10 + 6 * torch.rand(32, generator=gen)
+    gaps[0] = 0.0
+    q = torch.ones(1, 1, 8, 16)
+    k = (-gaps / 4).view(1, 1, 32, 1).expand(1, 1, 32, 16).contiguous()
+    v = torch.randn(1, 1, 32, 16, generator=gen)
+    case = AttentionCase.create(q.to(F16), k.to(F16), v.to(F16), scale=0.25)
+    return backward_case(case, upstream="aligned", seed=5)
+
+
 def _sentinel_case():
     """A bias of -inf entries that hides every key of row 0 (of both batch entries): a finite sentinel gives that
     row the mean of V, where the kernel promises 0."""
-    from flashcheck import AttentionCase
     from flashcheck.features.variant import Variant
 
     g = torch.Generator().manual_seed(0)
@@ -73,20 +128,59 @@ def _sentinel_case():
     return AttentionCase.create(q, k, v, scale=0.25, variant=Variant(attn_bias=bias))
 
 
-def planted_probe(bug: str):
-    """(case, block size) of a planted bug's exposing input (the mutant tests' probes)."""
-    from flashcheck.judge.backward import backward_case
+@dataclass(frozen=True)
+class Exposure:
+    """A planted bug's exposing case (and its dO where the case's own upstream regime cannot give it), the block
+    size both kernels run with, and the model's fit :func:`flashcheck.defects.explain` must name first."""
+
+    named: str
+    case: Callable
+    block: int = 16
+
+
+# The defect models' own planted bugs (kernels/triton/planted_defects.py).
+DEFECT_EXPOSURES = {
+    "qk_products_in_input_dtype": Exposure("products_in(fp16)", lambda: _near_tied_large_logits(0.25)),
+    "qk_sum_in_input_dtype": Exposure("sums_in(fp16,in order)", lambda: _near_tied_large_logits(0.25)),
+    "scores_rounded_then_promoted": Exposure("scores_rounded(fp16)", lambda: _near_tied_large_logits(0.25)),
+    # A scale that is not a power of two: scale x q rounds.
+    "q_prescaled_in_input_dtype": Exposure("q_prescaled(fp16)", lambda: _near_tied_large_logits(0.3)),
+    # fp32 under the strict contract: the flash contract's tf32 allows fp16's rounding of l.
+    "row_sum_rounded_to_fp16": Exposure("sum_rounded(fp16)", _random_fp32),
+    "finite_mask_sentinel": Exposure("finite_sentinel(65504)", _hidden_keys_far_above),
+    # scale x dS = +-80,000, past fp16's 65,504; dS itself 5,000.
+    "scaled_ds_rounded_to_input_dtype": Exposure("scaled_ds_rounded(fp16)", lambda: _cancelling_rows(50.0, 16.0)),
+    "p_rounded_for_ds": Exposure("p_rounded_for_ds(fp16)", _peaked_subnormal_p),
+    # Each query head's dK share +-120,000 (past 65,504), the exact dK 0 (reports/gqa-share-2026-12-04).
+    "group_shares_rounded": Exposure("group_share_rounded(fp16)", cancelling_group_case),
+    # dS = +-100,000, past fp16's 65,504; scale x dS 6,250.
+    "ds_rounded_to_fp16": Exposure("ds_rounded(fp16)", lambda: _cancelling_rows(1000.0, 1 / 16)),
+    "q_prescaled_sum_in_input_dtype": Exposure("prescaled_sums_in(fp16,in order)",
+                                               lambda: _near_tied_large_logits(0.3)),
+    # The running sum: +120,000 is inf, and stays inf after the other head's -120,000.
+    "group_sum_in_input_dtype": Exposure("group_sum_rounded(fp16)", cancelling_group_case),
+}
+
+
+def planted_probe(bug: str) -> tuple:
+    """(case, dO or None, block size) of a planted bug's exposing input: the defect models' own, or the mutant tests'
+    probes, which run at input_precision "ieee" (fp32 under the strict contract)."""
     from tests.interpreter import test_backward_mutants as backward_probes
     from tests.interpreter import test_mutants as forward_probes
 
+    if bug in DEFECT_EXPOSURES:
+        made = DEFECT_EXPOSURES[bug].case()
+        case, do = made if isinstance(made, tuple) else (made, None)
+        return case, do, DEFECT_EXPOSURES[bug].block
     if bug in forward_probes.PROBES:
         probe = forward_probes.PROBES[bug]()
-        return probe.case, probe.block_n
+        return probe.case, None, probe.block_n
     if bug in backward_probes.PROBES:
         probe = backward_probes.PROBES[bug]
-        return backward_case(backward_probes._case(probe), upstream=probe.upstream, seed=1), backward_probes.BLOCK
+        case = backward_case(backward_probes._case(probe), upstream=probe.upstream, seed=1)
+        return case, None, backward_probes.BLOCK
     if bug == "bias_finite_sentinel":
-        return _sentinel_case(), 16
+        return _sentinel_case(), None, 16
     raise KeyError(bug)
 
 

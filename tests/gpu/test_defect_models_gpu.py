@@ -21,9 +21,9 @@ GPU_DEFECTS = [d for d in REAL if "cuda" in d.devices]
 
 @pytest.mark.parametrize(("model", "bug"), PLANTED, ids=[bug for _, bug in PLANTED])
 def test_each_model_is_the_best_fit_to_its_planted_bug_compiled(model, bug):
-    case, block = planted_probe(bug)
+    case, do, block = planted_probe(bug)
     kernel = load_mutant(bug, block_m=block, block_n=block, input_precision="ieee")
-    explained = explain(kernel, case, device="cuda")
+    explained = explain(kernel, case, device="cuda", do=do)
     assert explained.best is not None and explained.best.model == model, explained.line()
 
 

@@ -74,6 +74,18 @@ DEFECT_MUTANTS: tuple[Mutant, ...] = (
         "scale 0.3): the rounding of scale x q moves the logits.",
         dtypes=_HALVES,
     ),
+    Mutant(
+        "q_prescaled_sum_in_input_dtype", "precision",
+        "Q is multiplied by the softmax scale in the input dtype before the key loop, and Q K^T is a broadcast "
+        "product summed over the head dim in the input dtype, as a decoding kernel that reduces with tl.sum does: "
+        "the scaled q, every product and every partial sum lose their low bits.",
+        ((_QK_SCALE_ARG, "    sm_scale,  # the softmax scale: Q is multiplied by it once, before the key loop\n"),
+         (_M_INIT, "    q = (q.to(tl.float32) * sm_scale).to(Q.dtype.element_ty)\n" + _M_INIT),
+         (_SCORES, "        s = tl.sum(q[:, :, None] * k[None, :, :], axis=1).to(tl.float32) * 1.4426950408889634\n"),
+         (_HOST_SCALE, "causal_offset, scale,")),
+        "fp16 near-tied large logits and a scale that is not a power of two (q, k ~ 8 +- 0.1, scale 0.3).",
+        dtypes=_HALVES,
+    ),
     # -- the online softmax ---------------------------------------------------------------------------------
     Mutant(
         "row_sum_rounded_to_fp16", "precision",
@@ -134,6 +146,24 @@ DEFECT_MUTANTS: tuple[Mutant, ...] = (
                                  "dk_h = tl.dot(tl.trans(ds), q.to(tl.float32), dk_h,")),
          (_SCALE_DK, "        dk += (dk_h * scale).to(DK.dtype.element_ty).to(tl.float32)\n"
                      "        dv += dv_h.to(DV.dtype.element_ty).to(tl.float32)\n")],
+        "fp16 GQA whose query heads' dK shares pass 65,504 and cancel: Hq = 2 on Hkv = 1, scale 16, V = +-50, "
+        "dO = +-6.25 of opposite signs on the two heads (shares of +-120,000, the exact dK 0).",
+        dtypes=_HALVES,
+    ),
+    backward_mutant(
+        "group_sum_in_input_dtype", "gqa",
+        "With GQA, the group's running sum of dK and dV is kept in the input dtype: rounded after each query "
+        "head's share is added, so a share past 65,504 makes it inf, which the next head's share of opposite sign "
+        "cannot bring back.",
+        [(_GROUP_LOOP, "    for g in range(0, group):\n"
+                       "        dk_h = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)  # this query head's share\n"
+                       "        dv_h = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)\n"
+                       "        off_h = off_hkv * group + g\n"),
+         (_P_DV, "dv_h = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv_h, input_precision=INPUT_PRECISION)"),
+         (_DS_DK, _DS_DK.replace("dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk,",
+                                 "dk_h = tl.dot(tl.trans(ds), q.to(tl.float32), dk_h,")),
+         (_SCALE_DK, "        dk = (dk + dk_h * scale).to(DK.dtype.element_ty).to(tl.float32)\n"
+                     "        dv = (dv + dv_h).to(DV.dtype.element_ty).to(tl.float32)\n")],
         "fp16 GQA whose query heads' dK shares pass 65,504 and cancel: Hq = 2 on Hkv = 1, scale 16, V = +-50, "
         "dO = +-6.25 of opposite signs on the two heads (shares of +-120,000, the exact dK 0).",
         dtypes=_HALVES,
