@@ -10,6 +10,7 @@ import pytest
 
 from flashcheck.campaign.bugs import BugTally, bugs_with_findings, combine_bugs
 from flashcheck.campaign.causes import Cause
+from flashcheck.campaign.result import CampaignResult
 from flashcheck.campaign.scheduler.seeds import _keep
 from flashcheck.defects.naming import describes
 from flashcheck.judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
@@ -92,3 +93,77 @@ def test_a_worker_that_died_keeps_the_model_of_the_findings_it_sent_again_once_n
     snapshot = _bug(_entry("w/found", shrunk=False, elements=900))
     [bug] = bugs_with_findings([snapshot], sent)
     assert bug["model"]["named"] == "acc_not_rescaled" and bug["smallest"]["path"] == "w/shrunk"
+
+
+class _Campaign:
+    """What :class:`BugNames` asks of a campaign: its result, its stop, and the models' run (recorded here)."""
+
+    def __init__(self, stop_reason: str | None = None):
+        self.result = CampaignResult(verdict=BUG, kernel="k", device="cpu", preset="smoke", seed=0)
+        self.stop_reason, self.sent, self.explained = stop_reason, [], []
+        self.on_finding = self.sent.append
+
+    def interrupted(self) -> bool:
+        return self.stop_reason == "interrupted"
+
+    def explain(self, case) -> dict:
+        self.explained.append(case.describe())
+        return _model("acc_not_rescaled")
+
+
+def _saved(folder, cause: Cause, *, n: int, label: str):
+    """``(verdict, case, entry)`` of a numerical BUG on an ``n`` by ``n`` case, saved as a campaign saves it."""
+    import torch
+
+    from flashcheck.campaign.corpus import save_finding
+    from flashcheck.campaign.result import finding_entry
+    from flashcheck.inputs.case import AttentionCase
+
+    q = torch.zeros(1, 1, n, 8, dtype=torch.float16)
+    case = AttentionCase.create(q, q, q, scale=0.5, provenance={"strategy": "random", "seed": n})
+    verdict = _verdict(("over_budget", BUG, {}))
+    verdict.kernel, verdict.case = "k", case.describe()
+    path = save_finding(folder, verdict, case, label=label)
+    return verdict, case, finding_entry(verdict, case, path, cause, shrunk=label == "shrunk", device="cpu")
+
+
+def test_a_bug_is_named_on_its_shrunk_case_and_one_never_shrunk_on_its_case_as_found_at_the_end(tmp_path):
+    from flashcheck.campaign.naming import BugNames
+
+    campaign, other = _Campaign(), Cause("nonfinite:out", "non-finite out")
+    names = BugNames(campaign)
+    for cause, n, label in ((CAUSE, 40, "found"), (other, 24, "found"), (CAUSE, 3, "shrunk")):
+        verdict, case, entry = _saved(tmp_path, cause, n=n, label=label)
+        campaign.result.bugs.saved(cause, BUG, entry)
+        if label == "found":
+            names.found(verdict, case, cause, entry)
+        else:
+            names.final(verdict, case, cause, entry)
+    assert [d.split(" Nk=")[0] for d in campaign.explained] == ["fp16 B=1 Hq=1 Hkv=1 Nq=3"]  # the shrunk one
+    names.finish()  # the other bug, never shrunk: its case as found, read back from the corpus
+    assert len(campaign.explained) == 2 and "Nq=24" in campaign.explained[1]
+    bugs = {b["cause"]: b for b in campaign.result.bugs.as_list()}
+    assert {b["model"]["named"] for b in bugs.values()} == {"acc_not_rescaled"}
+    assert bugs[other.key]["title"] == "non-finite out; matches acc_not_rescaled"
+    assert [e["path"] for e in campaign.sent] == [bugs[CAUSE.key]["smallest"]["path"],
+                                                  bugs[other.key]["smallest"]["path"]]  # each sent again, named
+    assert campaign.result.notes == []
+
+
+def test_a_case_too_large_is_not_run_and_a_stopped_campaign_names_none_left(tmp_path):
+    from flashcheck.campaign.naming import BugNames
+
+    campaign = _Campaign()
+    names = BugNames(campaign)
+    verdict, case, entry = _saved(tmp_path, CAUSE, n=2100, label="found")  # 4.4 million scores
+    campaign.result.bugs.saved(CAUSE, BUG, entry)
+    names.found(verdict, case, CAUSE, entry)
+    names.finish()
+    assert campaign.explained == [] and entry["model"]["note"].startswith("not run: the case has 4,410,000 scores")
+    stopped = _Campaign(stop_reason="interrupted")
+    names = BugNames(stopped)
+    verdict, case, entry = _saved(tmp_path, CAUSE, n=4, label="found")
+    names.found(verdict, case, CAUSE, entry)
+    names.finish()
+    assert stopped.explained == [] and "model" not in entry
+    assert stopped.result.notes == ["the defect models named no bug left unshrunk: the campaign stopped (interrupted)"]
