@@ -57,7 +57,7 @@ def test_the_distinct_bug_and_its_shrunk_finding_name_the_model(campaign):
 def test_the_text_summary_prints_the_line_under_the_bug(campaign):
     _, _, printed = campaign
     flat = " ".join(printed.split())
-    assert f"[numerical:out] out over the error budget" in flat and f"; matches {NAMED}" in flat
+    assert "[numerical:out] out over the error budget" in flat and f"; matches {NAMED}" in flat
     assert LINE in flat
     assert flat.index(LINE) < flat.index("raw findings")  # under the distinct bug, before the raw findings
 
