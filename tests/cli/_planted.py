@@ -1,9 +1,12 @@
 """Kernels for the CLI tests, importable as tests.cli._planted:NAME."""
 
+import os
+import sys
+
 import torch
 
 import flashcheck
-from flashcheck.numerics.twin import Tiling, twin_attention
+from flashcheck.numerics.twin import Defect, Tiling, twin_attention
 from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
@@ -43,3 +46,27 @@ def plain(q, k, v, *, scale, causal, attn_mask=None):
 def always_out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
     """Every case is skipped (raised by hand: the CPU has no CUDA allocator), so nothing is ever judged."""
     raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {q.shape[2] % 3} GiB")
+
+
+@flashcheck.kernel(**SPEC)
+def acc_not_rescaled(q, k, v, *, scale, causal, attn_mask=None):
+    """The accumulator is not rescaled when the running max grows: the defect model acc_not_rescaled, bit for bit."""
+    return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, tiling=Tiling(32, 32),
+                          defect=Defect(rescale_acc=False))
+
+
+def _in_defect_models() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(os.path.join("flashcheck", "defects", "matching.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@flashcheck.kernel(**SPEC)
+def dies_while_named(q, k, v, *, scale, causal, attn_mask=None):
+    """acc_not_rescaled, whose process dies when the defect models run it (never while its cases are judged)."""
+    if _in_defect_models():
+        os._exit(3)
+    return acc_not_rescaled(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)

@@ -27,7 +27,8 @@ def test_correct_kernel_passes_with_exit_0(tmp_path):
     assert sum(summary["counts"]["by_dtype"].values()) == 30
     split = summary["time_split_s"]
     assert set(split) == {"draw", "generation", "transfer", "kernel", "compile", "oracle", "properties", "envelope",
-                          "triage", "anchors"}
+                          "triage", "anchors", "models"}
+    assert split["models"] == 0  # no bug to name
     assert split["draw"] > 0 and split["generation"] > 0  # the worker draws the tensors, hypothesis the recipe
     assert split["anchors"] == 0  # the field's rules are a sign-off's cost, not a campaign's
     # which cases get the properties depends on their time (campaign/share.py): the info counts those that did

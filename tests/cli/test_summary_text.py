@@ -107,3 +107,16 @@ def test_a_backward_summary_says_so_and_gives_each_gradients_largest_err_budget(
     assert "  bf16: 1 cases, max error/budget nan (dq nan)" in out
     forward = _printed(_summary(), capsys, monkeypatch)
     assert "backward" not in forward and "  fp16: 3 cases, max error/budget 4\n" in forward
+
+
+def test_a_bug_named_by_a_defect_model_prints_its_line_under_the_smallest_case(capsys, monkeypatch):
+    line = ("matches p_rounded(bf16): the kernel rounds P to bf16 before P @ V, narrower than its contract allows "
+            "(err/budget 0.3 against the model on 90% of the broken elements, 95% within one budget)")
+    named = _bug(title="over the error budget; matches p_rounded(bf16)", model={"named": "p_rounded(bf16)",
+                                                                                "line": line})
+    out = _printed(_summary(bugs=[named, _bug(id=2, cause="crash:ValueError", model=None)]), capsys, monkeypatch)
+    assert max(map(len, out.splitlines())) <= WIDTH, out
+    flat = " ".join(out.split())
+    assert "#1 BUG [numerical:out] over the error budget; matches p_rounded(bf16)" in flat
+    assert f"smallest case (shrunk): fp16 B=1 rows 0..2 of 3 {line} replay: replay it" in flat
+    assert flat.count("matches p_rounded(bf16):") == 1  # the unnamed bug prints none

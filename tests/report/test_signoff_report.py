@@ -204,3 +204,24 @@ def test_the_bugs_heading_counts_bugs_and_suspicious_findings_apart(signoff_repo
     headings = [text for kind, text, *_ in report_blocks(report, []) if kind == "h2"]
     bugs = len(report["bugs"]) - 1
     assert f"Distinct bugs ({bugs}) and suspicious findings (1)" in headings, headings
+
+
+def test_each_numerical_bug_shows_the_defect_models_line(signoff_report):
+    out, _, report = signoff_report
+    numerical = next(b for b in report["bugs"] if b["cause"] == "numerical:out")
+    line = numerical["model"]["line"]
+    assert line.startswith(("matches ", "defect models: ")), line
+    assert f"| defect model | {line} |" in (out / "report.md").read_text()
+    assert "<td>defect model</td>" in (out / "index.html").read_text()
+
+
+def test_a_named_bug_shows_its_model_beside_it(signoff_report):
+    from flashcheck.report.render import report_blocks, to_markdown
+
+    report = copy.deepcopy(signoff_report[2])
+    bug = report["bugs"][0]
+    line = "matches p_rounded(bf16): the kernel rounds P to bf16 before P @ V (bitwise)"
+    bug.update(title=bug["title"] + "; matches p_rounded(bf16)", model={"named": "p_rounded(bf16)", "line": line})
+    assert _errors(report) == []
+    md = to_markdown(report_blocks(report, []))
+    assert f"[{bug['cause']}]: {bug['title']}" in md and f"| defect model | {line} |" in md

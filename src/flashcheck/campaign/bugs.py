@@ -2,8 +2,10 @@
 
 Each distinct bug keeps how many drawn cases hit it and under which regimes, dtypes, layouts and causal
 alignments, the largest error/budget seen, its saved cases, and the smallest of them with its replay
-command (a shrunk case before one as found). A campaign's summary and JSON lead with these; the raw
-findings follow. Summaries combined from several workers or machines combine their bugs by cause.
+command (a shrunk case before one as found), with the defect models' explanation of that case (``"model"``,
+:mod:`flashcheck.campaign.naming`; the title names the model that explains it). A campaign's summary and JSON
+lead with these; the raw findings follow. Summaries combined from several workers or machines combine their bugs
+by cause, each keeping the model of its smallest example.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import Counter
 from ..judge.verdict import BUG, from_json_number, json_number
 from .causes import Cause
 
-__all__ = ["BugTally", "bugs_with_findings", "combine_bugs"]
+__all__ = ["BugTally", "bugs_with_findings", "combine_bugs", "titled"]
 
 _COUNTED = ("regimes", "dtypes", "layouts", "causal", "parts")  # counted per case that hits a bug
 
@@ -22,7 +24,20 @@ _COUNTED = ("regimes", "dtypes", "layouts", "causal", "parts")  # counted per ca
 def _new_bug(cause: Cause, status: str) -> dict:
     return {"cause": cause.key, "title": cause.title, "status": status, "cases": 0, "shrink_cases": 0,
             **{key: {} for key in _COUNTED}, "kinds": [], "max_ratio": None, "diagnosis": [],
-            "smallest": None, "saved": 0}
+            "smallest": None, "saved": 0, "model": None}
+
+
+def titled(title: str, model: dict | None) -> str:
+    """A bug's ``title`` naming the defect model that explains it (``model``: ``Explanation.as_dict()``)."""
+    named = (model or {}).get("named")
+    return f"{title}; matches {named}" if named else title
+
+
+def _take_example(bug: dict, entry: dict) -> None:
+    """``entry`` (a saved finding) as ``bug``'s smallest example, with its diagnosis, model and title."""
+    bug["smallest"], bug["diagnosis"] = entry, list(entry["diagnosis"])
+    bug["model"] = entry.get("model")
+    bug["title"] = entry.get("title") or bug["title"]
 
 
 class BugTally:
@@ -58,8 +73,15 @@ class BugTally:
         bug = self.bug(cause, status)
         bug["saved"] += 1
         if bug["smallest"] is None or _smaller(entry, bug["smallest"]):
-            bug["smallest"] = entry
-            bug["diagnosis"] = list(entry["diagnosis"])
+            _take_example(bug, entry)
+
+    def name(self, cause: Cause, entry: dict, model: dict) -> None:
+        """The defect models' explanation of a saved finding's case (``Explanation.as_dict()``): on ``entry``, and
+        on its bug while ``entry`` is the bug's example; their titles name the model that explains it."""
+        entry["model"], entry["title"] = model, titled(cause.title, model)
+        bug = self.bugs[cause.key]
+        if bug["smallest"] is entry:
+            bug["model"], bug["title"] = model, entry["title"]
 
     def add_diagnosis(self, key: str, line: str) -> None:
         self.bugs[key]["diagnosis"].append(line)
@@ -133,4 +155,5 @@ def _combine_into(into: dict, bug: dict, smallest: dict | None) -> None:
     into["kinds"] = sorted(set(into["kinds"]) | set(bug.get("kinds") or []))
     into["max_ratio"] = _worse(into["max_ratio"], bug.get("max_ratio"))
     if smallest is not None and (into["smallest"] is None or _smaller(smallest, into["smallest"])):
-        into["smallest"], into["diagnosis"] = smallest, list(bug.get("diagnosis") or [])
+        into.update(smallest=smallest, diagnosis=list(bug.get("diagnosis") or []), model=bug.get("model"),
+                    title=bug["title"])

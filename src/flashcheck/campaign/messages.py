@@ -5,9 +5,10 @@ what a process may say to another is read here, in one place, with its fields na
 index, no kind spelled as a string. Three conversations use them:
 
 - a campaign and its kernel's worker process (:mod:`.worker`, :mod:`.worker_child`): the parent names the
-  kernel (:class:`Assign`), sends cases or recipes to judge and recipes to draw again, and ends it
-  (:class:`Shutdown`); the child answers :class:`Ready` or :class:`LoadFailed`, then :class:`Judged`,
-  :class:`Built` or :class:`JudgeFailed`;
+  kernel (:class:`Assign`), sends cases or recipes to judge, recipes to draw again and a distinct bug's case to
+  name by the defect models (:class:`ExplainCase`), and ends it (:class:`Shutdown`); the child answers
+  :class:`Ready` or :class:`LoadFailed`, then :class:`Judged`, :class:`Built`, :class:`Explained` or
+  :class:`JudgeFailed`;
 - ``fuzz --jobs`` (:mod:`.scheduler.seeds`): each worker reports :class:`FindingSaved` at once,
   :class:`Progress` now and then and :class:`Finished` at its end, or :class:`CampaignRefused` (a usage
   error) or :class:`CampaignCrashed`;
@@ -32,9 +33,9 @@ if TYPE_CHECKING:  # not at run time: each pulls torch or hypothesis in, and mes
     from ..inputs.strategies import Recipe
     from .summary import CampaignSummary
 
-__all__ = ["Assign", "Built", "BuildCase", "CampaignCrashed", "CampaignRefused", "Ended", "FindingSaved", "Finished",
-           "JudgeCase", "JudgeFailed", "JudgeRecipe", "Judged", "LoadFailed", "Message", "PartDone", "PartTask",
-           "Progress", "Ready", "Shutdown", "TimedOut", "WorkerReady"]
+__all__ = ["Assign", "Built", "BuildCase", "CampaignCrashed", "CampaignRefused", "Ended", "ExplainCase", "Explained",
+           "FindingSaved", "Finished", "JudgeCase", "JudgeFailed", "JudgeRecipe", "Judged", "LoadFailed", "Message",
+           "PartDone", "PartTask", "Progress", "Ready", "Shutdown", "TimedOut", "WorkerReady"]
 
 
 class Message:
@@ -137,6 +138,20 @@ class Built(Message):
 
 
 @_message
+class ExplainCase(Message):
+    """Parent to kernel worker: run the kernel on this case and match its output against the defect models."""
+
+    case: AttentionCase
+
+
+@_message
+class Explained(Message):
+    """Kernel worker to parent: the defect models' explanation (``Explanation.as_dict()``; a note where none ran)."""
+
+    explanation: dict
+
+
+@_message
 class JudgeFailed(Message):
     """Kernel worker to parent: flashcheck itself raised (not the kernel: what the kernel does is a verdict)."""
 
@@ -148,7 +163,8 @@ class JudgeFailed(Message):
 
 @_message
 class FindingSaved(Message):
-    """Campaign worker to parent: a finding's summary entry, sent once its case is in the corpus."""
+    """Campaign worker to parent: a finding's summary entry, sent once its case is in the corpus, and again (the same
+    ``path``) once the defect models named its bug."""
 
     entry: dict
 

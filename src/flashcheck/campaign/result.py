@@ -19,8 +19,9 @@ from .bugs import BugTally
 from .causes import Cause
 from .summary import CampaignSummary
 
-__all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS", "TRIAGE",
-           "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row", "shrink_state"]
+__all__ = ["CampaignResult", "MAX_SKIP_REASONS", "MODELS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS",
+           "TRIAGE", "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row",
+           "shrink_state"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 # "generation" draws the tensors (in the worker process, or in-process); the summary's "draw" part is the
@@ -28,6 +29,8 @@ __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "OTHER_SKIP_REASONS", "RECORD_C
 TIMED_PARTS = ("generation", "transfer", "kernel", "compile", "oracle", "properties", "envelope", "anchors")
 # Reruns of failing non-contiguous cases in the contiguous layout, to name their cause.
 TRIAGE = "triage"
+# The defect models run once per distinct bug, to name it (campaign.naming).
+MODELS = "models"
 # One row per drawn, judged case when a campaign keeps records (a sign-off's plots and coverage).
 # "anchors": each of the field's rules (judge.anchors) on the same output, "pass", "fail" or "n/a"; None
 # where none judged it (the worker died on the case).
@@ -54,8 +57,9 @@ class CampaignResult:
     # verdict back, and what else a worker's call spent outside the other parts), kernel (the first call),
     # compile (Triton's compilations,
     # included in kernel), oracle (reference and budget), properties (the exact properties' reruns),
-    # envelope (the twin's tilings, for SUSPICIOUS), anchors (the field's rules on the same output: sign-offs).
-    time_split: dict = field(default_factory=lambda: dict.fromkeys(("draw",) + TIMED_PARTS + (TRIAGE,), 0.0))
+    # envelope (the twin's tilings, for SUSPICIOUS), anchors (the field's rules on the same output: sign-offs),
+    # triage (TRIAGE), models (MODELS).
+    time_split: dict = field(default_factory=lambda: dict.fromkeys(("draw",) + TIMED_PARTS + (TRIAGE, MODELS), 0.0))
     by_status: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
     by_regime: Counter = field(default_factory=Counter)

@@ -16,7 +16,9 @@ in a non-contiguous layout is first rerun contiguous, and if that passes its cau
 ``keep_going`` the campaign does not stop at the first bug: each distinct bug is shrunk and saved once,
 later cases with a known cause are only counted (by regime, dtype, layout and causal alignment), and the
 campaign ends at ``max_examples`` or the time budget. A SUSPICIOUS case is saved once per cause, not
-shrunk. The summary leads with the distinct bugs (:mod:`flashcheck.campaign.bugs`); the raw findings follow.
+shrunk. Each distinct numerical BUG is named once by the defect model its last saved case shows
+(:mod:`flashcheck.campaign.naming`). The summary leads with the distinct bugs (:mod:`flashcheck.campaign.bugs`);
+the raw findings follow.
 Hypothesis stops at the first failure, so each bug ends a round and the next round draws the remaining
 examples with fresh randomness (derived from the seed, so a seed still fixes every case). Over several
 dtypes, each dtype draws its share of the cases and of the time in an engine of its own, one after the
@@ -37,6 +39,7 @@ from pathlib import Path
 import torch
 from hypothesis import event
 
+from ..defects.naming import explained, not_run
 from ..inputs.case import AttentionCase
 from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.drawing import draw_device
@@ -51,11 +54,12 @@ from .corpus import save_finding
 from .config import CampaignConfig, CampaignHooks
 from .database import KeyedDatabase, campaign_scope, open_database
 from .interrupts import handle_signals, restore_handlers
-from .result import TRIAGE, CampaignResult, finding_entry, record_row
+from .naming import BugNames
+from .result import MODELS, TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
 from .setup import Prepared, prepare_campaign, warm_oracle
 from .share import PropertyShare
-from .worker import KernelWorker, WorkerStartError
+from .worker import ExplainFailed, KernelWorker, WorkerStartError
 from .worker_child import drawn_or_skipped
 
 __all__ = ["run_campaign"]
@@ -131,6 +135,7 @@ class _Campaign:
             self.result.records = []
         self.stop_reason: str | None = None  # "interrupted", "time_budget" or "worker_failed"
         self.in_kernel = False               # a case runs in this process: only an exception can stop it
+        self.explaining = False              # the defect models run: bounded by the case timeout, not the budget
         self.start = self.last_end = time.monotonic()
         self.first_case_at: float | None = None
         self.property_share = PropertyShare()
@@ -140,6 +145,7 @@ class _Campaign:
                                  plan=None if plan is None else PlanShare(*plan))
         self.saved_found: dict[str, dict] = {}  # causes whose first case is saved: its summary entry
         self.shrunk: set[str] = set()        # causes shrunk and saved: later cases are only counted
+        self.names = BugNames(self)
 
     def interrupted(self) -> bool:
         return self.stop_reason == "interrupted"
@@ -150,6 +156,8 @@ class _Campaign:
         compiles for minutes must not hold a time budget hostage."""
         if self.interrupted():
             return True
+        if self.explaining:
+            return False
         until = self.schedule.until
         if time.monotonic() > until + max(GRACE_MIN_S, GRACE_SHARE * (until - self.start)):
             self.stop_reason = self.stop_reason or "time_budget"
@@ -302,6 +310,7 @@ class _Campaign:
             r.bugs.count(cause, verdict, recipe, drawn=not shrinking)
         if sig not in self.saved_found:  # the case as first found, before shrinking (examples_at: drawn so far)
             self.saved_found[sig] = self.save(verdict, case, cause, label="found", examples_at=r.examples)
+            self.names.found(verdict, case, cause, self.saved_found[sig])
         if sig in self.shrunk or (shrinking and sig != rnd.signature):
             return  # a bug already shrunk, or not the one this round shrinks: saved and counted, no failure
         if not shrinking:
@@ -328,11 +337,41 @@ class _Campaign:
         found = self.saved_found.get(cause.key)
         if not_shrunk and found is not None and found["case"] == verdict.case:
             found["shrink_note"] = not_shrunk
+            self.names.final(verdict, case, cause, found)
             return
-        self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
+        entry = self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
+        self.names.final(verdict, case, cause, entry)
+
+    def explain(self, case: AttentionCase) -> dict:
+        """The defect models' explanation of ``case`` (``Explanation.as_dict()``), the kernel run where it runs: a
+        note in its place when its worker gives none."""
+        start = time.monotonic()
+        self.explaining = True
+        try:
+            if self.worker is not None:
+                return self.worker.explain(case)
+            self.in_kernel = True
+            return explained(self.resolved, case, device=self.device).as_dict()
+        except ExplainFailed as exc:
+            return not_run(str(exc)).as_dict()
+        finally:
+            self.in_kernel = self.explaining = False
+            self.result.time_split[MODELS] += time.monotonic() - start
+            self.last_end = time.monotonic()
 
     def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:
         previous = self._install_signal_handlers()
+        try:
+            self._rounds(max_examples, time_budget)
+            self.names.finish()  # the bugs never shrunk, with the kernel's worker still there
+        finally:
+            restore_handlers(previous)
+            if self.worker is not None:
+                self.worker.close()
+                self.result.worker_restarts = self.worker.restarts
+        return self._finish()
+
+    def _rounds(self, max_examples: int, time_budget: float | None) -> None:
         try:
             if self.worker is not None:
                 self.worker.start()  # a kernel that cannot load in the worker is a usage error, before any case
@@ -344,12 +383,6 @@ class _Campaign:
         except KeyboardInterrupt:
             self.result.stopped = "interrupted"
             self._keep_shrink_progress()
-        finally:
-            restore_handlers(previous)
-            if self.worker is not None:
-                self.worker.close()
-                self.result.worker_restarts = self.worker.restarts
-        return self._finish()
 
     def _keep_shrink_progress(self) -> None:
         rnd = self.schedule.round

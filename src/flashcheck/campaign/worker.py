@@ -15,7 +15,9 @@ process into verdicts and goes on with a fresh worker:
   (:mod:`.worker_deaths`);
 - the kernel raises a CUDA error that poisons the process's CUDA context (an illegal memory access, a
   device-side assert): the worker reports the crash finding and then exits by itself, so that the next
-  case runs in a fresh process instead of failing on a dead context.
+  case runs in a fresh process instead of failing on a dead context;
+- the process dies, hangs or fails while the defect models name a distinct bug on its saved case
+  (:meth:`KernelWorker.explain`): no finding, the bug's explanation says why it has none.
 
 Out-of-memory needs no process of its own: :func:`~flashcheck.judge.check.check` skips the case either way.
 
@@ -39,7 +41,20 @@ from ..errors import FlashcheckError, InvalidArgument
 from ..judge.phases import Phase
 from ..judge.verdict import BUG, SUSPICIOUS, Verdict
 from .interrupts import sigint_ignored_by_children
-from .messages import Assign, BuildCase, Built, Ended, JudgeCase, JudgeFailed, JudgeRecipe, Ready, Shutdown, TimedOut
+from .messages import (
+    Assign,
+    BuildCase,
+    Built,
+    Ended,
+    ExplainCase,
+    Explained,
+    JudgeCase,
+    JudgeFailed,
+    JudgeRecipe,
+    Ready,
+    Shutdown,
+    TimedOut,
+)
 from .transport import channel_pair
 from .worker_child import poisons_cuda, worker_main
 from .worker_deaths import death_verdict, exit_text, hang_verdict, phase_of
@@ -47,7 +62,8 @@ from .worker_deaths import death_verdict, exit_text, hang_verdict, phase_of
 if TYPE_CHECKING:  # not at run time: flashcheck.inputs.case imports torch, and this module must not
     from ..inputs.case import AttentionCase
 
-__all__ = ["KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "default_case_timeout", "exit_text"]
+__all__ = ["ExplainFailed", "KernelWorker", "WorkerError", "WorkerProcess", "WorkerStartError", "default_case_timeout",
+           "exit_text"]
 
 # How long a worker may take to import torch, flashcheck and the kernel's module before it counts as broken.
 START_TIMEOUT = 300.0
@@ -67,6 +83,11 @@ class WorkerError(RuntimeError):
 
 class WorkerStartError(FlashcheckError, RuntimeError):
     """The worker could not resolve or load the kernel."""
+
+
+class ExplainFailed(RuntimeError):
+    """No explanation came back from the worker (it could not start, died, hung or failed): the bug stays found,
+    unnamed."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -244,26 +265,48 @@ class KernelWorker:
     def build(self, recipe, *, backward: bool = False) -> AttentionCase:
         """The case of ``recipe`` as the worker draws it; :class:`WorkerStartError` if it cannot."""
         self.start()
+        reply = self._ask(BuildCase(recipe, backward))
+        if isinstance(reply, Built):
+            return reply.case
+        # flashcheck's drawing died: never the kernel's verdict, whatever the first death was
+        raise WorkerStartError(f"a fresh worker could not draw the case of seed {recipe.seed} ({recipe.regime}) "
+                               f"again to save it: it {reply}")
+
+    def explain(self, case: AttentionCase) -> dict:
+        """The defect models' explanation of ``case`` (``Explanation.as_dict()``), the kernel run in the worker;
+        :class:`ExplainFailed` saying why when no worker could start, or it died, hung or failed meanwhile (the
+        next case starts a fresh one)."""
+        try:
+            self.start()
+        except WorkerStartError as exc:
+            raise ExplainFailed(f"no worker process could start ({exc})") from None
+        reply = self._ask(ExplainCase(case))
+        if isinstance(reply, Explained):
+            return reply.explanation
+        raise ExplainFailed(f"the worker process {reply}")
+
+    def _ask(self, message: BuildCase | ExplainCase):
+        """The started worker's answer to ``message``, or why none came (a str: "died ...", "timed out ...",
+        "failed: " and flashcheck's error there), the worker then discarded."""
         self._busy = True
         try:
-            self._channel.send(BuildCase(recipe, backward))
+            self._channel.send(message)
             reply = self._receive(self.case_timeout)
         except OSError:
             reply = Ended()
         self._busy = False
         match reply:
-            case Built(case=case):
-                return case
-            case Ended():  # flashcheck's drawing died: never the kernel's verdict, whatever the first death was
+            case Ended():
                 exitcode, phase = self._ended()
-                why = f"it died ({exit_text(exitcode)}), {phase.text}"
+                why = f"died ({exit_text(exitcode)}), {phase.text}"
             case TimedOut():
-                why = f"it timed out {phase_of(self._phase).text}"
-            case _:  # JudgeFailed
-                why = reply.error
+                why = f"timed out {phase_of(self._phase).text}"
+            case JudgeFailed(error=error):
+                why = f"failed: {error}"
+            case _:
+                return reply
         self._discard()
-        raise WorkerStartError(f"a fresh worker could not draw the case of seed {recipe.seed} ({recipe.regime}) "
-                               f"again to save it: {why}")
+        return why
 
     def _judge(self, message: JudgeCase | JudgeRecipe, regime: str | None, described: str) -> tuple:
         self.start()

@@ -20,6 +20,8 @@ from .messages import (
     Assign,
     BuildCase,
     Built,
+    ExplainCase,
+    Explained,
     JudgeCase,
     Judged,
     JudgeFailed,
@@ -135,11 +137,13 @@ def _judge_until_shutdown(channel, kernel, device: str, judge_case) -> None:
             os._exit(0)
 
 
-def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, judge_case) -> tuple:
+def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase | ExplainCase, judge_case) -> tuple:
     """The reply to one message, and whether the kernel broke the process's CUDA context (the worker then
     goes). A :class:`JudgeCase` or a :class:`JudgeRecipe` gets :class:`Judged` (with the case drawn here
-    when a recipe's case failed), a :class:`BuildCase` :class:`Built`; :class:`JudgeFailed` when flashcheck
-    itself raised."""
+    when a recipe's case failed), a :class:`BuildCase` :class:`Built`, an :class:`ExplainCase`
+    :class:`Explained`; :class:`JudgeFailed` when flashcheck itself raised."""
+    if isinstance(message, ExplainCase):
+        return _explained(kernel, device, message.case)
     case = None
     try:
         draws = isinstance(message, (JudgeRecipe, BuildCase))
@@ -164,6 +168,16 @@ def _answer(kernel, device: str, message: JudgeCase | JudgeRecipe | BuildCase, j
         verdict = _poisoned_verdict(kernel.name, case, text, traceback.format_exc())
     failed = draws and verdict.status in (BUG, SUSPICIOUS)
     return Judged(verdict.as_dict(), case if failed else None), poisons_cuda(verdict)
+
+
+def _explained(kernel, device: str, case) -> tuple:
+    """:class:`Explained` with the models' explanation of ``case`` (flashcheck's own failure there is its note), and
+    whether that failure says the kernel broke the CUDA context (the worker then goes)."""
+    from ..defects.naming import explained  # torch: this module is imported by the parent's worker.py
+
+    enter(Phase.JUDGING)  # the kernel's calls mark themselves (judge.phases)
+    explanation = explained(kernel, case, device=device)
+    return Explained(explanation.as_dict()), any(marker in (explanation.note or "") for marker in POISON_MARKERS)
 
 
 def drawn_case(recipe, *, kernel: str, device, backward: bool, draw_on: str | None = None):

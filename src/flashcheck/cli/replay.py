@@ -20,8 +20,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    """The case's verdict, printed and written; exit 1 for a BUG (a single case is never NO_CASES)."""
+    """The case's verdict, printed and written, with the defect models' line for a numerical BUG; exit 1 for a BUG
+    (a single case is never NO_CASES)."""
     # on first use: every command module loads at start-up
+    from ..defects.naming import explained_verdict
     from ..files import check_writable_file
     from ..inputs.case import AttentionCase
     from ..judge.backward import check_backward, is_backward_case
@@ -36,7 +38,11 @@ def run(args) -> int:
     else:
         verdict = check(kernel, case, device=device)
     print(verdict)
-    return write_json_or_usage(args.json, verdict.as_dict()) or exit_status(verdict.status)
+    model = explained_verdict(kernel, case, verdict, device=device)
+    if model is not None:
+        print(model.line())
+    written = {**verdict.as_dict(), "model": None if model is None else model.as_dict()}
+    return write_json_or_usage(args.json, written) or exit_status(verdict.status)
 
 
 def replay_kernel(case_path: str, provenance: dict, override: str | None, device: str):

@@ -39,6 +39,8 @@ def run(args) -> int:
     write_text(out / "repro.py", made.script)
     write_text(out / "ISSUE.md", made.issue)
     print(made.verdict)
+    if made.model is not None:
+        print(made.model.line())
     if made.verdict.status != BUG:
         print(f"note: flashcheck's replay here ({device}) is {made.verdict.status}, not BUG: the defect may need the "
               "GPU it was found on; the reproducer is written anyway, and ISSUE.md says so.")

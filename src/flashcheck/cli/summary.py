@@ -156,6 +156,8 @@ def _print_bugs(bugs: list) -> None:
             print(f"      smallest case ({shrink_state(smallest)}): {smallest['case']}")
             for line in _by_split_count(bug["diagnosis"]):
                 print(f"        {line}")
+            if bug.get("model"):  # the defect models' line on that case
+                print(wrapped(f"      {bug['model']['line']}"))
             print(f"      replay: {smallest['replay']}")
 
 

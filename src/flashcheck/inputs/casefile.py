@@ -30,8 +30,8 @@ from ..features.variant import Variant
 from ..files import remove_quietly, write_temporary
 from .layout import TENSORS, Layout
 
-__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "case_paths", "load_saved_case", "loaded_tensor", "read_case_files",
-           "save_case", "saved_format", "stored_array", "write_case_files"]
+__all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "add_provenance", "case_paths", "load_saved_case", "loaded_tensor",
+           "read_case_files", "save_case", "saved_format", "stored_array", "write_case_files"]
 
 FORMAT_VERSION = 4
 # Version 2 adds the case's variant (its scalar features and settings in the JSON, its tensor features in the npz,
@@ -208,6 +208,20 @@ def write_case_files(path_stem, arrays: dict, metadata) -> tuple[Path, Path]:
         for tmp in temporaries:
             remove_quietly(tmp)
     return npz_path, json_path
+
+
+def add_provenance(path, **values) -> None:
+    """Add ``values`` to the provenance of the case saved at ``path`` (its ``.json``, ``.npz`` or stem): its JSON
+    rewritten atomically, the npz (and the hash the JSON keeps of it) as they were."""
+    _, json_path = case_paths(path)
+    meta = json.loads(json_path.read_text(encoding="utf-8"))
+    meta["provenance"] = {**(meta.get("provenance") or {}), **values}
+    json_bytes = (_dumps(meta) + "\n").encode()
+    tmp = write_temporary(json_path, lambda f: f.write(json_bytes))
+    try:
+        os.replace(tmp, json_path)
+    finally:
+        remove_quietly(tmp)
 
 
 def load_saved_case(path, build):

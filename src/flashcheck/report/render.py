@@ -147,6 +147,8 @@ def _bug(bug: dict) -> list:
             ["where (cases)", _counts(bug.get("parts") or {})],
             ["finding kinds", ", ".join(bug["kinds"]) or "-"],
             ["smallest case", f"{s.get('case', '-')} ({shrink_state(s)})"]]
+    if bug.get("model"):  # the defect models' line on the smallest case
+        rows.append(["defect model", bug["model"]["line"]])
     blocks = [("h3", f"#{bug['id']} {bug['status']} {bug['kernel']} ({bug['pass']}) [{bug['cause']}]: "
                      f"{bug['title']}"), ("table", ["", ""], rows)]
     if bug["diagnosis"]:

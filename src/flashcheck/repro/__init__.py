@@ -2,8 +2,9 @@
 the case's tensors in a file beside it, and a Markdown issue body, as ``flashcheck repro CASE --out DIR`` writes
 them. A saved merge case's are written by :mod:`.merge`.
 
-:func:`make_repro` replays the case (:mod:`.evidence`), decides how the script calls the kernel (:mod:`.calls`),
-fills the script template (:mod:`.script`, with the arrays of :mod:`.arrays`) and writes the issue (:mod:`.issue`).
+:func:`make_repro` replays the case (:mod:`.evidence`), names the defect model its output matches
+(:mod:`flashcheck.defects`), decides how the script calls the kernel (:mod:`.calls`), fills the script template
+(:mod:`.script`, with the arrays of :mod:`.arrays`) and writes the issue (:mod:`.issue`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Repro:
     issue: str  # ISSUE.md
     evidence: object  # flashcheck's replay (:class:`flashcheck.repro.evidence.Evidence`)
     tensors: bytes  # the tensors file beside the script (repro.npz)
+    model: object = None  # the defect models' explanation (flashcheck.defects.Explanation), where they describe it
 
     @property
     def verdict(self):
@@ -30,6 +32,7 @@ def make_repro(kernel, case, *, device: str, case_path) -> Repro:
     :class:`~flashcheck.contract.spec.Kernel`) replayed on ``device``; InvalidArgument naming the case for a kernel
     or case it cannot write."""
     # Imported here: the package's name (Repro) stays importable without torch.
+    from ..defects.naming import explained_verdict
     from ..inputs.serving import ServingCase
     from .arrays import TensorFile
     from .calls import kernel_call
@@ -39,6 +42,7 @@ def make_repro(kernel, case, *, device: str, case_path) -> Repro:
 
     call = kernel_call(kernel, case, device=device, case_path=case_path)  # refuses before anything runs
     evidence = gather(kernel, case, device=device)
+    model = explained_verdict(kernel, case, evidence.verdict, device=device)
     versions = generated_versions(call, device)
     name = kernel.name
     title = f"Reproducer: {summary_sentence(name, evidence)}".replace("`", "")
@@ -49,6 +53,6 @@ def make_repro(kernel, case, *, device: str, case_path) -> Repro:
     content = with_tensor_file(data, tensors)
     script = script_text(data, form="serving" if serving else "dense", variant=case.variant)
     subject = attention_subject(case, evidence)
-    issue = issue_text(subject, evidence, kernel=name, versions=versions, script=script, device=device)
-    return Repro(script, issue, evidence, content)
+    issue = issue_text(subject, evidence, kernel=name, versions=versions, script=script, device=device, model=model)
+    return Repro(script, issue, evidence, content, model)
 

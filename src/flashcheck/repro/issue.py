@@ -1,6 +1,7 @@
 """The upstream issue's Markdown body: what is wrong in one sentence, the versions, the shrunk case, the worst
-elements (expected and actual values, from flashcheck's replay), and how to run the reproducer. What the issue is
-about (attention, a serving form's attention, a merge of partial states) is a :class:`Subject`."""
+elements (expected and actual values, from flashcheck's replay), the defect model the output matches (where the
+models describe the bug), and how to run the reproducer. What the issue is about (attention, a serving form's
+attention, a merge of partial states) is a :class:`Subject`."""
 
 from __future__ import annotations
 
@@ -145,9 +146,26 @@ def _reproducer(script: str) -> list[str]:
     return parts + [f"The script ({len(script):,} characters) is attached as `repro.py`.", ""]
 
 
+def _model_section(model) -> list[str]:
+    """The defect models' line and the fit of each model that explains the bug (``model``: an
+    :class:`~flashcheck.defects.Explanation`; None: the models do not describe this bug, no section)."""
+    if model is None:
+        return []
+    parts = ["## Defect model", "", "flashcheck matched the kernel's output against its defect models, each a known "
+             "numerical mistake committed by a precision-faithful copy of the algorithm:", "", f"> {model.line()}", ""]
+    if not model.fits:
+        return parts
+    parts += ["| model | err/budget against the model | within one budget | the model against the oracle |",
+              "|---|---|---|---|"]
+    parts += [f"| {f.name} | {'bitwise' if f.bitwise else f'{f.fit:.3g}'} | {f.within:.0%} | {f.model_ratio:.3g} |"
+              for f in model.fits]
+    return parts + [""]
+
+
 def issue_text(subject: Subject, evidence: Evidence, *, kernel: str, versions: dict, script: str,
-               device: str) -> str:
-    """The issue body about ``subject`` (``script``: the reproducer's text, inlined when small enough)."""
+               device: str, model=None) -> str:
+    """The issue body about ``subject`` (``script``: the reproducer's text, inlined when small enough; ``model``: the
+    defect models' explanation, where they describe the bug)."""
     v = evidence.verdict
     parts = [f"# {kernel}: {subject.wrong}" if evidence.finding else f"# {kernel}",
              "", summary_sentence(kernel, evidence, subject.exact), ""]
@@ -165,4 +183,4 @@ def issue_text(subject: Subject, evidence: Evidence, *, kernel: str, versions: d
     if evidence.unchecked:
         parts += [f"flashcheck also found {', '.join(evidence.unchecked)}: properties of reruns (poisoned memory, "
                   "other layouts, repeated calls) that the reproducer does not check.", ""]
-    return "\n".join(parts + _reproducer(script))
+    return "\n".join(parts + _model_section(model) + _reproducer(script))

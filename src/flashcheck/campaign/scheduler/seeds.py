@@ -129,6 +129,15 @@ class Totals:
         return totals
 
 
+def _keep(findings: list, entry: dict) -> None:
+    """``entry`` in ``findings``: in place of the one saved at its path (sent again once its bug was named)."""
+    at = next((i for i, f in enumerate(findings) if f.get("path") == entry.get("path")), None)
+    if at is None:
+        findings.append(entry)
+    else:
+        findings[at] = entry
+
+
 class SeedShares:
     """The policy of ``fuzz --jobs``: ``config``'s campaign in ``jobs`` workers, each with its seed and its
     share of the cases; ``progress(totals)`` gets a :class:`Totals` whenever a worker reports."""
@@ -161,7 +170,7 @@ class SeedShares:
         report = self.reports[worker]
         match message:
             case FindingSaved(entry=entry):
-                report.findings.append(entry)
+                _keep(report.findings, entry)
             case Progress(snapshot=snapshot):
                 report.snapshot = snapshot
             case Finished(summary=summary):
