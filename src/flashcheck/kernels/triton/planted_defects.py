@@ -32,6 +32,17 @@ _P_MASKED = "p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)"
 _DS_LO = "ds_lo = (ds * scale).to(Q.dtype.element_ty)  # scale x dS, the matmuls' operand\n"
 _GROUP_LOOP = "    for g in range(0, group):\n        off_h = off_hkv * group + g\n"
 
+# Each query head's dK and dV share kept apart (dk_h, dv_h) before the group's sum, which the edit after these adds.
+_SHARES_APART = (
+    (_GROUP_LOOP, "    for g in range(0, group):\n"
+                  "        dk_h = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)  # this query head's share\n"
+                  "        dv_h = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)\n"
+                  "        off_h = off_hkv * group + g\n"),
+    (_P_DV, "dv_h = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv_h, input_precision=INPUT_PRECISION)"),
+    (_DS_DK, _DS_DK.replace("dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk,",
+                            "dk_h = tl.dot(tl.trans(ds), q.to(tl.float32), dk_h,")),
+)
+
 DEFECT_MUTANTS: tuple[Mutant, ...] = (
     # -- Q K^T ---------------------------------------------------------------------------------------------
     Mutant(
@@ -137,13 +148,7 @@ DEFECT_MUTANTS: tuple[Mutant, ...] = (
         "With GQA, each query head's dK and dV share is kept apart and added to the group's sum in the input "
         "dtype, as a kernel that writes an expanded (B, Hq, Nk, D) dK and dV and sums the group afterwards: a "
         "share past 65,504 is inf, and two of opposite signs give NaN where the summed dK is small.",
-        [(_GROUP_LOOP, "    for g in range(0, group):\n"
-                       "        dk_h = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)  # this query head's share\n"
-                       "        dv_h = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)\n"
-                       "        off_h = off_hkv * group + g\n"),
-         (_P_DV, "dv_h = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv_h, input_precision=INPUT_PRECISION)"),
-         (_DS_DK, _DS_DK.replace("dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk,",
-                                 "dk_h = tl.dot(tl.trans(ds), q.to(tl.float32), dk_h,")),
+        [*_SHARES_APART,
          (_SCALE_DK, "        dk += (dk_h * scale).to(DK.dtype.element_ty).to(tl.float32)\n"
                      "        dv += dv_h.to(DV.dtype.element_ty).to(tl.float32)\n")],
         "fp16 GQA whose query heads' dK shares pass 65,504 and cancel: Hq = 2 on Hkv = 1, scale 16, V = +-50, "
@@ -155,13 +160,7 @@ DEFECT_MUTANTS: tuple[Mutant, ...] = (
         "With GQA, the group's running sum of dK and dV is kept in the input dtype: rounded after each query "
         "head's share is added, so a share past 65,504 makes it inf, which the next head's share of opposite sign "
         "cannot bring back.",
-        [(_GROUP_LOOP, "    for g in range(0, group):\n"
-                       "        dk_h = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)  # this query head's share\n"
-                       "        dv_h = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)\n"
-                       "        off_h = off_hkv * group + g\n"),
-         (_P_DV, "dv_h = tl.dot(tl.trans(p.to(DO.dtype.element_ty)), do, dv_h, input_precision=INPUT_PRECISION)"),
-         (_DS_DK, _DS_DK.replace("dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk,",
-                                 "dk_h = tl.dot(tl.trans(ds), q.to(tl.float32), dk_h,")),
+        [*_SHARES_APART,
          (_SCALE_DK, "        dk = (dk + dk_h * scale).to(DK.dtype.element_ty).to(tl.float32)\n"
                      "        dv = (dv + dv_h).to(DV.dtype.element_ty).to(tl.float32)\n")],
         "fp16 GQA whose query heads' dK shares pass 65,504 and cancel: Hq = 2 on Hkv = 1, scale 16, V = +-50, "
