@@ -22,15 +22,18 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--only", choices=("planted", "real"), default=None)
     args = parser.parse_args(argv)
-    rows = []
+    jobs = []
     if args.only != "real":
-        rows += [planted_row(model, bug, args.device) for model, bug in _planted()]
+        jobs += [(planted_row, model, bug) for model, bug in _planted()]
     if args.only != "planted":
-        rows += [real_row(d, args.device) for d in _real() if args.device in d.devices]
-    print(f"{'defect':<66} {'model named':<34} {'fit':>7} {'within':>6} {'oracle':>9} {'ok':>3} {'s':>5}")
-    for r in rows:
+        jobs += [(real_row, d) for d in _real() if args.device in d.devices]
+    print(f"{'defect':<66} {'model named':<34} {'fit':>7} {'within':>6} {'oracle':>9} {'ok':>3} {'s':>5}", flush=True)
+    rows = []
+    for row, *what in jobs:  # each row as it comes: a call cut short keeps the rows it has
+        r = row(*what, args.device)
+        rows.append(r)
         print(f"{r['defect'][:66]:<66} {str(r['named'])[:34]:<34} {_num(r['fit']):>7} {_pct(r['within']):>6} "
-              f"{_num(r['oracle']):>9} {r['ok']:>3} {r['seconds']:>5.1f}")
+              f"{_num(r['oracle']):>9} {r['ok']:>3} {r['seconds']:>5.1f}", flush=True)
     missed = [r for r in rows if r["ok"] == "no"]
     print(f"{len(rows) - len(missed)} of {len(rows)} named as expected")
     return 1 if missed else 0
