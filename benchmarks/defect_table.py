@@ -22,6 +22,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--only", choices=("planted", "real"), default=None)
     args = parser.parse_args(argv)
+    _keep_nearest()
     jobs = []
     if args.only != "real":
         jobs += [(planted_row, model, bug) for model, bug in _planted()]
@@ -34,9 +35,28 @@ def main(argv=None) -> int:
         rows.append(r)
         print(f"{r['defect'][:66]:<66} {str(r['named'])[:34]:<34} {_num(r['fit']):>7} {_pct(r['within']):>6} "
               f"{_num(r['oracle']):>9} {r['ok']:>3} {r['seconds']:>5.1f}", flush=True)
+        if r["ok"] == "no":  # what came nearest, to say why
+            print("    " + r["line"] + "\n    nearest: " + "; ".join(_NEAREST), flush=True)
     missed = [r for r in rows if r["ok"] == "no"]
     print(f"{len(rows) - len(missed)} of {len(rows)} named as expected")
     return 1 if missed else 0
+
+
+_NEAREST: list[str] = []
+
+
+def _keep_nearest():
+    """Record the three nearest fits of each matching, explaining or not (the library returns the first kind)."""
+    from flashcheck.defects import matching
+
+    rank = matching._rank
+
+    def ranked(fits, tried, kernel_ratio):
+        _NEAREST[:] = [f"{f.name} fit {_num(f.fit)} within {_pct(f.within)} model {_num(f.model_ratio)} twin "
+                       f"{_num(f.twin_fit)} tile {f.tile}" for f in sorted(fits, key=lambda f: f.fit)[:3]]
+        return rank(fits, tried, kernel_ratio)
+
+    matching._rank = ranked
 
 
 def _planted():
