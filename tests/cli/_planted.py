@@ -6,7 +6,7 @@ import sys
 import torch
 
 import flashcheck
-from flashcheck.numerics.twin import Defect, Tiling, twin_attention
+from flashcheck.numerics.twin import Defect, Habits, Tiling, twin_attention
 from tests._planted import wrong_scale_past
 
 SPEC = dict(causal=("none", "top_left", "bottom_right"), attn_mask=True, gqa=True, dv_equals_d=False,
@@ -52,7 +52,7 @@ def always_out_of_memory(q, k, v, *, scale, causal, attn_mask=None):
 def acc_not_rescaled(q, k, v, *, scale, causal, attn_mask=None):
     """The accumulator is not rescaled when the running max grows: the defect model acc_not_rescaled, bit for bit."""
     return twin_attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask, tiling=Tiling(32, 32),
-                          defect=Defect(rescale_acc=False))
+                          habits=Habits(defect=Defect(rescale_acc=False)))
 
 
 def _in_defect_models() -> bool:

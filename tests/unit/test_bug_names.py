@@ -96,12 +96,14 @@ def test_a_worker_that_died_keeps_the_model_of_the_findings_it_sent_again_once_n
 
 
 class _Campaign:
-    """What :class:`BugNames` asks of a campaign: its result, its stop, and the models' run (recorded here)."""
+    """What :class:`BugNames` asks of a campaign: its result, its stop, and its kernel's worker, which runs the
+    models (recorded here)."""
 
     def __init__(self, stop_reason: str | None = None):
         self.result = CampaignResult(verdict=BUG, kernel="k", device="cpu", preset="smoke", seed=0)
         self.stop_reason, self.sent, self.explained = stop_reason, [], []
         self.on_finding = self.sent.append
+        self.worker, self.in_kernel, self.explaining, self.last_end = self, False, False, 0.0
 
     def interrupted(self) -> bool:
         return self.stop_reason == "interrupted"

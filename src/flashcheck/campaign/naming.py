@@ -16,15 +16,18 @@ flashcheck raising there, leaves a note in its place: the finding stays saved, a
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..defects.naming import describes, not_run, too_large
+from ..defects.naming import describes, explained, not_run, too_large
 from ..errors import FlashcheckError
 from ..inputs.case import AttentionCase
 from ..inputs.casefile import add_provenance
 from ..judge.skips import one_line
 from .causes import Cause
+from .result import MODELS
+from .worker import ExplainFailed
 
 __all__ = ["BugNames"]
 
@@ -43,8 +46,9 @@ class _Unnamed:
 
 
 class BugNames:
-    """The naming of one campaign's bugs. ``host`` is the campaign: its ``explain(case)`` (the explanation's dict,
-    run where the kernel runs), ``interrupted()``, ``stop_reason``, ``result`` and ``on_finding``."""
+    """The naming of one campaign's bugs. ``host`` is the campaign: its ``worker`` (None: the kernel runs in this
+    process, ``resolved`` on ``device``), ``interrupted()``, ``stop_reason``, ``result``, ``on_finding``, and the
+    flags ``in_kernel`` and ``explaining`` (the time budget does not cut the models short) and ``last_end``."""
 
     def __init__(self, host):
         self.host = host
@@ -60,7 +64,7 @@ class BugNames:
         """``case``, saved as ``entry``, is the bug's last: named now, unless the campaign is being interrupted."""
         self.unnamed.pop(cause.key, None)
         if describes(verdict) and cause.key not in self.named and not self.host.interrupted():
-            self._name(cause, entry, lambda: self.host.explain(case))
+            self._name(cause, entry, lambda: self._explain(case))
 
     def finish(self) -> None:
         """Name the bugs no shrink named, on their cases as found."""
@@ -82,7 +86,24 @@ class BugNames:
             case = AttentionCase.load(unnamed.entry["path"])
         except (FlashcheckError, OSError) as exc:
             return not_run(f"its saved case could not be read back ({one_line(exc)})").as_dict()
-        return self.host.explain(case)
+        return self._explain(case)
+
+    def _explain(self, case: AttentionCase) -> dict:
+        """The defect models' explanation of ``case`` (``Explanation.as_dict()``), the kernel run where it runs: a
+        note in its place when its worker gives none."""
+        host, start = self.host, time.monotonic()
+        host.explaining = True
+        try:
+            if host.worker is not None:
+                return host.worker.explain(case)
+            host.in_kernel = True
+            return explained(host.resolved, case, device=host.device).as_dict()
+        except ExplainFailed as exc:
+            return not_run(str(exc)).as_dict()
+        finally:
+            host.in_kernel = host.explaining = False
+            host.result.time_split[MODELS] += time.monotonic() - start
+            host.last_end = time.monotonic()
 
     def _name(self, cause: Cause, entry: dict, explanation: Callable[[], dict]) -> None:
         self.named.add(cause.key)

@@ -16,9 +16,8 @@ in a non-contiguous layout is first rerun contiguous, and if that passes its cau
 ``keep_going`` the campaign does not stop at the first bug: each distinct bug is shrunk and saved once,
 later cases with a known cause are only counted (by regime, dtype, layout and causal alignment), and the
 campaign ends at ``max_examples`` or the time budget. A SUSPICIOUS case is saved once per cause, not
-shrunk. Each distinct numerical BUG is named once by the defect model its last saved case shows
-(:mod:`flashcheck.campaign.naming`). The summary leads with the distinct bugs (:mod:`flashcheck.campaign.bugs`);
-the raw findings follow.
+shrunk. Each distinct numerical BUG is named once by a defect model (:mod:`.naming`). The summary leads with the
+distinct bugs (:mod:`flashcheck.campaign.bugs`); the raw findings follow.
 Hypothesis stops at the first failure, so each bug ends a round and the next round draws the remaining
 examples with fresh randomness (derived from the seed, so a seed still fixes every case). Over several
 dtypes, each dtype draws its share of the cases and of the time in an engine of its own, one after the
@@ -39,7 +38,6 @@ from pathlib import Path
 import torch
 from hypothesis import event
 
-from ..defects.naming import explained, not_run
 from ..inputs.case import AttentionCase
 from ..inputs.covering import PlanShare, empty_coverage
 from ..inputs.drawing import draw_device
@@ -55,11 +53,11 @@ from .config import CampaignConfig, CampaignHooks
 from .database import KeyedDatabase, campaign_scope, open_database
 from .interrupts import handle_signals, restore_handlers
 from .naming import BugNames
-from .result import MODELS, TRIAGE, CampaignResult, finding_entry, record_row
+from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
 from .setup import Prepared, prepare_campaign, warm_oracle
 from .share import PropertyShare
-from .worker import ExplainFailed, KernelWorker, WorkerStartError
+from .worker import KernelWorker, WorkerStartError
 from .worker_child import drawn_or_skipped
 
 __all__ = ["run_campaign"]
@@ -154,10 +152,8 @@ class _Campaign:
         """Asked while a case runs in the worker: True on Ctrl-C. Past the campaign's time budget by its grace
         (a tenth of it, at least 10 s), the case is given up, unjudged, and the campaign ends: a kernel that
         compiles for minutes must not hold a time budget hostage."""
-        if self.interrupted():
-            return True
-        if self.explaining:
-            return False
+        if self.interrupted() or self.explaining:
+            return not self.explaining
         until = self.schedule.until
         if time.monotonic() > until + max(GRACE_MIN_S, GRACE_SHARE * (until - self.start)):
             self.stop_reason = self.stop_reason or "time_budget"
@@ -337,27 +333,9 @@ class _Campaign:
         found = self.saved_found.get(cause.key)
         if not_shrunk and found is not None and found["case"] == verdict.case:
             found["shrink_note"] = not_shrunk
-            self.names.final(verdict, case, cause, found)
-            return
-        entry = self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
-        self.names.final(verdict, case, cause, entry)
-
-    def explain(self, case: AttentionCase) -> dict:
-        """The defect models' explanation of ``case`` (``Explanation.as_dict()``), the kernel run where it runs: a
-        note in its place when its worker gives none."""
-        start = time.monotonic()
-        self.explaining = True
-        try:
-            if self.worker is not None:
-                return self.worker.explain(case)
-            self.in_kernel = True
-            return explained(self.resolved, case, device=self.device).as_dict()
-        except ExplainFailed as exc:
-            return not_run(str(exc)).as_dict()
-        finally:
-            self.in_kernel = self.explaining = False
-            self.result.time_split[MODELS] += time.monotonic() - start
-            self.last_end = time.monotonic()
+        else:
+            found = self.save(verdict, case, cause, label="shrunk", shrink_complete=complete)
+        self.names.final(verdict, case, cause, found)
 
     def run(self, *, max_examples: int, time_budget: float | None) -> CampaignResult:
         previous = self._install_signal_handlers()

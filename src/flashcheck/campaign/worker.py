@@ -41,20 +41,8 @@ from ..errors import FlashcheckError, InvalidArgument
 from ..judge.phases import Phase
 from ..judge.verdict import BUG, SUSPICIOUS, Verdict
 from .interrupts import sigint_ignored_by_children
-from .messages import (
-    Assign,
-    BuildCase,
-    Built,
-    Ended,
-    ExplainCase,
-    Explained,
-    JudgeCase,
-    JudgeFailed,
-    JudgeRecipe,
-    Ready,
-    Shutdown,
-    TimedOut,
-)
+from .messages import Assign, BuildCase, Built, Ended, ExplainCase, Explained, JudgeCase, JudgeFailed, JudgeRecipe
+from .messages import Ready, Shutdown, TimedOut
 from .transport import channel_pair
 from .worker_child import poisons_cuda, worker_main
 from .worker_deaths import death_verdict, exit_text, hang_verdict, phase_of
