@@ -84,6 +84,9 @@ def sweep(name: str, args) -> dict:
         named = explain(kernel, case, device=args.device, verdict=verdict).named
         if named:
             models[named] += 1
+        if len(ratios) % 100 == 0:  # progress: a long sweep says where it is
+            print(f"{name}: {len(ratios)} matched, {sum(models.values())} named, "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
     return {"kernel": name, "pass": "backward" if args.backward else "forward", "judged": judged_count,
             "matched": len(ratios), "lowest": min(ratios, default=0.0), "highest": max(ratios, default=0.0),
             "named": sum(models.values()), "models": models, "seconds": time.perf_counter() - start}
