@@ -70,14 +70,10 @@ def _real():
 
 
 def planted_row(model: str, bug: str, device: str) -> dict:
-    from flashcheck.defects import explain
-    from flashcheck.kernels.triton.mutants import load_mutant
-    from tests._defect_cases import planted_probe
+    from tests._defect_cases import explain_planted
 
-    case, do, block = planted_probe(bug)
     start = time.perf_counter()
-    kernel = load_mutant(bug, block_m=block, block_n=block, input_precision="ieee")
-    explained = explain(kernel, case, device=device, do=do)
+    explained = explain_planted(bug, device)
     best = explained.best
     return _row(f"flashcheck:triton~{bug}", explained, best is not None and best.model == model, start)
 

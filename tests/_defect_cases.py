@@ -184,6 +184,16 @@ def planted_probe(bug: str) -> tuple:
     raise KeyError(bug)
 
 
+def explain_planted(bug: str, device: str):
+    """The defect models' explanation of a planted bug of flashcheck:triton on its exposing input, on ``device``."""
+    from flashcheck.defects import explain
+    from flashcheck.kernels.triton.mutants import load_mutant
+
+    case, do, block = planted_probe(bug)
+    kernel = load_mutant(bug, block_m=block, block_n=block, input_precision="ieee")
+    return explain(kernel, case, device=device, do=do)
+
+
 def planted() -> list[tuple[str, str]]:
     """(model, bug) for each planted bug of flashcheck:triton a model names."""
     from flashcheck.defects import MODELS

@@ -9,8 +9,7 @@ import importlib.util
 import pytest
 
 from flashcheck.defects import explain
-from flashcheck.kernels.triton.mutants import load_mutant
-from tests._defect_cases import REAL, planted, planted_probe
+from tests._defect_cases import REAL, explain_planted, planted
 from tests.gpu._marks import COMPILED_TRITON
 
 pytestmark = COMPILED_TRITON
@@ -21,9 +20,7 @@ GPU_DEFECTS = [d for d in REAL if "cuda" in d.devices]
 
 @pytest.mark.parametrize(("model", "bug"), PLANTED, ids=[bug for _, bug in PLANTED])
 def test_each_model_is_the_best_fit_to_its_planted_bug_compiled(model, bug):
-    case, do, block = planted_probe(bug)
-    kernel = load_mutant(bug, block_m=block, block_n=block, input_precision="ieee")
-    explained = explain(kernel, case, device="cuda", do=do)
+    explained = explain_planted(bug, "cuda")
     assert explained.best is not None and explained.best.model == model, explained.line()
 
 

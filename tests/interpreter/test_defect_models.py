@@ -12,8 +12,7 @@ import pytest
 from flashcheck.defects import explain
 from flashcheck.judge.check import check
 from flashcheck.kernels.triton.forward import make_kernel
-from flashcheck.kernels.triton.mutants import load_mutant
-from tests._defect_cases import planted, planted_probe
+from tests._defect_cases import explain_planted, planted, planted_probe
 
 # The overflows past 65,504 that several cases are made of, as numpy reports them inside the interpreter.
 pytestmark = [pytest.mark.interpreter, pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
@@ -31,9 +30,7 @@ def test_every_model_has_a_planted_bug():
 
 @pytest.mark.parametrize(("model", "bug"), PLANTED, ids=[bug for _, bug in PLANTED])
 def test_each_model_is_the_best_fit_to_its_planted_bug(model, bug):
-    case, do, block = planted_probe(bug)
-    kernel = load_mutant(bug, block_m=block, block_n=block, input_precision="ieee")
-    explained = explain(kernel, case, device="cpu", do=do)
+    explained = explain_planted(bug, "cpu")
     assert explained.best is not None and explained.best.model == model, explained.line()
     assert explained.best.fit <= 1.0 and explained.best.model_ratio > 1.0, explained.line()
     assert explained.line().startswith(f"matches {explained.named}: the kernel "), explained.line()
