@@ -44,6 +44,9 @@ LIMIT = {name: 4 for name in WORDS}
 # The block lists' Variant field has its name (the index sets' is "indices", a plain word), and their convention has
 # a record module in contract/ (as MLA's) and public names in the facade: one file more.
 LIMIT["block_lists"] = 5
+# Quantized inputs have, besides the drawing of their scales (inputs/quantization.py), the record of the schemes a
+# spec names (contract/quantization.py) and the module of a case's scales the Variant holds (features/quantized.py).
+LIMIT["fp8"] = 6
 HOME = {**{name: f"features/{module}.py" for name, module in MODULES.items()},
         **{name: home for name, (_, home) in FORMS.items()}}
 

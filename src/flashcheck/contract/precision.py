@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ..errors import InvalidArgument
+from .quantization import Scheme, scheme_named
 
 __all__ = ["Precision", "PRESETS", "TANH_APPROX_F32", "PrecisionPromises", "precision_named"]
 
@@ -88,13 +89,16 @@ class PrecisionPromises:
     sequence gives the same bits alone and inside a batch (off by default: many correct kernels tile
     differently by batch size). ``layout_invariant``: the same numbers in another memory layout give the same
     bits (off by default: compilers and libraries pick other instructions for other strides); without it,
-    another layout must still stay within the error budget.
+    another layout must still stay within the error budget. ``quantization``: how the kernel's quantized inputs
+    are scaled, a :class:`~flashcheck.contract.quantization.Scheme` or its name (read for fp8 dtypes only).
     """
 
     precision: Precision | str = "flash"
     deterministic: bool = True
     batch_invariant: bool = False
     layout_invariant: bool = False
+    quantization: Scheme | str = "per_head"
 
     def __post_init__(self):
         object.__setattr__(self, "precision", precision_named(self.precision))
+        object.__setattr__(self, "quantization", scheme_named(self.quantization))

@@ -198,7 +198,8 @@ GROUPS = {"inputs": InputLimits, "gradients": BackwardSupport, "masking": Maskin
 # The order of the flat fields (KernelSpec's positional arguments, the keys of as_dict), as the spec listed them
 # before it had groups: runs of a group's next fields, (group, how many; None: the rest of them).
 _FLAT_ORDER = (("inputs", 11), ("masking", 1), ("numerics", 1), ("inputs", 1), ("numerics", 1), ("masking", 1),
-               ("numerics", 2), ("inputs", 1), ("gradients", None), ("features", None), ("calling", None))
+               ("numerics", 2), ("inputs", 1), ("gradients", None), ("features", None), ("calling", None),
+               ("numerics", None))
 
 
 def _flat_fields(cls):

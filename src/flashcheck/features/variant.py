@@ -27,6 +27,8 @@ same name) and the case uses it, so every kernel written for the plain calling c
 - ``descales`` (fp8 inputs only, no spec flag: an fp8 dtype brings them): (3, B, Hkv) fp32, the descales of
   q, k and v; a kernel receives them as ``q_descale``, ``k_descale``, ``v_descale`` ((B, Hkv) each, FA3's
   convention) and attends the dequantized values ``x8 * descale`` (:mod:`flashcheck.inputs.quantization`).
+  Where the spec's quantization scheme has block scales, the case's ``quantization`` names it and
+  ``q_block_scales``, ``k_block_scales``, ``v_block_scales`` hold them (:mod:`flashcheck.features.quantized`).
 
 Window, chunk, causal alignment and boolean mask all restrict the keys a query sees; a key is visible
 when every one of them allows it. The numerics see the variant through :meth:`Variant.visible` (the
@@ -44,6 +46,8 @@ import torch
 from ..contract import masks
 from ..contract.features import ALIBI_MODES, BIAS_ORDERS, DUPLICATES, FEATURES
 from ..errors import InvalidArgument
+from ..contract.quantization import scheme_named
+from . import quantized
 from .registry import REGISTRY, by_term
 from .scores import finite_cap
 from .tensors import as_float_tensor, head_values_text
@@ -52,12 +56,13 @@ __all__ = ["FEATURES", "RECIPE_SETTINGS", "SPEC_FLAGS", "TENSORS", "Variant", "c
            "declared", "settings_of", "unsupported_variant"]
 
 SPEC_FLAGS = {f.name: f.flag for f in REGISTRY}
-# Saved with the case's arrays, not its JSON: the tensor features and an fp8 case's descales.
-TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",)
+# Saved with the case's arrays, not its JSON: the tensor features and an fp8 case's scales.
+TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",) + quantized.BLOCK_SCALES
 # The dtype each of TENSORS is saved in (None: the one the saved JSON gives with the shape).
-SAVED_DTYPES = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor}, "descales": "fp32"}
-DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
-SETTINGS = ("alibi", "bias_order", "duplicates")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
+SAVED_DTYPES = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor},
+                **{name: "fp32" for name in ("descales",) + quantized.BLOCK_SCALES}}
+DESCALE_KWARGS = quantized.DESCALE_KWARGS
+SETTINGS = ("alibi", "bias_order", "duplicates", "quantization")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
 # What a recipe (flashcheck.inputs.recipe) records of the kernel's spec to draw a case's variant, in the order it saves
 # them (None: the case has no such part): the ALiBi mode and the bias's dtype (those features' ``settings``) and
 # where a cap and a bias meet.
@@ -85,6 +90,10 @@ class Variant:
     duplicates: str = "once"  # how often a key listed twice in ``indices`` counts (DUPLICATES)
     bias_order: str = "cap_first"  # where a cap and a bias meet (BIAS_ORDERS)
     descales: torch.Tensor | None = None  # (3, B, Hkv) fp32 of fp8 inputs, on the CPU
+    quantization: object = "per_head"  # the Scheme (or its name) of an fp8 case's scales (contract/quantization.py)
+    q_block_scales: torch.Tensor | None = None  # fp32, on the CPU (features/quantized.py)
+    k_block_scales: torch.Tensor | None = None
+    v_block_scales: torch.Tensor | None = None
 
     def __post_init__(self):
         for f in REGISTRY:
@@ -96,7 +105,14 @@ class Variant:
             raise InvalidArgument("indices", tuple(self.indices.shape), "lists per K/V head, counted with duplicates="
                                   "'twice': flashcheck weighs one list for every head", "Pass indices of shape "
                                   "(B, 1, Nq, topk), or declare duplicates='once'.")
-        object.__setattr__(self, "descales", _check_descales(self.descales))
+        object.__setattr__(self, "descales", quantized.check_descales(self.descales))
+        object.__setattr__(self, "quantization", scheme_named(self.quantization))
+        blocks = self.quantization.blocks
+        for name, b in zip(quantized.BLOCK_SCALES, blocks):
+            object.__setattr__(self, name, quantized.check_block_scales(name, getattr(self, name), b))
+        if any(b is not None for b in blocks) and self.descales is None:
+            raise InvalidArgument("quantization", self.quantization, "block scales without descales",
+                                  "Pass the case's descales (1 where the scheme has none) with its block scales.")
 
     @property
     def used(self) -> tuple[str, ...]:
@@ -136,9 +152,12 @@ class Variant:
         4 significand bits times 24), each query head with its K/V head's scale; others as they are."""
         if self.descales is None:
             return q, k, v
-        scales = self.descales.to(q.device, torch.float64)
-        return tuple(t.to(torch.float64) * d.repeat_interleave(t.shape[1] // k.shape[1], 1)[:, :, None, None]
-                     for t, d in zip((q, k, v), scales))
+        return quantized.dequantize(q, k, v, self.descales, self.block_scales, self.quantization)
+
+    @property
+    def block_scales(self) -> tuple:
+        """q's, k's and v's block scales (None where the scheme gives a tensor none)."""
+        return tuple(getattr(self, name) for name in quantized.BLOCK_SCALES)
 
     def input_scales(self, b: int, kv_head: int) -> tuple[float, float, float]:
         """The scales of q, k and v at batch entry ``b`` and K/V head ``kv_head`` (1 where not quantized)."""
@@ -178,7 +197,7 @@ class Variant:
             if name in out:
                 out[name] = out[name].to(device or "cpu", copy=True)
         if self.descales is not None:
-            out.update(zip(DESCALE_KWARGS, self.descales.to(device or "cpu", copy=True).unbind(0)))
+            out.update(quantized.scale_kwargs(self.descales, self.block_scales, self.quantization, device or "cpu"))
         return out
 
     def bias(self, n_q: int, n_k: int, rows: torch.Tensor, device, *, size: bool = False):
@@ -231,7 +250,8 @@ class Variant:
                      if f.per_query and cuts.get(f.name) is not None})
         cuts.update({f.name: f.cut(getattr(self, f.name), batch, heads, group) for f in REGISTRY
                      if f.cut is not None and getattr(self, f.name) is not None})
-        return self.replace(**cuts, descales=_cut(self.descales, (-2, None), batch, heads))
+        return self.replace(**cuts, descales=_cut(self.descales, (-2, None), batch, heads),
+                            **{n: _cut(getattr(self, n), (0, None), batch, heads) for n in quantized.BLOCK_SCALES})
 
     def replace(self, **changes) -> "Variant":
         return dataclasses.replace(self, **changes)
@@ -243,7 +263,7 @@ class Variant:
         if self.biased and self.capped:
             parts.append(f"bias_order={self.bias_order}")
         if self.descales is not None:
-            parts.append(f"descales={head_values_text(self.descales)}")
+            parts.append(quantized.scales_text(self.descales, self.block_scales, self.quantization))
         return " ".join(parts)
 
     def equal_bits(self, other: "Variant") -> bool:
@@ -267,6 +287,8 @@ class Variant:
             out["bias_order"] = self.bias_order
         if self.indices is not None and self.duplicates != "once":
             out["duplicates"] = self.duplicates
+        if self.quantization.block_scaled:
+            out["quantization"] = self.quantization.as_dict()
         return out
 
     @classmethod
@@ -280,7 +302,8 @@ class Variant:
         scalars = {f.name: f.from_json(data[f.name]) for f in REGISTRY if not f.tensor and data.get(f.name) is not None}
         tensors = {t: (tensors or {}).get(t) for t in TENSORS}
         return cls(**scalars, alibi=data.get("alibi", "symmetric"), bias_order=data.get("bias_order", "cap_first"),
-                   duplicates=data.get("duplicates", "once"), **tensors)
+                   duplicates=data.get("duplicates", "once"), quantization=data.get("quantization", "per_head"),
+                   **tensors)
 
 
 def settings_of(recipe_settings: dict) -> dict:
@@ -323,16 +346,6 @@ def _check_choice(name: str, value, choices) -> None:
         raise InvalidArgument(name, value, "unknown choice", f"Use one of {list(choices)}.")
 
 
-def _check_descales(descales):
-    if descales is None:
-        return None
-    fix = "Pass descales as a float32 tensor of shape (3, B, Hkv) (q's, k's and v's), finite and positive."
-    t = as_float_tensor("descales", descales, fix, (3,))
-    if t.shape[0] != 3 or not bool((torch.isfinite(t) & (t > 0)).all()):
-        raise InvalidArgument("descales", tuple(t.shape), "expected (3, B, Hkv), finite and positive", fix)
-    return t.to("cpu", torch.float32).clone()
-
-
 def unsupported_variant(variant: Variant, spec, dtype) -> str | None:
     """Why ``spec`` cannot take ``variant`` (a feature it does not declare, or a value of one it declares that it
     refuses: another ALiBi mode, a bias dtype it does not accept; another bias order), or None."""
@@ -368,8 +381,6 @@ def check_shapes(variant: Variant, shapes) -> None:
         problem = f.shape_problem(value, shapes) if value is not None else None
         if problem:
             raise InvalidArgument(f.name, *problem)
-    descales = variant.descales
-    if descales is not None and tuple(descales.shape) != (3, shapes.batch, shapes.heads_kv):
-        raise InvalidArgument("descales", tuple(descales.shape),
-                              f"expected shape (3, {shapes.batch}, {shapes.heads_kv})",
-                              "Pass q's, k's and v's descales, one per batch entry and K/V head.")
+    problem = quantized.shape_problem(variant.descales, variant.block_scales, variant.quantization, shapes)
+    if problem:
+        raise InvalidArgument(*problem)

@@ -33,13 +33,14 @@ from .layout import TENSORS, Layout
 __all__ = ["FORMAT_VERSION", "MERGE_FORMAT_NAME", "add_provenance", "case_paths", "load_saved_case", "loaded_tensor",
            "read_case_files", "save_case", "saved_format", "stored_array", "write_case_files"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # Version 2 adds the case's variant (its scalar features and settings in the JSON, its tensor features in the npz,
 # in the Variant's order). A case without one is written as version 1, which every flashcheck reads.
 # Version 3 adds the serving form (lengths, page size, poison and a varlen case's seqused_k slack in the JSON;
 # the block table in the npz).
 # Version 4 adds fp8 inputs (their bits as uint8) and their descales (in the npz).
-_PLAIN_VERSION, _VARIANT_VERSION, _QUANTIZED_VERSION = 1, 2, 4
+# Version 5 adds block scales (the scheme in the variant's JSON, each tensor's scales as fp32 in the npz).
+_PLAIN_VERSION, _VARIANT_VERSION, _QUANTIZED_VERSION, _BLOCK_SCALED_VERSION = 1, 2, 4, 5
 _FORMAT_NAME = "flashcheck-case"
 MERGE_FORMAT_NAME = "flashcheck-merge-case"  # the states of a merge (:mod:`flashcheck.inputs.merge_case`)
 # How each dtype's bits are stored in the .npz.
@@ -101,7 +102,9 @@ def _metadata(case, serving) -> dict:
         return meta
     table = {name: {"shape": list(getattr(serving, name).shape)} for name in forms.ARRAYS
              if getattr(serving, name) is not None}
-    return {**meta, "format_version": FORMAT_VERSION, "describe": serving.describe(),
+    # Serving cases were written as version 4 before block scales: kept, so their bytes stay the same.
+    version = max(_QUANTIZED_VERSION, _version(case.variant))
+    return {**meta, "format_version": version, "describe": serving.describe(),
             "form": _form_metadata(serving), **table}
 
 
@@ -135,7 +138,7 @@ def _form_metadata(case) -> dict:
 
 def _version(variant) -> int:
     if variant.quantized:
-        return _QUANTIZED_VERSION
+        return _BLOCK_SCALED_VERSION if variant.quantization.block_scaled else _QUANTIZED_VERSION
     return _VARIANT_VERSION if variant.used else _PLAIN_VERSION
 
 

@@ -1,0 +1,122 @@
+"""Quantization schemes: how a kernel's quantized inputs are scaled, as records a spec names.
+
+A quantized input's value is its code times its scales. Every scheme keeps FA3's per-(batch entry, K/V head)
+fp32 descale of q, k and v (:mod:`flashcheck.inputs.quantization`; 1 where a scheme has none) and may add
+**block scales**: one scale per ``size`` consecutive values along the tokens or the head dims of a tensor, in
+a scale format of its own (fp32, e8m0, e4m3). A value is then ``code * block_scale * descale``, exact in
+float64 (4 significand bits, times at most 24, times 24).
+
+A scheme also says how a kernel may requantize P before P @ V: the least factor it multiplies P by before
+P's fp8 rounding (:attr:`Scheme.p_scale`), which sets the absolute error of P's smallest values; a larger
+factor is more accurate and any factor that leaves P's largest value within the format's range is legal.
+
+Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
+``{q,k,v}_scale``, in the torch dtype of the scale format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+
+__all__ = ["Blocks", "Scheme", "SCHEMES", "SCALE_FORMATS", "AXES", "scheme_named", "BLOCK_SCALE_KWARGS"]
+
+AXES = ("tokens", "dims")
+# A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
+SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
+BLOCK_SCALE_KWARGS = ("q_scale", "k_scale", "v_scale")
+
+
+def _check_choice(argument: str, value, allowed: tuple):
+    if value not in allowed:
+        raise InvalidArgument(argument, value, "unknown value", f"Choose from {list(allowed)}.")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One tensor's block scales: one per ``size`` values along ``axis`` (the last block may be shorter), in
+    ``format``. A tensor (B, H, N, D) has scales (B, H, ceil(N / size)) along the tokens and (B, H, N,
+    ceil(D / size)) along the dims."""
+
+    size: int
+    axis: str = "tokens"
+    format: str = "fp32"
+
+    def __post_init__(self):
+        if not (isinstance(self.size, int) and not isinstance(self.size, bool) and 1 <= self.size <= 4096):
+            raise InvalidArgument("size", self.size, "a block holds 1 to 4,096 values",
+                                  "Pass Blocks(size=...) as a positive integer, e.g. 32.")
+        _check_choice("axis", self.axis, AXES)
+        _check_choice("format", self.format, tuple(SCALE_FORMATS))
+
+    def count(self, length: int) -> int:
+        """How many blocks cover ``length`` values."""
+        return -(-length // self.size)
+
+    def text(self) -> str:
+        return f"{self.format} per {self.size} {'token' if self.size == 1 else 'values'} along {self.axis}"
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A quantization scheme: the block scales of q, k and v (None: a tensor has its descale only), whether
+    the kernel receives the per-head descales as well, the least factor P is scaled by before its rounding,
+    and whose convention it is."""
+
+    name: str
+    q: Blocks | None = None
+    k: Blocks | None = None
+    v: Blocks | None = None
+    descales: bool = True
+    p_scale: float = 1.0
+    convention: str = ""
+
+    @property
+    def blocks(self) -> tuple:
+        return (self.q, self.k, self.v)
+
+    @property
+    def block_scaled(self) -> bool:
+        return any(b is not None for b in self.blocks)
+
+    def as_dict(self):
+        """Its name where it is one of :data:`SCHEMES` (a spec's JSON), else its fields."""
+        if SCHEMES.get(self.name) == self:
+            return self.name
+        return dataclasses.asdict(self)
+
+    def text(self) -> str:
+        parts = [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
+        return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
+            f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "")
+
+
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme("per_head", convention="FA3: q, k and v each with one fp32 descale per batch entry and K/V head"),
+    # KV caches: a scale per token and K/V head (vLLM's per-token-head cache) or per block of tokens (a page).
+    Scheme("per_token_kv", k=Blocks(1), v=Blocks(1),
+           convention="an fp8 KV cache with an fp32 scale per token and K/V head (vLLM's per-token-head scales)"),
+    Scheme("per_block_kv", k=Blocks(16), v=Blocks(16),
+           convention="an fp8 KV cache with an fp32 scale per block of 16 tokens and K/V head (a page's)"),
+    # MXFP8 (OCP microscaling): an e8m0 scale per 32 values along each product's contracted axis; P too, so its
+    # block scale may grow P's codes up to the format's largest value: P's least factor is 2^8 (the smallest
+    # power of two whose multiple of 1 stays within 448).
+    Scheme("mxfp8", q=Blocks(32, "dims", "e8m0"), k=Blocks(32, "dims", "e8m0"), v=Blocks(32, "tokens", "e8m0"),
+           descales=False, p_scale=256.0, convention="MXFP8: e4m3 codes with an e8m0 scale per 32 values along the contracted "
+                                      "axis (q and k along the head dims, v along the tokens)"),
+)}
+
+
+def scheme_named(value: object, *, argument: str = "quantization") -> Scheme:
+    """The scheme of a name or of :meth:`Scheme.as_dict`'s fields (a :class:`Scheme` passes through)."""
+    if isinstance(value, Scheme):
+        return value
+    if isinstance(value, str) and value in SCHEMES:
+        return SCHEMES[value]
+    if isinstance(value, dict) and set(value) <= {f.name for f in dataclasses.fields(Scheme)} and "name" in value:
+        blocks = {t: Blocks(**value[t]) for t in "qkv" if isinstance(value.get(t), dict)}
+        return Scheme(**{**value, **blocks})
+    raise InvalidArgument(argument, value, "unknown quantization scheme",
+                          f"Use one of {list(SCHEMES)} or a flashcheck.contract.quantization.Scheme(...).")

@@ -1,0 +1,121 @@
+"""A quantized case's scales: its descales, one per batch entry and K/V head for each of q, k and v (FA3's,
+:mod:`flashcheck.inputs.quantization`), and its block scales, one per block of a tensor's values.
+
+Values are ``code * block_scale * descale``. A scheme (:mod:`flashcheck.contract.quantization`) gives q, k and v each at most one :class:`Blocks`; the case
+holds the scales as fp32 tensors (every value of an e8m0 or e4m3 scale is exact there), (B, H, nb) along the
+tokens and (B, H, N, nb) along the dims, H the tensor's own heads. A kernel receives them as
+``q_block_scales``, ``k_block_scales`` and ``v_block_scales`` in the scale format's torch dtype. A scale of 0
+is legal: an all-zero block's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract.quantization import SCALE_FORMATS, Blocks, Scheme, scheme_named
+from ..errors import InvalidArgument
+from .tensors import as_float_tensor, head_values_text
+
+__all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "expanded", "dequantize", "check_descales", "check_block_scales",
+           "shape_of", "shape_problem", "scale_dtype", "scale_kwargs", "scales_text"]
+
+BLOCK_SCALES = ("q_block_scales", "k_block_scales", "v_block_scales")
+DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
+
+
+def shape_of(blocks: Blocks, t_shape) -> tuple:
+    """The shape of the block scales of a (B, H, N, D) tensor."""
+    B, H, N, D = t_shape
+    if blocks.axis == "tokens":
+        return (B, H, blocks.count(N))
+    return (B, H, N, blocks.count(D))
+
+
+def expanded(scales: torch.Tensor, blocks: Blocks, t_shape) -> torch.Tensor:
+    """The block scales as one per value, broadcastable to a tensor of ``t_shape`` (B, H, N, D)."""
+    N, D = t_shape[2], t_shape[3]
+    if blocks.axis == "tokens":
+        return scales.repeat_interleave(blocks.size, 2)[:, :, :N, None]
+    return scales.repeat_interleave(blocks.size, 3)[..., :D]
+
+
+def dequantize(q, k, v, descales, block_scales, scheme):
+    """q, k and v (codes, (B, H, N, D)) times their block scales and descales, in float64 (exact: 4 significand
+    bits times at most 24 times 24), each query head with its K/V head's descale."""
+    out = []
+    for i, (t, blocks) in enumerate(zip((q, k, v), scheme_named(scheme).blocks)):
+        t = t.to(torch.float64)
+        if blocks is not None:
+            t = t * expanded(block_scales[i].to(t.device, torch.float64), blocks, t.shape)
+        d = descales[i].to(t.device, torch.float64)
+        out.append(t * d.repeat_interleave(t.shape[1] // k.shape[1], 1)[:, :, None, None])
+    return tuple(out)
+
+
+def scale_dtype(blocks: Blocks):
+    return getattr(torch, SCALE_FORMATS[blocks.format])
+
+
+def check_block_scales(name: str, value, blocks: Blocks | None):
+    """``value`` as a CPU fp32 tensor: finite, not negative (0 is an all-zero block's), each exact in the scale
+    format; None where the scheme gives the tensor no block scales (and the value is None)."""
+    if value is None and blocks is None:
+        return None
+    fix = (f"Pass {name} as the scheme says: {blocks.text()}, finite and not negative." if blocks is not None else
+           f"Pass no {name}: the case's quantization scheme gives this tensor none.")
+    if value is None or blocks is None or not isinstance(value, torch.Tensor) or value.dim() not in (3, 4):
+        raise InvalidArgument(name, None if value is None else _shape(value), "does not fit the scheme", fix)
+    t = value.detach().to("cpu", torch.float32)
+    if not bool((torch.isfinite(t) & (t >= 0)).all()):
+        raise InvalidArgument(name, head_values_text(t), "holds a negative or non-finite scale", fix)
+    if not torch.equal(t.to(scale_dtype(blocks)).float(), t):
+        raise InvalidArgument(name, head_values_text(t), f"holds a value that is not exact in {blocks.format}", fix)
+    return t.clone()
+
+
+def _shape(value):
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else value
+
+
+def shape_problem(descales, block_scales, scheme: Scheme, shapes) -> tuple | None:
+    """(name, value, problem, fix) where a scale's shape does not fit the case's shapes, or None."""
+    if descales is not None and tuple(descales.shape) != (3, shapes.batch, shapes.heads_kv):
+        return ("descales", tuple(descales.shape), f"expected shape (3, {shapes.batch}, {shapes.heads_kv})",
+                "Pass q's, k's and v's descales, one per batch entry and K/V head.")
+    dims = {"q": (shapes.batch, shapes.heads_q, shapes.n_q, shapes.head_dim),
+            "k": (shapes.batch, shapes.heads_kv, shapes.n_k, shapes.head_dim),
+            "v": (shapes.batch, shapes.heads_kv, shapes.n_k, shapes.head_dim_v)}
+    for name, s, blocks in zip(BLOCK_SCALES, block_scales, scheme_named(scheme).blocks):
+        if s is not None and tuple(s.shape) != shape_of(blocks, dims[name[0]]):
+            return (name, tuple(s.shape), f"expected {shape_of(blocks, dims[name[0]])} ({blocks.text()})",
+                    "Pass one scale per block of the tensor's values.")
+    return None
+
+
+def scale_kwargs(descales, block_scales, scheme, device) -> dict:
+    """The kernel's keywords: the descales where the scheme passes them, and each tensor's block scales in its
+    scale format; fresh copies on ``device``."""
+    scheme = scheme_named(scheme)
+    out = dict(zip(DESCALE_KWARGS, descales.to(device, copy=True).unbind(0))) if scheme.descales else {}
+    out.update({name: s.to(device, scale_dtype(blocks), copy=True)
+                for name, s, blocks in zip(BLOCK_SCALES, block_scales, scheme.blocks) if s is not None})
+    return out
+
+
+def scales_text(descales, block_scales, scheme) -> str:
+    """The scales in a case's one-line description."""
+    parts = [] if scheme_named(scheme).name == "per_head" else [scheme_named(scheme).name]
+    parts.append(f"descales={head_values_text(descales)}")
+    parts += [f"{name}={head_values_text(s)}" for name, s in zip(BLOCK_SCALES, block_scales) if s is not None]
+    return ",".join(parts)
+
+
+def check_descales(descales):
+    """``descales`` as a CPU fp32 (3, B, Hkv) tensor, finite and positive (None stays None)."""
+    if descales is None:
+        return None
+    fix = "Pass descales as a float32 tensor of shape (3, B, Hkv) (q's, k's and v's), finite and positive."
+    t = as_float_tensor("descales", descales, fix, (3,))
+    if t.shape[0] != 3 or not bool((torch.isfinite(t) & (t > 0)).all()):
+        raise InvalidArgument("descales", tuple(t.shape), "expected (3, B, Hkv), finite and positive", fix)
+    return t.to("cpu", torch.float32).clone()
