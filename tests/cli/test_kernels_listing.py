@@ -33,7 +33,9 @@ CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": plan
            "torch:block-sparse": planted.BLOCK_SPARSE, "torch:sparse-varlen": planted.SPARSE_VARLEN,
            "torch:sparse-paged": planted.SPARSE_PAGED, "torch:mla-sparse": planted.SPARSE_PAGED,
            "flashcheck:triton-sparse": planted.TRITON_SPARSE,
-           "flashcheck:triton-block-sparse": planted.TRITON_BLOCK_SPARSE}
+           "flashcheck:triton-block-sparse": planted.TRITON_BLOCK_SPARSE,
+           "torch:fp8-kv-token": planted.KV_BLOCK_SCALES[:1], "torch:fp8-kv-blocks": planted.KV_BLOCK_SCALES,
+           "torch:mxfp8": planted.MXFP8}
 PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}
 
 

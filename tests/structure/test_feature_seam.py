@@ -45,8 +45,9 @@ LIMIT = {name: 4 for name in WORDS}
 # a record module in contract/ (as MLA's) and public names in the facade: one file more.
 LIMIT["block_lists"] = 5
 # Quantized inputs have, besides the drawing of their scales (inputs/quantization.py), the record of the schemes a
-# spec names (contract/quantization.py) and the module of a case's scales the Variant holds (features/quantized.py).
-LIMIT["fp8"] = 6
+# spec names (contract/quantization.py), the module of a case's scales the Variant holds (features/quantized.py) and
+# the formats' casts emulated in float64 (numerics/quantizers.py).
+LIMIT["fp8"] = 7
 HOME = {**{name: f"features/{module}.py" for name, module in MODULES.items()},
         **{name: home for name, (_, home) in FORMS.items()}}
 

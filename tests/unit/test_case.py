@@ -459,7 +459,7 @@ def test_binary_garbage_json(saved):
 
 
 @pytest.mark.parametrize("change,problem", [
-    (lambda m: m.update(format_version=5), "format_version 5 is newer than this flashcheck's 4"),
+    (lambda m: m.update(format_version=6), "format_version 6 is newer than this flashcheck's 5"),
     (lambda m: m.update(format_version="1"), "format_version='1' is not an integer"),
     (lambda m: m.update(format_version=0), "not a known version"),
     (lambda m: m.pop("dtype"), "missing key 'dtype'"),

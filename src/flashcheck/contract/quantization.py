@@ -9,6 +9,8 @@ float64 (4 significand bits, times at most 24, times 24).
 A scheme also says how a kernel may requantize P before P @ V: the least factor it multiplies P by before
 P's fp8 rounding (:attr:`Scheme.p_scale`), which sets the absolute error of P's smallest values; a larger
 factor is more accurate and any factor that leaves P's largest value within the format's range is legal.
+Where a scheme's kernels compute on dequantized values (:attr:`Scheme.compute`, a KV cache's), they may round
+q, k, v and P to that format instead.
 
 Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
 ``{q,k,v}_scale``, in the torch dtype of the scale format.
@@ -23,7 +25,7 @@ from ..errors import InvalidArgument
 
 __all__ = ["Blocks", "Scheme", "SCHEMES", "SCALE_FORMATS", "AXES", "scheme_named", "BLOCK_SCALE_KWARGS"]
 
-AXES = ("tokens", "dims")
+AXES = ("tokens", "dims", "columns")
 # A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
 SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
 BLOCK_SCALE_KWARGS = ("q_scale", "k_scale", "v_scale")
@@ -36,9 +38,11 @@ def _check_choice(argument: str, value, allowed: tuple):
 
 @dataclass(frozen=True)
 class Blocks:
-    """One tensor's block scales: one per ``size`` values along ``axis`` (the last block may be shorter), in
-    ``format``. A tensor (B, H, N, D) has scales (B, H, ceil(N / size)) along the tokens and (B, H, N,
-    ceil(D / size)) along the dims."""
+    """One tensor's block scales: one per block of ``size`` along ``axis`` (the last block may be shorter), in
+    ``format``. Of a tensor (B, H, N, D): ``"tokens"``, one per block of tokens and head, all dims of them
+    ((B, H, ceil(N / size)), a KV cache's page); ``"dims"``, one per block of a token's dims ((B, H, N,
+    ceil(D / size)), the contracted axis of Q K^T); ``"columns"``, one per block of tokens in each dim ((B, H,
+    ceil(N / size), D), the contracted axis of P V)."""
 
     size: int
     axis: str = "tokens"
@@ -56,14 +60,15 @@ class Blocks:
         return -(-length // self.size)
 
     def text(self) -> str:
-        return f"{self.format} per {self.size} {'token' if self.size == 1 else 'values'} along {self.axis}"
+        what = {"tokens": "tokens", "dims": "dims of a token", "columns": "tokens of a dim"}[self.axis]
+        return f"{self.format} per {self.size} {what}"
 
 
 @dataclass(frozen=True)
 class Scheme:
     """A quantization scheme: the block scales of q, k and v (None: a tensor has its descale only), whether
     the kernel receives the per-head descales as well, the least factor P is scaled by before its rounding,
-    and whose convention it is."""
+    the format a kernel may compute in on dequantized values, and whose convention it is."""
 
     name: str
     q: Blocks | None = None
@@ -71,6 +76,7 @@ class Scheme:
     v: Blocks | None = None
     descales: bool = True
     p_scale: float = 1.0
+    compute: str | None = None  # the format dequantized values and P may be rounded to (None: P to the codes')
     convention: str = ""
 
     @property
@@ -96,14 +102,14 @@ class Scheme:
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("per_head", convention="FA3: q, k and v each with one fp32 descale per batch entry and K/V head"),
     # KV caches: a scale per token and K/V head (vLLM's per-token-head cache) or per block of tokens (a page).
-    Scheme("per_token_kv", k=Blocks(1), v=Blocks(1),
+    Scheme("per_token_kv", k=Blocks(1), v=Blocks(1), compute="bf16",
            convention="an fp8 KV cache with an fp32 scale per token and K/V head (vLLM's per-token-head scales)"),
-    Scheme("per_block_kv", k=Blocks(16), v=Blocks(16),
+    Scheme("per_block_kv", k=Blocks(16), v=Blocks(16), compute="bf16",
            convention="an fp8 KV cache with an fp32 scale per block of 16 tokens and K/V head (a page's)"),
     # MXFP8 (OCP microscaling): an e8m0 scale per 32 values along each product's contracted axis; P too, so its
     # block scale may grow P's codes up to the format's largest value: P's least factor is 2^8 (the smallest
     # power of two whose multiple of 1 stays within 448).
-    Scheme("mxfp8", q=Blocks(32, "dims", "e8m0"), k=Blocks(32, "dims", "e8m0"), v=Blocks(32, "tokens", "e8m0"),
+    Scheme("mxfp8", q=Blocks(32, "dims", "e8m0"), k=Blocks(32, "dims", "e8m0"), v=Blocks(32, "columns", "e8m0"),
            descales=False, p_scale=256.0, convention="MXFP8: e4m3 codes with an e8m0 scale per 32 values along the contracted "
                                       "axis (q and k along the head dims, v along the tokens)"),
 )}

@@ -2,8 +2,8 @@
 :mod:`flashcheck.inputs.quantization`), and its block scales, one per block of a tensor's values.
 
 Values are ``code * block_scale * descale``. A scheme (:mod:`flashcheck.contract.quantization`) gives q, k and v each at most one :class:`Blocks`; the case
-holds the scales as fp32 tensors (every value of an e8m0 or e4m3 scale is exact there), (B, H, nb) along the
-tokens and (B, H, N, nb) along the dims, H the tensor's own heads. A kernel receives them as
+holds the scales as fp32 tensors (every value of an e8m0 or e4m3 scale is exact there), of the shapes
+:class:`~flashcheck.contract.quantization.Blocks` gives, H the tensor's own heads. A kernel receives them as
 ``q_block_scales``, ``k_block_scales`` and ``v_block_scales`` in the scale format's torch dtype. A scale of 0
 is legal: an all-zero block's.
 """
@@ -17,7 +17,7 @@ from ..errors import InvalidArgument
 from .tensors import as_float_tensor, head_values_text
 
 __all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "expanded", "dequantize", "check_descales", "check_block_scales",
-           "shape_of", "shape_problem", "scale_dtype", "scale_kwargs", "scales_text"]
+           "shape_of", "shape_problem", "exact", "scale_dtype", "scale_kwargs", "scales_text"]
 
 BLOCK_SCALES = ("q_block_scales", "k_block_scales", "v_block_scales")
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
@@ -26,17 +26,17 @@ DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
 def shape_of(blocks: Blocks, t_shape) -> tuple:
     """The shape of the block scales of a (B, H, N, D) tensor."""
     B, H, N, D = t_shape
-    if blocks.axis == "tokens":
-        return (B, H, blocks.count(N))
-    return (B, H, N, blocks.count(D))
+    return {"tokens": (B, H, blocks.count(N)), "dims": (B, H, N, blocks.count(D)),
+            "columns": (B, H, blocks.count(N), D)}[blocks.axis]
 
 
 def expanded(scales: torch.Tensor, blocks: Blocks, t_shape) -> torch.Tensor:
     """The block scales as one per value, broadcastable to a tensor of ``t_shape`` (B, H, N, D)."""
     N, D = t_shape[2], t_shape[3]
-    if blocks.axis == "tokens":
-        return scales.repeat_interleave(blocks.size, 2)[:, :, :N, None]
-    return scales.repeat_interleave(blocks.size, 3)[..., :D]
+    if blocks.axis == "dims":
+        return scales.repeat_interleave(blocks.size, 3)[..., :D]
+    rows = scales.repeat_interleave(blocks.size, 2)[:, :, :N]
+    return rows[..., None] if blocks.axis == "tokens" else rows
 
 
 def dequantize(q, k, v, descales, block_scales, scheme):
@@ -56,6 +56,11 @@ def scale_dtype(blocks: Blocks):
     return getattr(torch, SCALE_FORMATS[blocks.format])
 
 
+def exact(scales: torch.Tensor, blocks: Blocks) -> bool:
+    """Whether every one of ``scales`` (fp32) is a value of the scale format."""
+    return torch.equal(scales.to(scale_dtype(blocks)).float(), scales.float())
+
+
 def check_block_scales(name: str, value, blocks: Blocks | None):
     """``value`` as a CPU fp32 tensor: finite, not negative (0 is an all-zero block's), each exact in the scale
     format; None where the scheme gives the tensor no block scales (and the value is None)."""
@@ -68,7 +73,7 @@ def check_block_scales(name: str, value, blocks: Blocks | None):
     t = value.detach().to("cpu", torch.float32)
     if not bool((torch.isfinite(t) & (t >= 0)).all()):
         raise InvalidArgument(name, head_values_text(t), "holds a negative or non-finite scale", fix)
-    if not torch.equal(t.to(scale_dtype(blocks)).float(), t):
+    if not exact(t, blocks):
         raise InvalidArgument(name, head_values_text(t), f"holds a value that is not exact in {blocks.format}", fix)
     return t.clone()
 

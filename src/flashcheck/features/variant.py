@@ -62,11 +62,12 @@ TENSORS = tuple(f.name for f in REGISTRY if f.tensor) + ("descales",) + quantize
 SAVED_DTYPES = {**{f.name: f.saved_dtype for f in REGISTRY if f.tensor},
                 **{name: "fp32" for name in ("descales",) + quantized.BLOCK_SCALES}}
 DESCALE_KWARGS = quantized.DESCALE_KWARGS
-SETTINGS = ("alibi", "bias_order", "duplicates", "quantization")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
+SETTINGS = ("alibi", "bias_order", "duplicates")  # the JSON keys that are no feature: how slopes make a bias, cap and bias order
 # What a recipe (flashcheck.inputs.recipe) records of the kernel's spec to draw a case's variant, in the order it saves
-# them (None: the case has no such part): the ALiBi mode and the bias's dtype (those features' ``settings``) and
-# where a cap and a bias meet.
-RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype", "block_size", "full_blocks", "duplicates")
+# them (None: the case has no such part): the ALiBi mode and the bias's dtype (those features' ``settings``),
+# where a cap and a bias meet, and an fp8 case's block-scaled quantization scheme.
+RECIPE_SETTINGS = ("alibi_mode", "bias_order", "bias_dtype", "block_size", "full_blocks", "duplicates",
+                   "quantization")
 
 
 def declared(spec) -> tuple[str, ...]:
@@ -107,12 +108,12 @@ class Variant:
                                   "(B, 1, Nq, topk), or declare duplicates='once'.")
         object.__setattr__(self, "descales", quantized.check_descales(self.descales))
         object.__setattr__(self, "quantization", scheme_named(self.quantization))
-        blocks = self.quantization.blocks
-        for name, b in zip(quantized.BLOCK_SCALES, blocks):
-            object.__setattr__(self, name, quantized.check_block_scales(name, getattr(self, name), b))
-        if any(b is not None for b in blocks) and self.descales is None:
-            raise InvalidArgument("quantization", self.quantization, "block scales without descales",
+        if self.descales is None and any(s is not None for s in self.block_scales):
+            raise InvalidArgument("descales", None, "block scales without descales",
                                   "Pass the case's descales (1 where the scheme has none) with its block scales.")
+        for name, b in zip(quantized.BLOCK_SCALES, self.quantization.blocks):
+            if self.descales is not None:  # a quantized case: its scheme's block scales, each checked
+                object.__setattr__(self, name, quantized.check_block_scales(name, getattr(self, name), b))
 
     @property
     def used(self) -> tuple[str, ...]:
@@ -166,8 +167,13 @@ class Variant:
         return tuple(float(d) for d in self.descales[:, b, kv_head])
 
     def rescaled(self, multipliers) -> "Variant":
-        """The variant with q's, k's and v's scales times ``multipliers`` (three numbers)."""
-        return self.replace(descales=self.descales * torch.tensor(multipliers).view(3, 1, 1))
+        """The variant with q's, k's and v's scales times ``multipliers`` (three numbers): a tensor's block scales
+        where it has them, else its descale."""
+        blocked = [m if s is not None else 1.0 for m, s in zip(multipliers, self.block_scales)]
+        plain = [1.0 if s is not None else m for m, s in zip(multipliers, self.block_scales)]
+        return self.replace(descales=self.descales * torch.tensor(plain).view(3, 1, 1),
+                            **{n: s * m for n, s, m in zip(quantized.BLOCK_SCALES, self.block_scales, blocked)
+                               if s is not None})
 
     # The terms, as the numerics see the variant (they name no feature; a new feature of a term needs none of
     # their code): the cap, the bias (:meth:`bias`), the visible keys (:meth:`visible`) and the sink.
@@ -295,7 +301,7 @@ class Variant:
     def from_dict(cls, data, tensors=None) -> "Variant":
         """The variant of :meth:`as_dict`'s ``data`` with its ``tensors`` (a dict of :data:`TENSORS`)."""
         data = {} if data is None else data
-        keys = tuple(f.name for f in REGISTRY if not f.tensor) + SETTINGS
+        keys = tuple(f.name for f in REGISTRY if not f.tensor) + SETTINGS + ("quantization",)
         if not isinstance(data, dict) or set(data) - set(keys):
             raise InvalidArgument("variant", data, f"expected a dict of {', '.join(keys[:-1])} and {keys[-1]}",
                                   "Pass e.g. {'window': [64, 0]}, {'chunk': 128} or {'softcap': 30.0}.")

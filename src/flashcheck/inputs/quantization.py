@@ -10,6 +10,13 @@ works. How a case's descales are chosen is its descale regime, a pure function o
   under the ``descale`` property, which rescales K);
 - ``skewed``: amax's times 2^u, u uniform in [0, 6) per (b, kv head): part of fp8's range only, so
   small values fall to its subnormals, and no two descales alike.
+
+Where the kernel's scheme (:mod:`flashcheck.contract.quantization`) gives a tensor block scales, its descales
+are 1 and each block gets the quantizer's scale: its largest magnitude over fp8's largest value, rounded up in
+the scale format (so no code saturates), 0 for an all-zero block (1 in e8m0, which has no zero). The block regime, also of the seed, shapes
+the values first (:data:`BLOCK_REGIMES`): blocks of zeros, blocks at e8m0's or fp32's smallest scales, blocks
+of one repeated value, one outlier per block over values that fall to fp8's subnormals, and scales one step
+too small, so that a block's largest codes saturate at fp8's largest value.
 """
 
 from __future__ import annotations
@@ -19,15 +26,19 @@ import dataclasses
 import torch
 
 from ..contract.formats import format_of
+from ..contract.quantization import Blocks, scheme_named
 from ..contract.validation import Shapes
+from ..features.quantized import exact, expanded, scale_dtype, shape_of
 from ..features.variant import DESCALE_KWARGS, Variant
+from ..numerics.quantizers import pow2_scale
 from .case import AttentionCase
 from .drawing import seeded
 
-__all__ = ["DESCALE_REGIMES", "VALUE_FORMAT", "descale_regime", "regime_text", "quantize", "rescaled_case",
-           "misread_scales"]
+__all__ = ["DESCALE_REGIMES", "BLOCK_REGIMES", "VALUE_FORMAT", "descale_regime", "block_regime", "regime_text",
+           "quantize", "rescaled_case", "misread_scales"]
 
 DESCALE_REGIMES = ("amax", "unit", "skewed")
+BLOCK_REGIMES = ("amax", "zero_blocks", "tiny_scales", "identical", "outlier", "saturating")
 # The regimes draw an fp8 case's values in fp16's range (activations an fp8 kernel is fed sit there);
 # the descales carry their magnitude.
 VALUE_FORMAT = "fp16"
@@ -38,9 +49,16 @@ def descale_regime(seed: int) -> str:
     return DESCALE_REGIMES[seed % len(DESCALE_REGIMES)]
 
 
-def regime_text(seed: int) -> str:
-    """The part of a recipe's regime (its provenance's strategy) that names the descale regime."""
-    return f"/descales={descale_regime(seed)}"
+def block_regime(seed: int) -> str:
+    """The block regime of a recipe's seed (independent of its descale regime's choice)."""
+    return BLOCK_REGIMES[(seed // len(DESCALE_REGIMES)) % len(BLOCK_REGIMES)]
+
+
+def regime_text(seed: int, scheme="per_head") -> str:
+    """The part of a recipe's regime (its provenance's strategy) that names the scale regimes."""
+    scheme = scheme_named(scheme)
+    blocks = f",{scheme.name}={block_regime(seed)}" if scheme.block_scaled else ""
+    return f"/descales={descale_regime(seed)}{blocks}"
 
 
 def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) -> torch.Tensor:
@@ -54,19 +72,95 @@ def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) ->
     return base.float()
 
 
-def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int):
+def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int, scheme="per_head"):
     """``(q8, k8, v8, variant)``: q, k, v in the fp8 format ``dtype`` and ``variant`` with their descales, in the
-    regime of ``seed``, stacked as a (3, B, Hkv) fp32 tensor (q's, k's, v's), so that ``x8 * descale`` are the
+    regime of ``seed``, stacked as a (3, B, Hkv) fp32 tensor (q's, k's, v's), and with the block scales of
+    ``scheme`` (1 as the descale of a tensor that has them), so that ``x8 * block_scale * descale`` are the
     case's values."""
-    fmt = format_of(dtype)
+    fmt, scheme = format_of(dtype), scheme_named(scheme)
     gen = seeded(int(seed) + 1)
-    descales, out = [], []
-    for t in (q, k, v):
-        d = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen)
-        per_head = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
-        out.append((t.float() / per_head).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
+    descales, out, block_scales = [], [], []
+    for t, blocks in zip((q, k, v), scheme.blocks):
+        if blocks is None:
+            d, scales = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen), None
+            per_value = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
+        else:
+            t = _block_values(t.float(), blocks, block_regime(seed), gen)
+            d = torch.ones(shapes.batch, shapes.heads_kv)
+            scales = _block_scales(t, blocks, fmt.max_value, block_regime(seed))
+            per_value = expanded(scales, blocks, t.shape)
+        codes = torch.where(per_value > 0, t.float() / per_value, 0.0)
+        out.append(codes.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
         descales.append(d)
-    return (*out, variant.replace(descales=torch.stack(descales)))
+        block_scales.append(scales)
+    scaled = dict(zip(("q_block_scales", "k_block_scales", "v_block_scales"), block_scales))
+    return (*out, variant.replace(descales=torch.stack(descales), quantization=scheme, **scaled))
+
+
+def _blocks_view(t: torch.Tensor, blocks: Blocks) -> torch.Tensor:
+    """``t`` (B, H, N, D) padded with zeros to whole blocks and viewed as (..., blocks, size): a token's dims in
+    blocks along the dims, a dim's tokens otherwise ((B, H, D, nb, size))."""
+    x = t if blocks.axis == "dims" else t.transpose(2, 3)
+    pad = blocks.count(x.shape[-1]) * blocks.size - x.shape[-1]
+    x = torch.nn.functional.pad(x, (0, pad))
+    return x.reshape(*x.shape[:-1], -1, blocks.size)
+
+
+def _from_blocks(x: torch.Tensor, blocks: Blocks, shape) -> torch.Tensor:
+    x = x.reshape(*x.shape[:-2], -1)
+    if blocks.axis == "dims":
+        return x[..., :shape[3]]
+    return x[..., :shape[2]].transpose(2, 3)
+
+
+def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Tensor:
+    """``t`` with the block regime's shape given to its values, block by block (a third of the blocks, drawn;
+    a block of tokens with all its dims)."""
+    x = _blocks_view(t, blocks)
+    shape = list(x.shape[:-1]) + [1]
+    if blocks.axis == "tokens":
+        shape[2] = 1
+    chosen = torch.rand(shape, generator=gen, device=x.device) < 1 / 3
+    if regime == "zero_blocks":
+        x = torch.where(chosen, 0.0, x)
+    elif regime == "tiny_scales":
+        x = torch.where(chosen, x * 2.0**-100, x)  # scales near e8m0's and fp32's smallest
+    elif regime == "identical":
+        first = x[:, :, :1, :, :1] if blocks.axis == "tokens" else x[..., :1]
+        x = torch.where(chosen, first.expand_as(x), x)
+    elif regime == "outlier":  # one value per block (a block of tokens: its first token's first dim)
+        spike = torch.zeros_like(x)
+        spike[(slice(None),) * 2 + ((0,) if blocks.axis == "tokens" else (slice(None),)) + (Ellipsis, 0)] = 2.0**12
+        x = torch.where(chosen, x * 2.0**-8 + spike, x)  # the rest 2^-20 of it and less: e4m3's subnormals
+    return _from_blocks(x, blocks, t.shape)
+
+
+def _block_scales(t: torch.Tensor, blocks: Blocks, fmax: float, regime: str) -> torch.Tensor:
+    """fp32 scales of ``t``'s blocks, exact in the scale format: amax / fmax rounded up there (0 for a block of
+    zeros); the ``saturating`` regime's one step smaller, so that the block's largest codes saturate."""
+    amax = _blocks_view(t.double(), blocks).abs().amax(-1)
+    if blocks.axis == "tokens":
+        amax = amax.amax(2)  # (B, H, nb): one scale for all dims of a block of tokens
+    if blocks.format == "e8m0":  # no zero in e8m0: an all-zero block's scale is 1
+        scales = pow2_scale(amax, fmax, rule="ceil") / torch.where((amax > 0) & (regime == "saturating"), 2.0, 1.0)
+    else:
+        scales = _rounded_up(amax / fmax, blocks)
+        if regime == "saturating":
+            scales = _rounded_up(scales * 0.75, blocks)
+        scales = torch.where(amax > 0, scales, 0.0)
+    scales = scales.float()
+    return scales.transpose(2, 3).contiguous() if blocks.axis == "columns" else scales
+
+
+def _rounded_up(x: torch.Tensor, blocks: Blocks) -> torch.Tensor:
+    """``x`` (float64) rounded up to a value of the scale format (nearest, then one step up where it fell)."""
+    near = x.to(scale_dtype(blocks)).double()
+    bits = near.float().view(torch.int32) if blocks.format == "fp32" else None
+    if bits is not None:  # fp32: the next float up is the next integer of the bits (positive values)
+        up = (bits + 1).view(torch.float32).double()
+    else:  # e4m3: the next code up
+        up = (near.to(scale_dtype(blocks)).view(torch.uint8) + 1).view(scale_dtype(blocks)).double()
+    return torch.where(near < x, up, near)
 
 
 def _exact_factor(t: torch.Tensor) -> float | None:
@@ -81,21 +175,32 @@ def _exact_factor(t: torch.Tensor) -> float | None:
 
 
 def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
-    """(what, case) with each of q, k and v times 2 and its descale halved (or halved and doubled), where
-    that is exact; where neither q nor k can be, q's descale doubled and k's halved (their product alone
-    scales the logits). The dequantized values' product, and so the exact output, is unchanged. None
-    without descales."""
-    if not case.variant.quantized:
+    """(what, case) with each of q, k and v times 2 and its scale halved (or halved and doubled), where
+    that is exact: its block scales where it has them, else its descale; where neither q nor k can be, q's
+    scale doubled and k's halved (their product alone scales the logits). The dequantized values' product, and
+    so the exact output, is unchanged. None without descales."""
+    variant = case.variant
+    if not variant.quantized:
         return None
+    names = [f"{n}_block_scales" if s is not None else f"{n}_descale" for n, s in zip("qkv", variant.block_scales)]
     factors = [_exact_factor(t) or 1.0 for t in (case.q, case.k, case.v)]
+    factors = [f if _scales_take(variant, i, 1 / f) else 1.0 for i, f in enumerate(factors)]
     scaled = [(t.float() * f).to(t.dtype) for t, f in zip((case.q, case.k, case.v), factors)]
-    what = [f"{n} times {f:g} and {n}_descale over {f:g}" for n, f in zip("qkv", factors) if f != 1.0]
+    what = [f"{n} times {f:g} and {name} over {f:g}" for n, f, name in zip("qkv", factors, names) if f != 1.0]
     multipliers = [1 / f for f in factors]
-    if factors[:2] == [1.0, 1.0]:
+    if factors[:2] == [1.0, 1.0] and _scales_take(variant, 0, 2.0) and _scales_take(variant, 1, 0.5):
         multipliers[:2] = [2.0, 0.5]
-        what.insert(0, "q_descale times 2 and k_descale over 2")
+        what.insert(0, f"{names[0]} times 2 and {names[1]} over 2")
+    if not what:
+        return None
     return ", ".join(what), dataclasses.replace(case, q=scaled[0], k=scaled[1], v=scaled[2],
-                                                variant=case.variant.rescaled(multipliers))
+                                                variant=variant.rescaled(multipliers))
+
+
+def _scales_take(variant: Variant, i: int, factor: float) -> bool:
+    """Whether tensor ``i``'s block scales times ``factor`` stay exact in their format (descales always do)."""
+    scales, blocks = variant.block_scales[i], variant.quantization.blocks[i]
+    return scales is None or factor == 1.0 or exact(scales * factor, blocks)
 
 
 def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, float]]:

@@ -121,10 +121,15 @@ class Recipe:
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
             f",pages={self.pages}" if forms.form(self.form).pool == "pages" else "") + (
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
-        scales = regime_text(self.seed) if is_quantized(self.dtype) else ""
+        scales = regime_text(self.seed, self.scheme) if is_quantized(self.dtype) else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"
         own = "" if self.form_values == "none" else f"/{self.form_values}"
         return f"{self.values}/{self.mask}{own}{used}{form}{scales}{large}"
+
+    @property
+    def scheme(self):
+        """The quantization scheme of an fp8 case's scales (FA3's per-head descales unless the spec named one)."""
+        return self.settings.get("quantization") or "per_head"
 
     def build(self, *, kernel: str | None = None, draw_on=None) -> AttentionCase | ServingCase:
         """The case; ``draw_on`` (a device, default the CPU) draws its dense tensors there and keeps q, k, v and
@@ -146,7 +151,8 @@ class Recipe:
         drawing = {**self.settings, "bias_dtype": self.settings.get("bias_dtype") or self.dtype}
         variant = make_variant(self.variants, shapes=s, seed=self.seed, drawing=drawing, **settings_of(self.settings))
         if quantized:
-            q, k, v, variant = quantize(q, k, v, variant, shapes=s, dtype=self.dtype, seed=self.seed)
+            q, k, v, variant = quantize(q, k, v, variant, shapes=s, dtype=self.dtype, seed=self.seed,
+                                        scheme=self.scheme)
         if self.layout == "expanded":
             # Stride-0 heads can only hold equal heads: keep head 0 of k and v everywhere.
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from ..contract.formats import ALL_DTYPES
+from ..contract.formats import ALL_DTYPES, is_quantized
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..errors import InvalidArgument
 from ..features.forms import form, form_draws, value_pools
@@ -61,7 +61,8 @@ def _subset(argument: str, chosen, allowed_order, *, allow_empty: bool = False):
 
 def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
     """What the spec asks of the features the recipe uses (each feature's ``settings``, a choice among several
-    drawn), and its bias order where a cap and a bias meet; a draw no setting fits is rejected."""
+    drawn), its bias order where a cap and a bias meet and its block-scaled quantization scheme; a draw no setting
+    fits is rejected."""
     used = [f for f in REGISTRY if fields[f.name] != "none"]
     out = {}
     for f in used:
@@ -70,6 +71,8 @@ def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
         out.update(settings)
     if {"cap", "bias"} <= {f.term for f in used}:
         out["bias_order"] = spec.bias_order
+    if is_quantized(fields["dtype"]) and spec.quantization.block_scaled:
+        out["quantization"] = spec.quantization.as_dict()
     return out
 
 

@@ -41,6 +41,8 @@ from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED
                       TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
+from .fp8_blocks import MAKERS as BLOCK_SCALED_MAKERS
+from .fp8_blocks import PLANTED as PLANTED_BLOCK_SCALED
 from .mla import make_mla_kernel
 from .block_sparse import make_block_sparse_kernel
 from .flex_blocks import NAME as FLEX_BLOCKS
@@ -220,6 +222,15 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin(TRITON_FP8, "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU "
             "only: the Triton interpreter's fp8 conversion rounds wrongly)", _make_triton_fp8,
             planted=FP8_TRITON),
+    Builtin("torch:fp8-kv-token", "an fp8 KV cache with an fp32 scale per token and K/V head (vLLM's per-token-head "
+            "scales) in torch: q, k, v dequantized and rounded to bf16, P in bf16, bf16 out",
+            BLOCK_SCALED_MAKERS["torch:fp8-kv-token"], planted=PLANTED_BLOCK_SCALED["torch:fp8-kv-token"]),
+    Builtin("torch:fp8-kv-blocks", "an fp8 KV cache with an fp32 scale per block of 16 tokens and K/V head in "
+            "torch: as torch:fp8-kv-token", BLOCK_SCALED_MAKERS["torch:fp8-kv-blocks"],
+            planted=PLANTED_BLOCK_SCALED["torch:fp8-kv-blocks"]),
+    Builtin("torch:mxfp8", "MXFP8 attention in torch: e4m3 codes with an e8m0 scale per 32 values along each product's "
+            "contracted axis, P requantized to e4m3 with an e8m0 scale per 32 keys, bf16 out",
+            BLOCK_SCALED_MAKERS["torch:mxfp8"], planted=PLANTED_BLOCK_SCALED["torch:mxfp8"]),
     Builtin("torch:mla", "multi-head latent attention's absorbed decode in fp32 torch (FlashMLA's convention on the "
             "dense form: kernel(q, kv, *, scale, causal), one cached row of 512 + 64 for K, V its first 512)",
             partial(make_mla_kernel, "torch:mla"), planted=MLA),

@@ -131,6 +131,17 @@ TRITON_BLOCK_SPARSE = (
 _IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
 FP8 = (_IGNORES_K_DESCALE, PlantedBug("v_descale_twice", "v_descale multiplies the output twice"))
 FP8_TRITON = (_IGNORES_K_DESCALE,)
+# Block-scaled fp8 (kernels/fp8_blocks.py): a block scale read at the wrong block, a zero scale divided by (aiter
+# 4289's 0/0), e8m0 scales cast as e4m3 (FlashMLA PR 184) and P saturated while its row sum is not (FA 2716).
+KV_BLOCK_SCALES = (
+    PlantedBug("scale_of_next_block_at_edge", "the block scale of key j is read at (j + 1) // block: each block's last "
+               "key takes the next block's scale"),
+    PlantedBug("zero_scale_divides", "K's and V's keys are rescaled to their block's largest scale and back (x * (s / "
+               "s_max) * s_max): an all-zero block's scale of 0 gives 0/0"))
+MXFP8 = (
+    PlantedBug("e8m0_read_as_e4m3", "k's e8m0 block scales are read as e4m3 bits (FlashMLA PR 184's cast)"),
+    PlantedBug("p_sum_unclamped", "P's block scale follows the OCP rule (2^(floor(log2 max) - 8)): its largest codes "
+               "saturate at 448, while the row sum takes P unclamped (FA 2716)"))
 
 # flashcheck:triton's, in the order `flashcheck kernels` lists them; the self-test's leave out the long ones,
 # which its short cases cannot show, and those of the defect models, which their models' tests run.

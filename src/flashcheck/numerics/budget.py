@@ -63,32 +63,41 @@ class BudgetTerms:
     u_in: float  # rounding of Q and K inside the first matmul (tf32)
     u_32: float  # fp32 accumulators
     exp_ulps: float
+    scale_ulps: float = 0.0  # quantized inputs: fp32 products by their scales, per logit and per output term
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def contract_terms(precision: Precision | str, dtype) -> BudgetTerms:
-    """The roundoffs of ``precision`` for inputs of ``dtype``."""
+def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerms:
+    """The roundoffs of ``precision`` for inputs of ``dtype`` (quantized by ``scheme``, a
+    :class:`~flashcheck.contract.quantization.Scheme`, where ``dtype`` is fp8)."""
     precision = precision_named(precision)
     fmt = format_of(dtype)
     fp32 = FORMATS["fp32"]
     tf32 = precision.tf32 and fmt.name == "fp32"
     # tf32 conversion may truncate: a full 2^-10, not round-to-nearest's 2^-11 (measured).
     u_tf32 = 2 * TF32.unit_roundoff if tf32 else 0.0
-    p_fmt = fmt if precision.p_dtype == "input" else fp32
+    scheme = scheme if fmt.quantized else None
+    compute = FORMATS[scheme.compute] if scheme is not None and scheme.compute else None
+    p_fmt = compute or (fmt if precision.p_dtype == "input" else fp32)
+    p_scale = scheme.p_scale if scheme is not None else 1.0  # P times it before its rounding: smaller steps
+    u_in = max(u_tf32, compute.unit_roundoff if compute else 0.0)
     out_fmt = output_format(fmt)  # fp8 kernels write bf16
     return BudgetTerms(
         dtype=fmt.name,
         u_o=out_fmt.unit_roundoff,
         s_o=out_fmt.subnormal_spacing / 2,
-        u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" else 0.0, u_tf32),
-        s_p=max(p_fmt.subnormal_spacing / 2, FP32_TINY),  # an fp32 P below its smallest normal may be flushed
-        p_min_normal=p_fmt.smallest_normal,
-        u_v=u_tf32,
-        u_in=u_tf32,
+        u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" or compute else 0.0, u_tf32),
+        # an fp32 P below its smallest normal may be flushed
+        s_p=max(p_fmt.subnormal_spacing / 2 / p_scale, FP32_TINY),
+        p_min_normal=p_fmt.smallest_normal / p_scale,
+        u_v=u_in,
+        u_in=u_in,
         u_32=fp32.unit_roundoff,
         exp_ulps=float(precision.exp_ulps),
+        # q's times k's times the scale into the logits, v's into the output; one more with block scales
+        scale_ulps=(SCALE_ULPS + (scheme.block_scaled if scheme else 0)) if fmt.quantized else 0.0,
     )
 
 
@@ -129,7 +138,8 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
     variant = Variant() if variant is None else variant
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype), sink=variant.sink is not None,
+    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype, variant.quantization),
+                        sink=variant.sink is not None,
                         keys=variant.summed_keys(shapes.n_k))
     ops = ops_for(q.device)
     values = AttentionCall(q, k, v, scale, causal, attn_mask, shapes, variant).dequantized()
@@ -170,7 +180,7 @@ class BudgetModel:
 
     def __post_init__(self):
         u = self.terms.u_32
-        scaled = SCALE_ULPS if format_of(self.terms.dtype).quantized else 0.0
+        scaled = self.terms.scale_ulps
         self.logit_ulps = LOGIT_ULPS + scaled
         # D products and sums in fp32 (two more roundings when Q and K are scaled first), on operands
         # that tf32 may have rounded.

@@ -1,0 +1,123 @@
+"""Block-scaled fp8 attention in torch: the references of the quantization schemes with block scales.
+
+- ``torch:fp8-kv-token`` and ``torch:fp8-kv-blocks``: an fp8 KV cache with an fp32 scale per token (vLLM's
+  per-token-head scales) or per block of 16 tokens (a page's), computed as such caches' kernels compute: q, k
+  and v dequantized in fp32 (codes times block scale times descale) and rounded to bf16, the scores in fp32,
+  P rounded to bf16 for P @ V, the output bf16.
+- ``torch:mxfp8``: MXFP8, e4m3 codes with an e8m0 scale per 32 values along each product's contracted axis
+  (q and k along the head dims, v along the tokens): the products of codes and power-of-two scales exact in
+  fp32, P requantized to e4m3 with an e8m0 scale per 32 keys, the least power of two that keeps the block's
+  largest P within 448 (NVIDIA's rounding up of the OCP scale).
+
+Their planted bugs (:data:`PLANTED`) are the block-scale defects users reported or that a port makes.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from ..contract import masks
+from ..contract.quantization import Blocks, scheme_named
+from ..contract.spec import Kernel, KernelSpec
+from ..errors import BackendUnavailable
+from ..features.quantized import expanded
+from ..numerics.quantizers import pow2_scale
+from .planted import KV_BLOCK_SCALES, MXFP8 as PLANTED_MXFP8
+from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
+
+__all__ = ["KV_TOKEN", "KV_BLOCKS", "MXFP8", "PLANTED", "make_block_scaled_kernel"]
+
+KV_TOKEN, KV_BLOCKS, MXFP8 = "torch:fp8-kv-token", "torch:fp8-kv-blocks", "torch:mxfp8"
+_SCHEMES = {KV_TOKEN: "per_token_kv", KV_BLOCKS: "per_block_kv", MXFP8: "mxfp8"}
+PLANTED = {KV_TOKEN: KV_BLOCK_SCALES[:1], KV_BLOCKS: KV_BLOCK_SCALES, MXFP8: PLANTED_MXFP8}
+_P_FORMAT = torch.float8_e4m3fn
+_P_MAX = 448.0
+_P_BLOCK = 32
+
+
+def _per_query_head(descale: torch.Tensor, heads: int) -> torch.Tensor:
+    return descale.float().repeat_interleave(heads // descale.shape[1], 1)[:, :, None, None]
+
+
+def _block_index_slip(scales: torch.Tensor, blocks: Blocks, n: int) -> torch.Tensor:
+    """Per-key scales (B, H, N, 1) read at block (j + 1) // size, clamped to the last block."""
+    index = ((torch.arange(n, device=scales.device) + 1) // blocks.size).clamp(max=scales.shape[-1] - 1)
+    return scales.float()[:, :, index, None]
+
+
+def _kv_values(t8, descale, block_scales, blocks: Blocks, heads: int, mutant: str | None):
+    """A KV cache's tensor dequantized in fp32 and rounded to bf16."""
+    per_key = expanded(block_scales.float(), blocks, t8.shape)
+    if mutant == "scale_of_next_block_at_edge":
+        per_key = _block_index_slip(block_scales, blocks, t8.shape[2])
+    values = t8.float() * per_key
+    if mutant == "zero_scale_divides":
+        largest = expanded(block_scales.float(), blocks, t8.shape)  # this cache's blocks hold one scale each
+        values = t8.float() * (per_key / largest) * largest
+    return (values * _per_query_head(descale, t8.shape[1])).to(torch.bfloat16).repeat_interleave(heads // t8.shape[1], 1)
+
+
+def _mx_values(t8, block_scales, blocks: Blocks, heads: int, mutant: str | None):
+    scales = block_scales
+    if mutant == "e8m0_read_as_e4m3":
+        scales = scales.view(torch.uint8).view(_P_FORMAT)
+    values = t8.float() * expanded(scales.float(), blocks, t8.shape)
+    return values.repeat_interleave(heads // t8.shape[1], 1)
+
+
+def _requantized_p(p: torch.Tensor, mutant: str | None) -> torch.Tensor:
+    """P (B, H, Nq, Nk) in e4m3 with an e8m0 scale per 32 keys, as the values the codes stand for."""
+    nk = p.shape[-1]
+    pad = -nk % _P_BLOCK
+    blocks = torch.nn.functional.pad(p, (0, pad)).unflatten(-1, (-1, _P_BLOCK))
+    amax = blocks.abs().amax(-1, keepdim=True).double()
+    rule = "ocp" if mutant == "p_sum_unclamped" else "ceil"
+    scale = torch.where(amax > 0, pow2_scale(amax, _P_MAX, rule=rule), 1.0).float()
+    codes = (blocks / scale).clamp(-_P_MAX, _P_MAX).to(_P_FORMAT)
+    return (codes.float() * scale).flatten(-2)[..., :nk]
+
+
+def _attention(q, k, v, *, scale, causal, kwargs, name: str, mutant: str | None):
+    scheme = scheme_named(_SCHEMES[name])
+    B, Hq, Nq, _ = q.shape
+    if name == MXFP8:
+        qv, kv, vv = (_mx_values(t, kwargs[f"{n}_block_scales"], b, Hq, mutant if n == "k" else None)
+                      for t, n, b in zip((q, k, v), "qkv", scheme.blocks))
+    else:
+        qv = (q.float() * _per_query_head(kwargs["q_descale"], Hq)).to(torch.bfloat16)
+        kv, vv = (_kv_values(t, kwargs[f"{n}_descale"], kwargs[f"{n}_block_scales"], b, Hq, mutant)
+                  for t, n, b in zip((k, v), "kv", scheme.blocks[1:]))
+    s = (qv.float() @ kv.float().transpose(-1, -2)) * scale
+    visible = masks.visible(causal, None, (B, Hq, Nq, k.shape[2])).to(q.device)
+    s = s.masked_fill(~visible, -math.inf)
+    vv = vv.float().masked_fill(~visible.any(-2)[..., None], 0.0)  # keys no query sees are never loaded
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(m == -math.inf, 0.0, m)
+    p = torch.exp(s - m)
+    total = p.sum(-1, keepdim=True)
+    rounded = _requantized_p(p, mutant) if name == MXFP8 else p.to(torch.bfloat16).float()
+    out = (rounded @ vv) / torch.where(total > 0, total, 1.0)
+    lse = torch.where(total > 0, m + torch.log(total), -math.inf)[..., 0]
+    return out.masked_fill(total == 0, 0.0).to(torch.bfloat16), lse
+
+
+def make_block_scaled_kernel(name: str, *, device: str, mutant: str | None = None) -> Kernel:
+    """The reference ``name`` on ``device``, with its planted bug ``mutant`` (a name the registry checked)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable(name, "cuda", NO_CUDA_REASON, NO_CUDA_FIX)
+
+    def attention(q, k, v, *, scale, causal="none", attn_mask=None, **scales):
+        return _attention(q, k, v, scale=scale, causal=causal, kwargs=scales, name=name, mutant=mutant)
+
+    spec = KernelSpec(dtypes=("fp8_e4m3",) if name == MXFP8 else ("fp8_e4m3", "fp8_e5m2"),
+                      causal=("none", "top_left", "bottom_right"), gqa=True, dv_equals_d=False,
+                      fully_masked_rows="zero", precision="flash", devices=(device,), nan_safe_masking=True,
+                      quantization=_SCHEMES[name], batch_invariant=device == "cpu")
+    attention.__name__ = attention.__qualname__ = "block_scaled_attention"
+    return Kernel(attention, spec, name=name + (f"~{mutant}" if mutant else ""))
+
+
+MAKERS = {name: partial(make_block_scaled_kernel, name) for name in _SCHEMES}
