@@ -95,7 +95,7 @@ BUILT_IN_PROMISES = {"torch:math": False, "torch:flash": False, "torch:flex": Fa
                      "flashcheck:triton-mla": True, "torch:sparse": False, "flashcheck:triton-sparse": True,
                      "torch:sparse-varlen": True, "torch:sparse-paged": True, "torch:mla-sparse": True,
                      "torch:block-sparse": False, "torch:flex-block-sparse": False,
-                     "flashcheck:triton-block-sparse": True}
+                     "flashcheck:triton-block-sparse": True, "flashcheck:triton-fp8-kv-blocks": True}
 
 
 @pytest.mark.parametrize("name", sorted(set(available_kernels("cpu")) & set(BUILT_IN_PROMISES)))

@@ -37,8 +37,8 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED, SPARSE_VARLEN, SPLIT_KV,
-                      TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
+from .planted import (BLOCK_SPARSE, FP8_KV_BLOCKS, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED, SPARSE_VARLEN,
+                      SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .mla import make_mla_kernel
@@ -56,6 +56,7 @@ from .triton.runtime import BACKEND_NAME as TRITON
 __all__ = ["BUILTINS", "Builtin", "Option", "TritonModule", "builtin", "triton_unavailable"]
 
 TRITON_FP8 = "flashcheck:triton-fp8"
+TRITON_FP8_KV_BLOCKS = "flashcheck:triton-fp8-kv-blocks"
 _INTERPRETED = "on the CPU under the Triton interpreter"
 
 
@@ -220,6 +221,10 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin(TRITON_FP8, "flashcheck's own Triton kernel on fp8 inputs with FA3's descales (fp8 tensor-core dots; GPU "
             "only: the Triton interpreter's fp8 conversion rounds wrongly)", _make_triton_fp8,
             planted=FP8_TRITON),
+    _triton_form(TRITON_FP8_KV_BLOCKS, "fp8_kv_blocks", "make_fp8_kv_blocks_kernel", "flashcheck's own Triton "
+                 "kernel on fp8 inputs whose K and V carry an fp32 scale per block of 16 keys besides FA3's descales "
+                 "(the per_block_kv scheme): an fp8 dot for the scores, P and V in bf16 for P @ V, bf16 out",
+                 FP8_KV_BLOCKS),
     Builtin("torch:mla", "multi-head latent attention's absorbed decode in fp32 torch (FlashMLA's convention on the "
             "dense form: kernel(q, kv, *, scale, causal), one cached row of 512 + 64 for K, V its first 512)",
             partial(make_mla_kernel, "torch:mla"), planted=MLA),

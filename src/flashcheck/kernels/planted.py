@@ -23,9 +23,9 @@ from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
-           "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE",
-           "TRITON_VARLEN", "VARLEN"]
+__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
+           "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA",
+           "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,16 @@ TRITON_BLOCK_SPARSE = (
 _IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
 FP8 = (_IGNORES_K_DESCALE, PlantedBug("v_descale_twice", "v_descale multiplies the output twice"))
 FP8_TRITON = (_IGNORES_K_DESCALE,)
+# fp8 K and V with a scale per block of 16 keys (kernels/triton/fp8_kv_blocks.py): a block scale indexed one key late,
+# a rescale to the block's largest scale that divides by a zero scale, the partial last block left unscaled.
+FP8_KV_BLOCKS = (
+    PlantedBug("scale_of_next_block_at_edge", "key j's K block scale is read at (j + 1) // 16: each block's last key "
+               "is scaled by the next block's scale (past the last block, by the last block's)"),
+    PlantedBug("zero_scale_divides", "V is brought to its block's largest scale before P @ V, v * (s / s_max), and "
+               "multiplied by s_max after: an all-zero block (scale 0) gives 0 / 0 = NaN"),
+    PlantedBug("k_scale_ignored_in_tail", "the K block scale of the last, partial key block is never applied "
+               "(taken as 1)"),
+)
 
 # flashcheck:triton's, in the order `flashcheck kernels` lists them; the self-test's leave out the long ones,
 # which its short cases cannot show, and those of the defect models, which their models' tests run.
