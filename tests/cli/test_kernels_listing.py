@@ -27,7 +27,8 @@ NOT_OPTIONS = {"device", "mutant"}
 # Each kernel's planted bugs, from the catalog (the kernels of one form or of fp8 share theirs).
 CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": planted.TRITON_VARLEN,
            "flashcheck:triton-paged": planted.PAGED, "flashcheck:triton-split-kv": planted.SPLIT_KV,
-           "torch:fp8": planted.FP8, "flashcheck:triton-fp8": planted.FP8_TRITON, "torch:varlen": planted.VARLEN,
+           "torch:fp8": planted.FP8, "flashcheck:triton-fp8": planted.FP8_TRITON,
+           "flashcheck:triton-fp8-kv-blocks": planted.FP8_KV_BLOCKS, "torch:varlen": planted.VARLEN,
            "torch:paged": planted.PAGED, "torch:split-kv": planted.SPLIT_KV, "torch:mla": planted.MLA,
            "torch:mla-paged": planted.MLA, "flashcheck:triton-mla": planted.TRITON_MLA, "torch:sparse": planted.SPARSE,
            "torch:block-sparse": planted.BLOCK_SPARSE, "torch:sparse-varlen": planted.SPARSE_VARLEN,

@@ -30,10 +30,11 @@ def test_parse():
 @pytest.mark.parametrize("name, words", [
     ("torch:math~scale_ignored", "flashcheck:triton, torch:varlen, torch:paged, torch:split-kv, "
                                  "flashcheck:triton-varlen, flashcheck:triton-paged, flashcheck:triton-split-kv, "
-                                 "torch:fp8, flashcheck:triton-fp8, torch:mla, torch:mla-paged, "
-                                 "flashcheck:triton-mla, torch:sparse, torch:sparse-varlen, torch:sparse-paged, "
-                                 "torch:mla-sparse, flashcheck:triton-sparse, torch:block-sparse, "
-                                 "flashcheck:triton-block-sparse only"),
+                                 "torch:fp8, flashcheck:triton-fp8, torch:fp8-kv-token, torch:fp8-kv-blocks, torch:mxfp8, "
+                                 "flashcheck:triton-fp8-kv-blocks, torch:mla, "
+                                 "torch:mla-paged, flashcheck:triton-mla, torch:sparse, torch:sparse-varlen, "
+                                 "torch:sparse-paged, torch:mla-sparse, flashcheck:triton-sparse, "
+                                 "torch:block-sparse, flashcheck:triton-block-sparse only"),
     ("flashcheck:triton[block_m]", "has no value"),
     ("flashcheck:triton[tile=3]", "tile"),
     ("flashcheck:triton~no_such_mutant", "no_such_mutant"),

@@ -37,6 +37,8 @@ _CALLING_CONVENTION = ("a kernel callable: q, k, v and the keywords of the calli
                        "(flashcheck.contract.validation), one parameter each")
 KNOWN_EXCEPTIONS = {
     "kernels.triton.forward:make_kernel.attention": _CALLING_CONVENTION,
+    "kernels.triton.fp8_kv_blocks:make_fp8_kv_blocks_kernel.attention": _CALLING_CONVENTION + ", its three descales "
+                                                                          "and K's and V's block scales among them",
 }
 
 

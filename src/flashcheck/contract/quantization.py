@@ -13,7 +13,7 @@ Where a scheme's kernels compute on dequantized values (:attr:`Scheme.compute`, 
 q, k, v and P to that format instead.
 
 Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
-``{q,k,v}_scale``, in the torch dtype of the scale format.
+``{q,k,v}_block_scales``, in the torch dtype of the scale format (:mod:`flashcheck.features.quantized`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "SCALE_FORMATS", "AXES", "scheme_named", "BLOCK_SCALE_KWARGS"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "SCALE_FORMATS", "AXES", "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
 # A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
 SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
-BLOCK_SCALE_KWARGS = ("q_scale", "k_scale", "v_scale")
 
 
 def _check_choice(argument: str, value, allowed: tuple):

@@ -37,8 +37,8 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import (BLOCK_SPARSE, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED, SPARSE_VARLEN, SPLIT_KV,
-                      TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
+from .planted import (BLOCK_SPARSE, FP8_KV_BLOCKS, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED, SPARSE_VARLEN,
+                      SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .fp8_blocks import MAKERS as BLOCK_SCALED_MAKERS
@@ -58,6 +58,7 @@ from .triton.runtime import BACKEND_NAME as TRITON
 __all__ = ["BUILTINS", "Builtin", "Option", "TritonModule", "builtin", "triton_unavailable"]
 
 TRITON_FP8 = "flashcheck:triton-fp8"
+TRITON_FP8_KV_BLOCKS = "flashcheck:triton-fp8-kv-blocks"
 _INTERPRETED = "on the CPU under the Triton interpreter"
 
 
@@ -231,6 +232,10 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:mxfp8", "MXFP8 attention in torch: e4m3 codes with an e8m0 scale per 32 values along each product's "
             "contracted axis, P requantized to e4m3 with an e8m0 scale per 32 keys, bf16 out",
             BLOCK_SCALED_MAKERS["torch:mxfp8"], planted=PLANTED_BLOCK_SCALED["torch:mxfp8"]),
+    _triton_form(TRITON_FP8_KV_BLOCKS, "fp8_kv_blocks", "make_fp8_kv_blocks_kernel", "flashcheck's own Triton "
+                 "kernel on fp8 inputs whose K and V carry an fp32 scale per block of 16 keys besides FA3's descales "
+                 "(the per_block_kv scheme): an fp8 dot for the scores, P and V in bf16 for P @ V, bf16 out",
+                 FP8_KV_BLOCKS),
     Builtin("torch:mla", "multi-head latent attention's absorbed decode in fp32 torch (FlashMLA's convention on the "
             "dense form: kernel(q, kv, *, scale, causal), one cached row of 512 + 64 for K, V its first 512)",
             partial(make_mla_kernel, "torch:mla"), planted=MLA),

@@ -33,6 +33,7 @@ __all__ = ["KV_TOKEN", "KV_BLOCKS", "MXFP8", "PLANTED", "make_block_scaled_kerne
 KV_TOKEN, KV_BLOCKS, MXFP8 = "torch:fp8-kv-token", "torch:fp8-kv-blocks", "torch:mxfp8"
 _SCHEMES = {KV_TOKEN: "per_token_kv", KV_BLOCKS: "per_block_kv", MXFP8: "mxfp8"}
 PLANTED = {KV_TOKEN: KV_BLOCK_SCALES[:1], KV_BLOCKS: KV_BLOCK_SCALES, MXFP8: PLANTED_MXFP8}
+_TENSOR_OF = {"scale_of_next_block_at_edge": "k", "zero_scale_divides": "v"}  # the tensor each bug misreads
 _P_FORMAT = torch.float8_e4m3fn
 _P_MAX = 448.0
 _P_BLOCK = 32
@@ -88,7 +89,8 @@ def _attention(q, k, v, *, scale, causal, kwargs, name: str, mutant: str | None)
                       for t, n, b in zip((q, k, v), "qkv", scheme.blocks))
     else:
         qv = (q.float() * _per_query_head(kwargs["q_descale"], Hq)).to(torch.bfloat16)
-        kv, vv = (_kv_values(t, kwargs[f"{n}_descale"], kwargs[f"{n}_block_scales"], b, Hq, mutant)
+        kv, vv = (_kv_values(t, kwargs[f"{n}_descale"], kwargs[f"{n}_block_scales"], b, Hq,
+                             mutant if n == _TENSOR_OF.get(mutant) else None)
                   for t, n, b in zip((k, v), "kv", scheme.blocks[1:]))
     s = (qv.float() @ kv.float().transpose(-1, -2)) * scale
     visible = masks.visible(causal, None, (B, Hq, Nq, k.shape[2])).to(q.device)

@@ -23,9 +23,9 @@ from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS",
-           "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE",
-           "TRITON_VARLEN", "VARLEN"]
+__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
+           "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA",
+           "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -131,13 +131,17 @@ TRITON_BLOCK_SPARSE = (
 _IGNORES_K_DESCALE = PlantedBug("ignores_k_descale", "k_descale is never applied (taken as 1)")
 FP8 = (_IGNORES_K_DESCALE, PlantedBug("v_descale_twice", "v_descale multiplies the output twice"))
 FP8_TRITON = (_IGNORES_K_DESCALE,)
-# Block-scaled fp8 (kernels/fp8_blocks.py): a block scale read at the wrong block, a zero scale divided by (aiter
-# 4289's 0/0), e8m0 scales cast as e4m3 (FlashMLA PR 184) and P saturated while its row sum is not (FA 2716).
+# Block-scaled fp8 (kernels/fp8_blocks.py, kernels/triton/fp8_kv_blocks.py): a block scale read at the wrong block,
+# a zero scale divided by (aiter 4289's 0/0), the partial last block left unscaled, e8m0 scales cast as e4m3
+# (FlashMLA PR 184) and P saturated while its row sum is not (FA 2716).
 KV_BLOCK_SCALES = (
-    PlantedBug("scale_of_next_block_at_edge", "the block scale of key j is read at (j + 1) // block: each block's last "
-               "key takes the next block's scale"),
-    PlantedBug("zero_scale_divides", "K's and V's keys are rescaled to their block's largest scale and back (x * (s / "
-               "s_max) * s_max): an all-zero block's scale of 0 gives 0/0"))
+    PlantedBug("scale_of_next_block_at_edge", "key j's K block scale is read at (j + 1) // block: each block's last key "
+               "is scaled by the next block's scale (past the last block, by the last block's)"),
+    PlantedBug("zero_scale_divides", "V is brought to its block's largest scale before P @ V, v * (s / s_max), and "
+               "multiplied by s_max after: an all-zero block (scale 0) gives 0 / 0 = NaN"))
+FP8_KV_BLOCKS = KV_BLOCK_SCALES + (
+    PlantedBug("k_scale_ignored_in_tail", "the K block scale of the last, partial key block is never applied "
+               "(taken as 1)"),)
 MXFP8 = (
     PlantedBug("e8m0_read_as_e4m3", "k's e8m0 block scales are read as e4m3 bits (FlashMLA PR 184's cast)"),
     PlantedBug("p_sum_unclamped", "P's block scale follows the OCP rule (2^(floor(log2 max) - 8)): its largest codes "
