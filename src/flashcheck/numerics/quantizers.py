@@ -19,10 +19,10 @@ Which value a code is rounded from, per format:
   0.5 gives 1, as in those kernels.
 - e8m0 ``"up"`` and ``"down"`` are the exact directed roundings of the float64 magnitude (no torch cast).
 
-Past the largest value, ``saturate=False`` gives what torch's own cast gives there, measured from torch on
-first use (torch 2.13: e4m3 saturates to +-448, infinities included; e5m2 overflows to +-inf; e8m0 gives
-NaN). int8 and e2m1 have no such cast (torch's int8 cast truncates and wraps; torch has no e2m1 cast), so
-they saturate only.
+Past the largest value, ``saturate=False`` gives what torch's own cast gives there, measured on the CPU on
+first use, since it changed: e4m3 saturates to +-448, infinities included, in torch 2.13 (pytorch#178817),
+and gave NaN before (torch 2.11, CPU and CUDA); e5m2 overflows to +-inf; e8m0 gives NaN. int8 and e2m1 have
+no such cast (torch's int8 cast truncates and wraps; torch has no e2m1 cast), so they saturate only.
 """
 
 from __future__ import annotations
