@@ -140,6 +140,7 @@ def test_a_saved_block_scaled_case_round_trips_and_replays(tmp_path, capsys):
     assert main(["replay", str(saved), "--kernel", "torch:fp8-kv-blocks~zero_scale_divides", "--device", "cpu"]) == 1
     assert "BUG" in capsys.readouterr().out
     assert main(["replay", str(saved), "--kernel", "torch:fp8-kv-blocks", "--device", "cpu"]) == 0
+    assert "quantization error (the inputs' quantization" in capsys.readouterr().out
 
 
 def test_block_scales_that_do_not_fit_are_refused_by_name():
@@ -152,3 +153,27 @@ def test_block_scales_that_do_not_fit_are_refused_by_name():
         AttentionCase.create(case.q, case.k[:, :, :40], case.v[:, :, :40], scale=case.scale, variant=case.variant)
     with pytest.raises(flashcheck.InvalidArgument, match="q_block_scales"):
         case.variant.replace(q_block_scales=None)
+
+
+def test_the_quantization_error_compares_the_exact_answers_of_the_quantized_and_full_precision_inputs():
+    from flashcheck.inputs.quantization_error import quantization_error
+
+    case = _case("per_block_kv", seed=_seed("amax"))
+    source = Recipe.from_dict(case.provenance["recipe"]).source_values()
+    full = [t.double() for t in source]
+    q, k, v = _by_hand(case)
+    assert max(float((a - b).abs().max()) for a, b in zip(full, (q, k, v))) > 0  # the quantization moved them
+
+    def attend(q, k, v):
+        k, v = (t.repeat_interleave(2, 1) for t in (k, v))
+        s = (q @ k.transpose(-1, -2)) * case.scale
+        return torch.softmax(s.masked_fill(~case.visible(), -torch.inf), -1) @ v
+
+    got, want = attend(q, k, v), attend(*full)
+    err = quantization_error(case)
+    assert err.max_abs == pytest.approx(float((got - want).abs().max()), rel=1e-9)
+    assert err.cosine == pytest.approx(float(torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), 0)),
+                                       abs=1e-12)
+    assert 0.99 < err.cosine < 1 and "not part of the verdict" in err.text()
+    plain = Recipe(shapes=Shapes(1, 2, 1, 3, 9, 16, 16), dtype="fp16", values="random", seed=0).build()
+    assert quantization_error(plain) is None

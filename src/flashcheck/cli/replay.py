@@ -20,12 +20,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    """The case's verdict, printed and written, with the defect models' line for a numerical BUG; exit 1 for a BUG
-    (a single case is never NO_CASES)."""
+    """The case's verdict, printed and written, with the defect models' line for a numerical BUG and a quantized
+    case's quantization error; exit 1 for a BUG (a single case is never NO_CASES)."""
     # on first use: every command module loads at start-up
     from ..defects.naming import explained_verdict
     from ..files import check_writable_file
     from ..inputs.case import AttentionCase
+    from ..inputs.quantization_error import quantization_error
     from ..judge.backward import check_backward, is_backward_case
     from ..judge.check import check
 
@@ -41,7 +42,11 @@ def run(args) -> int:
     model = explained_verdict(kernel, case, verdict, device=device)
     if model is not None:
         print(model.line())
-    written = {**verdict.as_dict(), "model": None if model is None else model.as_dict()}
+    quantization = quantization_error(case) if isinstance(case, AttentionCase) else None
+    if quantization is not None:
+        print(quantization.text())
+    written = {**verdict.as_dict(), "model": None if model is None else model.as_dict(),
+               "quantization_error": None if quantization is None else quantization.as_dict()}
     return write_json_or_usage(args.json, written) or exit_status(verdict.status)
 
 

@@ -155,6 +155,10 @@ class Variant:
             return q, k, v
         return quantized.dequantize(q, k, v, self.descales, self.block_scales, self.quantization)
 
+    def unquantized(self) -> "Variant":
+        """The variant without its scales: for inputs that are not quantized."""
+        return self.replace(descales=None, **dict.fromkeys(quantized.BLOCK_SCALES))
+
     @property
     def block_scales(self) -> tuple:
         """q's, k's and v's block scales (None where the scheme gives a tensor none)."""

@@ -72,11 +72,12 @@ def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) ->
     return base.float()
 
 
-def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int, scheme="per_head"):
+def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int, scheme="per_head",
+             source: list | None = None):
     """``(q8, k8, v8, variant)``: q, k, v in the fp8 format ``dtype`` and ``variant`` with their descales, in the
     regime of ``seed``, stacked as a (3, B, Hkv) fp32 tensor (q's, k's, v's), and with the block scales of
     ``scheme`` (1 as the descale of a tensor that has them), so that ``x8 * block_scale * descale`` are the
-    case's values."""
+    case's values. ``source``: a list that receives the full-precision values that were quantized (fp32)."""
     fmt, scheme = format_of(dtype), scheme_named(scheme)
     gen = seeded(int(seed) + 1)
     descales, out, block_scales = [], [], []
@@ -89,6 +90,8 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
             d = torch.ones(shapes.batch, shapes.heads_kv)
             scales = _block_scales(t, blocks, fmt.max_value, block_regime(seed))
             per_value = expanded(scales, blocks, t.shape)
+        if source is not None:
+            source.append(t.float())
         codes = torch.where(per_value > 0, t.float() / per_value, 0.0)
         out.append(codes.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
         descales.append(d)

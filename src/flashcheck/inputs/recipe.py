@@ -17,7 +17,8 @@ from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features import forms
 from ..features.forms import form_values
-from ..features.variant import FEATURES, RECIPE_SETTINGS, settings_of
+from ..features.registry import REGISTRY
+from ..features.variant import FEATURES, RECIPE_SETTINGS, Variant, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on, drawn_on
 from .packing import serving_case
@@ -166,6 +167,19 @@ class Recipe:
             provenance={"seed": self.seed, "strategy": self.regime, "kernel": kernel,
                         "recipe": self.as_dict(), **drawn_on(q)},
             variant=variant)
+
+    def source_values(self):
+        """A dense fp8 recipe's q, k and v before their quantization (fp32), or None where the recipe reshapes
+        its values after it (an expanded layout, K shared as V, a variant regime fitted to the values)."""
+        fitted = any(self.variants.get(f.name, "none") in f.fitted for f in REGISTRY)
+        if not is_quantized(self.dtype) or self.form != "dense" or self.layout == "expanded" or self.shared_kv \
+                or fitted:
+            return None
+        s, source = self.shapes, []
+        q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT, seed=self.seed)
+        q, k, v = form_values(self.form_values, q, k, v, s)
+        quantize(q, k, v, Variant(), shapes=s, dtype=self.dtype, seed=self.seed, scheme=self.scheme, source=source)
+        return tuple(source)
 
     def as_dict(self) -> dict:
         """The flat record saved cases hold: the parts a recipe does not use left out, so that a plain recipe is
