@@ -3,7 +3,7 @@
 For a kernel that honours a precision contract (see :mod:`flashcheck.contract.precision`), the error of output
 element (i, k) under any legal order of operations is at most (docs/design.md, section 3)
 
-    tol_ik = u_o |o_ik| + s_o                                          output rounding
+    tol_ik = u_o (|o_ik| + the terms below) + s_o                      output rounding
            + sum_j delta_ij |v_jk - c_k| + |c_k - o_ik| sum_j delta_ij  logit error, key by key
            + w_ik (u_p + u_v + gamma_K + c u_32)                        P cast, tf32 V, accumulation
            + s_p sum_j |v_jk| / l_i  over keys with P_ij below P's smallest normal   subnormal P
@@ -281,12 +281,15 @@ def budget_block(ops, blk, sm, o, w, model: BudgetModel, eta=None):
     delta_sum = ops.sum(delta, -1)
     centre = ops.sum(blk.V, -2) / blk.V.shape[-2]
     logit = ops.matmul(delta, ops.abs(blk.V - centre)) + ops.abs(centre - o) * delta_sum
-    output_rounding = t.u_o * ops.abs(o) + t.s_o
     small = sm.p < t.p_min_normal  # unnormalised weights relative to the final max, as a kernel ends with them
     small = ops.float64(small if vis is None else vis & small)
     # Each product and sum of the fp32 accumulation (keys, rescales) may be flushed to zero as well.
     subnormal_p = ops.matmul(small, absV) * (t.s_p / sm.l) + model.accumulation_len * FP32_TINY / sm.l
-    return output_rounding, logit, w * model.w_factor, subnormal_p, delta_sum, lse_shift
+    accumulation = w * model.w_factor
+    # The output is rounded where the kernel's value lies, which the other terms let move from o: with huge
+    # logits a legal kernel may hand a row's weight to another key, far from o.
+    output_rounding = t.u_o * (ops.abs(o) + logit + accumulation + subnormal_p) + t.s_o
+    return output_rounding, logit, accumulation, subnormal_p, delta_sum, lse_shift
 
 
 def _weight_shift(ops, log_a, eta, vis):
