@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 COPIES = {"planted.py": "planted_attention", "declared.py": "declared_attention",
           "planted_serving.py": "planted_serving", "declared_serving.py": "declared_serving",
           "planted_merge.py": "planted_merge", "planted_sparse.py": "planted_sparse",
-          "planted_block_sparse.py": "planted_block_sparse"}
+          "planted_block_sparse.py": "planted_block_sparse", "planted_quantized.py": "planted_quantized"}
 
 
 @pytest.fixture(scope="session")

@@ -26,3 +26,9 @@ blocks_past_count = flashcheck.kernel(_blocks_past_count, block_sparse=_BLOCKS, 
 _TWICE = flashcheck.KeySets(duplicates="twice")
 twice_fixed = flashcheck.kernel(_twice_fixed, key_sets=_TWICE, causal=("none", "bottom_right"))
 twice_counted_once = flashcheck.kernel(_twice_counted_once, key_sets=_TWICE, causal=("none", "bottom_right"))
+
+from planted_quantized import mx_e8m0_as_e4m3 as _mx_e8m0_as_e4m3
+from planted_quantized import mx_fixed as _mx_fixed
+
+mx_fixed = flashcheck.kernel(_mx_fixed, dtypes=("fp8_e4m3",), quantization="mxfp8")
+mx_e8m0_as_e4m3 = flashcheck.kernel(_mx_e8m0_as_e4m3, dtypes=("fp8_e4m3",), quantization="mxfp8")

@@ -154,15 +154,29 @@ CALL = plain_call  # @CALL@
 # ---- the exact answer, in float64 -----------------------------------------------------------------------
 
 
-# fp8 inputs: the keyword of q's, k's and v's descales, FA3's, (B, Hkv) each.
+# fp8 inputs: the keyword of q's, k's and v's descales, FA3's, (B, Hkv) each, and of their block scales, one per
+# block of CASE["blocks"]'s size along its axis: a block of tokens (all dims), of a token's dims or of a dim's tokens.
 SCALE_KEYWORDS = {"q": "q_descale", "k": "k_descale", "v": "v_descale"}
+BLOCK_KEYWORDS = {"q": "q_block_scales", "k": "k_block_scales", "v": "v_block_scales"}
+
+
+def block_scaled(x, name, kw):
+    blocks = CASE.get("blocks", {}).get(name)
+    if blocks is None:
+        return x
+    s, size = kw[BLOCK_KEYWORDS[name]].double(), blocks["size"]
+    if blocks["axis"] == "dims":
+        return x * s.repeat_interleave(size, 3)[..., :x.shape[3]]
+    s = s.repeat_interleave(size, 2)[:, :, :x.shape[2]]
+    return x * (s[..., None] if blocks["axis"] == "tokens" else s)
 
 
 def dequantized(t, name, kw, heads_kv):
+    x = block_scaled(t.double(), name, kw)
     descale = kw.get(SCALE_KEYWORDS[name])
     if descale is None:
-        return t.double()
-    return t.double() * descale.double().repeat_interleave(t.shape[1] // heads_kv, 1)[:, :, None, None]
+        return x
+    return x * descale.double().repeat_interleave(t.shape[1] // heads_kv, 1)[:, :, None, None]
 
 
 def score_bias(nq, nk, device, kw, dtype=torch.float64):

@@ -31,7 +31,7 @@ def _name(dtype: torch.dtype) -> str:
 def _storage(t: torch.Tensor) -> tuple[dict, np.ndarray]:
     """The view of ``t`` (on any device) on its storage, and that whole storage as the integers of its bits."""
     t = t.detach()
-    bits = _BITS[t.dtype]
+    bits = _BITS.get(t.dtype) or bits_dtype(t.dtype)  # a scale format's (e8m0) by its width
     storage = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage()).cpu()
     view = {"dtype": _name(t.dtype), "bits_dtype": _name(bits), "shape": list(t.shape), "stride": list(t.stride()),
             "offset": t.storage_offset()}

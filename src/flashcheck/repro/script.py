@@ -134,8 +134,12 @@ def script_frame(call: dict, evidence: Evidence, *, describe: str, device: str, 
 
 
 def _attention(case) -> dict:
-    return {"scale": case.scale.hex(), "causal": case.causal,
-            "settings": {name: getattr(case.variant, name) for name in SETTINGS}}
+    out = {"scale": case.scale.hex(), "causal": case.causal,
+           "settings": {name: getattr(case.variant, name) for name in SETTINGS}}
+    if case.variant.quantized and case.variant.quantization.block_scaled:  # the script's dequantization reads them
+        out["blocks"] = {name: None if b is None else {"size": b.size, "axis": b.axis}
+                         for name, b in zip("qkv", case.variant.quantization.blocks)}
+    return out
 
 
 def script_data(case, call: dict, evidence: Evidence, tensors: TensorFile, *, device: str, title: str,
