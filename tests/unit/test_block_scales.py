@@ -188,3 +188,20 @@ def test_a_legal_kernel_that_hands_a_rows_weight_to_another_key_is_rounded_withi
     case = AttentionCase.load(saved)
     verdict = flashcheck.check("torch:fp8-kv-token", case, device="cpu", properties=())
     assert verdict.status == "PASS" and 0.9 < verdict.max_ratio < 1, str(verdict)
+
+
+def test_a_campaign_reports_a_sample_of_its_quantization_error_apart_from_its_verdict(tmp_path, capsys):
+    from flashcheck.campaign.combine import combine_summaries
+    from flashcheck.cli.summary import print_summary
+
+    result = run_campaign(CampaignConfig(Target("torch:mxfp8", "cpu", load_preset("smoke"))).replace(
+        seed=1, max_examples=20, corpus=tmp_path, database=tmp_path / "db", isolate=False))
+    summary = result.summary()
+    sampled = summary.quantization_error["fp8_e4m3"]
+    assert summary.verdict == "PASS" and sampled["cases"] == 5  # one drawn case in four
+    assert 0 < sampled["min_cosine"] < 1 and sampled["max_rel"] > 0  # fp8 moves every answer, some far
+    both = combine_summaries([summary, summary]).quantization_error["fp8_e4m3"]
+    assert both == {**sampled, "cases": 10}
+    print_summary(summary.as_dict())
+    assert "fp8_e4m3 quantization error (the inputs' against their full-precision values, 5 cases" in \
+        capsys.readouterr().out

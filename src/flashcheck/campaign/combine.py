@@ -39,6 +39,17 @@ _ALWAYS = frozenset(("verdict", "bugs", "cases", "examples", "elapsed_s", "cases
                      "case_log_sha256", "sources"))
 
 
+def _quantization(errors: list) -> dict | None:
+    """Sampled quantization errors combined, dtype by dtype: cases summed, the least cosine, the largest error."""
+    out: dict = {}
+    for by_dtype in errors:
+        for dtype, e in (by_dtype or {}).items():
+            seen = out.setdefault(dtype, {"cases": 0, "min_cosine": 1.0, "max_rel": 0.0})
+            seen.update(cases=seen["cases"] + e["cases"], min_cosine=min(seen["min_cosine"], e["min_cosine"]),
+                        max_rel=max(seen["max_rel"], e["max_rel"]))
+    return out or None
+
+
 def combined_verdict(summaries: list[CampaignSummary]) -> str:
     """The campaign's rule (:func:`flashcheck.judge.verdict.run_verdict`) over several summaries."""
     by_status = _sum_dicts(s.counts.get("by_status", {}) for s in summaries)
@@ -179,6 +190,7 @@ def combine_summaries(summaries: list[CampaignSummary], *, sources: list[str] | 
         counts=_counts(summaries),
         max_ratio_by_dtype=_largest([s.max_ratio_by_dtype for s in summaries]),
         max_ratio_by_gradient=_largest_by_gradient(summaries),
+        quantization_error=_quantization([s.quantization_error for s in summaries]),
         properties=_combined_properties([s.properties for s in summaries], [s.elapsed_s for s in summaries]),
         notes=notes + [f"{name}: {n}" for s, name in zip(summaries, sources) for n in s.notes or []],
         findings=[{**f, "source": f"{name}/{f['source']}" if "source" in f else name}

@@ -83,6 +83,7 @@ class CampaignResult:
     case_log: list = field(default_factory=list)  # every case run, in order: the same seed gives the same log
     notes: list = field(default_factory=list)
     records: list | None = None  # rows of RECORD_COLUMNS, when the campaign keeps them
+    quantization: dict = field(default_factory=dict)  # dtype -> sampled quantization error (summary's)
     # the properties checked, their share of the time, the cases each judged (campaign.share.PropertyShare)
     properties: dict = field(default_factory=lambda: {"checked": []})
     # dtype -> coverage field -> value -> drawn cases judged (every value the campaign could draw, 0 if none)
@@ -114,6 +115,14 @@ class CampaignResult:
             self.max_ratio_by_dtype[recipe.dtype] = max(previous, verdict.max_ratio)
         if verdict.ratios:  # dq, dk, dv (dbias, dsinks) each judged apart
             keep_largest(self.max_ratio_by_gradient.setdefault(recipe.dtype, {}), verdict.ratios)
+
+    def count_quantization(self, dtype: str, error) -> None:
+        """Add one sampled case's quantization error (a QuantizationError) to its dtype's: the least cosine and the
+        largest error relative to the output's largest magnitude."""
+        seen = self.quantization.setdefault(dtype, {"cases": 0, "min_cosine": 1.0, "max_rel": 0.0})
+        seen["cases"] += 1
+        seen["min_cosine"] = min(seen["min_cosine"], error.cosine)
+        seen["max_rel"] = max(seen["max_rel"], error.max_rel)
 
     def _cover(self, recipe) -> None:
         from ..inputs.covering import POOL_FIELDS, shape_classes  # hypothesis: summaries are read without it
@@ -167,7 +176,8 @@ class CampaignResult:
             timeouts=self.timeouts, worker_restarts=self.worker_restarts, bug_signatures=dict(self.bug_signatures),
             notes=self.notes, info=dict(self.info), coverage=self.coverage, findings=self.findings,
             case_log_sha256=log_hash, case_log=self.case_log,
-            record_columns=None if self.records is None else list(RECORD_COLUMNS), records=self.records)
+            record_columns=None if self.records is None else list(RECORD_COLUMNS), records=self.records,
+            quantization_error=self.quantization or None)
 
     def as_dict(self) -> dict:
         """The JSON summary."""

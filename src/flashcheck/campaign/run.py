@@ -53,6 +53,7 @@ from .config import CampaignConfig, CampaignHooks
 from .database import KeyedDatabase, campaign_scope, open_database
 from .interrupts import handle_signals, restore_handlers
 from .naming import BugNames
+from .quantized import sample_quantization_error
 from .result import TRIAGE, CampaignResult, finding_entry, record_row
 from .rounds import Schedule, Stop
 from .setup import Prepared, prepare_campaign, warm_oracle
@@ -87,8 +88,7 @@ def run_campaign(config: CampaignConfig, hooks: CampaignHooks = CampaignHooks())
 
 
 def _example_database(config: CampaignConfig, prepared: Prepared, spec, drawing: dict, drawn: str) -> KeyedDatabase:
-    """The example database, keyed to this campaign's scope: this kernel's entries only, whoever shares it
-    (``drawn``: the device that draws the cases)."""
+    """The example database keyed to this campaign's scope, this kernel's entries only (``drawn``: drawing device)."""
     corpus = Path(config.storage.corpus)
     corpus.mkdir(parents=True, exist_ok=True)
     database = open_database(config.storage.database, default_dir=corpus / ".hypothesis")  # a bad one fails here
@@ -200,8 +200,7 @@ class _Campaign:
         self.schedule.round.out_of_time(recipe)
 
     def _run_case(self, recipe: Recipe, shrinking: bool) -> tuple | None:
-        """``(verdict, case)`` (``case`` None for a case that passed in the worker, which drew it), or None
-        when no worker could start while shrinking (the shrink ends)."""
+        """``(verdict, case)`` (``case`` None if it passed in the worker), or None if no worker started to shrink."""
         self.result.time_split["draw"] += time.monotonic() - self.last_end  # hypothesis's draw, the bookkeeping
         # A skip, not a process killed with the campaign's results in it (a GPU that draws skips a case too large
         # for it itself).
@@ -273,6 +272,7 @@ class _Campaign:
         described = verdict.case if case is None else case.describe()
         r.count_case(verdict, f"{described} regime={recipe.regime} seed={recipe.seed}", recipe,
                      drawn=not shrinking)
+        sample_quantization_error(r, verdict, case, recipe, drawn=not shrinking)
         self.property_share.record(verdict, recipe)
         if self.worker is not None:
             r.worker_restarts = self.worker.restarts

@@ -26,8 +26,9 @@ _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "pres
              "examples": int, "elapsed_s": (int, float), "counts": dict, "findings": list, "stopped": (str, list),
              "time_split_s": dict, "max_ratio_by_dtype": dict, "skipped": dict, "bug_signatures": dict,
              "info": dict, "notes": list, "isolation": (str, list), "timeouts": int, "worker_restarts": int}
-# Written only where they hold something: a campaign's records, a combined summary's sources, --jobs.
-_WHEN_SET = ("record_columns", "records", "sources", "jobs")
+# Written only where they hold something: a campaign's records, its quantization error, a combined summary's
+# sources, --jobs.
+_WHEN_SET = ("record_columns", "records", "quantization_error", "sources", "jobs")
 _FIX = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
 
 
@@ -72,6 +73,9 @@ class CampaignSummary:
     case_log: list | None = None  # every case run, in order (None once combined)
     record_columns: list | None = None  # with records: one row per drawn, judged case
     records: list | None = None
+    # quantized inputs: dtype -> {"cases", "min_cosine", "max_rel"}, the quantization error of a sample of the drawn
+    # cases (flashcheck.inputs.quantization_error), never part of the verdict
+    quantization_error: dict | None = None
     sources: list | None = None  # a combined summary: one entry per source
     jobs: int | None = None  # fuzz --jobs N
     extra: dict = field(default_factory=dict)  # keys this version does not know, as read

@@ -48,6 +48,10 @@ def print_summary(d: dict, json_path: str | None = None) -> None:
     for dtype, ratio in sorted(d["max_ratio_by_dtype"].items()):
         print(f"  {dtype}: {d['counts']['by_dtype'].get(dtype, 0)} cases, max error/budget {float(ratio):.3g}"
               f"{_gradients(by_gradient.get(dtype))}")
+    for dtype, e in sorted((d.get("quantization_error") or {}).items()):
+        print(f"  {dtype} quantization error (the inputs' against their full-precision values, {e['cases']} cases "
+              f"sampled; not judged): cosine at least {e['min_cosine']:.6f}, max |dO| at most {e['max_rel']:.3g} of "
+              "max |O|")
     _print_coverage(d.get("coverage") or {})
     _print_properties(d.get("properties") or {})
     _print_bugs(d.get("bugs") or [])
