@@ -23,7 +23,7 @@ from ..errors import InvalidArgument
 from ..judge.verdict import from_json_number, json_number, run_verdict
 from .bugs import combine_bugs
 from .result import properties_summary
-from .summary import CampaignSummary
+from .summary import CampaignSummary, add_quantization_error
 
 __all__ = ["combine_summaries", "combined_verdict"]
 
@@ -44,9 +44,7 @@ def _quantization(errors: list) -> dict | None:
     out: dict = {}
     for by_dtype in errors:
         for dtype, e in (by_dtype or {}).items():
-            seen = out.setdefault(dtype, {"cases": 0, "min_cosine": 1.0, "max_rel": 0.0})
-            seen.update(cases=seen["cases"] + e["cases"], min_cosine=min(seen["min_cosine"], e["min_cosine"]),
-                        max_rel=max(seen["max_rel"], e["max_rel"]))
+            add_quantization_error(out, dtype, **e)
     return out or None
 
 

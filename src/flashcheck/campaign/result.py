@@ -17,7 +17,7 @@ from ..files import replay_command
 from ..judge.verdict import Verdict, json_number, keep_largest, run_verdict
 from .bugs import BugTally
 from .causes import Cause
-from .summary import CampaignSummary
+from .summary import CampaignSummary, add_quantization_error
 
 __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "MODELS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS",
            "TRIAGE", "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row",
@@ -119,10 +119,7 @@ class CampaignResult:
     def count_quantization(self, dtype: str, error) -> None:
         """Add one sampled case's quantization error (a QuantizationError) to its dtype's: the least cosine and the
         largest error relative to the output's largest magnitude."""
-        seen = self.quantization.setdefault(dtype, {"cases": 0, "min_cosine": 1.0, "max_rel": 0.0})
-        seen["cases"] += 1
-        seen["min_cosine"] = min(seen["min_cosine"], error.cosine)
-        seen["max_rel"] = max(seen["max_rel"], error.max_rel)
+        add_quantization_error(self.quantization, dtype, cases=1, min_cosine=error.cosine, max_rel=error.max_rel)
 
     def _cover(self, recipe) -> None:
         from ..inputs.covering import POOL_FIELDS, shape_classes  # hypothesis: summaries are read without it

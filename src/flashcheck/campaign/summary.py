@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import InvalidArgument
 
-__all__ = ["CampaignSummary", "load_summary"]
+__all__ = ["CampaignSummary", "load_summary", "add_quantization_error"]
 
 # The keys every summary has, with their JSON types; the others may be missing from an older one.
 _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "preset": (str, list), "cases": int,
@@ -105,6 +105,14 @@ class CampaignSummary:
                    **{k: None for k in known - set(data) if k != "verdict"},
                    extra={k: v for k, v in data.items() if k not in known},
                    absent=frozenset(known - set(data) - set(_WHEN_SET)))
+
+
+def add_quantization_error(into: dict, dtype: str, *, cases: int, min_cosine: float, max_rel: float) -> None:
+    """Fold ``cases`` sampled cases' quantization error into ``into``'s entry for ``dtype`` (a summary's
+    ``quantization_error``): cases summed, the least cosine, the largest error."""
+    seen = into.setdefault(dtype, {"cases": 0, "min_cosine": 1.0, "max_rel": 0.0})
+    seen.update(cases=seen["cases"] + cases, min_cosine=min(seen["min_cosine"], min_cosine),
+                max_rel=max(seen["max_rel"], max_rel))
 
 
 def load_summary(path: str | Path) -> CampaignSummary:
