@@ -16,7 +16,7 @@ import torch
 
 from ...contract.formats import FORMATS, FP8_DTYPES, FP8_OUTPUT
 from ...contract.spec import Kernel, KernelSpec
-from .online import BLOCK_M, BLOCK_N, LN2, finish, online_step, pow2, start_state
+from .online import q_tile_and_bases, BLOCK_M, BLOCK_N, LN2, finish, online_step, pow2, start_state
 from .runtime import import_triton
 
 __all__ = ["NAME", "make_fp8_triton_kernel"]
@@ -32,18 +32,12 @@ def _fp8_forward(Q, K, V, O, LSE, QD, KD, VD, scale_log2, n_q, n_k, heads_q, sqb
                  svb, svh, svm, svd, sob, soh, som, sod, GROUP, D, DV,
                  CAUSAL: tl.constexpr, IGNORE_KD: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    tile, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // heads_q, bh % heads_q
-    kv = b * (heads_q // GROUP) + h // GROUP  # the flattened (batch entry, K/V head) of the descales
-    descale = tl.load(QD + kv)
+    q, rows, k_base, v_base, offset, bh, kv = q_tile_and_bases(Q, K, V, heads_q, GROUP, n_q, n_k, sqb, sqh, sqm, sqd,
+                                                               skb, skh, svb, svh, D, CAUSAL, BD, BLOCK_M)
+    descale = tl.load(QD + kv)  # kv: the flattened (batch entry, K/V head) of the descales
     if not IGNORE_KD:
         descale = descale * tl.load(KD + kv)
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     dims, dims_v = tl.arange(0, BD), tl.arange(0, BDV)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
-                mask=(rows[:, None] < n_q) & (dims[None, :] < D), other=0.0)
-    k_base, v_base = K + b * skb + (h // GROUP) * skh, V + b * svb + (h // GROUP) * svh
-    offset = n_k - n_q if CAUSAL == 2 else 0
     m_i, l_i, acc = start_state(BLOCK_M, BDV)
     for start in range(0, n_k, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -59,7 +53,7 @@ def _fp8_forward(Q, K, V, O, LSE, QD, KD, VD, scale_log2, n_q, n_k, heads_q, sqb
         m_i, l_i, acc = online_step(q, kt, v, visible, m_i, l_i, acc, scale_log2 * descale)
     out, lse2 = finish(m_i, l_i, acc)
     out = out * tl.load(VD + kv)
-    tl.store(O + b * sob + h * soh + rows[:, None] * som + dims_v[None, :] * sod, out.to(O.dtype.element_ty),
+    tl.store(O + (bh // heads_q) * sob + (bh % heads_q) * soh + rows[:, None] * som + dims_v[None, :] * sod, out.to(O.dtype.element_ty),
              mask=(rows[:, None] < n_q) & (dims_v[None, :] < DV))
     tl.store(LSE + bh * n_q + rows, lse2 * LN2, mask=rows < n_q)
 

@@ -31,7 +31,7 @@ from ...contract.formats import FORMATS, FP8_DTYPES, FP8_OUTPUT
 from ...contract.quantization import SCHEMES
 from ...contract.spec import Kernel, KernelSpec
 from ...errors import InvalidArgument
-from .online import BLOCK_M, LN2, finish, pow2, start_state
+from .online import q_tile_and_bases, BLOCK_M, LN2, finish, pow2, start_state
 from .runtime import import_triton
 
 __all__ = ["NAME", "SCHEME", "make_fp8_kv_blocks_kernel", "to_bf16"]
@@ -64,17 +64,11 @@ def _fp8_kv_blocks_forward(Q, K, V, O, LSE, QD, KD, VD, KS, VS, scale_log2, n_q,
                            DV, CAUSAL: tl.constexpr, NEXT_AT_EDGE: tl.constexpr, ZERO_DIVIDES: tl.constexpr,
                            TAIL_UNSCALED: tl.constexpr, BY_BITS: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    tile, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // heads_q, bh % heads_q
-    kv = b * (heads_q // GROUP) + h // GROUP  # the flattened (batch entry, K/V head) of every scale
-    logit_scale = scale_log2 * (tl.load(QD + kv) * tl.load(KD + kv))
+    q, rows, k_base, v_base, offset, bh, kv = q_tile_and_bases(Q, K, V, heads_q, GROUP, n_q, n_k, sqb, sqh, sqm, sqd,
+                                                               skb, skh, svb, svh, D, CAUSAL, BD, BLOCK_M)
+    logit_scale = scale_log2 * (tl.load(QD + kv) * tl.load(KD + kv))  # kv: every scale's (batch entry, K/V head)
     k_scales, v_scales = KS + kv * n_blocks, VS + kv * n_blocks
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     dims, dims_v = tl.arange(0, BD), tl.arange(0, BDV)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
-                mask=(rows[:, None] < n_q) & (dims[None, :] < D), other=0.0)
-    k_base, v_base = K + b * skb + (h // GROUP) * skh, V + b * svb + (h // GROUP) * svh
-    offset = n_k - n_q if CAUSAL == 2 else 0
     m_i, l_i, acc = start_state(BLOCK_M, BDV)
     for start in range(0, n_k, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -118,7 +112,7 @@ def _fp8_kv_blocks_forward(Q, K, V, O, LSE, QD, KD, VD, KS, VS, scale_log2, n_q,
         m_i = m_new
     out, lse2 = finish(m_i, l_i, acc)
     out = to_bf16(out * tl.load(VD + kv), BY_BITS)
-    tl.store(O + b * sob + h * soh + rows[:, None] * som + dims_v[None, :] * sod, out.to(O.dtype.element_ty),
+    tl.store(O + (bh // heads_q) * sob + (bh % heads_q) * soh + rows[:, None] * som + dims_v[None, :] * sod, out.to(O.dtype.element_ty),
              mask=(rows[:, None] < n_q) & (dims_v[None, :] < DV))
     tl.store(LSE + bh * n_q + rows, lse2 * LN2, mask=rows < n_q)
 

@@ -44,6 +44,23 @@ def online_update(s2, v, visible, m_i, l_i, acc):
 
 
 @triton.jit
+def q_tile_and_bases(Q, K, V, heads_q, GROUP, n_q, n_k, sqb, sqh, sqm, sqd, skb, skh, svb, svh, D,
+                     CAUSAL: tl.constexpr, BD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The program's query tile of a (B, H, N, D) kernel with one program per (query tile, batch entry * query head):
+    the tile (rows past n_q and dims past D are 0), its rows, the bases of its K/V head's keys and values, the causal
+    offset (bottom-right: n_k - n_q), its flattened (batch entry, query head) and (batch entry, K/V head)."""
+    tile, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // heads_q, bh % heads_q
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BD)
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
+                mask=(rows[:, None] < n_q) & (dims[None, :] < D), other=0.0)
+    k_base, v_base = K + b * skb + (h // GROUP) * skh, V + b * svb + (h // GROUP) * svh
+    offset = n_k - n_q if CAUSAL == 2 else 0
+    return q, rows, k_base, v_base, offset, bh, b * (heads_q // GROUP) + h // GROUP
+
+
+@triton.jit
 def finish(m_i, l_i, acc):
     """(out fp32, lse in base 2): 0 and -inf on a row that saw no key."""
     seen = l_i > 0
