@@ -68,3 +68,18 @@ def test_every_model_is_described_and_tiles_cover_the_keys():
         for p in m.params:
             assert "{" not in m.describe(p), (m.name, p)
     assert key_tiles(10) == (16,) and key_tiles(40) == (16, 32, 64) and key_tiles(1000)[-1] == 128
+
+
+def test_a_compiled_triton_sum_is_runs_in_order_then_a_halving_butterfly():
+    from flashcheck.defects.library import _SUMS
+
+    def fp16(x):
+        return x.to(torch.float16).to(torch.float64)
+
+    # fp16's spacing at 2048 is 2: 2048 + 1 is a tie that stays 2048, 2048 + 2 is 2050.
+    terms = torch.tensor([2048.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    totals = {order: float(total(terms, fp16)) for order, total in _SUMS.items()}
+    assert totals["runs of 4 in order, then pairwise"] == 2048.0  # 2048 + 1 + 1 + 1 in one thread: each 1 lost
+    assert totals["runs of 2 in order, then pairwise"] == 2050.0  # (2048 + 1) + (1 + 1) meet: 2048 + 2
+    assert totals["pairwise"] == 2050.0  # terms i and i + 4 first: 2048, 1, 1, 1; then 2048 + 1 and 1 + 1
+    assert totals["in order"] == 2048.0

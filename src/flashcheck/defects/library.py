@@ -130,7 +130,20 @@ def _in_order(x, to):
     return total
 
 
-_SUMS = {"pairwise": _pairwise, "in order": _in_order}
+def _runs_then_pairwise(run: int) -> Callable:
+    """Triton's compiled reduction: each thread sums its ``run`` contiguous terms in order, then the threads'
+    sums meet in a butterfly of halving strides (:func:`_pairwise`); the run is the layout's values per thread,
+    which the kernel's tile and warps pick (an autotuned kernel's may change from call to call)."""
+
+    def total(x, to):
+        x = torch.nn.functional.pad(x, (0, -x.shape[-1] % run)).unflatten(-1, (-1, run))
+        return _pairwise(_in_order(x, to), to)
+
+    return total
+
+
+_SUMS = {"pairwise": _pairwise, "in order": _in_order,
+         **{f"runs of {run} in order, then pairwise": _runs_then_pairwise(run) for run in (2, 4, 8)}}
 _HALF_SUMS = tuple((f, order) for f in ("fp16", "bf16", "bf16 truncated") for order in _SUMS)
 
 
