@@ -100,6 +100,14 @@ def _crash(verdict: Verdict, kinds: set) -> Cause | None:
     return Cause(f"crash:{name}", f"the kernel raised {name}")
 
 
+def _input_written(verdict: Verdict, kinds: set) -> Cause | None:
+    if "input_written" not in kinds:
+        return None
+    names = "".join(sorted(f.details["tensor"] for f in verdict.findings if f.kind == "input_written"))
+    return Cause(f"input_written:{names}", f"the kernel writes into its input {', '.join(names)} (its caller's "
+                                           "tensor changes)")
+
+
 def _hang(verdict: Verdict, kinds: set) -> Cause | None:
     return Cause("timeout", "the kernel hangs (no result within the case timeout)") if "timeout" in kinds else None
 
@@ -223,5 +231,6 @@ def _where(verdict: Verdict, *kinds: str) -> str:
     return "gradients" if backward else "out"
 
 
+# A kernel that writes its inputs does so on every case: named so only where nothing else is wrong.
 _RULES = (_crash, _hang, _contract, _promise, _poison, _masked_keys_let_in, _nonfinite_alone, _numerical, _property,
-          _suspicious)
+          _input_written, _suspicious)

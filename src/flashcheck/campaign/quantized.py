@@ -1,11 +1,13 @@
-"""A campaign's sample of its fp8 cases' quantization error (:mod:`flashcheck.inputs.quantization_error`): how far
-the quantization moved each sampled case's exact answer, counted in the summary beside the verdicts, never in them."""
+"""A campaign's sample of its quantized cases' quantization error (fp8 cases, or any case of a kernel that quantizes
+inside; :mod:`flashcheck.inputs.quantization_error`): how far the quantization moved each sampled case's exact
+answer, counted in the summary beside the verdicts, never in them."""
 
 from __future__ import annotations
 
 import time
 
 from ..contract.formats import is_quantized
+from ..contract.quantization import scheme_named
 from ..inputs.case import AttentionCase
 from ..inputs.quantization_error import quantization_error
 
@@ -18,11 +20,13 @@ QUANTIZATION_SAMPLE = 4
 def sample_quantization_error(result, verdict, case, recipe, *, drawn: bool) -> None:
     """Count a drawn, judged dense fp8 case's quantization error in ``result`` (a CampaignResult) if the sample takes
     it; its time is the oracle's. ``case`` is None where a worker process drew it: drawn again from its recipe."""
-    if not drawn or verdict.skipped or not is_quantized(recipe.dtype) or recipe.form != "dense" \
+    inside = scheme_named(recipe.scheme).quantizer is not None  # a kernel that quantizes its inputs itself
+    if not drawn or verdict.skipped or not (is_quantized(recipe.dtype) or inside) or recipe.form != "dense" \
             or result.by_dtype[recipe.dtype] % QUANTIZATION_SAMPLE != 1:
         return
     start = time.monotonic()
-    error = quantization_error(case if isinstance(case, AttentionCase) else recipe.build())
+    error = quantization_error(case if isinstance(case, AttentionCase) else recipe.build(),
+                               recipe.scheme if inside else None)
     if error is not None:
         result.count_quantization(recipe.dtype, error)
     result.time_split["oracle"] += time.monotonic() - start

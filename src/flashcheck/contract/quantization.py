@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "SCALE_FORMATS", "AXES", "scheme_named"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "AXES", "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
+_HALF_FORMATS = ("fp16", "bf16")  # the formats a kernel may round P or P @ V's partial sums to
 # A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
 SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
 
@@ -77,6 +78,23 @@ class Scheme:
     p_scale: float = 1.0
     compute: str | None = None  # the format dequantized values and P may be rounded to (None: P to the codes')
     convention: str = ""
+    # A kernel that quantizes its own fp16, bf16 or fp32 inputs: the quantizer's name (:data:`QUANTIZERS`), whose
+    # exact emulation the oracle attends; P's format before P @ V; P @ V summed in a format over runs of keys.
+    quantizer: str | None = None
+    p_format: str | None = None
+    pv_sums: tuple | None = None  # (format, keys per run)
+
+    def __post_init__(self):
+        if self.quantizer is not None:
+            _check_choice("quantizer", self.quantizer, tuple(QUANTIZERS))
+        if self.p_format is not None:
+            _check_choice("p_format", self.p_format, _HALF_FORMATS)
+        if self.pv_sums is not None:
+            sums = tuple(self.pv_sums)
+            if len(sums) != 2 or sums[0] not in _HALF_FORMATS or not (isinstance(sums[1], int) and sums[1] >= 1):
+                raise InvalidArgument("pv_sums", self.pv_sums, "expected (format, keys per run)",
+                                      f"Pass e.g. ('fp16', 64): a format of {list(_HALF_FORMATS)} and a positive count.")
+            object.__setattr__(self, "pv_sums", sums)
 
     @property
     def blocks(self) -> tuple:
@@ -93,10 +111,19 @@ class Scheme:
         return dataclasses.asdict(self)
 
     def text(self) -> str:
+        if self.quantizer:
+            return f"{self.name}: {QUANTIZERS[self.quantizer]}"
         parts = [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
         return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
             f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "")
 
+
+# The quantizers a kernel may apply inside, each emulated exactly by the oracle (numerics/quantized_inside.py).
+QUANTIZERS = {
+    "sage_int8": "int8 codes of q (sm_scale x 1.44269504 folded in, fp32) per 128 tokens and of k minus its mean "
+                 "over the tokens (in the input dtype) per 64 tokens, each with an fp32 scale amax / 127, rounded "
+                 "half away from zero; v cast to fp16",
+}
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("per_head", convention="FA3: q, k and v each with one fp32 descale per batch entry and K/V head"),
@@ -111,6 +138,11 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("mxfp8", q=Blocks(32, "dims", "e8m0"), k=Blocks(32, "dims", "e8m0"), v=Blocks(32, "columns", "e8m0"),
            descales=False, p_scale=256.0, convention="MXFP8: e4m3 codes with an e8m0 scale per 32 values along the contracted "
                                       "axis (q and k along the head dims, v along the tokens)"),
+    # SageAttention 1.0.6: int8 Q K^T quantized inside the kernel; P in fp16, P @ V summed in fp16 per tile of 64
+    # keys (an fp16 accumulator per tile), the tiles' sums in fp32.
+    Scheme("sage_int8", q=Blocks(128), k=Blocks(64), descales=False, quantizer="sage_int8", p_format="fp16",
+           pv_sums=("fp16", 64), convention="SageAttention 1.0.6: fp16, bf16 or fp32 inputs quantized inside: "
+                                            + QUANTIZERS["sage_int8"]),
 )}
 
 

@@ -327,6 +327,9 @@ def explain(kernel, case, *, device=None, verdict=None, do=None) -> Explanation:
         return _explain_serving(kern, case, device, verdict)
     if _too_large(case):
         return Explanation(note=_too_large(case))
+    if kern.spec.quantization.quantizer:
+        return Explanation(note="not run: the models describe 16- and 32-bit arithmetic, not a kernel that "
+                                "quantizes its inputs")
     exact = tuple(t.to(device) for t in (case.q, case.k, case.v))
     mask = None if case.attn_mask is None else case.attn_mask.to(device)
     kw = dict(scale=case.scale, causal=case.causal, attn_mask=mask, variant=case.variant)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract.quantization import scheme_named
 from ..numerics.oracle import reference_attention
 from .case import AttentionCase
 from .recipe import Recipe
@@ -35,16 +36,26 @@ class QuantizationError:
         return dict(self.__dict__)
 
 
-def quantization_error(case: AttentionCase) -> QuantizationError | None:
-    """The case's quantization error, where its recipe (in its provenance) gives its full-precision values; None
-    for a case that is not quantized or whose values were reshaped after their quantization."""
+def quantization_error(case: AttentionCase, scheme=None) -> QuantizationError | None:
+    """The case's quantization error: for a kernel whose ``scheme`` quantizes inside, its quantizer's values
+    against the case's; else where the case's recipe (in its provenance) gives its full-precision values. None for
+    a case that is not quantized or whose values were reshaped after their quantization."""
+    shared = dict(scale=case.scale, causal=case.causal, attn_mask=case.attn_mask)
+    scheme = None if scheme is None else scheme_named(scheme)
+    if scheme is not None and scheme.quantizer:
+        inside = case.variant.replace(quantization=scheme)
+        return _compared(reference_attention(case.q, case.k, case.v, variant=inside, **shared).out,
+                         reference_attention(case.q, case.k, case.v, variant=case.variant, **shared).out)
     recipe = (case.provenance or {}).get("recipe") if case.variant.quantized else None
     source = Recipe.from_dict(recipe).source_values() if recipe else None
     if source is None:
         return None
-    shared = dict(scale=case.scale, causal=case.causal, attn_mask=case.attn_mask)
     quantized = reference_attention(case.q, case.k, case.v, variant=case.variant, **shared).out
     full = reference_attention(*source, variant=case.variant.unquantized(), **shared).out
+    return _compared(quantized, full)
+
+
+def _compared(quantized: torch.Tensor, full: torch.Tensor) -> QuantizationError:
     rows = torch.isfinite(full) & torch.isfinite(quantized)
     diff = (quantized - full)[rows].abs()
     top = float(full[rows].abs().max()) if bool(rows.any()) else 0.0

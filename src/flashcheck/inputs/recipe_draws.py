@@ -71,7 +71,7 @@ def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
         out.update(settings)
     if {"cap", "bias"} <= {f.term for f in used}:
         out["bias_order"] = spec.bias_order
-    if is_quantized(fields["dtype"]) and spec.quantization.block_scaled:
+    if (is_quantized(fields["dtype"]) and spec.quantization.block_scaled) or spec.quantization.quantizer:
         out["quantization"] = spec.quantization.as_dict()
     return out
 

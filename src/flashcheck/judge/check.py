@@ -10,6 +10,7 @@ sets a tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract.formats import SCALE_PROPERTY, output_format
+from ..contract.formats import SCALE_PROPERTY, output_format, raw_bits
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
 from ..errors import InvalidArgument
@@ -107,6 +108,8 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     kern: Kernel = resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
     contract = precision_named(precision) if precision is not None else kern.spec.precision
     _check_form(kern, case)
+    if isinstance(case, AttentionCase) and kern.spec.quantization.quantizer:  # the oracle attends its values
+        case = dataclasses.replace(case, variant=case.variant.replace(quantization=kern.spec.quantization))
     check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
@@ -197,19 +200,23 @@ def _check(job: _Judgement) -> Verdict:
     if run.error is not None:
         return crash_verdict(run, job.regime, job.meta)
     elapsed["kernel"] = run.seconds
+    written = inputs_written(case, (q, k, v), job.regime)
     with _timed(elapsed, "oracle"):
         budget = job.budget if job.budget is not None else _oracle_budget(job, mask)
     wrong = _output_problems(run.out, run.lse, budget.reference.shapes, output_format(q).dtype, q.device)
     if wrong:
-        return Verdict.from_findings(wrong, max_ratio=math.nan, elapsed=elapsed, **job.meta)
+        return Verdict.from_findings(written + wrong, max_ratio=math.nan, elapsed=elapsed, **job.meta)
     findings, max_ratio = job.compare(run.out, run.lse, budget)
+    findings = written + findings
     _explain_outside_the_softmax(findings, job.kernel, case.torch_dtype, q.device)
     notes: list[str] = []
     if job.properties:
         with _timed(elapsed, "properties"):
             findings += _property_findings(job, run, budget, q.device, notes)
-    # The twin models the 16- and 32-bit formats only: a quantized case has no reordering envelope.
-    if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR and not case.variant.quantized:
+    # The twin models the 16- and 32-bit formats only: quantized inputs (a case's, or a kernel's own quantizer's)
+    # have no reordering envelope.
+    if job.envelope and not findings and max_ratio > ENVELOPE_FLOOR and not case.variant.quantized \
+            and not case.variant.quantization.quantizer:
         with _timed(elapsed, "envelope"):
             findings += envelope_findings(case, budget, max_ratio, device=job.device, regime=job.regime, out=run.out)
     checked = [p for p in job.properties if _applies(p, case, job.kernel.spec)]
@@ -217,6 +224,19 @@ def _check(job: _Judgement) -> Verdict:
                                     properties=checked, **job.meta)
     verdict.output = (run.out, run.lse)
     return verdict
+
+
+def inputs_written(case: AttentionCase, given: tuple, regime: str | None) -> list[Finding]:
+    """A finding for each of q, k and v the kernel wrote into: its caller's tensor changed (the kernel was handed
+    copies, so the case and the oracle still hold the inputs)."""
+    out = []
+    for name, tensor in zip("qkv", given):
+        changed = raw_bits(tensor.detach().cpu()) != raw_bits(getattr(case, name))
+        if bool(changed.any()):
+            out.append(Finding("input_written", BUG, f"the kernel wrote into its input {name}: {int(changed.sum()):,} "
+                               f"of {changed.numel():,} elements changed (a caller's tensor is not the kernel's to "
+                               "change)", regime=regime, details={"tensor": name}))
+    return out
 
 
 def _applies(prop: str, case: AttentionCase, spec) -> bool:

@@ -31,6 +31,7 @@ FINDING_KINDS = (
     "nondeterminism",       # two identical calls, two outputs
     "crash",                # the kernel raised, or its worker process died
     "wrong_output",         # wrong shape, dtype or device
+    "input_written",        # the kernel wrote into its q, k or v
     "reordering_outlier",   # inside the budget but far outside legal reorderings (SUSPICIOUS)
     "batch_dependence",     # a sequence alone differs from itself in a batch (only if the spec promises)
     "timeout",              # the kernel did not return within the campaign's per-case timeout

@@ -28,6 +28,10 @@ from .fla import NAME as FLA
 from .fla import VARLEN_NAME as FLA_VARLEN
 from .fla import make_fla_decoding_kernel, make_fla_kernel
 from .fla import unavailable as fla_unavailable
+from .sage import DESCRIPTION as SAGE_DESCRIPTION
+from .sage import NAME as SAGE
+from .sage import make_sage_kernel
+from .sage import unavailable as sage_unavailable
 from .sglang_mla import DESCRIPTION as SGLANG_MLA_DESCRIPTION
 from .sglang_mla import NAME as SGLANG_MLA
 from .sglang_mla import make_sglang_mla_kernel
@@ -198,6 +202,8 @@ BUILTINS: tuple[Builtin, ...] = (
             unavailable=partial(fla_unavailable, name=FLA_DECODING)),
     Builtin(SGLANG_MLA, SGLANG_MLA_DESCRIPTION + "; pip install sglang", make_sglang_mla_kernel,
             unavailable=sglang_unavailable),
+    Builtin(SAGE, SAGE_DESCRIPTION + "; pip install sageattention==1.0.6", make_sage_kernel,
+            options_of(make_sage_kernel), unavailable=sage_unavailable),
     _serving("torch:varlen", "packed variable-length batches (flash-attention's varlen convention, seqused_k "
              "included), one PyTorch SDPA call per sequence" + _SDPA_BACKEND, VARLEN,
              options_of(make_serving_kernel)),

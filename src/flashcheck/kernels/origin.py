@@ -20,7 +20,7 @@ __all__ = ["RESERVED_PREFIXES", "import_root", "kernel_origin", "importable_from
 
 # The built-in kernels' prefixes (flashcheck.kernels.builtins names them all so): a source under one is a
 # built-in's name, or an unknown one, never an import path.
-RESERVED_PREFIXES = ("torch", "flashcheck", "fla", "sglang")
+RESERVED_PREFIXES = ("torch", "flashcheck", "fla", "sglang", "sage")
 
 
 def reserved(source: str) -> bool:

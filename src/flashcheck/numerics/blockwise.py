@@ -20,6 +20,7 @@ import torch
 from ..contract import masks
 from ..contract.validation import Shapes
 from ..features.variant import Variant
+from .quantized_inside import inside_values
 
 __all__ = ["ops_for", "AttentionCall", "Block", "iter_blocks", "scatter", "add_into", "visible_block", "block_elements",
            "dequantized", "by_group"]
@@ -237,6 +238,9 @@ class Block:
     bias: object = None
     bias_size: object = None
     bias_first: bool = False  # the bias goes into the cap (else it is added to the capped logits)
+    # A kernel that quantizes inside: how far each value of Q (p, G, R, D) and K (p, 1, Nk, D) may sit from the
+    # emulated quantizer's (one code, where an approximate division may round it the other way), or None.
+    slack: tuple | None = None
 
 
 def dequantized(q, k, v, variant):
@@ -323,9 +327,15 @@ class AttentionCall:
     attn_mask: torch.Tensor | None
     shapes: Shapes
     variant: Variant | None = None
+    slack: tuple | None = None  # (q's, k's) of a kernel that quantizes inside (:class:`Block`)
 
     def dequantized(self) -> AttentionCall:
-        """The call with fp8 q, k and v as the values they stand for (:func:`dequantized`)."""
+        """The call with fp8 q, k and v as the values they stand for (:func:`dequantized`), or, for a kernel
+        that quantizes inside, as its quantizer's emulation gives them (:mod:`.quantized_inside`)."""
+        scheme = None if self.variant is None else self.variant.quantization
+        if scheme is not None and scheme.quantizer:
+            inside = inside_values(scheme, self.q, self.k, self.v, scale=self.scale)
+            return replace(self, q=inside.q, k=inside.k, v=inside.v, slack=inside.slack)
         q, k, v = dequantized(self.q, self.k, self.v, self.variant)
         return replace(self, q=q, k=k, v=v)
 
@@ -340,6 +350,7 @@ def iter_blocks(ops, call: AttentionCall, rows_all: torch.Tensor, *, allow_none:
     """
     shapes, variant, device = call.shapes, call.variant, call.q.device
     Q_all, K_all, V_all = _grouped(shapes, call.q, call.k, call.v)
+    slack_all = None if call.slack is None else _grouped(shapes, *call.slack, call.v)[:2]
     R, P = rows_all.numel(), shapes.batch * shapes.heads_kv
     head_step, row_step = _steps(shapes, R, cap or block_elements(device))
     in_order = R == shapes.n_q and torch.equal(rows_all, torch.arange(R))
@@ -355,11 +366,13 @@ def iter_blocks(ops, call: AttentionCall, rows_all: torch.Tensor, *, allow_none:
             bias, size, vis = _bias_block(variant, shapes, rows, heads, vis, device)
             if sink is not None:
                 vis = _with_sink_column(vis, sink, rows.numel(), shapes.n_k)
-            Qb = Q[:, :, r0:r0 + row_step] if in_order else Q[:, :, ops.mask(rows.to(device))]
-            yield Block(heads, slice(r0, r0 + rows.numel()), Qb, K, V,
+            pick = slice(r0, r0 + row_step) if in_order else ops.mask(rows.to(device))
+            slack = None if slack_all is None else (ops.asarray(slack_all[0][heads])[:, :, pick],
+                                                     ops.asarray(slack_all[1][heads]))
+            yield Block(heads, slice(r0, r0 + rows.numel()), Q[:, :, pick], K, V,
                         None if vis is None else ops.mask(vis), None if variant is None else variant.cap, sink,
                         None if bias is None else ops.asarray(bias), None if size is None else ops.asarray(size),
-                        variant is not None and variant.bias_order == "bias_first")
+                        variant is not None and variant.bias_order == "bias_first", slack)
 
 
 def scatter(ops, outputs, block: Block, results) -> None:

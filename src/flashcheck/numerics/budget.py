@@ -64,6 +64,11 @@ class BudgetTerms:
     u_32: float  # fp32 accumulators
     exp_ulps: float
     scale_ulps: float = 0.0  # quantized inputs: fp32 products by their scales, per logit and per output term
+    # P @ V summed in a narrower format over runs of ``pv_keys`` keys before the fp32 accumulator: each partial
+    # sum rounded (relative ``u_pv``, absolute ``s_pv`` near zero)
+    u_pv: float = 0.0
+    s_pv: float = 0.0
+    pv_keys: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -75,20 +80,23 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
     precision = precision_named(precision)
     fmt = format_of(dtype)
     fp32 = FORMATS["fp32"]
-    tf32 = precision.tf32 and fmt.name == "fp32"
+    inside = scheme is not None and scheme.quantizer is not None  # the oracle attends its quantizer's values
+    tf32 = precision.tf32 and fmt.name == "fp32" and not inside  # an inside quantizer's matmuls take its formats
     # tf32 conversion may truncate: a full 2^-10, not round-to-nearest's 2^-11 (measured).
     u_tf32 = 2 * TF32.unit_roundoff if tf32 else 0.0
-    scheme = scheme if fmt.quantized else None
+    scheme = scheme if fmt.quantized or inside else None
     compute = FORMATS[scheme.compute] if scheme is not None and scheme.compute else None
-    p_fmt = compute or (fmt if precision.p_dtype == "input" else fp32)
+    named_p = FORMATS[scheme.p_format] if scheme is not None and scheme.p_format else None
+    p_fmt = named_p or compute or (fmt if precision.p_dtype == "input" else fp32)
     p_scale = scheme.p_scale if scheme is not None else 1.0  # P times it before its rounding: smaller steps
     u_in = max(u_tf32, compute.unit_roundoff if compute else 0.0)
     out_fmt = output_format(fmt)  # fp8 kernels write bf16
+    pv_fmt, pv_keys = (FORMATS[scheme.pv_sums[0]], scheme.pv_sums[1]) if scheme and scheme.pv_sums else (None, 0)
     return BudgetTerms(
         dtype=fmt.name,
         u_o=out_fmt.unit_roundoff,
         s_o=out_fmt.subnormal_spacing / 2,
-        u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" or compute else 0.0, u_tf32),
+        u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" or compute or named_p else 0.0, u_tf32),
         # an fp32 P below its smallest normal may be flushed
         s_p=max(p_fmt.subnormal_spacing / 2 / p_scale, FP32_TINY),
         p_min_normal=p_fmt.smallest_normal / p_scale,
@@ -96,8 +104,12 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
         u_in=u_in,
         u_32=fp32.unit_roundoff,
         exp_ulps=float(precision.exp_ulps),
-        # q's times k's times the scale into the logits, v's into the output; one more with block scales
-        scale_ulps=(SCALE_ULPS + (scheme.block_scaled if scheme else 0)) if fmt.quantized else 0.0,
+        # q's times k's times the scale into the logits, v's into the output; one more with block scales (an
+        # inside quantizer's values are exact: its two fp32 scales multiply the integer dot)
+        scale_ulps=(SCALE_ULPS + (scheme.block_scaled and not inside)) if scheme is not None else 0.0,
+        u_pv=pv_fmt.unit_roundoff if pv_fmt else 0.0,
+        s_pv=pv_fmt.subnormal_spacing / 2 if pv_fmt else 0.0,
+        pv_keys=pv_keys,
     )
 
 
@@ -190,6 +202,8 @@ class BudgetModel:
         self.accumulation_len = keys + math.ceil(keys / MIN_TILE) + 1 + self.sink
         self.w_factor = (self.terms.u_p + self.terms.u_v + _gamma(self.accumulation_len, u)
                          + (self.terms.exp_ulps + EXTRA_ULPS + scaled) * u)
+        if self.terms.pv_keys:  # a run's partial sums of P V, each rounded: gamma_n of the run's |p| |v|
+            self.w_factor += _gamma(min(self.terms.pv_keys, keys), self.terms.u_pv) * (1 + self.w_factor)
 
 
 class _Parts:
@@ -253,9 +267,14 @@ def _visible(ops, blk, x):
 def raw_logit_error(ops, blk, sm, model: BudgetModel):
     """(error, magnitude) of the scaled logits before any cap: the dot's fp32 accumulation on tf32-rounded
     operands, the scale multiply (and the division by the cap); 0 on masked keys."""
-    qk = ops.matmul(ops.abs(blk.Q), ops.swap(ops.abs(blk.K)))
+    abs_q, abs_k = ops.abs(blk.Q), ops.swap(ops.abs(blk.K))
+    qk = ops.matmul(abs_q, abs_k)
     raw_abs = ops.abs(_visible(ops, blk, sm.raw))
-    return model.logit_factor * qk + model.terms.u_32 * model.logit_ulps * raw_abs, raw_abs
+    eta = model.logit_factor * qk + model.terms.u_32 * model.logit_ulps * raw_abs
+    if blk.slack is not None:  # codes a kernel's own quantizer may round the other way: one code each
+        dq, dk = blk.slack[0], ops.swap(blk.slack[1])
+        eta = eta + abs(model.scale) * (ops.matmul(dq, abs_k) + ops.matmul(abs_q, dk) + ops.matmul(dq, dk))
+    return eta, raw_abs
 
 
 def _capped_error(ops, blk, eta, raw_abs, s_abs, model: BudgetModel):
@@ -285,6 +304,8 @@ def budget_block(ops, blk, sm, o, w, model: BudgetModel, eta=None):
     small = ops.float64(small if vis is None else vis & small)
     # Each product and sum of the fp32 accumulation (keys, rescales) may be flushed to zero as well.
     subnormal_p = ops.matmul(small, absV) * (t.s_p / sm.l) + model.accumulation_len * FP32_TINY / sm.l
+    if t.pv_keys:  # each of a row's partial sums of P V near zero, where the narrow format's spacing is absolute
+        subnormal_p = subnormal_p + model.shapes.n_k * t.s_pv / sm.l
     accumulation = w * model.w_factor
     # The output is rounded where the kernel's value lies, which the other terms let move from o: with huge
     # logits a legal kernel may hand a row's weight to another key, far from o.
