@@ -104,9 +104,10 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
         u_in=u_in,
         u_32=fp32.unit_roundoff,
         exp_ulps=float(precision.exp_ulps),
-        # q's times k's times the scale into the logits, v's into the output; one more with block scales (an
-        # inside quantizer's values are exact: its two fp32 scales multiply the integer dot)
-        scale_ulps=(SCALE_ULPS + (scheme.block_scaled and not inside)) if scheme is not None else 0.0,
+        # q's times k's times the scale into the logits, v's into the output; one more with block scales; an inside
+        # quantizer's two scales multiply its exact integer dot, each maybe an ulp from IEEE's where compiled code
+        # divides approximately
+        scale_ulps=(SCALE_ULPS + (2 * inside or scheme.block_scaled)) if scheme is not None else 0.0,
         u_pv=pv_fmt.unit_roundoff if pv_fmt else 0.0,
         s_pv=pv_fmt.subnormal_spacing / 2 if pv_fmt else 0.0,
         pv_keys=pv_keys,
