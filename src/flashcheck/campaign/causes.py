@@ -103,9 +103,9 @@ def _crash(verdict: Verdict, kinds: set) -> Cause | None:
 def _input_written(verdict: Verdict, kinds: set) -> Cause | None:
     if "input_written" not in kinds:
         return None
-    names = "".join(sorted(f.details["tensor"] for f in verdict.findings if f.kind == "input_written"))
-    return Cause(f"input_written:{names}", f"the kernel writes into its input {', '.join(names)} (its caller's "
-                                           "tensor changes)")
+    names = "".join(sorted((f.details or {}).get("tensor", "") for f in verdict.findings if f.kind == "input_written"))
+    return Cause(f"input_written:{names or 'input'}", f"the kernel writes into its input {', '.join(names) or 'tensors'}"
+                                                      " (its caller's tensor changes)")
 
 
 def _hang(verdict: Verdict, kinds: set) -> Cause | None:
