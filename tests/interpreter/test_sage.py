@@ -7,6 +7,7 @@ Skipped where sageattention is not installed (pip install sageattention==1.0.6).
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -54,3 +55,39 @@ def test_its_smoothing_writes_into_the_callers_k_and_raises_where_k_is_a_broadca
     assert [f.diagnosis.split(":")[0] for f in written.findings] == ["the kernel wrote into its input k"], str(written)
     expanded = flashcheck.check("sage:sageattn", _case(64, layout="expanded"), device="cpu", properties=())
     assert _kinds(expanded) == {"crash"} and "more than one element" in expanded.findings[0].diagnosis, str(expanded)
+
+
+CASES = Path(__file__).parent / "sage_cases"  # shrunk by a CPU campaign (reports/sage-2026-12-07)
+
+
+def _saved(stem: str) -> AttentionCase:
+    return AttentionCase.load(CASES / f"sage-sageattn-{stem}.json")
+
+
+def _scaled(case: AttentionCase, **fields) -> AttentionCase:
+    return AttentionCase.create(fields.get("q", case.q), case.k, fields.get("v", case.v),
+                                scale=fields.get("scale", case.scale), causal=case.causal)
+
+
+def test_its_fp16_p_v_accumulator_overflows_where_a_tiles_sum_passes_65504():
+    case = _saved("input_written+nonfinite-shrunk-ada91bc3f3")  # v up to 1,496 on 45 keys of one tile: 67,320
+    verdict = flashcheck.check("sage:sageattn", case, device="cpu", properties=())
+    assert "nonfinite" in _kinds(verdict) and "over_budget" not in _kinds(verdict), str(verdict)
+    control = flashcheck.check("sage:sageattn", _scaled(case, v=case.v / 2), device="cpu", properties=())
+    assert _kinds(control) == {"input_written"}, str(control)
+
+
+def test_its_causal_mask_of_minus_1e6_lets_a_key_in_past_logits_of_a_million():
+    case = _saved("input_written+over_budget-shrunk-74b02ef933")  # scale 8, |q|, |k| up to 1,230
+    verdict = flashcheck.check("sage:sageattn", case, device="cpu", properties=())
+    assert "over_budget" in _kinds(verdict), str(verdict)
+    control = flashcheck.check("sage:sageattn", _scaled(case, scale=1e-3), device="cpu", properties=())
+    assert _kinds(control) == {"input_written"}, str(control)
+
+
+def test_the_shrunk_padding_case_has_one_key_and_63_padded():
+    case = _saved("input_written+over_budget-shrunk-93901eb8b3")
+    verdict = flashcheck.check("sage:sageattn", case, device="cpu", properties=())
+    assert "over_budget" in _kinds(verdict) and verdict.max_ratio > 100, str(verdict)
+    out = verdict.output[0].double()
+    assert torch.allclose(out, case.v.double() / 64, rtol=1e-2)  # the key's value over 64 keys of score 0
