@@ -49,12 +49,13 @@ def test_each_is_described_with_its_area_and_dtypes():
 
 def test_the_half_precision_edits_compute_the_same_compiled():
     """What compiled Triton (3.6, 3.9) does otherwise: rewrite tl.sum of a broadcast product into a tl.dot (an MLIR
-    assertion for fp16), fuse each product into its partial sum (an fma). Checked on the sources; tests/gpu runs them
-    compiled."""
+    assertion for fp16), fuse each product into its partial sum (an fma), promote half scores times the fp32 scale to
+    fp32 where the interpreter keeps them half. Checked on the sources; tests/gpu runs them compiled."""
     for name in ("qk_sum_in_input_dtype", "q_prescaled_sum_in_input_dtype"):
         source = mutant_source(name)
         assert "for d in range(0, head_dim):" in source and "tl.sum(q[:, :, None]" not in source, name
         assert 'launch = {"enable_fp_fusion": False}' in source, name
+    assert "* tl.cast(qk_scale, Q.dtype.element_ty)).to(tl.float32)" in mutant_source("scores_rounded_to_input_dtype")
 
 
 # -- the exposing cases (tests/_defect_cases.py) ---------------------------------------------------------
