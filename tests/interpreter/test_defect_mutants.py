@@ -13,7 +13,7 @@ from flashcheck.contract.formats import DTYPES
 from flashcheck.defects.library import model_named
 from flashcheck.kernels import planted
 from flashcheck.kernels.triton.forward import make_kernel
-from flashcheck.kernels.triton.mutants import load_mutant
+from flashcheck.kernels.triton.mutants import load_mutant, mutant_source
 from flashcheck.kernels.triton.planted import AREAS
 from flashcheck.kernels.triton.planted_defects import DEFECT_MUTANTS
 from tests._defect_cases import DEFECT_EXPOSURES, planted_probe
@@ -45,6 +45,17 @@ def test_each_is_described_with_its_area_and_dtypes():
     for mutant in DEFECT_MUTANTS:
         assert mutant.area in AREAS and mutant.description and mutant.exposed_by and mutant.name.isidentifier()
         assert mutant.dtypes and set(mutant.dtypes) <= set(DTYPES), mutant.name
+
+
+def test_the_half_precision_edits_compute_the_same_compiled():
+    """What compiled Triton (3.6, 3.9) does otherwise: rewrite tl.sum of a broadcast product into a tl.dot (an MLIR
+    assertion for fp16), fuse each product into its partial sum (an fma), promote half scores times the fp32 scale to
+    fp32 where the interpreter keeps them half. Checked on the sources; tests/gpu runs them compiled."""
+    for name in ("qk_sum_in_input_dtype", "q_prescaled_sum_in_input_dtype"):
+        source = mutant_source(name)
+        assert "for d in range(0, head_dim):" in source and "tl.sum(q[:, :, None]" not in source, name
+        assert 'launch = {"enable_fp_fusion": False}' in source, name
+    assert "* tl.cast(qk_scale, Q.dtype.element_ty)).to(tl.float32)" in mutant_source("scores_rounded_to_input_dtype")
 
 
 # -- the exposing cases (tests/_defect_cases.py) ---------------------------------------------------------

@@ -184,7 +184,7 @@ FORWARD_MODELS: tuple[DefectModel, ...] = (
                 lambda f, c: Defect(scores=rounding(f)), _half_of_inputs,
                 planted=_triton("scores_rounded_then_promoted")),
     DefectModel("logits_rounded", "rounds the scores Q K^T to {0} and multiplies them by the scale (times log2(e)) "
-                "in {0}, as Triton keeps a half tensor times an fp32 scalar in half", HALVES, _logits_rounded,
+                "in {0}: the scale and the product rounded to {0} too", HALVES, _logits_rounded,
                 _half_of_inputs,
                 planted=_triton("scores_rounded_to_input_dtype")),
     DefectModel("q_prescaled", "multiplies Q by the scale in {} (rounded) before Q K^T", HALVES,

@@ -74,7 +74,7 @@ class Defect:
 
     It turns the twin into a defect model (:mod:`flashcheck.defects`): ``dot`` forms Q @ K^T from (B, Hq, R, D) and
     (B, Hkv, D, C) fp32 operands; ``scores`` rounds its fp32 result; ``logits`` rounds the base-2 logits after the
-    scale (a Triton kernel's half-precision scores times an fp32 scalar stay half); ``logit_factor`` multiplies the scale;
+    scale (a kernel that multiplies half-precision scores by the scale in half); ``logit_factor`` multiplies the scale;
     ``prescale`` rounds Q times the scale before the product (the scale then 1); ``p`` rounds the weights before
     P @ V in place of the contract's rounding; ``acc`` and ``row_sum`` round the accumulator and l after each key
     tile; ``carry_max``, ``rescale_acc`` and ``rescale_sum`` drop the online softmax's carried max and its two

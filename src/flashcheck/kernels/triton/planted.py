@@ -152,9 +152,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "scores_rounded_to_input_dtype", "precision",
-        "Q @ K^T is rounded to the input dtype before softmax, so large logits lose their low bits.",
+        "Q @ K^T is rounded to the input dtype and multiplied by the scale in it (the scale and the product "
+        "rounded too) before softmax, so large logits lose their low bits.",
+        # The scale cast as well: a half tensor times the fp32 scalar is half in the interpreter, fp32 compiled.
+        # tl.cast, as the interpreter passes the scalar as a Python float (rounded to fp32 first, as the host's).
         (("s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale",
-          "s = tl.dot(q, k, input_precision=INPUT_PRECISION).to(Q.dtype.element_ty) * qk_scale"),),
+          "s = (tl.dot(q, k, input_precision=INPUT_PRECISION).to(Q.dtype.element_ty)"
+          " * tl.cast(qk_scale, Q.dtype.element_ty)).to(tl.float32)"),),
         "fp16 near-tied large logits: q, k ~ 8 +- 0.1, so q.k ~ 1024 where fp16's spacing is 1, with "
         "diffuse attention (scale 0.25).",
         dtypes=("fp16", "bf16"),

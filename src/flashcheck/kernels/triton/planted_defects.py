@@ -21,6 +21,7 @@ _M_INIT = '    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)\n'
 _HOST_SCALE = "causal_offset, scale * _LOG2E,"
 _KEY_LOOP = "    for start_n in range(0, hi, BLOCK_N):\n"
 _V_OK = "        v_ok = col_ok & (tl.max(visible.to(tl.int32), axis=0) > 0)\n"
+_LAUNCH = "    launch = {}\n"
 
 # The texts of backward.py.
 _DS_DK = '            dk = tl.dot(tl.trans(ds), q.to(tl.float32), dk, input_precision="ieee")  # dS stays fp32\n'
@@ -43,6 +44,26 @@ _SHARES_APART = (
                             "dk_h = tl.dot(tl.trans(ds), q.to(tl.float32), dk_h,")),
 )
 
+
+def _sum_in_input_dtype(factor: str) -> tuple[tuple[str, str], ...]:
+    """Q K^T summed in the input dtype one head dim after the other (the order of tl.sum(q[:, :, None] *
+    k[None, :, :], axis=1) under the Triton interpreter), then times ``factor`` in fp32.
+
+    Not that tl.sum itself: compiled Triton rewrites it into a tl.dot (whose fp32 zero accumulator for fp16
+    operands fails an MLIR assertion), and a GPU reduction has its own order. FP fusion is off, or the compiled
+    kernel fuses each product into its partial sum (one fma: the product never rounded)."""
+    return (
+        (_SCORES, "        s_lo = tl.zeros([BLOCK_M, BLOCK_N], dtype=q.dtype)\n"
+                  "        for d in range(0, head_dim):\n"
+                  "            # Column d of q and row d of k, exactly (the other terms are 0).\n"
+                  "            q_d = tl.sum(tl.where(offs_d[None, :] == d, q, 0.0), axis=1)\n"
+                  "            k_d = tl.sum(tl.where(offs_d[:, None] == d, k, 0.0), axis=0)\n"
+                  "            s_lo = s_lo + q_d[:, None] * k_d[None, :]\n"
+                  f"        s = s_lo.to(tl.float32) * {factor}\n"),
+        (_LAUNCH, '    launch = {"enable_fp_fusion": False}  # each product rounded before it is added\n'),
+    )
+
+
 DEFECT_MUTANTS: tuple[Mutant, ...] = (
     # -- Q K^T ---------------------------------------------------------------------------------------------
     Mutant(
@@ -56,9 +77,9 @@ DEFECT_MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "qk_sum_in_input_dtype", "precision",
-        "Q K^T is a broadcast product summed over the head dim in the input dtype: every product and every "
-        "partial sum is rounded to it before the scores go to fp32.",
-        ((_SCORES, "        s = tl.sum(q[:, :, None] * k[None, :, :], axis=1).to(tl.float32) * qk_scale\n"),),
+        "Q K^T is summed over the head dim in the input dtype, one product after the other: every product and "
+        "every partial sum is rounded to it before the scores go to fp32.",
+        _sum_in_input_dtype("qk_scale"),
         "fp16 near-tied large logits: q, k ~ 8 +- 0.1, so q.k ~ 1024 where fp16's spacing is 1, with diffuse "
         "attention (scale 0.25).",
         dtypes=_HALVES,
@@ -87,12 +108,12 @@ DEFECT_MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "q_prescaled_sum_in_input_dtype", "precision",
-        "Q is multiplied by the softmax scale in the input dtype before the key loop, and Q K^T is a broadcast "
-        "product summed over the head dim in the input dtype, as a decoding kernel that reduces with tl.sum does: "
-        "the scaled q, every product and every partial sum lose their low bits.",
+        "Q is multiplied by the softmax scale in the input dtype before the key loop, and Q K^T is summed over "
+        "the head dim in the input dtype, one product after the other, as a decoding kernel that reduces with "
+        "tl.sum in half does: the scaled q, every product and every partial sum lose their low bits.",
         ((_QK_SCALE_ARG, "    sm_scale,  # the softmax scale: Q is multiplied by it once, before the key loop\n"),
          (_M_INIT, "    q = (q.to(tl.float32) * sm_scale).to(Q.dtype.element_ty)\n" + _M_INIT),
-         (_SCORES, "        s = tl.sum(q[:, :, None] * k[None, :, :], axis=1).to(tl.float32) * 1.4426950408889634\n"),
+         *_sum_in_input_dtype("1.4426950408889634"),
          (_HOST_SCALE, "causal_offset, scale,")),
         "fp16 near-tied large logits and a scale that is not a power of two (q, k ~ 8 +- 0.1, scale 0.3).",
         dtypes=_HALVES,
