@@ -231,7 +231,7 @@ def inputs_written(case: AttentionCase, given: tuple, regime: str | None) -> lis
     copies, so the case and the oracle still hold the inputs)."""
     out = []
     for name, tensor in zip("qkv", given):
-        changed = raw_bits(tensor.detach().cpu()) != raw_bits(getattr(case, name))
+        changed = raw_bits(tensor.detach().cpu()) != raw_bits(getattr(case, name).cpu())  # a GPU campaign's case
         if bool(changed.any()):
             out.append(Finding("input_written", BUG, f"the kernel wrote into its input {name}: {int(changed.sum()):,} "
                                f"of {changed.numel():,} elements changed (a caller's tensor is not the kernel's to "
