@@ -258,7 +258,8 @@ def _twinned(k: torch.Tensor, gen) -> tuple[torch.Tensor, torch.Tensor]:
     pair = torch.arange(n_k).div(2, rounding_mode="floor").clamp(max=n_k // 2 - 1).to(k.device)
     first = k.index_select(-2, 2 * pair)
     least = torch.where(first != 0, first.abs(), math.inf).argmin(-1, keepdim=True)
-    nudged = torch.rand((k.shape[0], 1, n_k), generator=gen).to(k.device) < 0.5  # alike on every head (expanded)
+    # On the CPU, where the generator is, also inside a GPU campaign's drawing (a device context for factories).
+    nudged = torch.rand((k.shape[0], 1, n_k), generator=gen, device="cpu").to(k.device) < 0.5  # alike on every head
     step = torch.zeros_like(first, dtype=_BITS[k.dtype]).scatter_(-1, least, 1) * nudged[..., None]
     step = step * (first.gather(-1, least) != 0)  # a key of zeros is copied
     twin = (torch.arange(n_k, device=k.device) != 2 * pair)[:, None]
@@ -293,7 +294,7 @@ def _split_at_a_tie(scores, pair, topk: int, gen) -> torch.Tensor:
     split &= torch.arange(n_k - 1, device=scores.device) >= topk - 1
     end = torch.where(split.any(-1), split.int().argmax(-1), topk - 1)[..., None]  # the last entry's rank
     upper, lower = ranks.gather(-1, end), ranks.gather(-1, (end + 1).clamp(max=n_k - 1))
-    coin = torch.rand(upper.shape, generator=gen).to(scores.device) < 0.5
+    coin = torch.rand(upper.shape, generator=gen, device="cpu").to(scores.device) < 0.5
     tied = scores.gather(-1, upper) == scores.gather(-1, lower)
     last = torch.where(split.any(-1, keepdim=True) & (~tied | coin), lower, upper)
     width = int(end.max()) + 1

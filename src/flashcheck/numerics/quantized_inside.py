@@ -36,24 +36,26 @@ def _per_token(scales: torch.Tensor, block: int, n: int) -> torch.Tensor:
     return scales.to(torch.float64).repeat_interleave(block, dim=2)[:, :, :n, None]
 
 
-def _sage_int8(q, k, v, *, scale: float) -> InsideValues:
+def _sage_int8(q, k, v, *, scale: float, approximate: bool) -> InsideValues:
     """SageAttention 1.0.6: Q's values divided by the fp32 multiplier it folded in (scale x 1.44269504), so that
     the oracle's scale applies as to any kernel; the kernel's exp2 of the folded logits differs from that by the
     multiplier's fp32 rounding and the literal's 6e-10, within the logits' ulps of the budget."""
     quantized = sage.sage_quantize(q, k, v, scale=scale)
     values = quantized.dequantized()
     slack = None
-    if q.is_cuda:
+    if approximate:
         one_q = quantized.q_ambiguous.to(torch.float64) * _per_token(quantized.q_scales, sage.Q_BLOCK, q.shape[2])
         one_k = quantized.k_ambiguous.to(torch.float64) * _per_token(quantized.k_scales, sage.K_BLOCK, k.shape[2])
-        slack = (one_q / quantized.multiplier, one_k)
+        slack = (one_q / abs(quantized.multiplier), one_k)  # magnitudes: a negative scale folds a negative multiplier
     return InsideValues(values.q / quantized.multiplier, values.k, values.v, slack)
 
 
 _EMULATIONS = {"sage_int8": _sage_int8}
 
 
-def inside_values(scheme, q, k, v, *, scale: float) -> InsideValues:
+def inside_values(scheme, q, k, v, *, scale: float, approximate: bool | None = None) -> InsideValues:
     """The values the quantizer of ``scheme`` (a :class:`~flashcheck.contract.quantization.Scheme`) gives q, k
-    and v (B, H, N, D) for the softmax ``scale``."""
-    return _EMULATIONS[scheme.quantizer](q, k, v, scale=scale)
+    and v (B, H, N, D) for the softmax ``scale``, with their slack where the kernel's code divides approximately
+    (``approximate``; by default where the inputs are on CUDA, as compiled code runs)."""
+    approximate = q.is_cuda if approximate is None else approximate
+    return _EMULATIONS[scheme.quantizer](q, k, v, scale=scale, approximate=approximate)
