@@ -163,3 +163,24 @@ def test_a_fuzz_campaign_pays_nothing_for_the_anchors(tmp_path):
           "--corpus", str(tmp_path / "c"), "--json", str(tmp_path / "s.json")])
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["counts"]["by_status"] and summary["time_split_s"]["anchors"] == 0
+
+
+def test_a_quantized_cell_states_its_quantization_error_apart_from_its_verdict(tmp_path):
+    from flashcheck.cli import main
+
+    code = main(["signoff", "torch:fp8-kv-token", "--device", "cpu", "--preset", "smoke", "--max-examples", "16",
+                 "--min-cases", "5", "--seed", "1", "--jobs", "1", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    cells = _cells(report)
+    stated = [cell for _, cell in cells if "quantization_error" in cell]
+    assert code == 0 and stated and _valid(report), [cell["dtype"] for _, cell in cells]
+    for cell in stated:
+        error = cell["quantization_error"]
+        assert cell["status"] == "SIGNED-OFF" and not any("quantization" in r for r in cell["reasons"])
+        assert error["cases"] >= 1 and 0.9 < error["min_cosine"] <= 1 and error["max_rel"] >= 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## The quantization error, apart from the verdicts" in md
+    from flashcheck.contract.formats import ALL_DTYPES
+
+    assert schema()["$defs"]["dtype"]["enum"] == list(ALL_DTYPES)  # an fp8 cell's dtype is a report's dtype too
+    assert f"{stated[0]['quantization_error']['min_cosine']:.6f}" in md

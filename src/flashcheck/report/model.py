@@ -76,7 +76,8 @@ def _max_ratio(values) -> float | None:
     return math.nan if any(math.isnan(r) for r in ratios) else max(ratios)
 
 
-def _cell(campaign: dict, dtype: str, rows: list, bugs: list, minimum: dict, coverage: dict) -> dict:
+def _cell(campaign: dict, dtype: str, rows: list, bugs: list, minimum: dict, coverage: dict,
+          quantization: dict | None = None) -> dict:
     judged = [r for r in rows if r[_DTYPE] == dtype]
     hit = [b for b in bugs if b["dtypes"].get(dtype)]
     reasons = [f"{b['status']} #{b['id']} [{b['cause']}] {b['title']} ({b['dtypes'][dtype]} {dtype} cases)"
@@ -95,7 +96,9 @@ def _cell(campaign: dict, dtype: str, rows: list, bugs: list, minimum: dict, cov
             "max_ratio": None if ratio is None else (ratio if math.isfinite(ratio) else str(ratio)),
             # the classes the cell never judged: what its sign-off rules nothing out about
             "never_judged": never_judged(coverage),
-            "confidence": confidence(judged), "drew": drew(coverage), "anchors": anchor_table(judged)}
+            "confidence": confidence(judged), "drew": drew(coverage), "anchors": anchor_table(judged),
+            # the sampled cases' quantization error: a statement beside the verdict, never a reason in it
+            **({"quantization_error": quantization} if quantization else {})}
 
 
 def _thin_regimes(judged: list, rows: list, dtype: str, minimum: int | None, coverage: dict) -> list[str]:
@@ -126,7 +129,8 @@ def _campaign_entry(run: dict, root: Path, bugs: list, minimum: dict) -> dict:
         "summary": _relative(run["summary_path"], root), "corpus": _relative(run["corpus"], root),
         "notes": list(s.get("notes") or []),
     }
-    entry["dtypes"] = [_cell(entry, d, rows, bugs, minimum, (s.get("coverage") or {}).get(d, {}))
+    quantization = s.get("quantization_error") or {}
+    entry["dtypes"] = [_cell(entry, d, rows, bugs, minimum, (s.get("coverage") or {}).get(d, {}), quantization.get(d))
                        for d in run["dtypes"]]
     return entry
 

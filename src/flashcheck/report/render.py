@@ -106,6 +106,20 @@ def _confidence(report: dict) -> list:
             ("table", ["kernel", "pass", "dtype", "all judged cases", "per value regime"], rows)]
 
 
+def _quantization(report: dict) -> list:
+    cells = _cells(report, "quantization_error")
+    if not cells:
+        return []
+    rows = [[c["kernel"], c["pass"], cell["dtype"], e["cases"], f"{e['min_cosine']:.6f}", f"{e['max_rel']:.3g}"]
+            for c, cell in cells for e in (cell["quantization_error"],)]
+    return [("h2", "The quantization error, apart from the verdicts"),
+            ("p", "How far the inputs' quantization moved the exact answer, on the sampled cases of each quantized "
+                  "cell (one drawn case in four): the float64 answers of the quantized values and of the "
+                  "full-precision values compared. The verdicts judge each kernel on the values it was given; this "
+                  "is what the quantization itself costs, the figure the field quotes as cosine similarity."),
+            ("table", ["kernel", "pass", "dtype", "sampled cases", "least cosine", "largest |dO| / max |O|"], rows)]
+
+
 _DREW = ("values", "mask", "causal", "layout", "shape")  # the fields shown by name; variants follow
 
 
@@ -214,7 +228,8 @@ def _machine(report: dict) -> list:
 
 def report_blocks(report: dict, plot_list: list) -> list:
     plots_ = [("h2", "Plots")] + [("img", name, title) for name, title, _ in plot_list]
-    return (_head(report) + _verdicts(report) + _confidence(report) + _anchors(report) + _bugs(report)
+    return (_head(report) + _verdicts(report) + _confidence(report) + _quantization(report) + _anchors(report)
+            + _bugs(report)
             + _conditions(report) + _drew(report) + _coverage(report) + plots_ + _campaigns(report) + _machine(report))
 
 
