@@ -47,6 +47,9 @@ from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .fp8_blocks import MAKERS as BLOCK_SCALED_MAKERS
 from .fp8_blocks import PLANTED as PLANTED_BLOCK_SCALED
+from .int8_qk import NAME as INT8_QK
+from .int8_qk import PLANTED as PLANTED_INT8_QK
+from .int8_qk import make_int8_qk_kernel
 from .mla import make_mla_kernel
 from .block_sparse import make_block_sparse_kernel
 from .flex_blocks import NAME as FLEX_BLOCKS
@@ -242,6 +245,9 @@ BUILTINS: tuple[Builtin, ...] = (
                  "kernel on fp8 inputs whose K and V carry an fp32 scale per block of 16 keys besides FA3's descales "
                  "(the per_block_kv scheme): an fp8 dot for the scores, P and V in bf16 for P @ V, bf16 out",
                  FP8_KV_BLOCKS),
+    Builtin(INT8_QK, "the sage_int8 scheme's reference in torch: fp16, bf16 or fp32 inputs quantized inside as "
+            "SageAttention 1.0.6 does (int8 codes of q and of k minus its mean, fp32 scales per 128 and 64 tokens), "
+            "the integer dot times the scales, P in fp16", make_int8_qk_kernel, planted=PLANTED_INT8_QK),
     Builtin("torch:mla", "multi-head latent attention's absorbed decode in fp32 torch (FlashMLA's convention on the "
             "dense form: kernel(q, kv, *, scale, causal), one cached row of 512 + 64 for K, V its first 512)",
             partial(make_mla_kernel, "torch:mla"), planted=MLA),

@@ -23,7 +23,7 @@ from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
+__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "INT8_QK", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
            "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA",
            "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
@@ -146,6 +146,12 @@ MXFP8 = (
     PlantedBug("e8m0_read_as_e4m3", "k's e8m0 block scales are read as e4m3 bits (FlashMLA PR 184's cast)"),
     PlantedBug("p_sum_unclamped", "P's block scale follows the OCP rule (2^(floor(log2 max) - 8)): its largest codes "
                "saturate at 448, while the row sum takes P unclamped (FA 2716)"))
+
+INT8_QK = (
+    PlantedBug("padded_keys_unmasked", "without a causal mask the keys a last partial tile of 64 pads take score 0 "
+               "and value 0 (SageAttention 1.0.6's defect)"),
+    PlantedBug("first_block_scale_everywhere", "every block of 128 queries takes the first block's q scale"),
+    PlantedBug("scores_in_fp16", "the scores, integer dot times the scales, are rounded to fp16 before the softmax"))
 
 # flashcheck:triton's, in the order `flashcheck kernels` lists them; the self-test's leave out the long ones,
 # which its short cases cannot show, and those of the defect models, which their models' tests run.
