@@ -107,3 +107,18 @@ def test_the_slack_of_approximate_division_is_one_code_in_magnitude_whatever_the
     one_q, one_k = inside.slack
     assert bool((one_q >= 0).all() and (one_k >= 0).all()) and bool((one_q > 0).any())
     assert inside_values(SAGE, q, k, v, scale=scale).slack is None  # the CPU: the interpreter divides exactly
+
+
+def test_the_k_mean_regime_gives_k_a_mean_far_above_its_spread_and_the_reference_holds_there():
+    from flashcheck.inputs.quantization import INSIDE_REGIMES, inside_regime, regime_text, with_k_mean
+
+    assert {inside_regime(seed) for seed in range(20)} == set(INSIDE_REGIMES)
+    seed = next(s for s in range(20) if inside_regime(s) == "k_mean")
+    assert regime_text(seed, "sage_int8") == "/sage_int8=k_mean" and "sage" not in regime_text(seed, "per_head")
+    q, k, v = _inputs(n=70, seed=5)
+    shifted = with_k_mean(k, seed)
+    spread = (shifted.double() - shifted.double().mean(2, keepdim=True)).abs().amax()
+    assert shifted.dtype == k.dtype and bool(torch.isfinite(shifted).all())
+    assert float(shifted.double().mean(2).abs().amax()) > 4 * float(spread)
+    case = AttentionCase.create(q, shifted, v, scale=0.125)
+    assert flashcheck.check("torch:int8-qk", case, device="cpu").status == "PASS"

@@ -34,10 +34,14 @@ from ..numerics.quantizers import pow2_scale
 from .case import AttentionCase
 from .drawing import seeded
 
-__all__ = ["DESCALE_REGIMES", "BLOCK_REGIMES", "VALUE_FORMAT", "descale_regime", "block_regime", "regime_text",
-           "quantize", "rescaled_case", "misread_scales"]
+__all__ = ["DESCALE_REGIMES", "BLOCK_REGIMES", "INSIDE_REGIMES", "VALUE_FORMAT", "descale_regime", "block_regime",
+           "inside_regime", "regime_text", "with_k_mean", "quantize", "rescaled_case", "misread_scales"]
 
 DESCALE_REGIMES = ("amax", "unit", "skewed")
+# A kernel that quantizes inside: its inputs as drawn, or k with a large mean per channel (SageAttention smooths k by
+# subtracting it in the input dtype before quantizing).
+INSIDE_REGIMES = ("as_drawn", "k_mean")
+K_MEAN_SPREADS = 16.0
 BLOCK_REGIMES = ("amax", "zero_blocks", "tiny_scales", "identical", "outlier", "saturating")
 # The regimes draw an fp8 case's values in fp16's range (activations an fp8 kernel is fed sit there);
 # the descales carry their magnitude.
@@ -54,11 +58,31 @@ def block_regime(seed: int) -> str:
     return BLOCK_REGIMES[(seed // len(DESCALE_REGIMES)) % len(BLOCK_REGIMES)]
 
 
+def inside_regime(seed: int) -> str:
+    """The regime of a case for a kernel that quantizes inside (:data:`INSIDE_REGIMES`), of the seed."""
+    return INSIDE_REGIMES[(seed // 5) % len(INSIDE_REGIMES)]
+
+
 def regime_text(seed: int, scheme="per_head") -> str:
-    """The part of a recipe's regime (its provenance's strategy) that names the scale regimes."""
+    """The part of a recipe's regime (its provenance's strategy) that names the scale regimes, or for a kernel
+    that quantizes inside its inputs' regime."""
     scheme = scheme_named(scheme)
+    if scheme.quantizer:
+        return f"/{scheme.name}={inside_regime(seed)}"
     blocks = f",{scheme.name}={block_regime(seed)}" if scheme.block_scaled else ""
     return f"/descales={descale_regime(seed)}{blocks}"
+
+
+def with_k_mean(k: torch.Tensor, seed: int) -> torch.Tensor:
+    """``k`` in the ``k_mean`` regime: each channel of each (batch entry, head) shifted by up to K_MEAN_SPREADS
+    times its largest magnitude (at least 1), within half the dtype's range, and rounded to k's dtype."""
+    gen = seeded(seed + 11)
+    B, H, _, D = k.shape
+    direction = torch.randn((B, H, 1, D), generator=gen, device=gen.device).clamp(-3, 3).to(k.device)
+    amax = k.float().abs().amax(dim=2, keepdim=True).clamp_min(1.0)
+    room = (format_of(k.dtype).max_value / 2 - amax).clamp_min(0.0)
+    shift = (direction * K_MEAN_SPREADS * amax).clamp(-room, room)
+    return (k.float() + shift).to(k.dtype)
 
 
 def _descales(t: torch.Tensor, shapes: Shapes, fmax: float, regime: str, gen) -> torch.Tensor:

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..contract.formats import is_quantized
+from ..contract.quantization import scheme_named
 from ..contract.validation import Shapes
 from ..errors import InvalidArgument
 from ..features import forms
@@ -22,7 +23,7 @@ from ..features.variant import FEATURES, RECIPE_SETTINGS, Variant, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on, drawn_on
 from .packing import serving_case
-from .quantization import VALUE_FORMAT, quantize, regime_text
+from .quantization import VALUE_FORMAT, inside_regime, quantize, regime_text, with_k_mean
 from .regimes import make_mask, make_scale, make_values
 from .serving import ServingCase
 from .variant_regimes import fit_to_values, make_variant
@@ -122,10 +123,15 @@ class Recipe:
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
             f",pages={self.pages}" if forms.form(self.form).pool == "pages" else "") + (
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
-        scales = regime_text(self.seed, self.scheme) if is_quantized(self.dtype) else ""
+        scales = regime_text(self.seed, self.scheme) if is_quantized(self.dtype) or self._inside else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"
         own = "" if self.form_values == "none" else f"/{self.form_values}"
         return f"{self.values}/{self.mask}{own}{used}{form}{scales}{large}"
+
+    @property
+    def _inside(self) -> bool:
+        """Whether the recipe's kernel quantizes its inputs itself (its scheme names a quantizer)."""
+        return scheme_named(self.scheme).quantizer is not None
 
     @property
     def scheme(self):
@@ -148,6 +154,8 @@ class Recipe:
         quantized = is_quantized(self.dtype)
         q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if quantized else self.dtype, seed=self.seed)
         q, k, v = form_values(self.form_values, q, k, v, s)
+        if self._inside and inside_regime(self.seed) == "k_mean":
+            k = with_k_mean(k, self.seed)
         # Each draw has its own generator (of the seed): the variant's does not depend on the values'.
         drawing = {**self.settings, "bias_dtype": self.settings.get("bias_dtype") or self.dtype}
         variant = make_variant(self.variants, shapes=s, seed=self.seed, drawing=drawing, **settings_of(self.settings))
@@ -178,6 +186,8 @@ class Recipe:
         s, source = self.shapes, []
         q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT, seed=self.seed)
         q, k, v = form_values(self.form_values, q, k, v, s)
+        if self._inside and inside_regime(self.seed) == "k_mean":
+            k = with_k_mean(k, self.seed)
         quantize(q, k, v, Variant(), shapes=s, dtype=self.dtype, seed=self.seed, scheme=self.scheme, source=source)
         return tuple(source)
 
