@@ -52,11 +52,12 @@ from .transport import ProcessTransport
 __all__ = ["run_campaigns"]
 
 
-def run_campaigns(config: CampaignConfig, *, jobs: int, progress=None) -> CampaignSummary:
+def run_campaigns(config: CampaignConfig, *, jobs: int, progress=None, cluster: str | None = None) -> CampaignSummary:
     """One campaign of ``config`` (its kernel by name: each worker resolves it) in ``jobs`` worker processes;
     returns the combined summary. ``progress(totals)`` gets a
     :class:`~flashcheck.campaign.scheduler.seeds.Totals` whenever a worker reports. The config's
-    ``started_at`` (default now) is what each worker's ``first_case_s`` counts from."""
+    ``started_at`` (default now) is what each worker's ``first_case_s`` counts from. ``cluster``: a Ray address
+    (:func:`~flashcheck.campaign.ray_transport.check_cluster`) whose nodes run the workers instead of this host."""
     check_jobs(jobs, "jobs")
     if not config.target.by_name:
         raise InvalidArgument("kernel", config.target.kernel, "worker processes resolve the kernel by its name",
@@ -73,5 +74,13 @@ def run_campaigns(config: CampaignConfig, *, jobs: int, progress=None) -> Campai
         prepared.append(prepare_campaign(config))
 
     with stop_requests(policy.request_stop):
-        run_workers(policy, ProcessTransport(config.target.device), meanwhile=prepare)
+        run_workers(policy, _transport(config.target.device, cluster), meanwhile=prepare)
     return policy.summary(prepared[0].kernel.name)
+
+
+def _transport(device: str, cluster: str | None):
+    if cluster is None:
+        return ProcessTransport(device)
+    from .ray_transport import RayTransport  # noqa: PLC0415 -- Ray, an optional dependency, only with --cluster
+
+    return RayTransport(device, cluster)

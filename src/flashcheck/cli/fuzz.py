@@ -73,6 +73,10 @@ def add_parser(subparsers) -> None:
                         "(default: the preset's, else 1)")
     add_backward(fuzz, help="check the backward pass: dQ, dK, dV through autograd, for a dO regime drawn with "
                             "each case (the kernel's spec must declare backward=True)")
+    fuzz.add_argument("--cluster", metavar="ray[://HOST:PORT]",
+                      help="run the --jobs workers as actors of a Ray cluster (ray: this host's, or a new local "
+                           "one): a GPU or a CPU each; the corpus and the example database must be reachable from "
+                           "every node (pip install 'flashcheck[ray]')")
 
 
 def run(args) -> int:
@@ -92,16 +96,22 @@ def run(args) -> int:
     check_writable_folder("--corpus", args.corpus)
     preset = load_preset(args.preset)
     jobs = _jobs(args, preset)
+    from ..campaign.ray_transport import check_cluster  # on first use: every command module loads at start-up
+
+    cluster = check_cluster(args.cluster)
+    if cluster is not None and args.no_isolation:
+        raise InvalidArgument("--cluster", args.cluster, "the cluster's workers run the kernel in processes of their "
+                              "own, and --no-isolation runs it in this one", "Drop --no-isolation, or --cluster.")
     # The kernel's worker starts now, before this process imports torch: the two imports overlap.
     from ..campaign.worker import WorkerProcess
 
-    worker_process = WorkerProcess() if jobs == 1 and not args.no_isolation else None
+    worker_process = WorkerProcess() if jobs == 1 and cluster is None and not args.no_isolation else None
     try:
         config = _campaign_config(args, choose_device(args.device), preset)
         importable_from_cwd([args.kernel])
         bar, update = _progress_printer(config.max_examples, not args.no_progress and sys.stderr.isatty())
         try:
-            summary = _run_fuzz(config, jobs, _started(bar, update), worker_process).as_dict()
+            summary = _run_fuzz(config, jobs, _started(bar, update), worker_process, cluster).as_dict()
         finally:
             if bar is not None:
                 bar.stop()
@@ -136,13 +146,13 @@ def _campaign_config(args, device: str, preset):
         started_at=args.started_at)
 
 
-def _run_fuzz(config, jobs: int, progress, worker_process=None):
+def _run_fuzz(config, jobs: int, progress, worker_process=None, cluster: str | None = None):
     """The campaign's :class:`~flashcheck.campaign.summary.CampaignSummary`: one process's, or the combined
-    one of ``jobs`` worker processes."""
-    if jobs > 1:
+    one of ``jobs`` worker processes (on this host, or on a Ray ``cluster``'s nodes)."""
+    if jobs > 1 or cluster is not None:
         from ..campaign.parallel import run_campaigns  # once the workers' config is known
 
-        return run_campaigns(config, jobs=jobs, progress=progress)
+        return run_campaigns(config, jobs=jobs, progress=progress, cluster=cluster)
     # torch and hypothesis: imported while the kernel's worker process imports its own
     from ..campaign.config import CampaignHooks
     from ..campaign.run import run_campaign
