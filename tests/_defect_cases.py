@@ -229,8 +229,9 @@ REAL = (
     KnownDefect("cuDNN forward: a hidden key under fp16's lowest as its mask bias", "torch:cudnn",
                 _saved(REPORTS / "signoff-h200-2026-12-01" / "corpus" / "torch-cudnn-forward" /
                        "torch-cudnn-over_budget-shrunk-e725839792.json"), "finite_sentinel(65504)"),
-    *(KnownDefect(f"fla-core attn_decoding_one_step: scores summed in half ({path.stem[-10:]})", "fla:attn_decoding",
-                  _saved(path), "sums_in|prescaled_sums_in", needs="fla") for path in sorted(_FLA.glob("*.json"))),
+    *(KnownDefect(f"fla-core attn_decoding_one_step: scores summed in half by fused multiply-adds ({path.stem[-10:]})",
+                  "fla:attn_decoding", _saved(path), "prescaled_sums_in|sums_in", needs="fla")
+      for path in sorted(_FLA.glob("*.json"))),
     # On an H100 (Triton 3.6) the non-finite case's output is that of every product and partial sum in fp16, bit for
     # bit (the products alone in fp16 give another): its label says what the GPU showed.
     *(KnownDefect(f"SGLang MLA decode, one query head: {what} ({stem[-10:]})", "sglang:mla-decode",

@@ -3,9 +3,10 @@ that classify its half-precision findings.
 
 Its kernel rounds ``q * scale`` to the input dtype, multiplies q by each key element-wise in that dtype and
 reduces the products with ``tl.sum``, which keeps a float input's dtype (Triton upcasts only small ints), so a
-score is a sum rounded at every step in fp16 or bf16. The softmax and P @ V that follow run in fp32. The model
-does the same (the sum as a pairwise tree, since the GPU's reduction order is its own) and then the softmax in
-float64; ``score_dtype=torch.float32`` is the control, the same order with fp32 scores.
+score is a sum rounded at every step in fp16 or bf16. Compiled by Triton 3.6 for an H100 (its PTX), each thread
+sums a run of 8 products with fused multiply-adds from the second product on, and the runs meet in a halving
+butterfly: the defect model ``prescaled_sums_in``'s order of that name. The softmax and P @ V that follow run in
+fp32, as here; ``score_dtype=torch.float32`` is the control, the scores summed in fp32.
 """
 
 from __future__ import annotations
@@ -13,31 +14,24 @@ from __future__ import annotations
 import torch
 
 from flashcheck.contract.spec import Kernel
+from flashcheck.defects.library import _FUSED_SUMS, rounding
 from flashcheck.kernels.fla import _decoding, decoding_spec
 
-
-def _rounded_sum(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The last dim summed pairwise, every partial sum rounded to ``dtype``."""
-    x = x.to(dtype)
-    while x.shape[-1] > 1:
-        if x.shape[-1] % 2:
-            x = torch.cat([x, torch.zeros_like(x[..., :1])], -1)
-        half = x.shape[-1] // 2
-        x = (x[..., :half] + x[..., half:]).to(dtype)
-    return x[..., 0]
+_ORDER = _FUSED_SUMS["runs of 8 as multiply-adds from the second product, then pairwise"]
+_FORMAT = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def _one_query(q, k, v, scale, sink, score_dtype):
     """One query (HQ, K) against its keys (T, HQ, K) and values (T, HQ, V) (kv heads already expanded)."""
     if score_dtype is None:
-        q_scaled, dtype = (q * scale).to(q.dtype), q.dtype
+        q_scaled = (q.float() * scale).to(q.dtype)
+        s = _ORDER(q_scaled.float()[None] * k.float(), rounding(_FORMAT[q.dtype]))  # (T, HQ)
     else:
-        q_scaled, dtype = q.to(score_dtype) * scale, score_dtype
-    s = _rounded_sum(q_scaled[None] * k.to(dtype), dtype).double()  # (T, HQ)
-    m = s.amax(0) if len(s) else torch.zeros(q.shape[0], dtype=torch.float64)
+        s = ((q.float() * scale)[None] * k.float()).sum(-1)
+    m = s.amax(0) if len(s) else torch.zeros(q.shape[0])
     p = torch.exp(s - m)
-    total = p.sum(0) + (torch.exp(sink.double() - m) if sink is not None else 0.0)
-    o = (p[..., None] * v.double()).sum(0) / torch.where(total > 0, total, 1.0)[:, None]
+    total = p.sum(0) + (torch.exp(sink.float() - m) if sink is not None else 0.0)
+    o = (p[..., None] * v.float()).sum(0) / torch.where(total > 0, total, 1.0)[:, None]
     return o.to(q.dtype)
 
 

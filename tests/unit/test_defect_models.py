@@ -83,3 +83,19 @@ def test_a_compiled_triton_sum_is_runs_in_order_then_a_halving_butterfly():
     assert totals["runs of 2 in order, then pairwise"] == 2050.0  # (2048 + 1) + (1 + 1) meet: 2048 + 2
     assert totals["pairwise"] == 2050.0  # terms i and i + 4 first: 2048, 1, 1, 1; then 2048 + 1 and 1 + 1
     assert totals["in order"] == 2048.0
+
+
+def test_a_fused_triton_sum_rounds_the_second_product_alone_and_fuses_the_others():
+    from flashcheck.defects.library import _FUSED_SUMS, _SUMS
+
+    def fp16(x):
+        return x.to(torch.float16).to(torch.float64)
+
+    # 1 + 2^-12 is no fp16 value: rounded alone it is 1, and 2048 + 1 is a tie that stays 2048; fused into the second
+    # product (2048) unrounded, 2049.0002 is past the tie and rounds to 2050.
+    terms = torch.tensor([1.0 + 2.0 ** -12, 2048.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    for order, total in _FUSED_SUMS.items():
+        assert float(total(terms, fp16)) == 2050.0, order
+        swapped = terms[[1, 0, 2, 3, 4, 5, 6, 7]]  # now 1 + 2^-12 is the one rounded alone: 2048 + 1 stays 2048
+        assert float(total(swapped, fp16)) == 2048.0, order
+    assert all(float(total(fp16(terms), fp16)) == 2048.0 for total in _SUMS.values())

@@ -104,7 +104,11 @@ def _products_in(fmt: str, *, partial_sums: str | None = None) -> Callable:
         chunk = max(1, (1 << 22) // max(1, batch * heads_q * b.shape[-1] * d))
         parts = []
         for r0 in range(0, grouped.shape[2], chunk):
-            terms = to(grouped[:, :, r0:r0 + chunk, None, :] * keys)
+            products = grouped[:, :, r0:r0 + chunk, None, :] * keys
+            if partial_sums in _FUSED_SUMS:
+                parts.append(_FUSED_SUMS[partial_sums](products, to))
+                continue
+            terms = to(products)
             parts.append(terms.sum(-1) if partial_sums is None else _SUMS[partial_sums](terms, to))
         out = torch.cat(parts, 2)
         return out.view(out.shape[0], heads_q, rows, -1)
@@ -142,9 +146,36 @@ def _runs_then_pairwise(run: int) -> Callable:
     return total
 
 
+def _odd_fp32(x: torch.Tensor) -> torch.Tensor:
+    """float64 values rounded to fp32 toward zero with the last bit set where that was inexact (round to odd):
+    rounding that on to a half format rounds the float64 value once, as one fused multiply-add does."""
+    r = x.float()
+    r = torch.where(r.double().abs() > x.abs(), torch.nextafter(r, torch.zeros_like(r)), r)
+    return (r.view(torch.int32) | (r.double() != x).int()).view(torch.float32)
+
+
+def _fused_runs_then_pairwise(run: int) -> Callable:
+    """Triton 3.6's compiled half-precision sum of products with FP fusion on (sm_90 PTX): in each thread's run of
+    ``run`` products the second is rounded alone, the first joins it in one multiply-add, and each next one joins
+    the running sum in a multiply-add of its own (a single rounding each); the runs meet in a halving butterfly.
+    It takes the exact products, not rounded ones."""
+
+    def total(x, to):
+        x = torch.nn.functional.pad(x, (0, -x.shape[-1] % run)).unflatten(-1, (-1, run)).double()
+        acc = to(x[..., 1])
+        for i in (0, *range(2, run)):
+            acc = to(_odd_fp32(acc.double() + x[..., i]))
+        return _pairwise(acc, to)
+
+    return total
+
+
 _SUMS = {"pairwise": _pairwise, "in order": _in_order,
          **{f"runs of {run} in order, then pairwise": _runs_then_pairwise(run) for run in (2, 4, 8)}}
-_HALF_SUMS = tuple((f, order) for f in ("fp16", "bf16", "bf16 truncated") for order in _SUMS)
+# Orders that take the exact products (a multiply-add rounds a product and a sum once).
+_FUSED_SUMS = {f"runs of {run} as multiply-adds from the second product, then pairwise": _fused_runs_then_pairwise(run)
+               for run in (4, 8)}
+_HALF_SUMS = tuple((f, order) for f in ("fp16", "bf16", "bf16 truncated") for order in (*_SUMS, *_FUSED_SUMS))
 
 
 # How a scale goes wrong, as the factor it multiplies the scale by (given the case).
@@ -173,11 +204,11 @@ FORWARD_MODELS: tuple[DefectModel, ...] = (
     DefectModel("products_in", "forms each q.k product in {} before an fp32 sum", HALVES,
                 lambda f, c: Defect(dot=_products_in(f)), _half_of_inputs,
                 planted=_triton("qk_products_in_input_dtype")),
-    DefectModel("sums_in", "sums each q.k dot product in {0} (every product and partial sum rounded, {1})",
+    DefectModel("sums_in", "sums each q.k dot product in {0}, rounding at every step ({1})",
                 _HALF_SUMS, lambda p, c: Defect(dot=_products_in(p[0], partial_sums=p[1])),
                 lambda p, c: _half_of_inputs(p[0], c), planted=_triton("qk_sum_in_input_dtype")),
-    DefectModel("prescaled_sums_in", "multiplies Q by the scale in {0} and sums each q.k dot product in {0} (every "
-                "product and partial sum rounded, {1})", _HALF_SUMS,
+    DefectModel("prescaled_sums_in", "multiplies Q by the scale in {0} and sums each q.k dot product in {0}, "
+                "rounding at every step ({1})", _HALF_SUMS,
                 lambda p, c: Defect(prescale=rounding(p[0]), dot=_products_in(p[0], partial_sums=p[1])),
                 lambda p, c: p[0].split()[0] == c.dtype, planted=_triton("q_prescaled_sum_in_input_dtype")),
     DefectModel("scores_rounded", "rounds the scores Q K^T to {} before the softmax", HALVES,
