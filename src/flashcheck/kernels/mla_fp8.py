@@ -24,7 +24,7 @@ from ..errors import BackendUnavailable
 from .mla import attend
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["NAME", "SCHEME", "flash_mla_fp8", "make_mla_fp8_kernel", "pack_rows", "row_bytes"]
+__all__ = ["NAME", "SCHEME", "flash_mla_fp8", "make_mla_fp8_kernel", "pack_rows", "row_bytes", "unpack_rows"]
 
 NAME = "torch:mla-fp8"
 SCHEME = "flashmla_fp8"
@@ -60,13 +60,13 @@ def _scales(raw: torch.Tensor, rank: int, mutant: str | None) -> torch.Tensor:
 def unpack_rows(rows: torch.Tensor, rank: int, mutant: str | None = None) -> torch.Tensor:
     """Packed rows (..., bytes) as the bf16 rows (..., rank + rope) FlashMLA's SM90 decode forms: each code times its
     scale rounded to bf16, in bf16; the rope as stored."""
-    raw = rows.view(torch.uint8)
+    raw, rope_at = rows.view(torch.uint8), rank + 4 * (rank // BLOCK)
     scales = _scales(raw, rank, mutant).to(_ROPE).repeat_interleave(BLOCK, -1)
     codes = raw[..., :rank].view(_CODES).to(_ROPE)
     latent = codes / scales if mutant == "scale_divides" else codes * scales
-    rope = raw[..., rank + 4 * (rank // BLOCK):].contiguous().view(_ROPE)
-    if mutant == "rope_read_as_codes":  # the rope region's first bytes as codes of the last latent block's scale
-        rope = raw[..., -2 * rope.shape[-1]:][..., :rope.shape[-1]].view(_CODES).to(_ROPE) * scales[..., -1:]
+    rope = raw[..., rope_at:].contiguous().view(_ROPE)
+    if mutant == "rope_read_as_codes":  # the rope's first bytes as codes of the last latent block's scale
+        rope = raw[..., rope_at:rope_at + rope.shape[-1]].view(_CODES).to(_ROPE) * scales[..., -1:]
     return torch.cat((latent, rope), -1)
 
 
