@@ -198,6 +198,6 @@ def test_a_saved_case_replays_and_a_campaign_samples_its_quantization_error(tmp_
     loaded = load_case(tmp_path / "case.json")
     assert loaded.equal_bits(case) and check(f"{NAME}~scale_of_next_block", loaded, device="cpu").status == "BUG"
     result = run_campaign(CampaignConfig(Target(NAME, "cpu", load_preset("adversarial"))).replace(
-        seed=1, max_examples=6, corpus=tmp_path, database=tmp_path / "db", isolate=False))
+        seed=1, max_examples=2, corpus=tmp_path, database=tmp_path / "db", isolate=False))
     summary = result.summary()
-    assert summary.verdict == "PASS" and summary.quantization_error["bf16"]["cases"] == 2  # one in four
+    assert summary.verdict == "PASS" and summary.quantization_error["bf16"]["cases"] == 1  # one in four: the first
