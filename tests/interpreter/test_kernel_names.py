@@ -32,7 +32,8 @@ def test_parse():
                                  "flashcheck:triton-varlen, flashcheck:triton-paged, flashcheck:triton-split-kv, "
                                  "torch:fp8, flashcheck:triton-fp8, torch:fp8-kv-token, torch:fp8-kv-blocks, torch:mxfp8, "
                                  "flashcheck:triton-fp8-kv-blocks, torch:int8-qk, torch:mla, "
-                                 "torch:mla-paged, flashcheck:triton-mla, torch:sparse, torch:sparse-varlen, "
+                                 "torch:mla-paged, torch:mla-fp8, flashcheck:triton-mla, torch:sparse, "
+                                 "torch:sparse-varlen, "
                                  "torch:sparse-paged, torch:mla-sparse, flashcheck:triton-sparse, "
                                  "torch:block-sparse, flashcheck:triton-block-sparse only"),
     ("flashcheck:triton[block_m]", "has no value"),

@@ -32,7 +32,7 @@ def test_builtin_names_and_descriptions():
                                      "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8",
                                      "torch:fp8-kv-token", "torch:fp8-kv-blocks", "torch:mxfp8",
                                      "flashcheck:triton-fp8-kv-blocks", "torch:int8-qk", "torch:mla", "torch:mla-paged",
-                                     "flashcheck:triton-mla", "torch:sparse", "torch:sparse-varlen",
+                                     "torch:mla-fp8", "flashcheck:triton-mla", "torch:sparse", "torch:sparse-varlen",
                                      "torch:sparse-paged", "torch:mla-sparse", "flashcheck:triton-sparse",
                                      "torch:block-sparse", "torch:flex-block-sparse",
                                      "flashcheck:triton-block-sparse"]

@@ -92,6 +92,7 @@ BUILT_IN_PROMISES = {"torch:math": False, "torch:flash": False, "torch:flex": Fa
                      "torch:varlen": False, "torch:paged": False, "torch:jagged": True, "torch:split-kv": True,
                      "torch:flex-varlen": False, "flashcheck:triton-varlen": True, "flashcheck:triton-paged": True,
                      "flashcheck:triton-split-kv": True, "torch:fp8": True, "torch:mla": False, "torch:mla-paged": True,
+                     "torch:mla-fp8": False,
                      "flashcheck:triton-mla": True, "torch:sparse": False, "flashcheck:triton-sparse": True,
                      "torch:sparse-varlen": True, "torch:sparse-paged": True, "torch:mla-sparse": True,
                      "torch:block-sparse": False, "torch:flex-block-sparse": False,

@@ -1,12 +1,11 @@
-"""A campaign's sample of its quantized cases' quantization error (fp8 cases, or any case of a kernel that quantizes
-inside; :mod:`flashcheck.inputs.quantization_error`): how far the quantization moved each sampled case's exact
-answer, counted in the summary beside the verdicts, never in them."""
+"""A campaign's sample of its quantized cases' quantization error (fp8 cases, cases that hold a scheme's codes in its
+compute format, or any case of a kernel that quantizes inside; :mod:`flashcheck.inputs.quantization_error`): how far
+the quantization moved each sampled case's exact answer, counted in the summary beside the verdicts, never in them."""
 
 from __future__ import annotations
 
 import time
 
-from ..contract.formats import is_quantized
 from ..contract.quantization import scheme_named
 from ..inputs.case import AttentionCase
 from ..inputs.quantization_error import quantization_error
@@ -18,10 +17,11 @@ QUANTIZATION_SAMPLE = 4
 
 
 def sample_quantization_error(result, verdict, case, recipe, *, drawn: bool) -> None:
-    """Count a drawn, judged dense fp8 case's quantization error in ``result`` (a CampaignResult) if the sample takes
-    it; its time is the oracle's. ``case`` is None where a worker process drew it: drawn again from its recipe."""
-    inside = scheme_named(recipe.scheme).quantizer is not None  # a kernel that quantizes its inputs itself
-    if not drawn or verdict.skipped or not (is_quantized(recipe.dtype) or inside) or recipe.form != "dense" \
+    """Count a drawn, judged dense quantized case's quantization error in ``result`` (a CampaignResult) if the sample
+    takes it; its time is the oracle's. ``case`` is None where a worker process drew it: drawn again from its recipe."""
+    scheme = scheme_named(recipe.scheme)
+    inside = scheme.quantizer is not None  # a kernel that quantizes its inputs itself
+    if not drawn or verdict.skipped or not (scheme.holds_codes(recipe.dtype) or inside) or recipe.form != "dense" \
             or result.by_dtype[recipe.dtype] % QUANTIZATION_SAMPLE != 1:
         return
     start = time.monotonic()

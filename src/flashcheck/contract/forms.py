@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .counts import check_sizes
 from .mla import implied_fields, latent_cache
+from .quantization import check_spec
 
 __all__ = ["FORMS", "SERVING_FORMS", "MODULES", "LSE_BASES", "EMPTY_LSE_PROMISES", "CallingForm", "check_serving_form",
            "convention_fields", "output_shapes"]
@@ -93,6 +94,11 @@ class CallingForm:
             raise InvalidArgument("num_splits", self.num_splits, "only the paged MLA form (FlashMLA's kvcache call) "
                                   "takes split counts", "Declare num_splits=None with the dense MLA form, or "
                                   "form='paged'.")
+
+    def check_with(self, spec) -> None:
+        """The spec's quantization scheme against its dtypes and its cached row
+        (:func:`~flashcheck.contract.quantization.check_spec`)."""
+        check_spec(spec.quantization, dtypes=spec.dtypes, latent=None if self.mla is None else self.mla.kv_lora_rank)
 
     def arguments(self, q, k, v) -> tuple:
         """The tensors a kernel of this form receives of a case's q, k and v (in the form's layout): MLA's one

@@ -12,6 +12,10 @@ factor is more accurate and any factor that leaves P's largest value within the 
 Where a scheme's kernels compute on dequantized values (:attr:`Scheme.compute`, a KV cache's), they may round
 q, k, v and P to that format instead.
 
+A scheme whose ``codes`` are held in its compute format (FlashMLA's fp8 latent cache) takes inputs of that format:
+a tensor with block scales holds codes there (past a block's ``span``, plain values), a tensor without is not
+quantized, and the kernel forms each value in the compute format, its scale rounded to it first.
+
 Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
 ``{q,k,v}_block_scales``, in the torch dtype of the scale format (:mod:`flashcheck.features.quantized`).
 """
@@ -22,8 +26,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from .formats import QUANTIZED_DTYPES, is_quantized
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "AXES", "scheme_named"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "AXES", "check_spec", "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
 _HALF_FORMATS = ("fp16", "bf16")  # the formats a kernel may round P or P @ V's partial sums to
@@ -42,11 +47,13 @@ class Blocks:
     ``format``. Of a tensor (B, H, N, D): ``"tokens"``, one per block of tokens and head, all dims of them
     ((B, H, ceil(N / size)), a KV cache's page); ``"dims"``, one per block of a token's dims ((B, H, N,
     ceil(D / size)), the contracted axis of Q K^T); ``"columns"``, one per block of tokens in each dim ((B, H,
-    ceil(N / size), D), the contracted axis of P V)."""
+    ceil(N / size), D), the contracted axis of P V). ``span`` (axis ``"dims"`` only): only a token's first ``span``
+    dims carry scales, the rest stay unquantized (MLA's rope dims beside its latent)."""
 
     size: int
     axis: str = "tokens"
     format: str = "fp32"
+    span: int | None = None
 
     def __post_init__(self):
         if not (isinstance(self.size, int) and not isinstance(self.size, bool) and 1 <= self.size <= 4096):
@@ -54,14 +61,22 @@ class Blocks:
                                   "Pass Blocks(size=...) as a positive integer, e.g. 32.")
         _check_choice("axis", self.axis, AXES)
         _check_choice("format", self.format, tuple(SCALE_FORMATS))
+        if self.span is not None and not (isinstance(self.span, int) and not isinstance(self.span, bool)
+                                          and self.span >= 1 and self.axis == "dims"):
+            raise InvalidArgument("span", self.span, f"a positive count of a token's first dims (axis={self.axis!r})",
+                                  "Pass span with axis='dims' (e.g. Blocks(128, 'dims', span=512)), or leave it out.")
 
     def count(self, length: int) -> int:
         """How many blocks cover ``length`` values."""
         return -(-length // self.size)
 
+    def coded(self, dims: int) -> int:
+        """How many of a token's ``dims`` carry scales: the first ``span``, or all."""
+        return dims if self.span is None else min(dims, self.span)
+
     def text(self) -> str:
         what = {"tokens": "tokens", "dims": "dims of a token", "columns": "tokens of a dim"}[self.axis]
-        return f"{self.format} per {self.size} {what}"
+        return f"{self.format} per {self.size} {what}" + (f" (its first {self.span})" if self.span else "")
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,8 @@ class Scheme:
     quantizer: str | None = None
     p_format: str | None = None
     pv_sums: tuple | None = None  # (format, keys per run)
+    # The codes' format where the inputs are in the compute format and hold them (see the module's docstring).
+    codes: str | None = None
 
     def __post_init__(self):
         if self.quantizer is not None:
@@ -95,6 +112,25 @@ class Scheme:
                 raise InvalidArgument("pv_sums", self.pv_sums, "expected (format, keys per run)",
                                       f"Pass e.g. ('fp16', 64): a format of {list(_HALF_FORMATS)} and a positive count.")
             object.__setattr__(self, "pv_sums", sums)
+        self._check_codes()
+
+    def _check_codes(self):
+        spans = [b.span for b in self.blocks if b is not None and b.span is not None]
+        if self.codes is None and spans:
+            raise InvalidArgument("span", spans[0], "dims left unquantized need inputs in the compute format",
+                                  "Declare codes='fp8_e4m3' and compute='bf16' with a span, or leave the span out.")
+        if self.codes is None:
+            return
+        _check_choice("codes", self.codes, QUANTIZED_DTYPES)
+        if self.compute is None or self.descales:
+            raise InvalidArgument("codes", self.codes, "codes held in the inputs need a compute format to hold them "
+                                  f"and no descales (compute={self.compute!r}, descales={self.descales})",
+                                  "Declare compute='bf16' and descales=False with codes.")
+
+    def holds_codes(self, dtype: str) -> bool:
+        """Whether a case of ``dtype`` (a name) carries this scheme's scales: an fp8 dtype, or the compute format
+        where the scheme's codes are held in it."""
+        return is_quantized(dtype) if self.codes is None else dtype == self.compute
 
     @property
     def blocks(self) -> tuple:
@@ -115,7 +151,8 @@ class Scheme:
             return f"{self.name}: {QUANTIZERS[self.quantizer]}"
         parts = [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
         return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
-            f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "")
+            f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "") + (
+            f"; {self.codes} codes in {self.compute} inputs" if self.codes else "")
 
 
 # The quantizers a kernel may apply inside, each emulated exactly by the oracle (numerics/quantized_inside.py).
@@ -143,7 +180,29 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("sage_int8", q=Blocks(128), k=Blocks(64), descales=False, quantizer="sage_int8", p_format="fp16",
            pv_sums=("fp16", 64), convention="SageAttention 1.0.6: fp16, bf16 or fp32 inputs quantized inside: "
                                             + QUANTIZERS["sage_int8"]),
+    # FlashMLA's fp8 latent cache (DeepSeek V3.2): K's 512 latent dims (V's too) as e4m3 codes with an fp32 scale per
+    # 128, its 64 rope dims in bf16, q in bf16.
+    Scheme("flashmla_fp8", k=Blocks(128, "dims", span=512), v=Blocks(128, "dims", span=512), descales=False,
+           compute="bf16", codes="fp8_e4m3",
+           convention="FlashMLA's fp8 latent cache: per token 512 e4m3 codes, 4 fp32 scales (one per 128 codes), "
+                      "64 bf16 rope values; q in bf16"),
 )}
+
+
+def check_spec(scheme: Scheme, *, dtypes: tuple, latent: int | None) -> None:
+    """An :class:`InvalidArgument` where a spec cannot carry ``scheme``: codes held in the compute format take that
+    dtype alone; a span scales the latent of a cached row (``latent``: its width, None without one), shared by K and
+    V."""
+    if scheme.codes is not None and tuple(dtypes) != (scheme.compute,):
+        raise InvalidArgument("dtypes", list(dtypes), f"quantization={scheme.name!r} hands the kernel "
+                              f"{scheme.compute} inputs that hold {scheme.codes} codes",
+                              f"Declare dtypes=({scheme.compute!r},) with this scheme.")
+    spans = {b.span for b in scheme.blocks if b is not None and b.span is not None}
+    if spans and (spans != {latent} or scheme.k != scheme.v):
+        raise InvalidArgument("quantization", scheme.name, f"scales a token's first {min(spans)} dims, the latent of "
+                              f"a cached row that K and V share, but the spec's row has {latent} latent dims",
+                              "Declare the spec's cached row with a latent as wide as the span, and the same Blocks "
+                              "for k and v.")
 
 
 def scheme_named(value: object, *, argument: str = "quantization") -> Scheme:

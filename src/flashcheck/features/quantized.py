@@ -5,19 +5,21 @@ Values are ``code * block_scale * descale``. A scheme (:mod:`flashcheck.contract
 holds the scales as fp32 tensors (every value of an e8m0 or e4m3 scale is exact there), of the shapes
 :class:`~flashcheck.contract.quantization.Blocks` gives, H the tensor's own heads. A kernel receives them as
 ``q_block_scales``, ``k_block_scales`` and ``v_block_scales`` in the scale format's torch dtype. A scale of 0
-is legal: an all-zero block's.
+is legal: an all-zero block's. A scheme whose codes are held in its compute format has them in a tensor's first
+``span`` dims (:meth:`~flashcheck.contract.quantization.Blocks.coded`); its other dims take a scale of 1.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..contract.formats import FORMATS
 from ..contract.quantization import SCALE_FORMATS, Blocks, Scheme, scheme_named
 from ..errors import InvalidArgument
 from .tensors import as_float_tensor, head_values_text
 
 __all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "expanded", "dequantize", "check_descales", "check_block_scales",
-           "shape_of", "shape_problem", "exact", "scale_dtype", "scale_kwargs", "scales_text"]
+           "check_codes", "shape_of", "shape_problem", "exact", "scale_dtype", "scale_kwargs", "scales_text"]
 
 BLOCK_SCALES = ("q_block_scales", "k_block_scales", "v_block_scales")
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
@@ -26,7 +28,7 @@ DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
 def shape_of(blocks: Blocks, t_shape) -> tuple:
     """The shape of the block scales of a (B, H, N, D) tensor."""
     B, H, N, D = t_shape
-    return {"tokens": (B, H, blocks.count(N)), "dims": (B, H, N, blocks.count(D)),
+    return {"tokens": (B, H, blocks.count(N)), "dims": (B, H, N, blocks.count(blocks.coded(D))),
             "columns": (B, H, blocks.count(N), D)}[blocks.axis]
 
 
@@ -34,7 +36,8 @@ def expanded(scales: torch.Tensor, blocks: Blocks, t_shape) -> torch.Tensor:
     """The block scales as one per value, broadcastable to a tensor of ``t_shape`` (B, H, N, D)."""
     N, D = t_shape[2], t_shape[3]
     if blocks.axis == "dims":
-        return scales.repeat_interleave(blocks.size, 3)[..., :D]
+        coded = blocks.coded(D)
+        return torch.nn.functional.pad(scales.repeat_interleave(blocks.size, 3)[..., :coded], (0, D - coded), value=1.0)
     rows = scales.repeat_interleave(blocks.size, 2)[:, :, :N]
     return rows[..., None] if blocks.axis == "tokens" else rows
 
@@ -42,14 +45,25 @@ def expanded(scales: torch.Tensor, blocks: Blocks, t_shape) -> torch.Tensor:
 def dequantize(q, k, v, descales, block_scales, scheme):
     """q, k and v (codes, (B, H, N, D)) times their block scales and descales, in float64 (exact: 4 significand
     bits times at most 24 times 24), each query head with its K/V head's descale."""
-    out = []
-    for i, (t, blocks) in enumerate(zip((q, k, v), scheme_named(scheme).blocks)):
+    out, scheme = [], scheme_named(scheme)
+    for i, (t, blocks) in enumerate(zip((q, k, v), scheme.blocks)):
+        if scheme.codes and blocks is not None:
+            check_codes("qkv"[i], t, blocks, scheme.codes)
         t = t.to(torch.float64)
         if blocks is not None:
             t = t * expanded(block_scales[i].to(t.device, torch.float64), blocks, t.shape)
         d = descales[i].to(t.device, torch.float64)
         out.append(t * d.repeat_interleave(t.shape[1] // k.shape[1], 1)[:, :, None, None])
     return tuple(out)
+
+
+def check_codes(name: str, t: torch.Tensor, blocks: Blocks, codes: str) -> None:
+    """An :class:`InvalidArgument` unless the first dims of ``t`` that ``blocks`` scales hold values of the
+    format ``codes``."""
+    x = t[..., :blocks.coded(t.shape[-1])]
+    if not torch.equal(x.to(FORMATS[codes].dtype).to(x.dtype), x):
+        raise InvalidArgument(name, head_values_text(x.float()), f"holds values that are not {codes} codes in its "
+                              f"first {x.shape[-1]} dims", f"Pass {name} with {codes} codes there ({blocks.text()}).")
 
 
 def scale_dtype(blocks: Blocks):

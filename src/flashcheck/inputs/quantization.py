@@ -22,6 +22,7 @@ too small, so that a block's largest codes saturate at fp8's largest value.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -35,7 +36,8 @@ from .case import AttentionCase
 from .drawing import seeded
 
 __all__ = ["DESCALE_REGIMES", "BLOCK_REGIMES", "INSIDE_REGIMES", "VALUE_FORMAT", "descale_regime", "block_regime",
-           "inside_regime", "regime_text", "with_k_mean", "quantize", "rescaled_case", "misread_scales"]
+           "inside_regime", "regime_text", "with_k_mean", "quantize", "shared_scales", "rescaled_case",
+           "misread_scales"]
 
 DESCALE_REGIMES = ("amax", "unit", "skewed")
 # A kernel that quantizes inside: its inputs as drawn, or k with a large mean per channel (SageAttention smooths k by
@@ -69,6 +71,8 @@ def regime_text(seed: int, scheme="per_head") -> str:
     scheme = scheme_named(scheme)
     if scheme.quantizer:
         return f"/{scheme.name}={inside_regime(seed)}"
+    if scheme.codes:  # no descales
+        return f"/{scheme.name}={block_regime(seed)}"
     blocks = f",{scheme.name}={block_regime(seed)}" if scheme.block_scaled else ""
     return f"/descales={descale_regime(seed)}{blocks}"
 
@@ -101,27 +105,70 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
     """``(q8, k8, v8, variant)``: q, k, v in the fp8 format ``dtype`` and ``variant`` with their descales, in the
     regime of ``seed``, stacked as a (3, B, Hkv) fp32 tensor (q's, k's, v's), and with the block scales of
     ``scheme`` (1 as the descale of a tensor that has them), so that ``x8 * block_scale * descale`` are the
-    case's values. ``source``: a list that receives the full-precision values that were quantized (fp32)."""
-    fmt, scheme = format_of(dtype), scheme_named(scheme)
+    case's values. A scheme whose codes are held in its compute format (``dtype``) gives tensors of that format:
+    codes in the dims its blocks scale, the drawn values elsewhere and in a tensor without blocks. ``source``: a
+    list that receives the full-precision values that were quantized (fp32)."""
+    scheme = scheme_named(scheme)
+    fmt, held = format_of(scheme.codes or dtype), format_of(scheme.compute) if scheme.codes else None
     gen = seeded(int(seed) + 1)
-    descales, out, block_scales = [], [], []
-    for t, blocks in zip((q, k, v), scheme.blocks):
-        if blocks is None:
-            d, scales = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen), None
-            per_value = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
-        else:
-            t = _block_values(t.float(), blocks, block_regime(seed), gen)
-            d = torch.ones(shapes.batch, shapes.heads_kv)
-            scales = _block_scales(t, blocks, fmt.max_value, block_regime(seed))
-            per_value = expanded(scales, blocks, t.shape)
-        if source is not None:
-            source.append(t.float())
-        codes = torch.where(per_value > 0, t.float() / per_value, 0.0)
-        out.append(codes.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
-        descales.append(d)
-        block_scales.append(scales)
-    scaled = dict(zip(("q_block_scales", "k_block_scales", "v_block_scales"), block_scales))
-    return (*out, variant.replace(descales=torch.stack(descales), quantization=scheme, **scaled))
+    parts = [_quantized(t, blocks, shapes=shapes, fmt=fmt, held=held, seed=seed, gen=gen)
+             for t, blocks in zip((q, k, v), scheme.blocks)]
+    if source is not None:
+        source.extend(p.source for p in parts)
+    scaled = dict(zip(("q_block_scales", "k_block_scales", "v_block_scales"), (p.scales for p in parts)))
+    return (*(p.codes for p in parts),
+            variant.replace(descales=torch.stack([p.descale for p in parts]), quantization=scheme, **scaled))
+
+
+@dataclass(frozen=True)
+class _Quantized:
+    """One tensor quantized: its codes (in their fp8 format, or held in the compute format), its (B, Hkv) descale,
+    its block scales (None without) and the full-precision values they stand for (fp32)."""
+
+    codes: torch.Tensor
+    descale: torch.Tensor
+    scales: torch.Tensor | None
+    source: torch.Tensor
+
+
+def _quantized(t, blocks: Blocks | None, *, shapes: Shapes, fmt, held, seed: int, gen) -> _Quantized:
+    ones = torch.ones(shapes.batch, shapes.heads_kv)
+    if blocks is None and held is not None:  # a tensor the scheme leaves unquantized: its values as drawn
+        return _Quantized(t.to(held.dtype).contiguous(), ones, None, t.float())
+    if blocks is None:
+        d = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen)
+        per_value = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
+        return _Quantized(_codes(t.float(), per_value, fmt), d, None, t.float())
+    coded = blocks.coded(t.shape[-1])
+    values = _block_values(t[..., :coded].float(), blocks, block_regime(seed), gen)
+    scales = _block_scales(values, blocks, fmt.max_value, block_regime(seed))
+    codes = _codes(values, expanded(scales, blocks, values.shape), fmt)
+    if held is None:
+        return _Quantized(codes, ones, scales, values)
+    rest = t[..., coded:].to(held.dtype)  # the dims past the span: unquantized
+    return _Quantized(torch.cat((codes.to(held.dtype), rest), -1).contiguous(), ones, scales,
+                      torch.cat((values, rest.float()), -1))
+
+
+def _codes(values: torch.Tensor, per_value: torch.Tensor, fmt) -> torch.Tensor:
+    """``values`` over their scales (0 where a scale is 0), clamped to the format's range and rounded to it."""
+    codes = torch.where(per_value > 0, values / per_value, 0.0)
+    return codes.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous()
+
+
+def shared_scales(variant: Variant, head_dim_v: int) -> Variant:
+    """``variant`` with V's scales K's, for V cut from K (MLA's one cached row): its descale, and its block scales
+    where k's and v's blocks are alike (the first that scale V's ``head_dim_v`` dims)."""
+    if not variant.quantized:
+        return variant
+    descales = torch.stack([variant.descales[0], variant.descales[1], variant.descales[1]])
+    blocks = variant.quantization.v
+    if blocks is None or blocks != variant.quantization.k:
+        return variant.replace(descales=descales)
+    k_scales = variant.k_block_scales
+    if blocks.axis != "tokens":  # per dim, or per block of a token's dims: V's are K's first
+        k_scales = k_scales[..., :blocks.count(blocks.coded(head_dim_v)) if blocks.axis == "dims" else head_dim_v]
+    return variant.replace(descales=descales, v_block_scales=k_scales.contiguous())
 
 
 def _blocks_view(t: torch.Tensor, blocks: Blocks) -> torch.Tensor:
@@ -190,10 +237,11 @@ def _rounded_up(x: torch.Tensor, blocks: Blocks) -> torch.Tensor:
     return torch.where(near < x, up, near)
 
 
-def _exact_factor(t: torch.Tensor) -> float | None:
-    """2 where doubling ``t`` stays in its fp8 range, else 0.5 where halving keeps every value normal (or
-    zero): exact either way; None where neither is (fp8's largest value beside one near its smallest normal)."""
-    fmt, magnitudes = format_of(t), t.float().abs()
+def _exact_factor(t: torch.Tensor, fmt) -> float | None:
+    """2 where doubling ``t`` stays in the range of its format ``fmt``, else 0.5 where halving keeps every value
+    normal (or zero): exact either way; None where neither is (the largest value beside one near the smallest
+    normal)."""
+    magnitudes = t.float().abs()
     if float(magnitudes.max()) * 2 <= fmt.max_value:
         return 2.0
     if bool(((magnitudes == 0) | (magnitudes >= 2 * fmt.smallest_normal)).all()):
@@ -201,18 +249,33 @@ def _exact_factor(t: torch.Tensor) -> float | None:
     return None
 
 
+def _coded(t: torch.Tensor, blocks: Blocks | None) -> int:
+    """How many of ``t``'s dims hold codes (all, but past a span)."""
+    return t.shape[-1] if blocks is None else blocks.coded(t.shape[-1])
+
+
+def _times(t: torch.Tensor, factor: float, blocks: Blocks | None) -> torch.Tensor:
+    """``t`` with its codes times ``factor`` (exact), the dims past a span as they are."""
+    coded = _coded(t, blocks)
+    scaled = (t[..., :coded].float() * factor).to(t.dtype)
+    return scaled if coded == t.shape[-1] else torch.cat((scaled, t[..., coded:]), -1)
+
+
 def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
     """(what, case) with each of q, k and v times 2 and its scale halved (or halved and doubled), where
     that is exact: its block scales where it has them, else its descale; where neither q nor k can be, q's
     scale doubled and k's halved (their product alone scales the logits). The dequantized values' product, and
-    so the exact output, is unchanged. None without descales."""
+    so the exact output, is unchanged. A tensor whose scale the kernel does not receive stays as it is. None
+    without descales."""
     variant = case.variant
     if not variant.quantized:
         return None
+    scheme, tensors = variant.quantization, (case.q, case.k, case.v)
     names = [f"{n}_block_scales" if s is not None else f"{n}_descale" for n, s in zip("qkv", variant.block_scales)]
-    factors = [_exact_factor(t) or 1.0 for t in (case.q, case.k, case.v)]
+    factors = [_exact_factor(t[..., :_coded(t, b)], format_of(scheme.codes or t.dtype)) or 1.0
+               for t, b in zip(tensors, scheme.blocks)]
     factors = [f if _scales_take(variant, i, 1 / f) else 1.0 for i, f in enumerate(factors)]
-    scaled = [(t.float() * f).to(t.dtype) for t, f in zip((case.q, case.k, case.v), factors)]
+    scaled = [_times(t, f, b) for t, f, b in zip(tensors, factors, scheme.blocks)]
     what = [f"{n} times {f:g} and {name} over {f:g}" for n, f, name in zip("qkv", factors, names) if f != 1.0]
     multipliers = [1 / f for f in factors]
     if factors[:2] == [1.0, 1.0] and _scales_take(variant, 0, 2.0) and _scales_take(variant, 1, 0.5):
@@ -225,9 +288,12 @@ def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
 
 
 def _scales_take(variant: Variant, i: int, factor: float) -> bool:
-    """Whether tensor ``i``'s block scales times ``factor`` stay exact in their format (descales always do)."""
+    """Whether tensor ``i``'s scale times ``factor`` stays exact and reaches the kernel: its block scales in their
+    format, its descale where the scheme passes descales."""
     scales, blocks = variant.block_scales[i], variant.quantization.blocks[i]
-    return scales is None or factor == 1.0 or exact(scales * factor, blocks)
+    if factor == 1.0:
+        return True
+    return variant.quantization.descales if scales is None else exact(scales * factor, blocks)
 
 
 def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, float]]:

@@ -23,7 +23,7 @@ from ..features.variant import FEATURES, RECIPE_SETTINGS, Variant, settings_of
 from .case import AttentionCase
 from .drawing import drawing_on, drawn_on
 from .packing import serving_case
-from .quantization import VALUE_FORMAT, inside_regime, quantize, regime_text, with_k_mean
+from .quantization import VALUE_FORMAT, inside_regime, quantize, regime_text, shared_scales, with_k_mean
 from .regimes import make_mask, make_scale, make_values
 from .serving import ServingCase
 from .variant_regimes import fit_to_values, make_variant
@@ -123,7 +123,7 @@ class Recipe:
         form = "" if self.form == "dense" else f"/{self.form}={self.packing}" + (
             f",pages={self.pages}" if forms.form(self.form).pool == "pages" else "") + (
             f",seqused_k={self.seqused}" if self.seqused != "none" else "")
-        scales = regime_text(self.seed, self.scheme) if is_quantized(self.dtype) or self._inside else ""
+        scales = regime_text(self.seed, self.scheme) if self._holds_codes or self._inside else ""
         large = "" if self.elements == "none" else f"/elements={self.elements}"
         own = "" if self.form_values == "none" else f"/{self.form_values}"
         return f"{self.values}/{self.mask}{own}{used}{form}{scales}{large}"
@@ -132,6 +132,11 @@ class Recipe:
     def _inside(self) -> bool:
         """Whether the recipe's kernel quantizes its inputs itself (its scheme names a quantizer)."""
         return scheme_named(self.scheme).quantizer is not None
+
+    @property
+    def _holds_codes(self) -> bool:
+        """Whether the case's inputs hold codes of its scheme (fp8 inputs, or codes held in the compute format)."""
+        return scheme_named(self.scheme).holds_codes(self.dtype)
 
     @property
     def scheme(self):
@@ -149,17 +154,22 @@ class Recipe:
         return serving_case(case.on("cpu"), form=self.form, packing=self.packing, pages=self.pages,
                             poison=self.poison, seed=self.seed, same_lengths=self.same_lengths, seqused=self.seqused)
 
-    def _dense(self, kernel: str | None) -> AttentionCase:
-        s = self.shapes
-        quantized = is_quantized(self.dtype)
-        q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT if quantized else self.dtype, seed=self.seed)
-        q, k, v = form_values(self.form_values, q, k, v, s)
+    def _drawn(self) -> tuple:
+        """q, k and v as the value regimes draw them, before any quantization (fp8 inputs' in fp16)."""
+        q, k, v = make_values(self.values, shapes=self.shapes, seed=self.seed,
+                              dtype=VALUE_FORMAT if is_quantized(self.dtype) else self.dtype)
+        q, k, v = form_values(self.form_values, q, k, v, self.shapes)
         if self._inside and inside_regime(self.seed) == "k_mean":
             k = with_k_mean(k, self.seed)
+        return q, k, v
+
+    def _dense(self, kernel: str | None) -> AttentionCase:
+        s = self.shapes
+        q, k, v = self._drawn()
         # Each draw has its own generator (of the seed): the variant's does not depend on the values'.
         drawing = {**self.settings, "bias_dtype": self.settings.get("bias_dtype") or self.dtype}
         variant = make_variant(self.variants, shapes=s, seed=self.seed, drawing=drawing, **settings_of(self.settings))
-        if quantized:
+        if self._holds_codes:
             q, k, v, variant = quantize(q, k, v, variant, shapes=s, dtype=self.dtype, seed=self.seed,
                                         scheme=self.scheme)
         if self.layout == "expanded":
@@ -167,8 +177,8 @@ class Recipe:
             k, v = (t[:, :1].expand_as(t).contiguous() for t in (k, v))
         scale = make_scale(self.scale, head_dim=s.head_dim, base=self.base_scale)
         variant, k = fit_to_values(self.variants, variant, q, k, scale)
-        if self.shared_kv:  # after every rounding, so that V holds K's own bits
-            v = k[..., :s.head_dim_v].contiguous()
+        if self.shared_kv:  # after every rounding, so that V holds K's own bits, and its scales
+            v, variant = k[..., :s.head_dim_v].contiguous(), shared_scales(variant, s.head_dim_v)
         return AttentionCase.create(
             q, k, v, scale=scale, causal=self.causal,
             attn_mask=make_mask(self.mask, shapes=s, seed=self.seed), layout=self.layout,
@@ -177,18 +187,17 @@ class Recipe:
             variant=variant)
 
     def source_values(self):
-        """A dense fp8 recipe's q, k and v before their quantization (fp32), or None where the recipe reshapes
-        its values after it (an expanded layout, K shared as V, a variant regime fitted to the values)."""
+        """A dense quantized recipe's q, k and v before their quantization (fp32), V cut from K's where it shares
+        K's row; None where the recipe reshapes its values after it (an expanded layout, a variant regime fitted
+        to the values)."""
         fitted = any(self.variants.get(f.name, "none") in f.fitted for f in REGISTRY)
-        if not is_quantized(self.dtype) or self.form != "dense" or self.layout == "expanded" or self.shared_kv \
-                or fitted:
+        if not self._holds_codes or self.form != "dense" or self.layout == "expanded" or fitted:
             return None
         s, source = self.shapes, []
-        q, k, v = make_values(self.values, shapes=s, dtype=VALUE_FORMAT, seed=self.seed)
-        q, k, v = form_values(self.form_values, q, k, v, s)
-        if self._inside and inside_regime(self.seed) == "k_mean":
-            k = with_k_mean(k, self.seed)
+        q, k, v = self._drawn()
         quantize(q, k, v, Variant(), shapes=s, dtype=self.dtype, seed=self.seed, scheme=self.scheme, source=source)
+        if self.shared_kv:
+            source[2] = source[1][..., :s.head_dim_v]
         return tuple(source)
 
     def as_dict(self) -> dict:

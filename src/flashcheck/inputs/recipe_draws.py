@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from ..contract.formats import ALL_DTYPES, is_quantized
+from ..contract.formats import ALL_DTYPES
 from ..contract.spec import DEFAULT_SPEC, KernelSpec
 from ..errors import InvalidArgument
 from ..features.forms import form, form_draws, value_pools
@@ -71,8 +71,9 @@ def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
         out.update(settings)
     if {"cap", "bias"} <= {f.term for f in used}:
         out["bias_order"] = spec.bias_order
-    if (is_quantized(fields["dtype"]) and spec.quantization.block_scaled) or spec.quantization.quantizer:
-        out["quantization"] = spec.quantization.as_dict()
+    scheme = spec.quantization
+    if (scheme.holds_codes(fields["dtype"]) and scheme.block_scaled) or scheme.quantizer:
+        out["quantization"] = scheme.as_dict()
     return out
 
 

@@ -41,8 +41,8 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import (BLOCK_SPARSE, FP8_KV_BLOCKS, FP8_TRITON, MLA, PAGED, SPARSE, SPARSE_PAGED, SPARSE_VARLEN,
-                      SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
+from .planted import (BLOCK_SPARSE, FP8_KV_BLOCKS, FP8_TRITON, MLA, MLA_FP8, PAGED, SPARSE, SPARSE_PAGED,
+                      SPARSE_VARLEN, SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .fp8_blocks import MAKERS as BLOCK_SCALED_MAKERS
@@ -51,6 +51,8 @@ from .int8_qk import NAME as INT8_QK
 from .int8_qk import PLANTED as PLANTED_INT8_QK
 from .int8_qk import make_int8_qk_kernel
 from .mla import make_mla_kernel
+from .mla_fp8 import NAME as MLA_FP8_NAME
+from .mla_fp8 import make_mla_fp8_kernel
 from .block_sparse import make_block_sparse_kernel
 from .flex_blocks import NAME as FLEX_BLOCKS
 from .flex_blocks import make_flex_block_sparse_kernel
@@ -254,6 +256,10 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:mla-paged", "torch:mla over a paged cache (FlashMLA's kvcache call: kernel(q, kv_cache, *, "
             "block_table, cache_seqlens, scale, causal); page sizes 1, 16 and 64)",
             partial(make_mla_kernel, "torch:mla-paged"), planted=MLA),
+    Builtin(MLA_FP8_NAME, "MLA decode on FlashMLA's fp8 latent cache in torch (the flashmla_fp8 scheme): each token's "
+            "512 e4m3 codes, 4 fp32 scales and 64 bf16 rope values packed in 656 bytes as FlashMLA's kvcache call "
+            "takes them, unpacked as its SM90 decode does (code times scale in bf16), torch:mla's fp32 attention",
+            make_mla_fp8_kernel, planted=MLA_FP8),
     _triton_form("flashcheck:triton-mla", "mla", "make_mla_triton_kernel", "flashcheck's own Triton MLA absorbed "
                  "decode over a paged cache (torch:mla-paged's call, with num_splits): two fp32 dots per logit, the "
                  "latent tile read once as V, split-KV partial states and a Triton merge; judged at 1, 2, 3 and 16 "

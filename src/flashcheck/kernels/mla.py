@@ -17,7 +17,7 @@ from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["make_mla_kernel"]
+__all__ = ["attend", "make_mla_kernel"]
 
 _NEG_INF = -math.inf
 
@@ -42,7 +42,7 @@ def _values(kv: torch.Tensor, rank: int, mutant: str | None) -> torch.Tensor:
     return kv[..., :rank]
 
 
-def _attend(q, kv, *, rank: int, scale: float, causal: str, mutant: str | None):
+def attend(q, kv, *, rank: int, scale: float, causal: str, mutant: str | None):
     """q (..., Hq, Nq, D) against kv (..., 1, Nk, D): out (..., Hq, Nq, rank) and lse (..., Hq, Nq), fp32."""
     heads, n_q = q.shape[-3], q.shape[-2]
     # Every query head's rows against the one cached row set: (Hq Nq) rows of one matmul, so that the cache is
@@ -64,7 +64,7 @@ def _attend(q, kv, *, rank: int, scale: float, causal: str, mutant: str | None):
 
 def _dense(rank: int, mutant: str | None):
     def attention(q, kv, *, scale, causal="none", attn_mask=None):
-        out, lse = _attend(q, kv, rank=rank, scale=scale, causal=causal, mutant=mutant)
+        out, lse = attend(q, kv, rank=rank, scale=scale, causal=causal, mutant=mutant)
         return out.to(q.dtype), lse
 
     return attention
@@ -78,7 +78,7 @@ def _paged(rank: int, mutant: str | None):
         for b, n in enumerate(cache_seqlens.tolist()):
             j = torch.arange(n, device=q.device)
             rows = kv_cache[block_table[b].long()[j // page], j % page]  # (n, 1, D)
-            o, lse[b] = _attend(q[b].transpose(0, 1), rows.transpose(0, 1), rank=rank, scale=scale, causal=causal,
+            o, lse[b] = attend(q[b].transpose(0, 1), rows.transpose(0, 1), rank=rank, scale=scale, causal=causal,
                                 mutant=mutant)
             out[b] = o.transpose(0, 1).to(q.dtype)
         return out, lse

@@ -23,7 +23,7 @@ from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "INT8_QK", "MLA", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
+__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "INT8_QK", "MLA", "MLA_FP8", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
            "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA",
            "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
@@ -71,6 +71,21 @@ MLA = (
 TRITON_MLA = MLA + (
     PlantedBug("merges_empty_splits", "a split that received no keys writes no partial state, so the merge takes in "
                "the stale state an earlier call left in the reused workspace"),
+)
+
+# FlashMLA's fp8 latent cache (kernels/mla_fp8.py): the packed row misread. Its fp32 scales cast through e8m0, rounded
+# toward zero to a power of two (FlashMLA PR 184: SM100's sparse decode), read one block late, or divided by; the rope
+# read as e4m3 codes (the 576-code layout of other engines' fp8 caches); and torch:mla's misreads of the rope.
+_MLA = {bug.name: bug for bug in MLA}
+MLA_FP8 = (
+    PlantedBug("scales_through_e8m0", "each fp32 scale is cast to e8m0 rounding toward zero, 2^floor(log2 s), as "
+               "FlashMLA's SM100 sparse decode did before PR 184"),
+    PlantedBug("scale_of_next_block", "latent block i takes the fp32 at bytes 512 + 4 (i + 1): the next block's scale, "
+               "and for the last block the first two rope values' bytes"),
+    PlantedBug("scale_divides", "the codes are divided by their scale instead of multiplied"),
+    PlantedBug("rope_read_as_codes", "the rope is read as 64 e4m3 codes (the first 64 of its 128 bytes) times the last "
+               "latent block's scale"),
+    _MLA["drops_rope"], _MLA["values_from_rope_end"],
 )
 
 # Sparse index sets (kernels/sparse.py): the lists misread as users reported (FlashMLA PR 184: indices past the keys

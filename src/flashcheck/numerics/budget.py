@@ -76,7 +76,7 @@ class BudgetTerms:
 
 def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerms:
     """The roundoffs of ``precision`` for inputs of ``dtype`` (quantized by ``scheme``, a
-    :class:`~flashcheck.contract.quantization.Scheme`, where ``dtype`` is fp8)."""
+    :class:`~flashcheck.contract.quantization.Scheme`, where ``dtype`` is fp8 or holds the scheme's codes)."""
     precision = precision_named(precision)
     fmt = format_of(dtype)
     fp32 = FORMATS["fp32"]
@@ -84,12 +84,12 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
     tf32 = precision.tf32 and fmt.name == "fp32" and not inside  # an inside quantizer's matmuls take its formats
     # tf32 conversion may truncate: a full 2^-10, not round-to-nearest's 2^-11 (measured).
     u_tf32 = 2 * TF32.unit_roundoff if tf32 else 0.0
-    scheme = scheme if fmt.quantized or inside else None
+    scheme = scheme if inside or (scheme is not None and scheme.holds_codes(fmt.name)) else None
     compute = FORMATS[scheme.compute] if scheme is not None and scheme.compute else None
     named_p = FORMATS[scheme.p_format] if scheme is not None and scheme.p_format else None
     p_fmt = named_p or compute or (fmt if precision.p_dtype == "input" else fp32)
     p_scale = scheme.p_scale if scheme is not None else 1.0  # P times it before its rounding: smaller steps
-    u_in = max(u_tf32, compute.unit_roundoff if compute else 0.0)
+    u_in = max(u_tf32, _compute_rounding(compute, scheme))
     out_fmt = output_format(fmt)  # fp8 kernels write bf16
     pv_fmt, pv_keys = (FORMATS[scheme.pv_sums[0]], scheme.pv_sums[1]) if scheme and scheme.pv_sums else (None, 0)
     return BudgetTerms(
@@ -112,6 +112,15 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
         s_pv=pv_fmt.subnormal_spacing / 2 if pv_fmt else 0.0,
         pv_keys=pv_keys,
     )
+
+
+def _compute_rounding(compute, scheme) -> float:
+    """The relative rounding of an input value a kernel forms in the compute format: one rounding, or two where the
+    codes are held in it and the kernel rounds the scale to it before the product (FlashMLA's SM90 decode)."""
+    if compute is None:
+        return 0.0
+    u = compute.unit_roundoff
+    return (1 + u) ** 2 - 1 if scheme.codes else u
 
 
 def _gamma(n: float, u: float) -> float:
