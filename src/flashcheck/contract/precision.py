@@ -102,3 +102,7 @@ class PrecisionPromises:
     def __post_init__(self):
         object.__setattr__(self, "precision", precision_named(self.precision))
         object.__setattr__(self, "quantization", scheme_named(self.quantization))
+
+    def check_with(self, spec) -> None:
+        """The scheme against the spec's dtypes."""
+        self.quantization.check_dtypes(spec.dtypes)

@@ -12,6 +12,10 @@ factor is more accurate and any factor that leaves P's largest value within the 
 Where a scheme's kernels compute on dequantized values (:attr:`Scheme.compute`, a KV cache's), they may round
 q, k, v and P to that format instead.
 
+A scheme may narrow the codes' value format (:attr:`Scheme.codes`: NVFP4's e2m1, carried in fp8_e4m3, which holds
+each of its values exactly) and give each tensor a second-level scale, one fp32 for the whole tensor
+(:attr:`Scheme.global_scale`), in place of the per-head descales.
+
 Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
 ``{q,k,v}_block_scales``, in the torch dtype of the scale format (:mod:`flashcheck.features.quantized`).
 """
@@ -22,13 +26,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from .formats import QUANTIZED_DTYPES
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "AXES", "scheme_named"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "CODES", "AXES", "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
 _HALF_FORMATS = ("fp16", "bf16")  # the formats a kernel may round P or P @ V's partial sums to
 # A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
 SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
+# Code formats narrower than fp8, carried in fp8_e4m3 (torch has no arithmetic on float4_e2m1fn_x2): their
+# nonnegative values (OCP MX fp4; the negatives too).
+CODES = {"e2m1": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)}
+_CARRIER = "fp8_e4m3"
 
 
 def _check_choice(argument: str, value, allowed: tuple):
@@ -83,8 +92,17 @@ class Scheme:
     quantizer: str | None = None
     p_format: str | None = None
     pv_sums: tuple | None = None  # (format, keys per run)
+    # NVFP4: the codes' value format where narrower than the inputs' fp8 (:data:`CODES`), and one fp32 scale per
+    # tensor, passed as ``{q,k,v}_global_scale`` (0-dim) and held as the case's descales, equal over (B, Hkv).
+    codes: str | None = None
+    global_scale: bool = False
 
     def __post_init__(self):
+        if self.codes is not None:
+            _check_choice("codes", self.codes, tuple(CODES))
+        if self.global_scale and self.descales:
+            raise InvalidArgument("global_scale", self.global_scale, "a global scale per tensor replaces the per-head "
+                                  "descales", "Pass descales=False with global_scale=True.")
         if self.quantizer is not None:
             _check_choice("quantizer", self.quantizer, tuple(QUANTIZERS))
         if self.p_format is not None:
@@ -95,6 +113,12 @@ class Scheme:
                 raise InvalidArgument("pv_sums", self.pv_sums, "expected (format, keys per run)",
                                       f"Pass e.g. ('fp16', 64): a format of {list(_HALF_FORMATS)} and a positive count.")
             object.__setattr__(self, "pv_sums", sums)
+
+    def check_dtypes(self, dtypes) -> None:
+        """Refuse a spec's ``dtypes`` that cannot carry the scheme's codes: narrower codes come in fp8_e4m3 only."""
+        if self.codes and any(d in QUANTIZED_DTYPES and d != _CARRIER for d in dtypes):
+            raise InvalidArgument("dtypes", dtypes, f"the scheme {self.name} carries its {self.codes} codes in "
+                                  f"{_CARRIER}", f"Declare dtypes=({_CARRIER!r},).")
 
     @property
     def blocks(self) -> tuple:
@@ -113,9 +137,11 @@ class Scheme:
     def text(self) -> str:
         if self.quantizer:
             return f"{self.name}: {QUANTIZERS[self.quantizer]}"
-        parts = [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
+        parts = [f"{self.codes} codes"] if self.codes else []
+        parts += [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
         return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
-            f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "")
+            f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "") + (
+            "; an fp32 global scale per tensor" if self.global_scale else "")
 
 
 # The quantizers a kernel may apply inside, each emulated exactly by the oracle (numerics/quantized_inside.py).
@@ -138,6 +164,12 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("mxfp8", q=Blocks(32, "dims", "e8m0"), k=Blocks(32, "dims", "e8m0"), v=Blocks(32, "columns", "e8m0"),
            descales=False, p_scale=256.0, convention="MXFP8: e4m3 codes with an e8m0 scale per 32 values along the contracted "
                                       "axis (q and k along the head dims, v along the tokens)"),
+    # NVFP4: e2m1 codes with an e4m3 scale per 16 values along the contracted axis and an fp32 global scale per
+    # tensor; P is not requantized: it stays in bf16, the compute format.
+    Scheme("nvfp4", q=Blocks(16, "dims", "e4m3"), k=Blocks(16, "dims", "e4m3"), v=Blocks(16, "columns", "e4m3"),
+           descales=False, global_scale=True, codes="e2m1", compute="bf16",
+           convention="NVFP4: e2m1 codes with an e4m3 scale per 16 values along the contracted axis (q and k along "
+                      "the head dims, v along the tokens) and an fp32 global scale per tensor"),
     # SageAttention 1.0.6: int8 Q K^T quantized inside the kernel; P in fp16, P @ V summed in fp16 per tile of 64
     # keys (an fp16 accumulator per tile), the tiles' sums in fp32.
     Scheme("sage_int8", q=Blocks(128), k=Blocks(64), descales=False, quantizer="sage_int8", p_format="fp16",

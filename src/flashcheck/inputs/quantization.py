@@ -17,6 +17,11 @@ the scale format (so no code saturates), 0 for an all-zero block (1 in e8m0, whi
 the values first (:data:`BLOCK_REGIMES`): blocks of zeros, blocks at e8m0's or fp32's smallest scales, blocks
 of one repeated value, one outlier per block over values that fall to fp8's subnormals, and scales one step
 too small, so that a block's largest codes saturate at fp8's largest value.
+
+NVFP4 (a scheme with a global scale and e2m1 codes) is drawn by its own quantizer (:mod:`flashcheck.numerics.nvfp4`):
+a global scale per tensor, e4m3 block scales to nearest (a scale of 0 for an all-zero block), e2m1 codes saturating
+at 6. Its ``tiny_scales`` blocks are 2^-16 of the rest, so that their scales fall to e4m3's subnormals (the global
+scale sets the tensor's magnitude), and its ``saturating`` scales are those of 3/4 of the block's largest magnitude.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ import torch
 from ..contract.formats import format_of
 from ..contract.quantization import Blocks, scheme_named
 from ..contract.validation import Shapes
-from ..features.quantized import exact, expanded, scale_dtype, shape_of
-from ..features.variant import DESCALE_KWARGS, Variant
-from ..numerics.quantizers import pow2_scale
+from ..features.quantized import BLOCK_SCALES, exact, expanded, scale_dtype, scale_names, shape_of, stray_codes
+from ..features.variant import Variant
+from ..numerics import nvfp4
+from ..numerics.quantizers import pow2_scale, to_codes
 from .case import AttentionCase
 from .drawing import seeded
 
@@ -110,18 +116,26 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
             d, scales = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen), None
             per_value = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
         else:
-            t = _block_values(t.float(), blocks, block_regime(seed), gen)
-            d = torch.ones(shapes.batch, shapes.heads_kv)
-            scales = _block_scales(t, blocks, fmt.max_value, block_regime(seed))
-            per_value = expanded(scales, blocks, t.shape)
+            t = _block_values(t.float(), blocks, block_regime(seed), gen, global_scale=scheme.global_scale)
+            g = nvfp4.global_scale(t, blocks.format) if scheme.global_scale else None
+            d = torch.full((shapes.batch, shapes.heads_kv), 1.0 if g is None else float(g))
+            scales = _block_scales(t, blocks, fmt.max_value, block_regime(seed), g)
+            per_value = expanded(scales, blocks, t.shape) * (1.0 if g is None else g)
         if source is not None:
             source.append(t.float())
-        codes = torch.where(per_value > 0, t.float() / per_value, 0.0)
-        out.append(codes.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous())
+        out.append(_codes(t, per_value, fmt, scheme.codes).contiguous())
         descales.append(d)
         block_scales.append(scales)
     scaled = dict(zip(("q_block_scales", "k_block_scales", "v_block_scales"), block_scales))
     return (*out, variant.replace(descales=torch.stack(descales), quantization=scheme, **scaled))
+
+
+def _codes(t: torch.Tensor, per_value: torch.Tensor, fmt, codes: str | None) -> torch.Tensor:
+    """``t``'s codes in fmt's dtype under its per-value scales: fp32's quotient cast to fp8, or a narrower code
+    format's nearest value of the float64 quotient (exact in fp8_e4m3)."""
+    if codes is not None:
+        return to_codes(t.double(), per_value.double(), codes).to(fmt.dtype)
+    return torch.where(per_value > 0, t.float() / per_value, 0.0).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype)
 
 
 def _blocks_view(t: torch.Tensor, blocks: Blocks) -> torch.Tensor:
@@ -140,9 +154,9 @@ def _from_blocks(x: torch.Tensor, blocks: Blocks, shape) -> torch.Tensor:
     return x[..., :shape[2]].transpose(2, 3)
 
 
-def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Tensor:
+def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen, *, global_scale: bool) -> torch.Tensor:
     """``t`` with the block regime's shape given to its values, block by block (a third of the blocks, drawn;
-    a block of tokens with all its dims)."""
+    a block of tokens with all its dims); ``global_scale``: a scheme's, beside which tiny blocks are 2^-16."""
     x = _blocks_view(t, blocks)
     shape = list(x.shape[:-1]) + [1]
     if blocks.axis == "tokens":
@@ -151,7 +165,8 @@ def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Te
     if regime == "zero_blocks":
         x = torch.where(chosen, 0.0, x)
     elif regime == "tiny_scales":
-        x = torch.where(chosen, x * 2.0**-100, x)  # scales near e8m0's and fp32's smallest
+        # scales near e8m0's and fp32's smallest, or in e4m3's subnormals under a global scale
+        x = torch.where(chosen, x * 2.0 ** (-16 if global_scale else -100), x)
     elif regime == "identical":
         first = x[:, :, :1, :, :1] if blocks.axis == "tokens" else x[..., :1]
         x = torch.where(chosen, first.expand_as(x), x)
@@ -162,13 +177,16 @@ def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Te
     return _from_blocks(x, blocks, t.shape)
 
 
-def _block_scales(t: torch.Tensor, blocks: Blocks, fmax: float, regime: str) -> torch.Tensor:
+def _block_scales(t: torch.Tensor, blocks: Blocks, fmax: float, regime: str, global_: torch.Tensor | None):
     """fp32 scales of ``t``'s blocks, exact in the scale format: amax / fmax rounded up there (0 for a block of
-    zeros); the ``saturating`` regime's one step smaller, so that the block's largest codes saturate."""
+    zeros); the ``saturating`` regime's one step smaller, so that the block's largest codes saturate. Under a global
+    scale ``global_``, NVFP4's: the nearest e4m3 of amax / 6 / global (of 3/4 of amax where saturating)."""
     amax = _blocks_view(t.double(), blocks).abs().amax(-1)
     if blocks.axis == "tokens":
         amax = amax.amax(2)  # (B, H, nb): one scale for all dims of a block of tokens
-    if blocks.format == "e8m0":  # no zero in e8m0: an all-zero block's scale is 1
+    if global_ is not None:
+        scales = nvfp4.block_scales(amax * (0.75 if regime == "saturating" else 1.0), global_, blocks.format)
+    elif blocks.format == "e8m0":  # no zero in e8m0: an all-zero block's scale is 1
         scales = pow2_scale(amax, fmax, rule="ceil") / torch.where((amax > 0) & (regime == "saturating"), 2.0, 1.0)
     else:
         scales = _rounded_up(amax / fmax, blocks)
@@ -190,9 +208,12 @@ def _rounded_up(x: torch.Tensor, blocks: Blocks) -> torch.Tensor:
     return torch.where(near < x, up, near)
 
 
-def _exact_factor(t: torch.Tensor) -> float | None:
+def _exact_factor(t: torch.Tensor, codes: str | None) -> float | None:
     """2 where doubling ``t`` stays in its fp8 range, else 0.5 where halving keeps every value normal (or
-    zero): exact either way; None where neither is (fp8's largest value beside one near its smallest normal)."""
+    zero): exact either way; None where neither is (fp8's largest value beside one near its smallest normal).
+    Codes of a narrower format (``codes``): 2 or 0.5 where every product is one of its codes too."""
+    if codes is not None:
+        return next((f for f in (2.0, 0.5) if not stray_codes(t.float() * f, codes).numel()), None)
     fmt, magnitudes = format_of(t), t.float().abs()
     if float(magnitudes.max()) * 2 <= fmt.max_value:
         return 2.0
@@ -209,8 +230,10 @@ def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
     variant = case.variant
     if not variant.quantized:
         return None
+    if variant.quantization.global_scale:
+        return _moved_to_global(case)
     names = [f"{n}_block_scales" if s is not None else f"{n}_descale" for n, s in zip("qkv", variant.block_scales)]
-    factors = [_exact_factor(t) or 1.0 for t in (case.q, case.k, case.v)]
+    factors = [_exact_factor(t, variant.quantization.codes) or 1.0 for t in (case.q, case.k, case.v)]
     factors = [f if _scales_take(variant, i, 1 / f) else 1.0 for i, f in enumerate(factors)]
     scaled = [(t.float() * f).to(t.dtype) for t, f in zip((case.q, case.k, case.v), factors)]
     what = [f"{n} times {f:g} and {name} over {f:g}" for n, f, name in zip("qkv", factors, names) if f != 1.0]
@@ -222,6 +245,20 @@ def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
         return None
     return ", ".join(what), dataclasses.replace(case, q=scaled[0], k=scaled[1], v=scaled[2],
                                                 variant=variant.rescaled(multipliers))
+
+
+def _moved_to_global(case: AttentionCase) -> tuple[str, AttentionCase] | None:
+    """(what, case) with each tensor's block scales times 2 and its global scale halved (or the reverse), where its
+    block scales take it exactly (an fp32 global scale always does): each tensor's values are unchanged."""
+    variant = case.variant
+    moves = [next((f for f in (2.0, 0.5) if s is not None and _scales_take(variant, i, f)), 1.0)
+             for i, s in enumerate(variant.block_scales)]
+    what = [f"{n}_block_scales times {f:g} and {n}_global_scale over {f:g}" for n, f in zip("qkv", moves) if f != 1.0]
+    if not what:
+        return None
+    scaled = {name: s * f for name, s, f in zip(BLOCK_SCALES, variant.block_scales, moves) if s is not None}
+    descales = variant.descales / torch.tensor(moves).view(3, 1, 1)
+    return ", ".join(what), dataclasses.replace(case, variant=variant.replace(descales=descales, **scaled))
 
 
 def _scales_take(variant: Variant, i: int, factor: float) -> bool:
@@ -236,5 +273,5 @@ def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, fl
     if not variant.quantized:
         return []
     scales = variant.input_scales(b, kv_head)[:2]
-    return [(f"{name} {how} (fp8)", factor) for name, d in zip(DESCALE_KWARGS, scales)
+    return [(f"{name} {how} (fp8)", factor) for name, d in zip(scale_names(variant.quantization), scales)
             for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d != 1.0]
