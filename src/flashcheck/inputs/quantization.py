@@ -225,8 +225,9 @@ def _exact_factor(t: torch.Tensor, codes: str | None) -> float | None:
 def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
     """(what, case) with each of q, k and v times 2 and its scale halved (or halved and doubled), where
     that is exact: its block scales where it has them, else its descale; where neither q nor k can be, q's
-    scale doubled and k's halved (their product alone scales the logits). The dequantized values' product, and
-    so the exact output, is unchanged. None without descales."""
+    scale doubled and k's halved (their product alone scales the logits). Under a global scale per tensor, the
+    power of two moves between each tensor's block scales and its global scale instead. The dequantized values'
+    product, and so the exact output, is unchanged. None without descales."""
     variant = case.variant
     if not variant.quantized:
         return None

@@ -16,6 +16,8 @@ bits (sign, two exponent bits, one mantissa bit) two a byte, element 2i in the l
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..contract.quantization import CODES
@@ -48,15 +50,24 @@ def codes(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return to_codes(x, scales, "e2m1")
 
 
+@functools.cache
+def _code_of_byte(device) -> torch.Tensor:
+    """The 4-bit code of each e4m3 byte that is an e2m1 value (16 for every other byte): the lookup that reads
+    codes carried in e4m3, where each e2m1 value is exact."""
+    table = torch.full((256,), 16, dtype=torch.uint8)
+    table[torch.tensor(E2M1_VALUES).to(torch.float8_e4m3fn).view(torch.uint8).long()] = torch.arange(16).to(torch.uint8)
+    return table.to(device)
+
+
 def encoded(values: torch.Tensor) -> torch.Tensor:
     """The 4-bit codes (uint8, 0 to 15) of e2m1 values; any other value (NaN included: e2m1 has none) is refused."""
-    v = values.detach().double()
-    magnitudes = torch.tensor(CODES["e2m1"], dtype=torch.float64, device=v.device)
-    index = torch.searchsorted(magnitudes, v.abs().contiguous()).clamp(max=len(magnitudes) - 1)
-    if not bool((magnitudes[index] == v.abs()).all()):
-        raise InvalidArgument("values", tuple(v.shape), "holds a value that is not an e2m1 code (NaN included)",
+    carried = values.detach().to(torch.float8_e4m3fn)
+    bits = _code_of_byte(carried.device)[carried.view(torch.uint8).long()]
+    exact = values.dtype == torch.float8_e4m3fn or bool((carried.double() == values.detach().double()).all())
+    if not exact or bool((bits == 16).any()):
+        raise InvalidArgument("values", tuple(values.shape), "holds a value that is not an e2m1 code (NaN included)",
                               "Round them first: flashcheck.numerics.quantizers.round_to(x, 'e2m1').")
-    return (index + 8 * torch.signbit(v).to(torch.int64)).to(torch.uint8)
+    return bits
 
 
 def decoded(bits: torch.Tensor) -> torch.Tensor:
