@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .formats import QUANTIZED_DTYPES
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "CODES", "AXES", "scheme_named"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "CODES", "CODE_CARRIER", "AXES",
+           "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
 _HALF_FORMATS = ("fp16", "bf16")  # the formats a kernel may round P or P @ V's partial sums to
@@ -37,7 +38,7 @@ SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4
 # Code formats narrower than fp8, carried in fp8_e4m3 (torch has no arithmetic on float4_e2m1fn_x2): their
 # nonnegative values (OCP MX fp4; the negatives too).
 CODES = {"e2m1": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)}
-_CARRIER = "fp8_e4m3"
+CODE_CARRIER = "fp8_e4m3"
 
 
 def _check_choice(argument: str, value, allowed: tuple):
@@ -116,9 +117,9 @@ class Scheme:
 
     def check_dtypes(self, dtypes) -> None:
         """Refuse a spec's ``dtypes`` that cannot carry the scheme's codes: narrower codes come in fp8_e4m3 only."""
-        if self.codes and any(d in QUANTIZED_DTYPES and d != _CARRIER for d in dtypes):
+        if self.codes and any(d in QUANTIZED_DTYPES and d != CODE_CARRIER for d in dtypes):
             raise InvalidArgument("dtypes", dtypes, f"the scheme {self.name} carries its {self.codes} codes in "
-                                  f"{_CARRIER}", f"Declare dtypes=({_CARRIER!r},).")
+                                  f"{CODE_CARRIER}", f"Declare dtypes=({CODE_CARRIER!r},).")
 
     @property
     def blocks(self) -> tuple:

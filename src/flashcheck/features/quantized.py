@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ..contract.quantization import CODES, SCALE_FORMATS, Blocks, Scheme, scheme_named
+from ..contract.formats import format_of
+from ..contract.quantization import CODE_CARRIER, CODES, SCALE_FORMATS, Blocks, Scheme, scheme_named
 from ..errors import InvalidArgument
 from .tensors import as_float_tensor, head_values_text
 
@@ -159,12 +160,12 @@ def check_codes(tensors: tuple, scheme: Scheme) -> None:
     """Refuse q, k or v that are not codes of ``scheme``'s narrower code format in fp8_e4m3, where it has one."""
     if scheme.codes is None:
         return
+    carrier = format_of(CODE_CARRIER).dtype
     fix = f"Pass {scheme.codes} codes ({', '.join(f'{c:g}' for c in CODES[scheme.codes][1:])} and their negatives, " \
-          "or 0) as torch.float8_e4m3fn tensors, which hold each exactly."
+          f"or 0) as {carrier} tensors, which hold each exactly."
     for name, t in zip("qkv", tensors):
-        if t.dtype != torch.float8_e4m3fn:
-            raise InvalidArgument(name, str(t.dtype), f"{scheme.name}'s {scheme.codes} codes come in float8_e4m3fn",
-                                  fix)
+        if t.dtype != carrier:
+            raise InvalidArgument(name, str(t.dtype), f"{scheme.name}'s {scheme.codes} codes come in {carrier}", fix)
         stray = stray_codes(t, scheme.codes)
         if stray.numel():
             raise InvalidArgument(name, head_values_text(stray), f"holds values that are not {scheme.codes} codes", fix)

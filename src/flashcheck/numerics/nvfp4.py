@@ -20,7 +20,8 @@ import functools
 
 import torch
 
-from ..contract.quantization import CODES
+from ..contract.formats import format_of
+from ..contract.quantization import CODE_CARRIER, CODES
 from ..errors import InvalidArgument
 from .quantizers import code_format, round_to, to_codes
 
@@ -29,6 +30,7 @@ __all__ = ["E2M1_MAX", "E2M1_VALUES", "global_scale", "block_scales", "codes", "
 E2M1_MAX = CODES["e2m1"][-1]
 # The value of each 4-bit code: bit 3 the sign, bits 0 to 2 e2m1's eight magnitudes in order (-0.0 is code 8).
 E2M1_VALUES = CODES["e2m1"] + tuple(-m for m in CODES["e2m1"])
+_CARRIED = format_of(CODE_CARRIER).dtype  # the dtype cases carry the codes in
 
 
 def global_scale(t: torch.Tensor, scale_format: str) -> torch.Tensor:
@@ -55,15 +57,15 @@ def _code_of_byte(device) -> torch.Tensor:
     """The 4-bit code of each e4m3 byte that is an e2m1 value (16 for every other byte): the lookup that reads
     codes carried in e4m3, where each e2m1 value is exact."""
     table = torch.full((256,), 16, dtype=torch.uint8)
-    table[torch.tensor(E2M1_VALUES).to(torch.float8_e4m3fn).view(torch.uint8).long()] = torch.arange(16).to(torch.uint8)
+    table[torch.tensor(E2M1_VALUES).to(_CARRIED).view(torch.uint8).long()] = torch.arange(16).to(torch.uint8)
     return table.to(device)
 
 
 def encoded(values: torch.Tensor) -> torch.Tensor:
     """The 4-bit codes (uint8, 0 to 15) of e2m1 values; any other value (NaN included: e2m1 has none) is refused."""
-    carried = values.detach().to(torch.float8_e4m3fn)
+    carried = values.detach().to(_CARRIED)
     bits = _code_of_byte(carried.device)[carried.view(torch.uint8).long()]
-    exact = values.dtype == torch.float8_e4m3fn or bool((carried.double() == values.detach().double()).all())
+    exact = values.dtype == _CARRIED or bool((carried.double() == values.detach().double()).all())
     if not exact or bool((bits == 16).any()):
         raise InvalidArgument("values", tuple(values.shape), "holds a value that is not an e2m1 code (NaN included)",
                               "Round them first: flashcheck.numerics.quantizers.round_to(x, 'e2m1').")
