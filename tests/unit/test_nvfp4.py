@@ -39,9 +39,9 @@ def nearest_codes(x: torch.Tensor) -> torch.Tensor:
 
 
 def dense_grid() -> torch.Tensor:
-    """Every float32 whose bits are a multiple of 2^11 (both signs, every exponent: 2^21 values), the midpoints of e2m1's
+    """Every float32 whose bits are a multiple of 2^12 (both signs, every exponent: 2^20 values), the midpoints of e2m1's
     neighbours and one float32 ulp either side, the saturation edge, +-0 and +-inf; NaN apart."""
-    bits = torch.arange(0, 2**32, 2**11, dtype=torch.int64).to(torch.int32)
+    bits = torch.arange(0, 2**32, 2**12, dtype=torch.int64).to(torch.int32)
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 7.0, 2.0**-149, 3.4e38, math.inf, 0.0])
     near = torch.cat([ties, torch.nextafter(ties, ties + 1), torch.nextafter(ties, ties - 1)])
     x = torch.cat([bits.view(torch.float32), near, -near])
@@ -162,3 +162,17 @@ def test_e2m1_codes_without_a_global_scale_are_rescaled_only_where_they_stay_cod
     case = AttentionCase.create(q, k, q.clone(), scale=0.5, variant=variant)
     what, rescaled = rescaled_case(case)
     assert "q times 2" in what and "k times 0.5" in what and not stray_codes(rescaled.k, "e2m1").numel()
+
+
+def test_a_saved_nvfp4_case_round_trips_and_replays(tmp_path, capsys):
+    import json
+
+    from flashcheck.cli.main import main
+
+    case = _case("zero_blocks")
+    _, saved = case.save(tmp_path / "case")
+    back = AttentionCase.load(saved)
+    assert back.equal_bits(case) and json.loads(saved.read_text())["variant"]["quantization"] == "nvfp4"
+    assert main(["replay", str(saved), "--kernel", "torch:nvfp4~global_scale_forgotten", "--device", "cpu"]) == 1
+    assert main(["replay", str(saved), "--kernel", "torch:nvfp4", "--device", "cpu"]) == 0
+    assert "quantization error (the inputs' quantization" in capsys.readouterr().out
