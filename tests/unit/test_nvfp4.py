@@ -19,6 +19,7 @@ from flashcheck.inputs.case import AttentionCase
 from flashcheck.inputs.quantization import BLOCK_REGIMES, DESCALE_REGIMES, block_regime, rescaled_case
 from flashcheck.inputs.recipe import Recipe
 from flashcheck.numerics import nvfp4
+from flashcheck.numerics.budget import contract_terms
 from flashcheck.numerics.quantizers import round_to
 
 F64 = torch.float64
@@ -54,6 +55,8 @@ def test_the_scheme_names_its_codes_and_its_global_scale_and_refuses_what_cannot
     assert [(b.size, b.axis, b.format) for b in scheme.blocks] == [(16, "dims", "e4m3")] * 2 + [(16, "columns", "e4m3")]
     assert scheme.text().startswith("nvfp4: e2m1 codes; q e4m3 per 16 dims") and "fp32 global scale" in scheme.text()
     assert KernelSpec(dtypes=("fp8_e4m3",), quantization="nvfp4").quantization is scheme
+    terms = contract_terms("flash", "fp8_e4m3", scheme)  # P stays in bf16, the compute format: no requantization
+    assert (terms.u_p, terms.u_in, terms.u_v, terms.s_p, terms.scale_ulps) == (2.0**-8, 2.0**-8, 2.0**-8, 2.0**-126, 3.0)
     refusals = [(lambda: Scheme("x", codes="e3m2"), "codes='e3m2'"),
                 (lambda: Scheme("x", global_scale=True), "global_scale=True.*descales=False"),
                 (lambda: KernelSpec(dtypes=("fp8_e4m3", "fp8_e5m2"), quantization="nvfp4"), "dtypes=.*fp8_e4m3")]
