@@ -39,7 +39,7 @@ CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": plan
            "flashcheck:triton-sparse": planted.TRITON_SPARSE,
            "flashcheck:triton-block-sparse": planted.TRITON_BLOCK_SPARSE,
            "torch:fp8-kv-token": planted.KV_BLOCK_SCALES[:1], "torch:fp8-kv-blocks": planted.KV_BLOCK_SCALES,
-           "torch:mxfp8": planted.MXFP8, "torch:int8-qk": planted.INT8_QK}
+           "torch:mxfp8": planted.MXFP8, "torch:nvfp4": planted.NVFP4, "torch:int8-qk": planted.INT8_QK}
 PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}
 
 

@@ -31,7 +31,7 @@ def test_parse():
     ("torch:math~scale_ignored", "flashcheck:triton, torch:varlen, torch:paged, torch:split-kv, "
                                  "flashcheck:triton-varlen, flashcheck:triton-paged, flashcheck:triton-split-kv, "
                                  "torch:fp8, flashcheck:triton-fp8, torch:fp8-kv-token, torch:fp8-kv-blocks, torch:mxfp8, "
-                                 "flashcheck:triton-fp8-kv-blocks, torch:int8-qk, torch:mla, "
+                                 "torch:nvfp4, flashcheck:triton-fp8-kv-blocks, torch:int8-qk, torch:mla, "
                                  "torch:mla-paged, torch:mla-fp8, flashcheck:triton-mla, torch:sparse, "
                                  "torch:sparse-varlen, "
                                  "torch:sparse-paged, torch:mla-sparse, flashcheck:triton-sparse, "

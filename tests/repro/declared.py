@@ -32,3 +32,9 @@ from planted_quantized import mx_fixed as _mx_fixed
 
 mx_fixed = flashcheck.kernel(_mx_fixed, dtypes=("fp8_e4m3",), quantization="mxfp8")
 mx_e8m0_as_e4m3 = flashcheck.kernel(_mx_e8m0_as_e4m3, dtypes=("fp8_e4m3",), quantization="mxfp8")
+
+from planted_quantized import nvfp4_fixed as _nvfp4_fixed
+from planted_quantized import nvfp4_k_global_forgotten as _nvfp4_k_global_forgotten
+
+nvfp4_fixed = flashcheck.kernel(_nvfp4_fixed, dtypes=("fp8_e4m3",), quantization="nvfp4")
+nvfp4_k_global_forgotten = flashcheck.kernel(_nvfp4_k_global_forgotten, dtypes=("fp8_e4m3",), quantization="nvfp4")

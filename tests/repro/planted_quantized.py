@@ -1,13 +1,14 @@
-"""A plain-callable MXFP8 attention kernel with a planted bug, and its fixed twin, for the reproducer tests: e4m3
-codes times their e8m0 block scales (32 dims of a token for q and k, 32 tokens of a dim for v), fp32 softmax, the
-output in bf16. The bug reads k's e8m0 scales as e4m3 bits. They import nothing of flashcheck."""
+"""Plain-callable MXFP8 and NVFP4 attention kernels with a planted bug each, and their fixed twins, for the
+reproducer tests: codes times their block scales (32 (MXFP8) or 16 (NVFP4) dims of a token for q and k, as many
+tokens of a dim for v) and NVFP4's global scales, fp32 softmax, the output in bf16. The bugs read k's e8m0 scales as
+e4m3 bits and leave out k's global scale. They import nothing of flashcheck."""
 
 import torch
 
 
-def _values(codes, scales, along_dims):
+def _values(codes, scales, along_dims, size=32):
     s = scales.float()
-    s = s.repeat_interleave(32, -1)[..., :codes.shape[-1]] if along_dims else s.repeat_interleave(32, 2)[:, :, :codes.shape[2]]
+    s = s.repeat_interleave(size, -1)[..., :codes.shape[-1]] if along_dims else s.repeat_interleave(size, 2)[:, :, :codes.shape[2]]
     return codes.float() * s
 
 
@@ -28,3 +29,21 @@ def mx_e8m0_as_e4m3(q, k, v, *, scale, causal="none", attn_mask=None, q_block_sc
                     v_block_scales):
     return _attention(q, k, v, scale=scale, q_block_scales=q_block_scales, k_block_scales=k_block_scales,
                       v_block_scales=v_block_scales, misread=True)
+
+
+def _nvfp4(q, k, v, *, scale, block_scales, global_scales):
+    q, k, v = (_values(t, s, axis, 16) * g.float() for t, s, g, axis in
+               zip((q, k, v), block_scales, global_scales, (True, True, False)))
+    return (torch.softmax((q @ k.transpose(-1, -2)) * scale, -1) @ v).to(torch.bfloat16)
+
+
+def nvfp4_fixed(q, k, v, *, scale, causal="none", attn_mask=None, q_block_scales, k_block_scales, v_block_scales,
+                q_global_scale, k_global_scale, v_global_scale):
+    return _nvfp4(q, k, v, scale=scale, block_scales=(q_block_scales, k_block_scales, v_block_scales),
+                  global_scales=(q_global_scale, k_global_scale, v_global_scale))
+
+
+def nvfp4_k_global_forgotten(q, k, v, *, scale, causal="none", attn_mask=None, q_block_scales, k_block_scales,
+                             v_block_scales, q_global_scale, k_global_scale, v_global_scale):
+    return _nvfp4(q, k, v, scale=scale, block_scales=(q_block_scales, k_block_scales, v_block_scales),
+                  global_scales=(q_global_scale, torch.ones_like(k_global_scale), v_global_scale))

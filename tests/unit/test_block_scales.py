@@ -1,7 +1,7 @@
 """Block-scaled fp8: a spec's quantization scheme gives q, k and v block scales; the oracle attends codes times
-block scales times descales, the budget takes the scheme's rounding of P and its compute format, the block
-regimes draw zero, tiny, identical, outlier and saturating blocks, and each reference passes while its planted
-bugs are found within 40 cases."""
+block scales times descales (NVFP4's global scales), the budget takes the scheme's rounding of P and its compute
+format, the block regimes draw zero, tiny, identical, outlier and saturating blocks, and each reference passes while
+its planted bugs are found within 40 cases."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ from flashcheck.inputs.presets import load_preset
 from flashcheck.inputs.quantization import BLOCK_REGIMES, DESCALE_REGIMES, block_regime
 from flashcheck.inputs.recipe import Recipe
 from flashcheck.judge.properties import rescaled_case
-from flashcheck.kernels.planted import KV_BLOCK_SCALES, MXFP8
+from flashcheck.kernels.planted import KV_BLOCK_SCALES, MXFP8, NVFP4
 from flashcheck.numerics.budget import contract_terms
 
 SAVED = Path(__file__).parent / "saved_cases"
-KERNELS = {"per_token_kv": "torch:fp8-kv-token", "per_block_kv": "torch:fp8-kv-blocks", "mxfp8": "torch:mxfp8"}
+KERNELS = {"per_token_kv": "torch:fp8-kv-token", "per_block_kv": "torch:fp8-kv-blocks", "mxfp8": "torch:mxfp8",
+           "nvfp4": "torch:nvfp4"}
+E4M3_ONLY = ("mxfp8", "nvfp4")
 BLOCKED = tuple(KERNELS)
 
 
@@ -108,13 +110,14 @@ def test_the_budget_takes_the_schemes_p_rounding_and_compute_format():
 @pytest.mark.parametrize("scheme", BLOCKED)
 def test_each_reference_passes_in_every_block_regime(scheme):
     for regime in BLOCK_REGIMES:
-        for dtype in ("fp8_e4m3",) if scheme == "mxfp8" else ("fp8_e4m3", "fp8_e5m2"):
+        for dtype in ("fp8_e4m3",) if scheme in E4M3_ONLY else ("fp8_e4m3", "fp8_e5m2"):
             verdict = flashcheck.check(KERNELS[scheme], _case(scheme, seed=_seed(regime), dtype=dtype), device="cpu")
             assert verdict.status == "PASS", (regime, dtype, str(verdict))
 
 
 @pytest.mark.parametrize("name", [f"torch:fp8-kv-blocks~{b.name}" for b in KV_BLOCK_SCALES]
-                         + [f"torch:mxfp8~{b.name}" for b in MXFP8] + ["torch:fp8-kv-token~scale_of_next_block_at_edge"])
+                         + [f"torch:mxfp8~{b.name}" for b in MXFP8] + ["torch:fp8-kv-token~scale_of_next_block_at_edge"]
+                         + [f"torch:nvfp4~{b.name}" for b in NVFP4])
 def test_a_campaign_finds_each_planted_bug_within_40_cases(tmp_path, name):
     result = run_campaign(CampaignConfig(Target(name, "cpu", load_preset("adversarial"))).replace(
         seed=1, max_examples=40, corpus=tmp_path, database=tmp_path / "db", isolate=False))
@@ -126,6 +129,7 @@ def test_a_rescaled_block_scaled_case_keeps_its_exact_output(scheme):
     case = _case(scheme, seed=_seed("amax"))
     what, rescaled = rescaled_case(case)
     assert scheme != "mxfp8" or "block_scales" in what, what  # mxfp8's kernels receive no descales
+    assert scheme != "nvfp4" or "_global_scale over" in what, what  # a power of two moved to the global scale
     ref = flashcheck.reference_attention(case.q, case.k, case.v, scale=case.scale, variant=case.variant)
     again = flashcheck.reference_attention(rescaled.q, rescaled.k, rescaled.v, scale=case.scale,
                                            variant=rescaled.variant)
@@ -190,11 +194,12 @@ def test_a_legal_kernel_that_hands_a_rows_weight_to_another_key_is_rounded_withi
     assert verdict.status == "PASS" and 0.9 < verdict.max_ratio < 1, str(verdict)
 
 
-def test_a_campaign_reports_a_sample_of_its_quantization_error_apart_from_its_verdict(tmp_path, capsys):
+@pytest.mark.parametrize("kernel", ["torch:mxfp8", "torch:nvfp4"])
+def test_a_campaign_reports_a_sample_of_its_quantization_error_apart_from_its_verdict(tmp_path, capsys, kernel):
     from flashcheck.campaign.combine import combine_summaries
     from flashcheck.cli.summary import print_summary
 
-    result = run_campaign(CampaignConfig(Target("torch:mxfp8", "cpu", load_preset("smoke"))).replace(
+    result = run_campaign(CampaignConfig(Target(kernel, "cpu", load_preset("smoke"))).replace(
         seed=1, max_examples=20, corpus=tmp_path, database=tmp_path / "db", isolate=False))
     summary = result.summary()
     sampled = summary.quantization_error["fp8_e4m3"]

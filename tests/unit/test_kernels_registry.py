@@ -30,7 +30,7 @@ def test_builtin_names_and_descriptions():
                                      "torch:varlen", "torch:paged", "torch:jagged", "torch:split-kv",
                                      "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
                                      "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8",
-                                     "torch:fp8-kv-token", "torch:fp8-kv-blocks", "torch:mxfp8",
+                                     "torch:fp8-kv-token", "torch:fp8-kv-blocks", "torch:mxfp8", "torch:nvfp4",
                                      "flashcheck:triton-fp8-kv-blocks", "torch:int8-qk", "torch:mla", "torch:mla-paged",
                                      "torch:mla-fp8", "flashcheck:triton-mla", "torch:sparse", "torch:sparse-varlen",
                                      "torch:sparse-paged", "torch:mla-sparse", "flashcheck:triton-sparse",

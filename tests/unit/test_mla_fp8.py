@@ -48,8 +48,8 @@ def _case(regime: str = "amax", *, shapes: Shapes = SHAPES, values: str = "rando
 def test_the_scheme_names_the_latent_codes_the_rope_and_q_left_in_bf16():
     spec = KernelSpec(mla=True, dtypes=("bf16",), quantization="flashmla_fp8")
     assert spec.quantization is SCHEME and SCHEME.q is None and not SCHEME.descales
-    assert (SCHEME.k.size, SCHEME.k.axis, SCHEME.k.format, SCHEME.k.span, SCHEME.codes) == (128, "dims", "fp32", 512,
-                                                                                            "fp8_e4m3")
+    assert (SCHEME.k.size, SCHEME.k.axis, SCHEME.k.format, SCHEME.k.span, SCHEME.held_codes) == (128, "dims", "fp32",
+                                                                                                 512, "fp8_e4m3")
     assert SCHEME.holds_codes("bf16") and not SCHEME.holds_codes("fp8_e4m3") and not SCHEME.holds_codes("fp16")
     assert scheme_named(SCHEME.as_dict()) is SCHEME and scheme_named(dict(vars(SCHEME), name="mine")).k == SCHEME.k
     assert "first 512" in SCHEME.text() and "fp8_e4m3 codes in bf16 inputs" in SCHEME.text()
@@ -63,8 +63,9 @@ def test_the_scheme_names_the_latent_codes_the_rope_and_q_left_in_bf16():
     (lambda: Blocks(128, "tokens", span=512), "span", "axis='tokens'"),
     (lambda: Blocks(128, "dims", span=0), "span", "positive count"),
     (lambda: Scheme("mine", k=Blocks(128, "dims", span=512)), "span", "compute format"),
-    (lambda: Scheme("mine", k=Blocks(128, "dims"), codes="fp8_e4m3", descales=False), "codes", "compute=None"),
-    (lambda: Scheme("mine", k=Blocks(128, "dims"), codes="int4", compute="bf16", descales=False), "codes", "unknown"),
+    (lambda: Scheme("mine", k=Blocks(128, "dims"), held_codes="fp8_e4m3", descales=False), "held_codes", "compute=None"),
+    (lambda: Scheme("mine", k=Blocks(128, "dims"), held_codes="int4", compute="bf16", descales=False), "held_codes",
+     "unknown"),
 ])
 def test_a_scheme_that_cannot_hold_its_codes_is_refused_by_name(make, argument, words):
     with pytest.raises(InvalidArgument) as raised:

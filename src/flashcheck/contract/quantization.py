@@ -12,9 +12,13 @@ factor is more accurate and any factor that leaves P's largest value within the 
 Where a scheme's kernels compute on dequantized values (:attr:`Scheme.compute`, a KV cache's), they may round
 q, k, v and P to that format instead.
 
-A scheme whose ``codes`` are held in its compute format (FlashMLA's fp8 latent cache) takes inputs of that format:
-a tensor with block scales holds codes there (past a block's ``span``, plain values), a tensor without is not
-quantized, and the kernel forms each value in the compute format, its scale rounded to it first.
+A scheme may narrow the codes' value format (:attr:`Scheme.codes`: NVFP4's e2m1, carried in fp8_e4m3, which holds
+each of its values exactly) and give each tensor a second-level scale, one fp32 for the whole tensor
+(:attr:`Scheme.global_scale`), in place of the per-head descales.
+
+A scheme whose codes are held in its compute format (:attr:`Scheme.held_codes`, FlashMLA's fp8 latent cache) takes
+inputs of that format: a tensor with block scales holds codes there (past a block's ``span``, plain values), a tensor
+without is not quantized, and the kernel forms each value in the compute format, its scale rounded to it first.
 
 Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
 ``{q,k,v}_block_scales``, in the torch dtype of the scale format (:mod:`flashcheck.features.quantized`).
@@ -28,12 +32,17 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .formats import QUANTIZED_DTYPES, is_quantized
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "AXES", "check_spec", "scheme_named"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "CODES", "CODE_CARRIER", "AXES", "check_spec",
+           "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
 _HALF_FORMATS = ("fp16", "bf16")  # the formats a kernel may round P or P @ V's partial sums to
 # A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
 SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
+# Code formats narrower than fp8, carried in fp8_e4m3 (torch has no arithmetic on float4_e2m1fn_x2): their
+# nonnegative values (OCP MX fp4; the negatives too).
+CODES = {"e2m1": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)}
+CODE_CARRIER = "fp8_e4m3"
 
 
 def _check_choice(argument: str, value, allowed: tuple):
@@ -98,10 +107,19 @@ class Scheme:
     quantizer: str | None = None
     p_format: str | None = None
     pv_sums: tuple | None = None  # (format, keys per run)
-    # The codes' format where the inputs are in the compute format and hold them (see the module's docstring).
+    # NVFP4: the codes' value format where narrower than the inputs' fp8 (:data:`CODES`), and one fp32 scale per
+    # tensor, passed as ``{q,k,v}_global_scale`` (0-dim) and held as the case's descales, equal over (B, Hkv).
     codes: str | None = None
+    global_scale: bool = False
+    # The codes' format where the inputs are in the compute format and hold them (see the module's docstring).
+    held_codes: str | None = None
 
     def __post_init__(self):
+        if self.codes is not None:
+            _check_choice("codes", self.codes, tuple(CODES))
+        if self.global_scale and self.descales:
+            raise InvalidArgument("global_scale", self.global_scale, "a global scale per tensor replaces the per-head "
+                                  "descales", "Pass descales=False with global_scale=True.")
         if self.quantizer is not None:
             _check_choice("quantizer", self.quantizer, tuple(QUANTIZERS))
         if self.p_format is not None:
@@ -116,21 +134,21 @@ class Scheme:
 
     def _check_codes(self):
         spans = [b.span for b in self.blocks if b is not None and b.span is not None]
-        if self.codes is None and spans:
+        if self.held_codes is None and spans:
             raise InvalidArgument("span", spans[0], "dims left unquantized need inputs in the compute format",
-                                  "Declare codes='fp8_e4m3' and compute='bf16' with a span, or leave the span out.")
-        if self.codes is None:
+                                  "Declare held_codes='fp8_e4m3' and compute='bf16' with a span, or leave the span out.")
+        if self.held_codes is None:
             return
-        _check_choice("codes", self.codes, QUANTIZED_DTYPES)
+        _check_choice("held_codes", self.held_codes, QUANTIZED_DTYPES)
         if self.compute is None or self.descales:
-            raise InvalidArgument("codes", self.codes, "codes held in the inputs need a compute format to hold them "
-                                  f"and no descales (compute={self.compute!r}, descales={self.descales})",
-                                  "Declare compute='bf16' and descales=False with codes.")
+            raise InvalidArgument("held_codes", self.held_codes, "codes held in the inputs need a compute format to "
+                                  f"hold them and no descales (compute={self.compute!r}, descales={self.descales})",
+                                  "Declare compute='bf16' and descales=False with held_codes.")
 
     def holds_codes(self, dtype: str) -> bool:
         """Whether a case of ``dtype`` (a name) carries this scheme's scales: an fp8 dtype, or the compute format
         where the scheme's codes are held in it."""
-        return is_quantized(dtype) if self.codes is None else dtype == self.compute
+        return is_quantized(dtype) if self.held_codes is None else dtype == self.compute
 
     @property
     def blocks(self) -> tuple:
@@ -149,10 +167,12 @@ class Scheme:
     def text(self) -> str:
         if self.quantizer:
             return f"{self.name}: {QUANTIZERS[self.quantizer]}"
-        parts = [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
+        parts = [f"{self.codes} codes"] if self.codes else []
+        parts += [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
         return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
             f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "") + (
-            f"; {self.codes} codes in {self.compute} inputs" if self.codes else "")
+            f"; {self.held_codes} codes in {self.compute} inputs" if self.held_codes else "") + (
+            "; an fp32 global scale per tensor" if self.global_scale else "")
 
 
 # The quantizers a kernel may apply inside, each emulated exactly by the oracle (numerics/quantized_inside.py).
@@ -175,6 +195,12 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("mxfp8", q=Blocks(32, "dims", "e8m0"), k=Blocks(32, "dims", "e8m0"), v=Blocks(32, "columns", "e8m0"),
            descales=False, p_scale=256.0, convention="MXFP8: e4m3 codes with an e8m0 scale per 32 values along the contracted "
                                       "axis (q and k along the head dims, v along the tokens)"),
+    # NVFP4: e2m1 codes with an e4m3 scale per 16 values along the contracted axis and an fp32 global scale per
+    # tensor; P is not requantized: it stays in bf16, the compute format.
+    Scheme("nvfp4", q=Blocks(16, "dims", "e4m3"), k=Blocks(16, "dims", "e4m3"), v=Blocks(16, "columns", "e4m3"),
+           descales=False, global_scale=True, codes="e2m1", compute="bf16",
+           convention="NVFP4: e2m1 codes with an e4m3 scale per 16 values along the contracted axis (q and k along "
+                      "the head dims, v along the tokens) and an fp32 global scale per tensor"),
     # SageAttention 1.0.6: int8 Q K^T quantized inside the kernel; P in fp16, P @ V summed in fp16 per tile of 64
     # keys (an fp16 accumulator per tile), the tiles' sums in fp32.
     Scheme("sage_int8", q=Blocks(128), k=Blocks(64), descales=False, quantizer="sage_int8", p_format="fp16",
@@ -183,19 +209,22 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     # FlashMLA's fp8 latent cache (DeepSeek V3.2): K's 512 latent dims (V's too) as e4m3 codes with an fp32 scale per
     # 128, its 64 rope dims in bf16, q in bf16.
     Scheme("flashmla_fp8", k=Blocks(128, "dims", span=512), v=Blocks(128, "dims", span=512), descales=False,
-           compute="bf16", codes="fp8_e4m3",
+           compute="bf16", held_codes="fp8_e4m3",
            convention="FlashMLA's fp8 latent cache: per token 512 e4m3 codes, 4 fp32 scales (one per 128 codes), "
                       "64 bf16 rope values; q in bf16"),
 )}
 
 
 def check_spec(scheme: Scheme, *, dtypes: tuple, latent: int | None) -> None:
-    """An :class:`InvalidArgument` where a spec cannot carry ``scheme``: codes held in the compute format take that
-    dtype alone; a span scales the latent of a cached row (``latent``: its width, None without one), shared by K and
+    """An :class:`InvalidArgument` where a spec cannot carry ``scheme``: narrower codes come in their carrier
+    (fp8_e4m3) alone, codes held in the compute format in that dtype alone; a span scales the latent of a cached row (``latent``: its width, None without one), shared by K and
     V."""
-    if scheme.codes is not None and tuple(dtypes) != (scheme.compute,):
+    if scheme.codes and any(d in QUANTIZED_DTYPES and d != CODE_CARRIER for d in dtypes):
+        raise InvalidArgument("dtypes", dtypes, f"the scheme {scheme.name} carries its {scheme.codes} codes in "
+                              f"{CODE_CARRIER}", f"Declare dtypes=({CODE_CARRIER!r},).")
+    if scheme.held_codes is not None and tuple(dtypes) != (scheme.compute,):
         raise InvalidArgument("dtypes", list(dtypes), f"quantization={scheme.name!r} hands the kernel "
-                              f"{scheme.compute} inputs that hold {scheme.codes} codes",
+                              f"{scheme.compute} inputs that hold {scheme.held_codes} codes",
                               f"Declare dtypes=({scheme.compute!r},) with this scheme.")
     spans = {b.span for b in scheme.blocks if b is not None and b.span is not None}
     if spans and (spans != {latent} or scheme.k != scheme.v):

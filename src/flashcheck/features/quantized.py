@@ -5,24 +5,34 @@ Values are ``code * block_scale * descale``. A scheme (:mod:`flashcheck.contract
 holds the scales as fp32 tensors (every value of an e8m0 or e4m3 scale is exact there), of the shapes
 :class:`~flashcheck.contract.quantization.Blocks` gives, H the tensor's own heads. A kernel receives them as
 ``q_block_scales``, ``k_block_scales`` and ``v_block_scales`` in the scale format's torch dtype. A scale of 0
-is legal: an all-zero block's. A scheme whose codes are held in its compute format has them in a tensor's first
-``span`` dims (:meth:`~flashcheck.contract.quantization.Blocks.coded`); its other dims take a scale of 1.
+is legal: an all-zero block's. A scheme with a global scale (NVFP4's) holds it as the descales, equal over a tensor's
+(B, Hkv), and passes it as ``q_global_scale``, ``k_global_scale``, ``v_global_scale`` (0-dim fp32); a scheme with
+narrower codes (e2m1) has them carried in fp8_e4m3, each one of the code format's values. A scheme whose codes are
+held in its compute format has them in a tensor's first ``span`` dims
+(:meth:`~flashcheck.contract.quantization.Blocks.coded`); its other dims take a scale of 1.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..contract.formats import FORMATS
-from ..contract.quantization import SCALE_FORMATS, Blocks, Scheme, scheme_named
+from ..contract.formats import FORMATS, format_of
+from ..contract.quantization import CODE_CARRIER, CODES, SCALE_FORMATS, Blocks, Scheme, scheme_named
 from ..errors import InvalidArgument
 from .tensors import as_float_tensor, head_values_text
 
-__all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "expanded", "dequantize", "check_descales", "check_block_scales",
-           "check_codes", "shape_of", "shape_problem", "exact", "scale_dtype", "scale_kwargs", "scales_text"]
+__all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "GLOBAL_SCALES", "expanded", "dequantize", "check_descales",
+           "check_block_scales", "check_global_scales", "check_codes", "check_held_codes", "stray_codes", "scale_names",
+           "shape_of", "shape_problem", "exact", "scale_dtype", "scale_kwargs", "scales_text"]
 
 BLOCK_SCALES = ("q_block_scales", "k_block_scales", "v_block_scales")
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
+GLOBAL_SCALES = ("q_global_scale", "k_global_scale", "v_global_scale")
+
+
+def scale_names(scheme) -> tuple:
+    """The kernel's keywords of q's, k's and v's second-level scales (the case's descales) under ``scheme``."""
+    return GLOBAL_SCALES if scheme_named(scheme).global_scale else DESCALE_KWARGS
 
 
 def shape_of(blocks: Blocks, t_shape) -> tuple:
@@ -47,8 +57,8 @@ def dequantize(q, k, v, descales, block_scales, scheme):
     bits times at most 24 times 24), each query head with its K/V head's descale."""
     out, scheme = [], scheme_named(scheme)
     for i, (t, blocks) in enumerate(zip((q, k, v), scheme.blocks)):
-        if scheme.codes and blocks is not None:
-            check_codes("qkv"[i], t, blocks, scheme.codes)
+        if scheme.held_codes and blocks is not None:
+            check_held_codes("qkv"[i], t, blocks, scheme.held_codes)
         t = t.to(torch.float64)
         if blocks is not None:
             t = t * expanded(block_scales[i].to(t.device, torch.float64), blocks, t.shape)
@@ -57,9 +67,9 @@ def dequantize(q, k, v, descales, block_scales, scheme):
     return tuple(out)
 
 
-def check_codes(name: str, t: torch.Tensor, blocks: Blocks, codes: str) -> None:
+def check_held_codes(name: str, t: torch.Tensor, blocks: Blocks, codes: str) -> None:
     """An :class:`InvalidArgument` unless the first dims of ``t`` that ``blocks`` scales hold values of the
-    format ``codes``."""
+    format ``codes`` (a scheme's :attr:`~flashcheck.contract.quantization.Scheme.held_codes`)."""
     x = t[..., :blocks.coded(t.shape[-1])]
     if not torch.equal(x.to(FORMATS[codes].dtype).to(x.dtype), x):
         raise InvalidArgument(name, head_values_text(x.float()), f"holds values that are not {codes} codes in its "
@@ -116,6 +126,8 @@ def scale_kwargs(descales, block_scales, scheme, device) -> dict:
     scale format; fresh copies on ``device``."""
     scheme = scheme_named(scheme)
     out = dict(zip(DESCALE_KWARGS, descales.to(device, copy=True).unbind(0))) if scheme.descales else {}
+    if scheme.global_scale:  # one per tensor: the descales hold it at every (batch entry, K/V head)
+        out.update({name: d[0, 0].to(device, copy=True) for name, d in zip(GLOBAL_SCALES, descales.unbind(0))})
     out.update({name: s.to(device, scale_dtype(blocks), copy=True)
                 for name, s, blocks in zip(BLOCK_SCALES, block_scales, scheme.blocks) if s is not None})
     return out
@@ -123,8 +135,12 @@ def scale_kwargs(descales, block_scales, scheme, device) -> dict:
 
 def scales_text(descales, block_scales, scheme) -> str:
     """The scales in a case's one-line description."""
-    parts = [] if scheme_named(scheme).name == "per_head" else [scheme_named(scheme).name]
-    parts.append(f"descales={head_values_text(descales)}")
+    scheme = scheme_named(scheme)
+    parts = [] if scheme.name == "per_head" else [scheme.name]
+    if scheme.global_scale:
+        parts.append("global_scales=" + "/".join(f"{float(d[0, 0]):.6g}" for d in descales))
+    else:
+        parts.append(f"descales={head_values_text(descales)}")
     parts += [f"{name}={head_values_text(s)}" for name, s in zip(BLOCK_SCALES, block_scales) if s is not None]
     return ",".join(parts)
 
@@ -138,3 +154,32 @@ def check_descales(descales):
     if t.shape[0] != 3 or not bool((torch.isfinite(t) & (t > 0)).all()):
         raise InvalidArgument("descales", tuple(t.shape), "expected (3, B, Hkv), finite and positive", fix)
     return t.to("cpu", torch.float32).clone()
+
+
+def check_global_scales(descales, scheme: Scheme) -> None:
+    """Refuse descales that differ within a tensor where ``scheme`` has one global scale per tensor."""
+    if scheme.global_scale and descales is not None and not bool((descales == descales[:, :1, :1]).all()):
+        raise InvalidArgument("descales", head_values_text(descales), "differ within a tensor, whose scheme "
+                              f"({scheme.name}) has one global scale per tensor",
+                              "Pass each tensor's global scale at every batch entry and K/V head.")
+
+
+def stray_codes(t: torch.Tensor, codes: str) -> torch.Tensor:
+    """The values of ``t`` that are not values of the code format ``codes`` (:data:`CODES`; NaN is none), float32."""
+    values = t.float()
+    return values[~torch.isin(values.abs(), torch.tensor(CODES[codes], dtype=torch.float32, device=t.device))]
+
+
+def check_codes(tensors: tuple, scheme: Scheme) -> None:
+    """Refuse q, k or v that are not codes of ``scheme``'s narrower code format in fp8_e4m3, where it has one."""
+    if scheme.codes is None:
+        return
+    carrier = format_of(CODE_CARRIER).dtype
+    fix = f"Pass {scheme.codes} codes ({', '.join(f'{c:g}' for c in CODES[scheme.codes][1:])} and their negatives, " \
+          f"or 0) as {carrier} tensors, which hold each exactly."
+    for name, t in zip("qkv", tensors):
+        if t.dtype != carrier:
+            raise InvalidArgument(name, str(t.dtype), f"{scheme.name}'s {scheme.codes} codes come in {carrier}", fix)
+        stray = stray_codes(t, scheme.codes)
+        if stray.numel():
+            raise InvalidArgument(name, head_values_text(stray), f"holds values that are not {scheme.codes} codes", fix)

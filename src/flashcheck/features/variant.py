@@ -108,6 +108,7 @@ class Variant:
                                   "(B, 1, Nq, topk), or declare duplicates='once'.")
         object.__setattr__(self, "descales", quantized.check_descales(self.descales))
         object.__setattr__(self, "quantization", scheme_named(self.quantization))
+        quantized.check_global_scales(self.descales, self.quantization)
         if self.descales is None and any(s is not None for s in self.block_scales):
             raise InvalidArgument("descales", None, "block scales without descales",
                                   "Pass the case's descales (1 where the scheme has none) with its block scales.")

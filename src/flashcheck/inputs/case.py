@@ -27,6 +27,7 @@ from ..contract.counts import check_count
 from ..contract.formats import format_of, is_quantized, raw_bits
 from ..contract.validation import Shapes, check_attention_inputs
 from ..errors import InvalidArgument
+from ..features.quantized import check_codes
 from ..features.variant import Variant, check_shapes
 from .casefile import load_saved_case, save_case
 from .layout import TENSORS, Layout, guard_size, layouts, materialise
@@ -86,11 +87,13 @@ def _provenance(value) -> dict:
     return out
 
 
-def _variant(variant, shapes) -> Variant:
+def _variant(variant, shapes, tensors) -> Variant:
     if not isinstance(variant, Variant):
         raise InvalidArgument("variant", variant, "expected a flashcheck.Variant",
                               "Pass variant=flashcheck.Variant(...) with the features the case uses, or None.")
     check_shapes(variant, shapes)
+    if variant.quantized:
+        check_codes(tensors, variant.quantization)
     return variant
 
 
@@ -158,7 +161,7 @@ class AttentionCase:
         put("attn_mask", None if mask is None else _stored(mask))
         put("layout", Layout.parse(self.layout))
         put("provenance", _provenance(self.provenance))
-        put("variant", _variant(self.variant, self.shapes))
+        put("variant", _variant(self.variant, self.shapes, (self.q, self.k, self.v)))
         self._check_layout(self.layout, argument="layout")
 
     @classmethod

@@ -17,6 +17,11 @@ the scale format (so no code saturates), 0 for an all-zero block (1 in e8m0, whi
 the values first (:data:`BLOCK_REGIMES`): blocks of zeros, blocks at e8m0's or fp32's smallest scales, blocks
 of one repeated value, one outlier per block over values that fall to fp8's subnormals, and scales one step
 too small, so that a block's largest codes saturate at fp8's largest value.
+
+NVFP4 (a scheme with a global scale and e2m1 codes) is drawn by its own quantizer (:mod:`flashcheck.numerics.nvfp4`):
+a global scale per tensor, e4m3 block scales to nearest (a scale of 0 for an all-zero block), e2m1 codes saturating
+at 6. Its ``tiny_scales`` blocks are 2^-16 of the rest, so that their scales fall to e4m3's subnormals (the global
+scale sets the tensor's magnitude), and its ``saturating`` scales are those of 3/4 of the block's largest magnitude.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import torch
 from ..contract.formats import format_of
 from ..contract.quantization import Blocks, scheme_named
 from ..contract.validation import Shapes
-from ..features.quantized import exact, expanded, scale_dtype, shape_of
-from ..features.variant import DESCALE_KWARGS, Variant
-from ..numerics.quantizers import pow2_scale
+from ..features.quantized import BLOCK_SCALES, exact, expanded, scale_dtype, scale_names, shape_of, stray_codes
+from ..features.variant import Variant
+from ..numerics import nvfp4
+from ..numerics.quantizers import pow2_scale, to_codes
 from .case import AttentionCase
 from .drawing import seeded
 
@@ -71,7 +77,7 @@ def regime_text(seed: int, scheme="per_head") -> str:
     scheme = scheme_named(scheme)
     if scheme.quantizer:
         return f"/{scheme.name}={inside_regime(seed)}"
-    if scheme.codes:  # no descales
+    if scheme.held_codes:  # no descales
         return f"/{scheme.name}={block_regime(seed)}"
     blocks = f",{scheme.name}={block_regime(seed)}" if scheme.block_scaled else ""
     return f"/descales={descale_regime(seed)}{blocks}"
@@ -109,9 +115,9 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
     codes in the dims its blocks scale, the drawn values elsewhere and in a tensor without blocks. ``source``: a
     list that receives the full-precision values that were quantized (fp32)."""
     scheme = scheme_named(scheme)
-    fmt, held = format_of(scheme.codes or dtype), format_of(scheme.compute) if scheme.codes else None
+    fmt, held = format_of(scheme.held_codes or dtype), format_of(scheme.compute) if scheme.held_codes else None
     gen = seeded(int(seed) + 1)
-    parts = [_quantized(t, blocks, shapes=shapes, fmt=fmt, held=held, seed=seed, gen=gen)
+    parts = [_quantized(t, blocks, scheme, shapes=shapes, fmt=fmt, held=held, seed=seed, gen=gen)
              for t, blocks in zip((q, k, v), scheme.blocks)]
     if source is not None:
         source.extend(p.source for p in parts)
@@ -122,8 +128,9 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
 
 @dataclass(frozen=True)
 class _Quantized:
-    """One tensor quantized: its codes (in their fp8 format, or held in the compute format), its (B, Hkv) descale,
-    its block scales (None without) and the full-precision values they stand for (fp32)."""
+    """One tensor quantized: its codes (in their fp8 format, or held in the compute format), its (B, Hkv) descale
+    (a global scale's value where the scheme has one), its block scales (None without) and the full-precision
+    values they stand for (fp32)."""
 
     codes: torch.Tensor
     descale: torch.Tensor
@@ -131,29 +138,25 @@ class _Quantized:
     source: torch.Tensor
 
 
-def _quantized(t, blocks: Blocks | None, *, shapes: Shapes, fmt, held, seed: int, gen) -> _Quantized:
+def _quantized(t, blocks: Blocks | None, scheme, *, shapes: Shapes, fmt, held, seed: int, gen) -> _Quantized:
     ones = torch.ones(shapes.batch, shapes.heads_kv)
     if blocks is None and held is not None:  # a tensor the scheme leaves unquantized: its values as drawn
         return _Quantized(t.to(held.dtype).contiguous(), ones, None, t.float())
     if blocks is None:
         d = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen)
         per_value = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
-        return _Quantized(_codes(t.float(), per_value, fmt), d, None, t.float())
+        return _Quantized(_codes(t.float(), per_value, fmt, scheme.codes), d, None, t.float())
     coded = blocks.coded(t.shape[-1])
-    values = _block_values(t[..., :coded].float(), blocks, block_regime(seed), gen)
-    scales = _block_scales(values, blocks, fmt.max_value, block_regime(seed))
-    codes = _codes(values, expanded(scales, blocks, values.shape), fmt)
+    values = _block_values(t[..., :coded].float(), blocks, block_regime(seed), gen, global_scale=scheme.global_scale)
+    g = nvfp4.global_scale(values, blocks.format) if scheme.global_scale else None
+    d = ones if g is None else torch.full((shapes.batch, shapes.heads_kv), float(g))
+    scales = _block_scales(values, blocks, fmt.max_value, block_regime(seed), g)
+    codes = _codes(values, expanded(scales, blocks, values.shape) * (1.0 if g is None else g), fmt, scheme.codes)
     if held is None:
-        return _Quantized(codes, ones, scales, values)
+        return _Quantized(codes, d, scales, values)
     rest = t[..., coded:].to(held.dtype)  # the dims past the span: unquantized
-    return _Quantized(torch.cat((codes.to(held.dtype), rest), -1).contiguous(), ones, scales,
+    return _Quantized(torch.cat((codes.to(held.dtype), rest), -1).contiguous(), d, scales,
                       torch.cat((values, rest.float()), -1))
-
-
-def _codes(values: torch.Tensor, per_value: torch.Tensor, fmt) -> torch.Tensor:
-    """``values`` over their scales (0 where a scale is 0), clamped to the format's range and rounded to it."""
-    codes = torch.where(per_value > 0, values / per_value, 0.0)
-    return codes.clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype).contiguous()
 
 
 def shared_scales(variant: Variant, head_dim_v: int) -> Variant:
@@ -169,6 +172,14 @@ def shared_scales(variant: Variant, head_dim_v: int) -> Variant:
     if blocks.axis != "tokens":  # per dim, or per block of a token's dims: V's are K's first
         k_scales = k_scales[..., :blocks.count(blocks.coded(head_dim_v)) if blocks.axis == "dims" else head_dim_v]
     return variant.replace(descales=descales, v_block_scales=k_scales.contiguous())
+
+
+def _codes(t: torch.Tensor, per_value: torch.Tensor, fmt, codes: str | None) -> torch.Tensor:
+    """``t``'s codes in fmt's dtype under its per-value scales: fp32's quotient cast to fp8, or a narrower code
+    format's nearest value of the float64 quotient (exact in fp8_e4m3)."""
+    if codes is not None:
+        return to_codes(t.double(), per_value.double(), codes).to(fmt.dtype)
+    return torch.where(per_value > 0, t.float() / per_value, 0.0).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype)
 
 
 def _blocks_view(t: torch.Tensor, blocks: Blocks) -> torch.Tensor:
@@ -187,9 +198,9 @@ def _from_blocks(x: torch.Tensor, blocks: Blocks, shape) -> torch.Tensor:
     return x[..., :shape[2]].transpose(2, 3)
 
 
-def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Tensor:
+def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen, *, global_scale: bool) -> torch.Tensor:
     """``t`` with the block regime's shape given to its values, block by block (a third of the blocks, drawn;
-    a block of tokens with all its dims)."""
+    a block of tokens with all its dims); ``global_scale``: a scheme's, beside which tiny blocks are 2^-16."""
     x = _blocks_view(t, blocks)
     shape = list(x.shape[:-1]) + [1]
     if blocks.axis == "tokens":
@@ -198,7 +209,8 @@ def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Te
     if regime == "zero_blocks":
         x = torch.where(chosen, 0.0, x)
     elif regime == "tiny_scales":
-        x = torch.where(chosen, x * 2.0**-100, x)  # scales near e8m0's and fp32's smallest
+        # scales near e8m0's and fp32's smallest, or in e4m3's subnormals under a global scale
+        x = torch.where(chosen, x * 2.0 ** (-16 if global_scale else -100), x)
     elif regime == "identical":
         first = x[:, :, :1, :, :1] if blocks.axis == "tokens" else x[..., :1]
         x = torch.where(chosen, first.expand_as(x), x)
@@ -209,13 +221,16 @@ def _block_values(t: torch.Tensor, blocks: Blocks, regime: str, gen) -> torch.Te
     return _from_blocks(x, blocks, t.shape)
 
 
-def _block_scales(t: torch.Tensor, blocks: Blocks, fmax: float, regime: str) -> torch.Tensor:
+def _block_scales(t: torch.Tensor, blocks: Blocks, fmax: float, regime: str, global_: torch.Tensor | None):
     """fp32 scales of ``t``'s blocks, exact in the scale format: amax / fmax rounded up there (0 for a block of
-    zeros); the ``saturating`` regime's one step smaller, so that the block's largest codes saturate."""
+    zeros); the ``saturating`` regime's one step smaller, so that the block's largest codes saturate. Under a global
+    scale ``global_``, NVFP4's: the nearest e4m3 of amax / 6 / global (of 3/4 of amax where saturating)."""
     amax = _blocks_view(t.double(), blocks).abs().amax(-1)
     if blocks.axis == "tokens":
         amax = amax.amax(2)  # (B, H, nb): one scale for all dims of a block of tokens
-    if blocks.format == "e8m0":  # no zero in e8m0: an all-zero block's scale is 1
+    if global_ is not None:
+        scales = nvfp4.block_scales(amax * (0.75 if regime == "saturating" else 1.0), global_, blocks.format)
+    elif blocks.format == "e8m0":  # no zero in e8m0: an all-zero block's scale is 1
         scales = pow2_scale(amax, fmax, rule="ceil") / torch.where((amax > 0) & (regime == "saturating"), 2.0, 1.0)
     else:
         scales = _rounded_up(amax / fmax, blocks)
@@ -237,10 +252,12 @@ def _rounded_up(x: torch.Tensor, blocks: Blocks) -> torch.Tensor:
     return torch.where(near < x, up, near)
 
 
-def _exact_factor(t: torch.Tensor, fmt) -> float | None:
+def _exact_factor(t: torch.Tensor, fmt, codes: str | None = None) -> float | None:
     """2 where doubling ``t`` stays in the range of its format ``fmt``, else 0.5 where halving keeps every value
     normal (or zero): exact either way; None where neither is (the largest value beside one near the smallest
-    normal)."""
+    normal). Codes of a narrower format (``codes``): 2 or 0.5 where every product is one of its codes too."""
+    if codes is not None:
+        return next((f for f in (2.0, 0.5) if not stray_codes(t.float() * f, codes).numel()), None)
     magnitudes = t.float().abs()
     if float(magnitudes.max()) * 2 <= fmt.max_value:
         return 2.0
@@ -264,15 +281,18 @@ def _times(t: torch.Tensor, factor: float, blocks: Blocks | None) -> torch.Tenso
 def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
     """(what, case) with each of q, k and v times 2 and its scale halved (or halved and doubled), where
     that is exact: its block scales where it has them, else its descale; where neither q nor k can be, q's
-    scale doubled and k's halved (their product alone scales the logits). The dequantized values' product, and
-    so the exact output, is unchanged. A tensor whose scale the kernel does not receive stays as it is. None
-    without descales."""
+    scale doubled and k's halved (their product alone scales the logits). Under a global scale per tensor, the
+    power of two moves between each tensor's block scales and its global scale instead. The dequantized values'
+    product, and so the exact output, is unchanged. A tensor whose scale the kernel does not receive stays as it is.
+    None without descales."""
     variant = case.variant
     if not variant.quantized:
         return None
+    if variant.quantization.global_scale:
+        return _moved_to_global(case)
     scheme, tensors = variant.quantization, (case.q, case.k, case.v)
     names = [f"{n}_block_scales" if s is not None else f"{n}_descale" for n, s in zip("qkv", variant.block_scales)]
-    factors = [_exact_factor(t[..., :_coded(t, b)], format_of(scheme.codes or t.dtype)) or 1.0
+    factors = [_exact_factor(t[..., :_coded(t, b)], format_of(scheme.held_codes or t.dtype), scheme.codes) or 1.0
                for t, b in zip(tensors, scheme.blocks)]
     factors = [f if _scales_take(variant, i, 1 / f) else 1.0 for i, f in enumerate(factors)]
     scaled = [_times(t, f, b) for t, f, b in zip(tensors, factors, scheme.blocks)]
@@ -285,6 +305,20 @@ def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
         return None
     return ", ".join(what), dataclasses.replace(case, q=scaled[0], k=scaled[1], v=scaled[2],
                                                 variant=variant.rescaled(multipliers))
+
+
+def _moved_to_global(case: AttentionCase) -> tuple[str, AttentionCase] | None:
+    """(what, case) with each tensor's block scales times 2 and its global scale halved (or the reverse), where its
+    block scales take it exactly (an fp32 global scale always does): each tensor's values are unchanged."""
+    variant = case.variant
+    moves = [next((f for f in (2.0, 0.5) if s is not None and _scales_take(variant, i, f)), 1.0)
+             for i, s in enumerate(variant.block_scales)]
+    what = [f"{n}_block_scales times {f:g} and {n}_global_scale over {f:g}" for n, f in zip("qkv", moves) if f != 1.0]
+    if not what:
+        return None
+    scaled = {name: s * f for name, s, f in zip(BLOCK_SCALES, variant.block_scales, moves) if s is not None}
+    descales = variant.descales / torch.tensor(moves).view(3, 1, 1)
+    return ", ".join(what), dataclasses.replace(case, variant=variant.replace(descales=descales, **scaled))
 
 
 def _scales_take(variant: Variant, i: int, factor: float) -> bool:
@@ -302,5 +336,5 @@ def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, fl
     if not variant.quantized:
         return []
     scales = variant.input_scales(b, kv_head)[:2]
-    return [(f"{name} {how} (fp8)", factor) for name, d in zip(DESCALE_KWARGS, scales)
+    return [(f"{name} {how} (fp8)", factor) for name, d in zip(scale_names(variant.quantization), scales)
             for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d != 1.0]

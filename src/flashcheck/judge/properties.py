@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..contract.formats import SCALE_FINDING, SCALE_PROPERTY, raw_bits
+from ..contract.quantization import CODES
 from ..contract.spec import KernelSpec, promise_note
 from ..features.registry import REGISTRY, by_term
 from ..inputs.case import AttentionCase
@@ -218,9 +219,12 @@ def _poison(reruns: _Reruns) -> None:
         return
     n = int(hidden.sum())
     huge_k, fmax = poison_values("huge", case.k)
+    codes = case.variant.quantization.codes  # a narrower code format (e2m1): no NaN, nothing past its largest code
+    if codes:
+        huge_k = fmax = max(CODES[codes])
     # A key only a -inf bias hides has weight e^-inf = 0, and 0 * NaN is NaN: no kernel promises it safe.
     masked = _poisonable(case, hidden & hidden_keys(case, by_bias=False))
-    if reruns.spec.nan_safe_masking and bool(masked.any()):
+    if reruns.spec.nan_safe_masking and bool(masked.any()) and not codes:
         reruns.compare("poison_leak", f"NaN in {int(masked.sum())} masked-out keys of K and V",
                        reruns.rerun(_poisoned(case, masked, float("nan"), float("nan"))), promise="nan_safe_masking")
     if not reruns.crashed:

@@ -243,6 +243,10 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:mxfp8", "MXFP8 attention in torch: e4m3 codes with an e8m0 scale per 32 values along each product's "
             "contracted axis, P requantized to e4m3 with an e8m0 scale per 32 keys, bf16 out",
             BLOCK_SCALED_MAKERS["torch:mxfp8"], planted=PLANTED_BLOCK_SCALED["torch:mxfp8"]),
+    Builtin("torch:nvfp4", "NVFP4 attention in torch: e2m1 codes (in fp8_e4m3, read packed two a byte) with an e4m3 "
+            "scale per 16 values along each product's contracted axis and an fp32 global scale per tensor, "
+            "dequantized and rounded to bf16, P in bf16, bf16 out", BLOCK_SCALED_MAKERS["torch:nvfp4"],
+            planted=PLANTED_BLOCK_SCALED["torch:nvfp4"]),
     _triton_form(TRITON_FP8_KV_BLOCKS, "fp8_kv_blocks", "make_fp8_kv_blocks_kernel", "flashcheck's own Triton "
                  "kernel on fp8 inputs whose K and V carry an fp32 scale per block of 16 keys besides FA3's descales "
                  "(the per_block_kv scheme): an fp8 dot for the scores, P and V in bf16 for P @ V, bf16 out",

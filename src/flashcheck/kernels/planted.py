@@ -23,9 +23,9 @@ from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "INT8_QK", "MLA", "MLA_FP8", "PAGED", "PlantedBug", "SELFTEST", "SELFTEST_BACKWARD",
-           "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON", "TRITON_BLOCK_SPARSE", "TRITON_MLA",
-           "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
+__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "INT8_QK", "MLA", "MLA_FP8", "NVFP4", "PAGED", "PlantedBug",
+           "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON",
+           "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,15 @@ MXFP8 = (
     PlantedBug("e8m0_read_as_e4m3", "k's e8m0 block scales are read as e4m3 bits (FlashMLA PR 184's cast)"),
     PlantedBug("p_sum_unclamped", "P's block scale follows the OCP rule (2^(floor(log2 max) - 8)): its largest codes "
                "saturate at 448, while the row sum takes P unclamped (FA 2716)"))
+
+# NVFP4 (kernels/fp8_blocks.py): its e4m3 block scales cast as MX's e8m0, its second-level scale dropped, a block's
+# last dim scaled by the next block's, and a zero scale divided by.
+NVFP4 = (
+    PlantedBug("e4m3_read_as_e8m0", "k's e4m3 block scales are read as e8m0 bits (2^(bits - 127))"),
+    PlantedBug("global_scale_forgotten", "k_global_scale is never applied (taken as 1)"),
+    PlantedBug("scale_of_next_block_at_edge", "k's block scale of dim d is read at block (d + 1) // 16: each block's "
+               "last dim is scaled by the next block's scale (past the last block, by the last block's)"),
+    KV_BLOCK_SCALES[1])
 
 INT8_QK = (
     PlantedBug("padded_keys_unmasked", "without a causal mask the keys a last partial tile of 64 pads take score 0 "

@@ -120,7 +120,7 @@ def _compute_rounding(compute, scheme) -> float:
     if compute is None:
         return 0.0
     u = compute.unit_roundoff
-    return (1 + u) ** 2 - 1 if scheme.codes else u
+    return (1 + u) ** 2 - 1 if scheme.held_codes else u
 
 
 def _gamma(n: float, u: float) -> float:

@@ -158,6 +158,7 @@ CALL = plain_call  # @CALL@
 # block of CASE["blocks"]'s size along its axis: a block of tokens (all dims), of a token's dims or of a dim's tokens.
 SCALE_KEYWORDS = {"q": "q_descale", "k": "k_descale", "v": "v_descale"}
 BLOCK_KEYWORDS = {"q": "q_block_scales", "k": "k_block_scales", "v": "v_block_scales"}
+GLOBAL_KEYWORDS = {"q": "q_global_scale", "k": "k_global_scale", "v": "v_global_scale"}  # NVFP4: one per tensor
 
 
 def block_scaled(x, name, kw):
@@ -173,6 +174,8 @@ def block_scaled(x, name, kw):
 
 def dequantized(t, name, kw, heads_kv):
     x = block_scaled(t.double(), name, kw)
+    if GLOBAL_KEYWORDS[name] in kw:
+        return x * kw[GLOBAL_KEYWORDS[name]].double()
     descale = kw.get(SCALE_KEYWORDS[name])
     if descale is None:
         return x
