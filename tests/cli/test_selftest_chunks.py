@@ -9,7 +9,7 @@ import math
 import pytest
 
 from flashcheck.campaign.messages import PartDone, Shutdown, WorkerReady
-from flashcheck.campaign.transport import Worker
+from flashcheck.campaign.transport import ProcessTransport, Worker
 from flashcheck.cli import main
 from flashcheck.selftest.parallel import SelftestParts
 from flashcheck.selftest.rows import Detection, Row, combine_parts, row_parts
@@ -85,6 +85,7 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
     done = []
     scheduler = SelftestParts(plan, correct, lambda ok: row_parts(ok, 9, 9, 3, 2), None, done.append)
     worker = Worker(0, _Channel(), None)
+    scheduler.started([worker], ProcessTransport("cpu"))
     order = []
 
     def step(result=None):
@@ -123,6 +124,7 @@ def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
     scheduler = SelftestParts(plan, {"good": True, "bug": False}, lambda ok: row_parts(ok, 9, 9, 3), 0.0,
                                done.append)
     worker = Worker(0, _Channel(), None)
+    scheduler.started([worker], ProcessTransport("cpu"))
     scheduler.handle(worker, WorkerReady())  # past the deadline, a row still gets its first chunk (its first case)
     scheduler.handle(worker, PartDone(worker.channel.sent[-1].task_id, _row(1, stopped=True).as_dict()))
     task = worker.channel.sent[-1]

@@ -73,6 +73,7 @@ class PartScheduler:
         self.tasks: dict = {}         # task id -> (worker, row, part number)
         self.seen: dict = {}          # worker index -> rows it ran
         self.next_id = 0
+        self.transport: Transport | None = None
 
     # ---- the rows' rules ------------------------------------------------------------------------------
 
@@ -98,7 +99,7 @@ class PartScheduler:
         return min(jobs, sum(len(s.parts) for s in self.rows))
 
     def started(self, workers: list[Worker], transport: Transport) -> None:
-        pass  # a worker asks for work once it is ready
+        self.transport = transport  # a worker asks for work once it is ready
 
     def handle(self, worker: Worker, message) -> None:
         match message:
@@ -146,7 +147,7 @@ class PartScheduler:
         if not self.tasks and not any(s.available(past) for s in self.rows):
             for worker in self.idle:  # nothing left to run: the workers may end
                 try:
-                    worker.channel.send(Shutdown())
+                    self.transport.send(worker, Shutdown())
                 except (OSError, ValueError):
                     pass
             self.idle = []
@@ -163,7 +164,7 @@ class PartScheduler:
         fired = () if state.correct else tuple(sorted(self._fired_before(state)))
         task_id, self.next_id = self.next_id, self.next_id + 1
         try:
-            worker.channel.send(PartTask(task_id, state.key[0], state.key[1], start, stop, fired, time_left))
+            self.transport.send(worker, PartTask(task_id, state.key[0], state.key[1], start, stop, fired, time_left))
         except (OSError, ValueError):  # the worker is gone; its channel's end will say so
             return False
         self.tasks[task_id] = (worker, state, number)
