@@ -47,7 +47,7 @@ from .interrupts import stop_requests
 from .scheduler import check_jobs, run_workers
 from .scheduler.seeds import SeedShares
 from .summary import CampaignSummary
-from .transport import ProcessTransport
+from .ray_transport import make_transport
 
 __all__ = ["run_campaigns"]
 
@@ -73,14 +73,10 @@ def run_campaigns(config: CampaignConfig, *, jobs: int, progress=None, cluster: 
 
         prepared.append(prepare_campaign(config))
 
-    with stop_requests(policy.request_stop):
-        run_workers(policy, _transport(config.target.device, cluster), meanwhile=prepare)
-    return policy.summary(prepared[0].kernel.name)
-
-
-def _transport(device: str, cluster: str | None):
-    if cluster is None:
-        return ProcessTransport(device)
-    from .ray_transport import RayTransport  # noqa: PLC0415 -- Ray, an optional dependency, only with --cluster
-
-    return RayTransport(device, cluster)
+    transport = make_transport(config.target.device, cluster)  # a cluster that cannot be reached keeps the record
+    try:
+        with stop_requests(policy.request_stop):
+            run_workers(policy, transport, meanwhile=prepare)
+        return policy.summary(prepared[0].kernel.name)
+    finally:
+        policy.end_record()  # the workers ran and ended here: nothing to resume
