@@ -36,10 +36,10 @@ def print_summary(d: dict, json_path: str | None = None) -> None:
     print(f"  kernel ran: {isolation}")
     for source in d.get("sources") or []:  # one per --jobs worker
         gpu = f" (GPU {source['gpu']})" if source.get("gpu") not in (None, "ray") else ""
-        node = f" (node {source['node'][:8]})" if source.get("node") else ""
         ended = f", ended: {source['exit']}" if source.get("exit") else ""
-        print(f"  {source['source']}{gpu}{node}: {source['verdict']}, {source['cases']} cases, {source['findings']} "
-              f"findings, stopped: {source.get('stopped')}{ended}")
+        node = f", on node {source['node'][:8]}" if source.get("node") else ""
+        print(f"  {source['source']}{gpu}: {source['verdict']}, {source['cases']} cases, {source['findings']} "
+              f"findings, stopped: {source.get('stopped')}{ended}{node}")
     for lost in d.get("lost") or []:
         print(wrapped(f"  lost: {_lost(lost)}"))
     info = d["info"]
