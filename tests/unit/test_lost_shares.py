@@ -13,7 +13,7 @@ from flashcheck.campaign.progress import RunRecord, campaign_key, progress_folde
 from flashcheck.campaign.result import CampaignResult
 from flashcheck.campaign.scheduler import run_workers
 from flashcheck.campaign.scheduler.seeds import SeedShares
-from flashcheck.campaign.scheduler.shares import job_seed, run_seed
+from flashcheck.campaign.scheduler.shares import MAX_RUNS, job_seed, run_seed
 from flashcheck.campaign.transport import Worker
 from flashcheck.cli.summary import print_summary
 from flashcheck.inputs.covering import PlanShare
@@ -141,3 +141,12 @@ def test_a_campaign_whose_driver_died_goes_on_where_its_record_ends(tmp_path):
     assert summary.lost[0]["restarted_as"] == "worker0.1" and "earlier run" in summary.lost[0]["ended"]
     policy.end_record()
     assert SeedShares(config, 2).payloads()[0].run == 0  # done: the same command starts afresh
+
+
+def test_a_share_lost_again_and_again_ends_after_its_last_worker(tmp_path):
+    policy = SeedShares(_config(tmp_path), 1)
+    cluster = Cluster([(slot, Ended()) for slot in range(MAX_RUNS)], room=MAX_RUNS)
+    run_workers(policy, cluster)
+    summary = policy.summary("torch:math")
+    assert len(cluster.replaced) == MAX_RUNS - 1 and len(summary.lost) == MAX_RUNS
+    assert summary.lost[-1]["not_restarted"] == f"its share was taken on by {MAX_RUNS} workers, each lost"

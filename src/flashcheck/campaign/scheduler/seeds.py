@@ -229,7 +229,9 @@ class SeedShares:
                 run.share.runs.remove(successor)
             else:
                 successor.worker, self.by_worker[worker] = worker, successor
-        why = "no node had the resources free for it" if successor is not None else "its share was done"
+        why = "no node had the resources free for it" if successor is not None else \
+            f"its share was taken on by {len(run.share.runs)} workers, each lost" if run.share.exhausted else \
+            "its share was done"
         run.lost = self._lost(run, successor if worker is not None else None, why)
         if run.lost is not None and self.folder is not None:
             record_loss(self.folder, run.lost)

@@ -8,7 +8,8 @@ resources free), run 1 takes what is left, and so on:
 
 - *Done* is: a summary that did not stop at ``worker_failed`` (a GPU or a machine failing mid-campaign), every
   case of the share drawn, the share's seconds spent, or, without ``--keep-going``, a bug reported (its campaign
-  would have ended there). A campaign stopped by the user, or refused, or crashed in flashcheck, is not run again.
+  would have ended there). A campaign stopped by the user, or refused, or crashed in flashcheck, is not run again,
+  nor is a share whose :data:`MAX_RUNS` workers were all lost.
 - *What is left*: the share's cases less those its runs drew (the most of what each reported and what it wrote in
   the progress record, :mod:`flashcheck.campaign.progress`), and its seconds less those its runs spent.
 - *No case judged twice*: run g > 0 draws with a seed of its own, ``sha256(f"{seed}/job{i}/run{g}")``
@@ -36,6 +37,7 @@ from ..transport import Worker
 __all__ = ["Run", "Share", "ShareRun", "job_seed", "run_seed"]
 
 MIN_LEFT_S = 1.0  # a share with less time than this left is done: a new worker would not get to its first case
+MAX_RUNS = 8      # a share lost this many times ends there (a node that fails every worker it gets, a GPU that fails)
 
 
 def job_seed(seed: int | None, index: int, jobs: int) -> int | None:
@@ -137,9 +139,14 @@ class Share:
             return None
         return cases, seconds
 
+    @property
+    def exhausted(self) -> bool:
+        return len(self.runs) >= MAX_RUNS
+
     def next_run(self, keep_going: bool, jobs: int) -> Run | None:
         """Its next run, with what is left of it, where it is not done."""
-        left = self.left(keep_going) if not self.runs or self.runs[-1].unfinished else None
+        unfinished = not self.runs or (self.runs[-1].unfinished and not self.exhausted)
+        left = self.left(keep_going) if unfinished else None
         if left is None:
             return None
         number = len(self.runs)
