@@ -101,11 +101,10 @@ class LocalRayCluster:
         self.workers.append(node)
         return node
 
-    def heal(self) -> None:
-        """A fresh node for each one a test killed."""
-        dead = [n for n in self.workers if not n.alive]
+    def heal(self, workers: int) -> None:
+        """``workers`` worker nodes up: fresh ones in place of those a test killed."""
         self.workers = [n for n in self.workers if n.alive]
-        for _ in dead:
+        while len(self.workers) < workers:
             self.add_worker()
 
     def node_of(self, pid: int) -> RayNode | None:

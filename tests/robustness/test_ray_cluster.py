@@ -50,8 +50,8 @@ def cluster():
 
 @pytest.fixture
 def nodes(cluster):
-    """The module's cluster with its two worker nodes up: a fresh one for each an earlier test killed."""
-    cluster.heal()
+    """The module's cluster with two worker nodes up: fresh ones in place of those an earlier test killed."""
+    cluster.heal(workers=2)
     return cluster
 
 
@@ -64,7 +64,7 @@ def _paths(summary: dict) -> set:
 
 
 def test_a_cluster_campaign_draws_what_jobs_draws_and_finds_the_same_bugs(tmp_path, nodes):
-    extra = ("--keep-going", "--max-examples", "16", "--jobs", "2")
+    extra = ("--keep-going", "--max-examples", "8", "--jobs", "2")
     code_jobs, jobs = fuzz(tmp_path, "assumes_contiguous", *extra, seed=3, name="jobs")
     code_ray, ray = fuzz(tmp_path, "assumes_contiguous", *extra, "--cluster", nodes.address, seed=3, name="ray")
     assert code_jobs == code_ray == 1
@@ -75,28 +75,25 @@ def test_a_cluster_campaign_draws_what_jobs_draws_and_finds_the_same_bugs(tmp_pa
     assert len({s["node"] for s in ray["sources"]}) == 2 and not any("node" in s for s in jobs["sources"])
 
 
-def test_a_worker_whose_node_died_ends_after_what_it_sent_and_no_node_without_room_takes_its_place(nodes):
-    import ray
+def test_signoff_runs_its_campaigns_on_the_cluster(tmp_path, nodes):
+    code = main(["signoff", "torch:math", "--device", "cpu", "--preset", "smoke", "--dtype", "fp32",
+                 "--max-examples", "6", "--min-cases", "3", "--seed", "1", "--jobs", "2", "--cluster", nodes.address,
+                 "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    campaign = json.loads((tmp_path / "campaigns" / "torch-math-forward.json").read_text())
+    assert code == 0 and report["status"] == "SIGNED-OFF" and campaign["cases"] >= 6
+    assert len({s["node"] for s in campaign["sources"]}) == 2
 
-    from flashcheck.campaign.ray_transport import RayTransport
 
-    transport = RayTransport("cpu", nodes.address, place_wait_s=1.0)
-    one, other = transport.start(says_then_waits, [True, True], "test")  # each holds its node's CPU
-    said, replaced = set(), []
-    try:
-        for worker, message in transport.events():
-            if isinstance(message, Said):
-                said.add(worker)
-                if said == {one, other}:  # both reported: the other's node dies, every process of it
-                    nodes.node_of(transport.pids(other)[1]).kill()
-            elif isinstance(message, Ended) and worker is other:  # the one CPU left is held: no room for another
-                replaced.append(transport.replace(other, False))
-                transport.kill(one)
-    finally:
-        transport.end()
-    assert replaced == [None] and transport.how_ended(other).startswith("its actor or its node was lost")
-    assert transport.how_ended(one) == "killed by signal SIGKILL, maybe by the system's out-of-memory killer"
-    assert {g["state"] for g in ray.util.placement_group_table().values()} <= {"REMOVED"}  # no CPU held for nobody
+def test_selftest_runs_its_rows_on_the_cluster_and_gives_the_rows_of_one_process(tmp_path, nodes):
+    args = ["selftest", "--device", "cpu", "--dtype", "fp32", "--cases", "4", "--max-n", "24",
+            "--variant", "torch:math"]
+    rows = []
+    for extra in (["--jobs", "1"], ["--jobs", "2", "--chunk", "2", "--cluster", nodes.address]):
+        path = tmp_path / f"{len(rows)}.json"
+        assert main(args + extra + ["--json", str(path)]) == 0
+        rows.append([{**r, "seconds": None} for r in json.loads(path.read_text())])
+    assert rows[0] == rows[1] and rows[0][0]["cases"] == 4
 
 
 def _children(nodes) -> list[int]:
@@ -162,25 +159,28 @@ def test_a_campaign_loses_nothing_to_a_worker_a_node_or_its_driver_killed_and_ju
     assert "lost: worker0 after" in stdout and "left went to worker0.1" in stdout
 
 
-def test_signoff_runs_its_campaigns_on_the_cluster(tmp_path, nodes):
-    code = main(["signoff", "torch:math", "--device", "cpu", "--preset", "smoke", "--dtype", "fp32",
-                 "--max-examples", "6", "--min-cases", "3", "--seed", "1", "--jobs", "2", "--cluster", nodes.address,
-                 "--out", str(tmp_path)])
-    report = json.loads((tmp_path / "report.json").read_text())
-    campaign = json.loads((tmp_path / "campaigns" / "torch-math-forward.json").read_text())
-    assert code == 0 and report["status"] == "SIGNED-OFF" and campaign["cases"] >= 6
-    assert len({s["node"] for s in campaign["sources"]}) == 2
+def test_a_worker_whose_node_died_ends_after_what_it_sent_and_no_node_without_room_takes_its_place(nodes):
+    import ray
 
+    from flashcheck.campaign.ray_transport import RayTransport
 
-def test_selftest_runs_its_rows_on_the_cluster_and_gives_the_rows_of_one_process(tmp_path, nodes):
-    args = ["selftest", "--device", "cpu", "--dtype", "fp32", "--cases", "4", "--max-n", "24",
-            "--variant", "torch:math"]
-    rows = []
-    for extra in (["--jobs", "1"], ["--jobs", "2", "--chunk", "2", "--cluster", nodes.address]):
-        path = tmp_path / f"{len(rows)}.json"
-        assert main(args + extra + ["--json", str(path)]) == 0
-        rows.append([{**r, "seconds": None} for r in json.loads(path.read_text())])
-    assert rows[0] == rows[1] and rows[0][0]["cases"] == 4
+    transport = RayTransport("cpu", nodes.address, place_wait_s=1.0)
+    one, other = transport.start(says_then_waits, [True, True], "test")  # each holds its node's CPU
+    said, replaced = set(), []
+    try:
+        for worker, message in transport.events():
+            if isinstance(message, Said):
+                said.add(worker)
+                if said == {one, other}:  # both reported: the other's node dies, every process of it
+                    nodes.node_of(transport.pids(other)[1]).kill()
+            elif isinstance(message, Ended) and worker is other:  # the one CPU left is held: no room for another
+                replaced.append(transport.replace(other, False))
+                transport.kill(one)
+    finally:
+        transport.end()
+    assert replaced == [None] and transport.how_ended(other).startswith("its actor or its node was lost")
+    assert transport.how_ended(one) == "killed by signal SIGKILL, maybe by the system's out-of-memory killer"
+    assert {g["state"] for g in ray.util.placement_group_table().values()} <= {"REMOVED"}  # no CPU held for nobody
 
 
 @pytest.mark.parametrize("command", [["fuzz", "torch:math", "--max-examples", "1"],
