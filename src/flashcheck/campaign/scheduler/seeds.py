@@ -273,6 +273,9 @@ class SeedShares:
         usage = [r.error for r in runs if r.usage_error]
         if usage and not any(r.latest is not None and r.latest.cases for r in runs):
             raise JobError(f"{usage[0]} (reported by the --jobs worker processes)")
+        for run in runs:  # the transport has ended them all now: a process's exit status is in
+            if run.worker is not None:
+                run.ended = self.transport.how_ended(run.worker)
         summaries = [r.summary or r.partial_summary(kernel_name) for r in runs]
         combined = combine_summaries(summaries, sources=[r.name for r in runs])
         sources = [{**entry, "gpu": r.worker.gpu if r.worker else None, "stopped": s.stopped,
