@@ -97,7 +97,8 @@ class LocalRayCluster:
         a driver on this host joins the head, never a worker node a test may kill. Started one at a time, as two
         nodes starting at once can take the same port."""
         self.started += 1
-        node = self._node("--address", self.address, "--num-cpus", "1", "--node-ip-address", f"127.0.0.{self.started + 1}")
+        node = self._node("--address", self.address, "--num-cpus", "1",
+                          "--node-ip-address", f"127.0.0.{self.started + 1}")
         self.workers.append(node)
         return node
 

@@ -87,7 +87,8 @@ def test_a_worker_that_died_keeps_the_model_of_the_findings_it_sent_again_once_n
     sent: list = []
     keep_finding(sent, first)
     keep_finding(sent, _entry("w/found", shrunk=False, elements=900))
-    keep_finding(sent, {**first, "model": _model("acc_not_rescaled"), "title": f"{CAUSE.title}; matches acc_not_rescaled"})
+    keep_finding(sent, {**first, "model": _model("acc_not_rescaled"),
+                        "title": f"{CAUSE.title}; matches acc_not_rescaled"})
     assert [f["path"] for f in sent] == ["w/shrunk", "w/found"] and sent[0]["model"]["named"] == "acc_not_rescaled"
     snapshot = _bug(_entry("w/found", shrunk=False, elements=900))
     [bug] = bugs_with_findings([snapshot], sent)

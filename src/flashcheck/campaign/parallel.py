@@ -35,6 +35,11 @@ keeps its shrink's progress and returns its summary), again every second until t
 kills those still running after ``STOP_GRACE_S``. A worker that ended without a summary is combined from
 what it sent: its last snapshot's counts and every finding it reported, with a note on how it ended, so
 the combined verdict still counts its findings.
+
+*On a cluster* (``cluster``: :class:`~flashcheck.campaign.ray_transport.RayTransport`) a worker lost before its
+share was done is followed by one that takes what is left (:mod:`flashcheck.campaign.scheduler.shares`). With a
+seed, the workers' progress is kept in the corpus (:mod:`flashcheck.campaign.progress`): the campaign is marked done
+when this returns, and a campaign whose driver died is resumed by the next call of the same campaign.
 """
 
 from __future__ import annotations

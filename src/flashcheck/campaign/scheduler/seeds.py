@@ -34,8 +34,16 @@ from ..combine import combine_summaries
 from ..config import CampaignConfig, CampaignHooks
 from ..interrupts import defer_terminate
 from ..messages import CampaignCrashed, CampaignRefused, Ended, FindingSaved, Finished, Progress
-from ..progress import RunRecord, campaign_key, mark_done, progress_folder, read_losses, read_runs, record_loss
-from ..progress import unfinished_runs
+from ..progress import (
+    RunRecord,
+    campaign_key,
+    mark_done,
+    progress_folder,
+    read_losses,
+    read_runs,
+    record_loss,
+    unfinished_runs,
+)
 from ..result import CampaignResult, keep_finding
 from ..summary import CampaignSummary
 from ..transport import Worker, child_setup
