@@ -71,7 +71,7 @@ def test_a_cluster_campaign_draws_what_jobs_draws_and_finds_the_same_bugs(tmp_pa
     assert [s["case_log_sha256"] for s in ray["sources"]] == [s["case_log_sha256"] for s in jobs["sources"]]
     assert {b["cause"] for b in ray["bugs"]} == {b["cause"] for b in jobs["bugs"]} and ray["bugs"]
     assert ray["coverage"] == jobs["coverage"] and ray["cases"] == jobs["cases"]
-    # one worker a node (one CPU each; the head has none), where --jobs names none
+    # each worker on a node of its own (one CPU each, none on the head), where --jobs names no node
     assert len({s["node"] for s in ray["sources"]}) == 2 and not any("node" in s for s in jobs["sources"])
 
 
