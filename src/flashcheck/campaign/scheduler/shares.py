@@ -34,7 +34,7 @@ from ..result import CampaignResult
 from ..summary import CampaignSummary
 from ..transport import Worker
 
-__all__ = ["Run", "Share", "ShareRun", "job_seed", "run_seed"]
+__all__ = ["MAX_RUNS", "MIN_LEFT_S", "Run", "Share", "ShareRun", "job_seed", "run_seed"]
 
 MIN_LEFT_S = 1.0  # a share with less time than this left is done: a new worker would not get to its first case
 MAX_RUNS = 8      # a share lost this many times ends there (a node that fails every worker it gets, a GPU that fails)
