@@ -120,7 +120,7 @@ def _drawn(corpus: Path) -> list:
 def test_a_campaign_loses_nothing_to_a_worker_a_node_or_its_driver_killed_and_judges_no_case_twice(tmp_path, nodes):
     corpus, out, gate = tmp_path / "corpus", tmp_path / "s.json", tmp_path / "gate"
     command = _command() + ["fuzz", f"{K}:gated_crash", "--device", "cpu", "--preset", "smoke", "--seed", "1",
-                            "--jobs", "2", "--keep-going", "--max-examples", "12", "--cluster", nodes.address,
+                            "--jobs", "2", "--keep-going", "--max-examples", "8", "--cluster", nodes.address,
                             "--corpus", str(corpus), "--json", str(out), "--no-progress"]
     env = {**environment(), GATE_FILE: str(gate)}
 
@@ -150,7 +150,7 @@ def test_a_campaign_loses_nothing_to_a_worker_a_node_or_its_driver_killed_and_ju
     assert reported <= _paths(summary) <= _saved(corpus)
     drawn = _drawn(corpus)
     assert set(drawn_before) <= set(drawn)  # the first driver's runs, kept
-    assert len(drawn) == len(set(drawn)) == 12, drawn  # every share's cases, each drawn once
+    assert len(drawn) == len(set(drawn)) == 8, drawn  # every share's cases, each drawn once
     lost = {entry["worker"]: entry for entry in summary["lost"]}
     first = [lost.pop("worker0"), lost.pop("worker1")]  # as the first driver saw them
     assert [e["restarted_as"] for e in first] == ["worker0.1", "worker1.1"]
