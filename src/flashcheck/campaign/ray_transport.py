@@ -296,17 +296,19 @@ def _forwarded() -> dict:
 
 
 def _connect(ray, address: str) -> None:
-    """This process joined to the cluster at ``address`` (a new local one for ``"auto"`` where none runs)."""
+    """This process joined to the cluster at ``address``. ``"auto"``: ``RAY_ADDRESS``, else the cluster ``ray start``
+    last started on this host, else a new local one; never a cluster Ray would find only by its processes running
+    here (another user's, another program's own local one)."""
     if ray.is_initialized():
         return
+    options = dict(log_to_driver=False, include_dashboard=False, logging_level="ERROR")
     try:
-        ray.init(address=address, log_to_driver=False, include_dashboard=False, logging_level="ERROR")
+        ray.init(address=None if address == "auto" else address, **options)
     except ConnectionError:
         if address != "auto":
             raise InvalidArgument("--cluster", address, "no Ray cluster answers there",
                                   "Start one (ray start --head) or pass its HOST:PORT or ray://HOST:PORT.") from None
-        # none running here: a local one, as a campaign's own
-        ray.init(log_to_driver=False, include_dashboard=False, logging_level="ERROR")
+        ray.init(address="local", **options)  # the cluster ray start left here has gone: a local one
 
 
 def _driver_queue(ray):
