@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from flashcheck.campaign.messages import PartDone, Shutdown, WorkerReady
-from flashcheck.campaign.transport import Worker
+from flashcheck.campaign.messages import Ended, PartDone, Shutdown, WorkerReady
+from flashcheck.campaign.scheduler import JobError
+from flashcheck.campaign.transport import ProcessTransport, Worker
 from flashcheck.cli import main
 from flashcheck.selftest.parallel import SelftestParts
 from flashcheck.selftest.rows import Detection, Row, combine_parts, row_parts
@@ -85,6 +86,7 @@ def test_chunks_go_out_round_robin_and_a_planted_bug_runs_on_only_while_not_caug
     done = []
     scheduler = SelftestParts(plan, correct, lambda ok: row_parts(ok, 9, 9, 3, 2), None, done.append)
     worker = Worker(0, _Channel(), None)
+    scheduler.started([worker], ProcessTransport("cpu"))
     order = []
 
     def step(result=None):
@@ -123,6 +125,7 @@ def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
     scheduler = SelftestParts(plan, {"good": True, "bug": False}, lambda ok: row_parts(ok, 9, 9, 3), 0.0,
                                done.append)
     worker = Worker(0, _Channel(), None)
+    scheduler.started([worker], ProcessTransport("cpu"))
     scheduler.handle(worker, WorkerReady())  # past the deadline, a row still gets its first chunk (its first case)
     scheduler.handle(worker, PartDone(worker.channel.sent[-1].task_id, _row(1, stopped=True).as_dict()))
     task = worker.channel.sent[-1]
@@ -130,6 +133,36 @@ def test_a_deadline_stops_sending_later_chunks_and_marks_the_rows_stopped():
     scheduler.handle(worker, PartDone(task.task_id, _row(1, stopped=True).as_dict()))
     assert worker.channel.sent[-1] == Shutdown() and len(worker.channel.sent) == 3
     assert [(r.cases, r.stopped) for r in done] == [(1, True), (1, True)]
+
+
+class _Cluster(ProcessTransport):
+    """A transport that replaces a lost worker, as a cluster's does: with one that says nothing until ready."""
+
+    replaces = True
+
+    def __init__(self):
+        super().__init__("cpu")
+        self.replaced = []
+
+    def replace(self, worker, payload):
+        self.replaced.append((worker.index, payload))
+        return Worker(worker.index, _Channel(), None)
+
+
+def test_a_part_lost_with_its_worker_goes_out_again_once_where_workers_are_replaced():
+    scheduler = SelftestParts([("good", "fp16")], {"good": True}, lambda ok: row_parts(ok, 6, 6, 3), None,
+                              config="the config", jobs=1)
+    cluster, worker, other = _Cluster(), Worker(0, _Channel(), None), Worker(0, _Channel(), None)
+    scheduler.started([worker], cluster)
+    scheduler.handle(worker, WorkerReady())
+    scheduler.handle(worker, Ended())  # lost with part 0: it goes out again, to a worker in its place
+    assert cluster.replaced == [(0, "the config")]
+    scheduler.handle(other, WorkerReady())
+    assert [(t.start, t.stop) for t in other.channel.sent] == [(0, 3)]
+    scheduler.handle(other, Ended())  # lost again: the row is lost, and nothing is left to run
+    assert len(cluster.replaced) == 1 and scheduler.rows[0].lost
+    with pytest.raises(JobError, match="ended before these rows"):
+        scheduler.result()
 
 
 @pytest.mark.interpreter

@@ -167,6 +167,21 @@ def slow_bug(q, k, v, *, scale, causal, attn_mask=None):
     return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
 
 
+GATE_FILE = "FLASHCHECK_TEST_GATE"  # environment variable: while the file it names exists, the gated kernel waits
+
+
+@flashcheck.kernel(**SPEC)
+def gated_crash(q, k, v, *, scale, causal, attn_mask=None):
+    """Crashes on big cases at once; any other call first waits while the gate file exists: a test holds the
+    campaign mid-run (every worker in a kernel call), and lets it go on."""
+    if _big(q):
+        raise IndexError("tile index out of range")
+    gate = os.environ.get(GATE_FILE)
+    while gate and os.path.exists(gate):
+        time.sleep(0.05)
+    return _attention(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
+
+
 @flashcheck.kernel(**SPEC)
 def odd_keys_unsupported(q, k, v, *, scale, causal, attn_mask=None):
     """Declines an odd number of keys, a limit its spec cannot express: such cases are skipped, not failed."""

@@ -10,8 +10,7 @@ import pytest
 
 from flashcheck.campaign.bugs import BugTally, bugs_with_findings, combine_bugs
 from flashcheck.campaign.causes import Cause
-from flashcheck.campaign.result import CampaignResult
-from flashcheck.campaign.scheduler.seeds import _keep
+from flashcheck.campaign.result import CampaignResult, keep_finding
 from flashcheck.defects.naming import describes
 from flashcheck.judge.verdict import BUG, SUSPICIOUS, Finding, Verdict
 
@@ -86,9 +85,10 @@ def test_combined_bugs_keep_the_model_and_title_of_the_smallest_example():
 def test_a_worker_that_died_keeps_the_model_of_the_findings_it_sent_again_once_named():
     first = _entry("w/shrunk", shrunk=True, elements=90)
     sent: list = []
-    _keep(sent, first)
-    _keep(sent, _entry("w/found", shrunk=False, elements=900))
-    _keep(sent, {**first, "model": _model("acc_not_rescaled"), "title": f"{CAUSE.title}; matches acc_not_rescaled"})
+    keep_finding(sent, first)
+    keep_finding(sent, _entry("w/found", shrunk=False, elements=900))
+    keep_finding(sent, {**first, "model": _model("acc_not_rescaled"),
+                        "title": f"{CAUSE.title}; matches acc_not_rescaled"})
     assert [f["path"] for f in sent] == ["w/shrunk", "w/found"] and sent[0]["model"]["named"] == "acc_not_rescaled"
     snapshot = _bug(_entry("w/found", shrunk=False, elements=900))
     [bug] = bugs_with_findings([snapshot], sent)

@@ -10,11 +10,14 @@ from flashcheck.campaign.result import CampaignResult
 from flashcheck.campaign.scheduler import run_workers
 from flashcheck.campaign.scheduler.seeds import SeedShares
 from flashcheck.campaign.transport import Worker
+from flashcheck.campaign.worker_deaths import exit_text
 from flashcheck.inputs.presets import load_preset
 
 
 class ScriptedTransport:
     """Workers that say what a script says: what a transport owes a policy, and nothing more."""
+
+    replaces = False
 
     def __init__(self, script):
         self.script, self.started, self.ended = script, None, False
@@ -33,8 +36,17 @@ class ScriptedTransport:
     def alive(self, worker):
         return False
 
+    def send(self, worker, message):
+        pass
+
+    def replace(self, worker, payload):
+        return None
+
     def exitcode(self, worker):
         return -9
+
+    def how_ended(self, worker):
+        return exit_text(self.exitcode(worker))
 
     def terminate(self, worker):
         pass
@@ -65,7 +77,8 @@ def test_the_seed_policy_runs_over_any_transport():
     run_workers(policy, transport)
     child, payloads, name = transport.started
     assert name == "flashcheck-fuzz" and child is SeedShares.child and transport.ended
-    assert [p.limits.max_examples for p in payloads] == [3, 2] and len({p.drawing.seed for p in payloads}) == 2
+    assert [p.config.limits.max_examples for p in payloads] == [3, 2]
+    assert len({p.config.drawing.seed for p in payloads}) == 2
     assert [(t.cases, len(t.findings)) for t in totals] == [(3, 0), (3, 1), (4, 1)]
     combined = policy.summary("torch:math")
     assert combined.verdict == "BUG" and combined.cases == 4 and combined.jobs == 2 and combined.seed == 7

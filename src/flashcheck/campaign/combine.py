@@ -32,7 +32,7 @@ _SHARED = ("kernel", "device", "preset")  # a combination of different ones says
 _KEPT = _SHARED + ("seed", "stopped", "isolation", "case_timeout_s", "keep_going", "backward")
 # Combined by their type, as keys this version does not know.
 _BY_TYPE = ("steady_cases_per_s", "compilations", "timeouts", "worker_restarts", "skipped", "skipped_reasons",
-            "bug_signatures", "info", "coverage", "records", "jobs")
+            "bug_signatures", "info", "coverage", "records", "jobs", "lost")
 # Written whatever the sources held.
 _ALWAYS = frozenset(("verdict", "bugs", "cases", "examples", "elapsed_s", "cases_per_s", "time_split_s", "counts",
                      "max_ratio_by_dtype", "max_ratio_by_gradient", "properties", "notes", "findings", "case_log",

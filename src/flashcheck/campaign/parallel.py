@@ -35,6 +35,11 @@ keeps its shrink's progress and returns its summary), again every second until t
 kills those still running after ``STOP_GRACE_S``. A worker that ended without a summary is combined from
 what it sent: its last snapshot's counts and every finding it reported, with a note on how it ended, so
 the combined verdict still counts its findings.
+
+*On a cluster* (``cluster``: :class:`~flashcheck.campaign.ray_transport.RayTransport`) a worker lost before its
+share was done is followed by one that takes what is left (:mod:`flashcheck.campaign.scheduler.shares`). With a
+seed, the workers' progress is kept in the corpus (:mod:`flashcheck.campaign.progress`): the campaign is marked done
+when this returns, and a campaign whose driver died is resumed by the next call of the same campaign.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from .interrupts import stop_requests
 from .scheduler import check_jobs, run_workers
 from .scheduler.seeds import SeedShares
 from .summary import CampaignSummary
-from .transport import ProcessTransport
+from .ray_transport import make_transport
 
 __all__ = ["run_campaigns"]
 
@@ -73,14 +78,10 @@ def run_campaigns(config: CampaignConfig, *, jobs: int, progress=None, cluster: 
 
         prepared.append(prepare_campaign(config))
 
-    with stop_requests(policy.request_stop):
-        run_workers(policy, _transport(config.target.device, cluster), meanwhile=prepare)
-    return policy.summary(prepared[0].kernel.name)
-
-
-def _transport(device: str, cluster: str | None):
-    if cluster is None:
-        return ProcessTransport(device)
-    from .ray_transport import RayTransport  # noqa: PLC0415 -- Ray, an optional dependency, only with --cluster
-
-    return RayTransport(device, cluster)
+    transport = make_transport(config.target.device, cluster)  # a cluster that cannot be reached keeps the record
+    try:
+        with stop_requests(policy.request_stop):
+            run_workers(policy, transport, meanwhile=prepare)
+        return policy.summary(prepared[0].kernel.name)
+    finally:
+        policy.end_record()  # the workers ran and ended here: nothing to resume

@@ -20,8 +20,8 @@ from .causes import Cause
 from .summary import CampaignSummary, add_quantization_error
 
 __all__ = ["CampaignResult", "MAX_SKIP_REASONS", "MODELS", "OTHER_SKIP_REASONS", "RECORD_COLUMNS", "TIMED_PARTS",
-           "TRIAGE", "count_skip_reasons", "finding_entry", "never_judged", "properties_summary", "record_row",
-           "shrink_state"]
+           "TRIAGE", "count_skip_reasons", "finding_entry", "keep_finding", "never_judged", "properties_summary",
+           "record_row", "shrink_state"]
 
 # The parts of a case's time a verdict reports; "compile" (Triton's compilations) is part of "kernel".
 # "generation" draws the tensors (in the worker process, or in-process); the summary's "draw" part is the
@@ -217,6 +217,15 @@ def finding_entry(verdict: Verdict, case, path: Path, cause: Cause, *, shrunk: b
         "path": str(path),
         "replay": replay_command(path, device=device),
     }
+
+
+def keep_finding(findings: list, entry: dict) -> None:
+    """``entry`` in ``findings``: in place of the one saved at its path (sent again once its bug was named)."""
+    at = next((i for i, f in enumerate(findings) if f.get("path") == entry.get("path")), None)
+    if at is None:
+        findings.append(entry)
+    else:
+        findings[at] = entry
 
 
 def shrink_state(entry: dict) -> str:

@@ -116,14 +116,14 @@ class Schedule:
         share = self.plan if self.plan is not None else PlanShare(self.seed)
         if share.seed is None:  # without a seed, new cases
             share = dataclasses.replace(share, seed=random.randrange(2**32))
-        seed, plan = share.seed, share.cells(pools, max_examples)
+        plan = share.cells(pools, max_examples)
         now = time.monotonic()
         self.deadline = now + (self.until - now) / 2
         for i, cell in enumerate(plan):
             if self.generated >= max_examples:
                 return "max_examples"
             strategy, database = strata[cell["dtype"]]
-            planned = planned_choices(strategy, self.pools[cell["dtype"]], cell, seed=hash((seed, share.index, i)))
+            planned = planned_choices(strategy, self.pools[cell["dtype"]], cell, seed=share.cell_seed(i))
             if planned is None:
                 continue  # this hypothesis draws otherwise: the cell is left to free drawing
             test = self._make_test(strategy, examples=1, database=PlannedDatabase(database, planned.choices),

@@ -27,8 +27,8 @@ _REQUIRED = {"verdict": str, "kernel": (str, list), "device": (str, list), "pres
              "time_split_s": dict, "max_ratio_by_dtype": dict, "skipped": dict, "bug_signatures": dict,
              "info": dict, "notes": list, "isolation": (str, list), "timeouts": int, "worker_restarts": int}
 # Written only where they hold something: a campaign's records, its quantization error, a combined summary's
-# sources, --jobs.
-_WHEN_SET = ("record_columns", "records", "quantization_error", "sources", "jobs")
+# sources, --jobs, the workers lost before their share was done.
+_WHEN_SET = ("record_columns", "records", "quantization_error", "sources", "jobs", "lost")
 _FIX = "Pass JSON summaries written by `flashcheck fuzz --json PATH` (or by `flashcheck merge --json`)."
 
 
@@ -78,6 +78,8 @@ class CampaignSummary:
     quantization_error: dict | None = None
     sources: list | None = None  # a combined summary: one entry per source
     jobs: int | None = None  # fuzz --jobs N
+    # workers that ended before their share was done: which, after how many cases, how, and who took the rest
+    lost: list | None = None
     extra: dict = field(default_factory=dict)  # keys this version does not know, as read
     absent: frozenset = frozenset()  # keys the JSON it was read from lacked: not written back
 

@@ -25,8 +25,9 @@ from multiprocessing.connection import wait
 from .interrupts import sigint_ignored_by_children
 from .messages import Ended, Message
 from .worker_child import die_with_parent, quiet_interpreter
+from .worker_deaths import exit_text
 
-__all__ = ["THREAD_VARIABLES", "Channel", "ProcessTransport", "Worker", "channel_pair", "child_setup",
+__all__ = ["THREAD_VARIABLES", "Channel", "ProcessTransport", "Worker", "channel_pair", "child_setup", "pickled",
            "threads_per_worker", "usable_cores", "visible_gpus"]
 
 _POLL_S = 0.25
@@ -40,9 +41,7 @@ class Channel:
 
     def send(self, message: Message) -> None:
         """Send ``message``; OSError when the other end is gone."""
-        if not isinstance(message, Message):
-            raise TypeError(f"a channel carries flashcheck.campaign.messages only, not {type(message).__name__}")
-        self.connection.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        self.connection.send_bytes(pickled(message))
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Whether a message (or the end of the channel) can be read within ``timeout`` seconds."""
@@ -56,8 +55,20 @@ class Channel:
         """The next message as it was pickled, for a relay that passes it on unread (a cluster's node)."""
         return self.connection.recv_bytes()
 
+    def send_pickled(self, data: bytes) -> None:
+        """A message pickled elsewhere (by :func:`pickled`), passed on unread by a relay; OSError when the other
+        end is gone."""
+        self.connection.send_bytes(data)
+
     def close(self) -> None:
         self.connection.close()
+
+
+def pickled(message: Message) -> bytes:
+    """``message`` as a channel sends it, for a transport that carries it further first (a cluster)."""
+    if not isinstance(message, Message):
+        raise TypeError(f"a channel carries flashcheck.campaign.messages only, not {type(message).__name__}")
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def channel_pair() -> tuple[Channel, Channel]:
@@ -122,16 +133,21 @@ def child_setup() -> None:
 
 @dataclass(eq=False)
 class Worker:
-    """One worker as a policy sees it: its number, its channel, its GPU (None on the CPU)."""
+    """One worker as a policy sees it: its number, its channel, its GPU (None on the CPU), and on a cluster the
+    node that runs it."""
 
     index: int
-    channel: Channel
+    channel: Channel | None
     gpu: str | None
     process: object = None  # the transport's own handle
+    node: str | None = None
 
 
 class ProcessTransport:
-    """``--jobs`` workers as "spawn" children of this process on this host."""
+    """``--jobs`` workers as "spawn" children of this process on this host. A worker that ends is not replaced:
+    on one host, what killed it (the system's out-of-memory killer, a user) would as a rule kill the next."""
+
+    replaces = False
 
     def __init__(self, device: str):
         self.device = device
@@ -172,11 +188,21 @@ class ProcessTransport:
                     message = Ended()
                 yield worker, message
 
+    def send(self, worker: Worker, message: Message) -> None:
+        """``message`` to ``worker``; OSError or ValueError when it is gone."""
+        worker.channel.send(message)
+
+    def replace(self, worker: Worker, payload) -> Worker | None:
+        return None
+
     def alive(self, worker: Worker) -> bool:
         return worker.process.is_alive()
 
     def exitcode(self, worker: Worker) -> int | None:
         return worker.process.exitcode
+
+    def how_ended(self, worker: Worker) -> str:
+        return exit_text(worker.process.exitcode)
 
     def terminate(self, worker: Worker) -> None:
         """Ask it to stop (SIGTERM: a campaign stops at a safe point with its summary)."""

@@ -22,6 +22,7 @@ import time
 
 from .options import (
     add_backward,
+    add_cluster,
     add_device,
     add_dtype,
     add_jobs,
@@ -73,10 +74,8 @@ def add_parser(subparsers) -> None:
                         "(default: the preset's, else 1)")
     add_backward(fuzz, help="check the backward pass: dQ, dK, dV through autograd, for a dO regime drawn with "
                             "each case (the kernel's spec must declare backward=True)")
-    fuzz.add_argument("--cluster", metavar="ray[://HOST:PORT]",
-                      help="run the --jobs workers as actors of a Ray cluster (ray: this host's, or a new local "
-                           "one): a GPU or a CPU each; the corpus and the example database must be reachable from "
-                           "every node (pip install 'flashcheck[ray]')")
+    add_cluster(fuzz, help="run the --jobs workers on a Ray cluster's nodes; the corpus and the example database "
+                           "must be reachable from every node")
 
 
 def run(args) -> int:

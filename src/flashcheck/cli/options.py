@@ -16,7 +16,8 @@ from ..contract.formats import ALL_DTYPES, DEVICES
 from ..files import write_json
 from ..kernels.origin import importable_from, reserved
 
-__all__ = ["DESTS", "EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_device", "add_dtype",
+__all__ = ["DESTS", "EXIT_BUG", "EXIT_NO_CASES", "EXIT_OK", "EXIT_USAGE", "add_backward", "add_cluster", "add_device",
+           "add_dtype",
            "add_jobs", "add_json", "add_max_examples", "add_preset", "add_seed", "add_time_budget", "check_options",
            "choose_device", "exit_status", "importable_from_cwd", "prepare_device", "whole_number",
            "write_json_or_usage"]
@@ -128,6 +129,18 @@ def add_seed(parser, help: str, default: int | None = None) -> None:
 
 def add_jobs(parser, help: str, default: int | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=default, metavar="N", help=help)
+
+
+CLUSTER_HELP = ("ray: this host's cluster, or a new local one; HOST:PORT: the cluster whose head listens there (as "
+                "`ray start --address` takes it); ray://HOST:PORT: through Ray Client. Each worker takes a GPU (a CPU "
+                "with --device cpu) of a node; pip install 'flashcheck[ray]'")
+
+
+def add_cluster(parser, help: str) -> None:
+    """``--cluster``: the workers as actors of a Ray cluster (checked by
+    :func:`flashcheck.campaign.ray_transport.check_cluster`, the one place that reads it)."""
+    parser.add_argument("--cluster", default=None, metavar="ray|HOST:PORT|ray://HOST:PORT",
+                        help=f"{help} ({CLUSTER_HELP})")
 
 
 def add_json(parser, help: str) -> None:

@@ -19,6 +19,7 @@ from .options import (
     EXIT_NO_CASES,
     EXIT_OK,
     add_backward,
+    add_cluster,
     add_device,
     add_dtype,
     add_jobs,
@@ -58,6 +59,8 @@ def add_parser(subparsers) -> None:
     add_json(selftest, help="the rows as JSON, rewritten after each row so a stopped run keeps what it finished")
     add_jobs(selftest, default=1, help="run the rows (variant x dtype) in N processes, spread over the visible "
                                        f"GPUs, in parts of their cases handed out round-robin (see {PART_OPTION})")
+    add_cluster(selftest, help="run the --jobs processes on a Ray cluster's nodes (a --corpus must be a folder "
+                               "every node reaches)")
     selftest.add_argument(PART_OPTION, dest=DESTS[PART_OPTION], type=int, default=None, metavar="K",
                           help="with --jobs: cases per part of a row (default 50; a planted bug's first part "
                                "holds at most 12, its later ones run only while it is not caught); the rows "
@@ -72,6 +75,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     """The rows, each reported as it ends and all in one table at the end; or (``--table``) saved rows."""
     # on first use: every command module loads at start-up
+    from ..campaign.ray_transport import check_cluster
     from ..files import check_writable_folder, check_writable_file, write_json
     from ..selftest.table import format_table
 
@@ -79,6 +83,7 @@ def run(args) -> int:
         rows = _saved_rows(args.table)
         print(format_table(rows))
         return _selftest_exit(rows)
+    args.cluster = check_cluster(args.cluster)
     check_writable_file("--json", args.json)
     if args.corpus is not None:
         check_writable_folder("--corpus", args.corpus)
@@ -116,9 +121,10 @@ def _run_selftest(args, device: str, dtypes, progress) -> list:
                             which=args.variants, backward=args.backward, cases=args.cases, bug_cases=args.bug_cases,
                             seed=args.seed, max_n=args.max_n, head_dims=None if head_dims is None else tuple(head_dims),
                             time_budget=args.time_budget, corpus=args.corpus)
-    if args.jobs == 1:
+    if args.jobs == 1 and args.cluster is None:
         return run_selftest(config, progress)
-    return run_selftest_rows(config, jobs=args.jobs, part_cases=args.part_cases, progress=progress)
+    return run_selftest_rows(config, jobs=args.jobs, part_cases=args.part_cases, progress=progress,
+                             cluster=args.cluster)
 
 
 def _int_list(option: str, text: str | None):

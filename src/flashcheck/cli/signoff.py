@@ -15,6 +15,7 @@ from .options import (
     EXIT_NO_CASES,
     EXIT_OK,
     add_backward,
+    add_cluster,
     add_device,
     add_dtype,
     add_jobs,
@@ -42,6 +43,8 @@ def add_parser(subparsers) -> None:
     add_backward(signoff, help="also the backward pass of each kernel whose spec declares one")
     add_preset(signoff, default="signoff")
     add_jobs(signoff, help="worker processes per campaign, spread over the visible GPUs (default: the preset's)")
+    add_cluster(signoff, help="run each campaign's --jobs workers on a Ray cluster's nodes; --out must be a folder "
+                              "every node reaches (its corpus is each campaign's)")
     add_dtype(signoff)
     add_device(signoff)
     add_max_examples(signoff, help="cases per campaign")
@@ -65,13 +68,15 @@ def run(args) -> int:
     importable_from_cwd(args.kernels)
     device = choose_device(args.device)
     # on first use (torch among them): every command module loads at start-up
+    from ..campaign.ray_transport import check_cluster
     from ..campaign.scheduler import check_jobs
     from ..inputs.presets import load_preset
     from ..report.signoff import SignoffConfig, run_signoff
 
+    cluster = check_cluster(args.cluster)
     preset = load_preset(args.preset)  # the counts and durations are checked already
     config = SignoffConfig(tuple(args.kernels), Path(args.out), device, preset, backward=args.backward,
-                           jobs=check_jobs(args.jobs if args.jobs is not None else preset.jobs),
+                           jobs=check_jobs(args.jobs if args.jobs is not None else preset.jobs), cluster=cluster,
                            dtypes=None if args.dtype is None else tuple(args.dtype), max_examples=args.max_examples,
                            time_budget=args.time_budget, seed=args.seed, min_cases=args.min_cases,
                            min_regime_cases=args.min_regime_cases, argv=("flashcheck", "signoff", *args.argv))

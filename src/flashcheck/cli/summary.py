@@ -35,10 +35,13 @@ def print_summary(d: dict, json_path: str | None = None) -> None:
                       f"{d['timeouts']} timeouts")
     print(f"  kernel ran: {isolation}")
     for source in d.get("sources") or []:  # one per --jobs worker
-        gpu = f" (GPU {source['gpu']})" if source.get("gpu") is not None else ""
+        gpu = f" (GPU {source['gpu']})" if source.get("gpu") not in (None, "ray") else ""
         ended = f", ended: {source['exit']}" if source.get("exit") else ""
+        node = f", on node {source['node'][:8]}" if source.get("node") else ""
         print(f"  {source['source']}{gpu}: {source['verdict']}, {source['cases']} cases, {source['findings']} "
-              f"findings, stopped: {source.get('stopped')}{ended}")
+              f"findings, stopped: {source.get('stopped')}{ended}{node}")
+    for lost in d.get("lost") or []:
+        print(wrapped(f"  lost: {_lost(lost)}"))
     info = d["info"]
     if info.get("batch_checked"):
         print(f"  batch invariance (information): {info['batch_dependent']} of {info['batch_checked']} "
@@ -58,6 +61,16 @@ def print_summary(d: dict, json_path: str | None = None) -> None:
     for note in d["notes"]:
         print(f"  note: {note}")
     _print_findings(d["findings"], json_path)
+
+
+def _lost(lost: dict) -> str:
+    """A worker that ended before its share was done, and what became of the rest of it."""
+    what = f"{lost['worker']} after {counted(lost['cases'], 'case')} ({lost['drawn']} drawn): {lost['ended']}"
+    if lost["restarted_as"] is None:
+        return f"{what}; not restarted: {lost['not_restarted']}"
+    left = lost["left"]
+    seconds = f" and {left['seconds']:.0f} s" if left.get("seconds") is not None else ""
+    return f"{what}; its {counted(left['cases'], 'case')}{seconds} left went to {lost['restarted_as']}"
 
 
 def _print_findings(findings: list, json_path: str | None) -> None:

@@ -44,16 +44,25 @@ _TURNS = ("dtype", "causal")  # take turns through both rounds of singles
 @dataclass(frozen=True)
 class PlanShare:
     """The part of a covering plan one campaign runs: the plan of ``seed`` for a campaign of ``budget``
-    cases, every ``of``-th cell from ``index`` (the workers of ``--jobs`` share one plan, not one each)."""
+    cases, every ``of``-th cell from ``index`` (the workers of ``--jobs`` share one plan, not one each).
+    A worker that takes over a lost one's share (its ``run``-th) leaves out the first ``skip`` cells, which its
+    predecessors drew, and draws the others' values anew, so that it judges none of their cases again."""
 
     seed: int | None = None
     index: int = 0
     of: int = 1
     budget: int | None = None
+    skip: int = 0
+    run: int = 0
 
     def cells(self, pools: dict[str, list], budget: int) -> list[dict]:
         size = covering_size(pools, self.budget if self.budget is not None else budget)
-        return covering_plan(pools, seed=self.seed, limit=size)[self.index::self.of]
+        return covering_plan(pools, seed=self.seed, limit=size)[self.index::self.of][self.skip:]
+
+    def cell_seed(self, i: int) -> int:
+        """The seed of the values of the share's ``i``-th cell, of those :meth:`cells` gives."""
+        place = (self.seed, self.index, i + self.skip)
+        return hash(place + (self.run,) if self.run else place)
 
 
 def covering_size(pools: dict[str, list], budget: int) -> int:

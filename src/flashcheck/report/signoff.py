@@ -38,7 +38,9 @@ class SignoffConfig:
     too with ``backward``, in ``jobs`` worker processes, ``max_examples`` drawn cases (default: the
     preset's) from ``seed``; ``time_budget`` (default: the preset's) is the whole sign-off's. A kernel, pass
     and dtype needs ``min_cases`` judged cases, and each value regime a campaign drew ``min_regime_cases``
-    in each dtype (None: no such minimum). ``argv``: the command the report names (default this process's)."""
+    in each dtype (None: no such minimum). ``argv``: the command the report names (default this process's).
+    ``cluster``: a Ray address (:func:`~flashcheck.campaign.ray_transport.check_cluster`) whose nodes run the
+    workers instead of this host."""
 
     kernels: tuple
     out: Path
@@ -53,6 +55,7 @@ class SignoffConfig:
     min_cases: int = 100
     min_regime_cases: int | None = None
     argv: tuple | None = None
+    cluster: str | None = None
 
 
 def _slug(text: str) -> str:
@@ -125,7 +128,7 @@ def _run_one(config: SignoffConfig, kernel: str, pass_: str, dtypes: list, time_
     campaign = CampaignConfig(Target(kernel, config.device, config.preset, tuple(dtypes), backward=pass_ == "backward"),
                               limits=Limits(config.max_examples, time_budget, keep_going=True),
                               storage=Storage(corpus, records=True)).replace(seed=config.seed)
-    return run_campaigns(campaign, jobs=config.jobs)
+    return run_campaigns(campaign, jobs=config.jobs, cluster=config.cluster)
 
 
 def _written(out: Path, kernel: str, pass_: str, dtypes: list, summary: CampaignSummary) -> dict:

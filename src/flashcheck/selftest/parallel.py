@@ -16,7 +16,8 @@ import time
 from ..campaign.messages import PartDone, PartTask, Shutdown, WorkerReady
 from ..campaign.scheduler import check_jobs, run_workers
 from ..campaign.scheduler.parts import PartScheduler
-from ..campaign.transport import ProcessTransport, child_setup
+from ..campaign.ray_transport import make_transport
+from ..campaign.transport import child_setup
 from ..contract.counts import check_count
 from .config import SelftestConfig
 from .rows import DEFAULT_PART, Row, all_fired, combine_parts, fired_detectors, row_parts
@@ -70,10 +71,12 @@ class SelftestParts(PartScheduler):
 
 
 def run_selftest_rows(config: SelftestConfig, *, jobs: int, part_cases: int | None = None,
-                      progress=None) -> list[Row]:
+                      progress=None, cluster: str | None = None) -> list[Row]:
     """The self-test's rows (:func:`flashcheck.selftest.run.selftest_plan`) run in ``jobs`` processes, in
     parts of ``part_cases`` cases; the same rows, in the same order, as
-    :func:`flashcheck.selftest.run.run_selftest` gives. ``progress(row)`` is called as each row completes."""
+    :func:`flashcheck.selftest.run.run_selftest` gives. ``progress(row)`` is called as each row completes.
+    ``cluster``: a Ray address (:func:`~flashcheck.campaign.ray_transport.check_cluster`) whose nodes run the
+    processes instead of this host."""
     check_jobs(jobs, "jobs")
     part_cases = DEFAULT_PART if part_cases is None else part_cases
     check_count("part_cases", part_cases, what="a number of cases",
@@ -84,5 +87,5 @@ def run_selftest_rows(config: SelftestConfig, *, jobs: int, part_cases: int | No
     deadline = None if config.time_budget is None else time.monotonic() + config.time_budget
     policy = SelftestParts(plan, correct, lambda ok: row_parts(ok, config.cases, config.bug_cases, part_cases),
                            deadline, progress, config=config, jobs=jobs)
-    run_workers(policy, ProcessTransport(config.device))
+    run_workers(policy, make_transport(config.device, cluster))
     return policy.result()

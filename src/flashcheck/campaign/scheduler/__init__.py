@@ -2,16 +2,17 @@
 does, and the loop between them (as pytest-xdist splits its ``dsession``, ``workermanage`` and
 ``scheduler/``).
 
-- A :class:`Transport` starts workers, yields what they send as ``(worker, message)`` (messages of
-  :mod:`flashcheck.campaign.messages`, dispatched by type) and stops them. Today's is
-  :class:`flashcheck.campaign.transport.ProcessTransport`: "spawn" children on this host.
+- A :class:`Transport` starts workers, sends them messages, yields what they send as ``(worker, message)``
+  (messages of :mod:`flashcheck.campaign.messages`, dispatched by type), replaces one that ended where it can,
+  and stops them: :class:`flashcheck.campaign.transport.ProcessTransport` ("spawn" children on this host) and
+  :class:`flashcheck.campaign.ray_transport.RayTransport` (actors on a Ray cluster's nodes).
 - A :class:`Policy` names what each worker starts with, the function it runs, and what to do with each
   message: :mod:`.seeds` (``fuzz --jobs``: one campaign's cases shared out by seed) and :mod:`.parts`
   (``selftest --jobs``: the rows' cases handed out in parts).
 - :func:`run_workers` is the loop.
 
-A distributed backend plugs in as one more transport (and, if it shares work otherwise, one more policy);
-the campaign and the self-test do not change.
+Another distributed backend plugs in as one more transport (and, if it shares work otherwise, one more
+policy); the campaign and the self-test do not change.
 """
 
 from __future__ import annotations
@@ -39,8 +40,17 @@ def check_jobs(jobs, option: str = "--jobs") -> int:
 class Transport(Protocol):
     """Starts workers and carries their messages."""
 
+    replaces: bool  # whether :meth:`replace` can start a worker in place of one that ended
+
     def start(self, child: Callable, payloads: list, name: str) -> list[Worker]:
         """One worker per payload, running ``child(channel, index, payload)``."""
+
+    def send(self, worker: Worker, message: Message) -> None:
+        """``message`` to ``worker``'s channel; OSError or ValueError where it is gone, or nothing (its end comes)."""
+
+    def replace(self, worker: Worker, payload) -> Worker | None:
+        """A worker of ``worker``'s index running ``payload`` in place of ``worker``, which ended; its messages and
+        end then come from :meth:`events` too. None where none could start."""
 
     def events(self, on_tick: Callable[[], None] | None = None) -> Iterator[tuple[Worker, Message]]:
         """What the workers send, then an :class:`~flashcheck.campaign.messages.Ended` for each."""
@@ -48,6 +58,9 @@ class Transport(Protocol):
     def alive(self, worker: Worker) -> bool: ...
 
     def exitcode(self, worker: Worker) -> int | None: ...
+
+    def how_ended(self, worker: Worker) -> str:
+        """Its exit status in words, or what took it (its node lost)."""
 
     def terminate(self, worker: Worker) -> None:
         """Ask the worker to stop at a safe point."""

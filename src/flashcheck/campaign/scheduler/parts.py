@@ -4,7 +4,8 @@ is free, and combined back into rows.
 Part 0 of every row goes out first (in the plan's order), then part 1 of every row, and so on, so that long
 rows do not hold the others back and a deadline cuts every row alike; a worker is given a row it ran before
 when it can (its kernel and cases are ready there). A planted bug's row runs its next part only once the
-earlier ones are in and not every detector has fired, so it ends where one process would end it.
+earlier ones are in and not every detector has fired, so it ends where one process would end it. On a cluster a
+part whose worker was lost goes out again, once, and a new worker takes the lost one's place.
 
 The policy knows rows only as what :meth:`PartScheduler.combine`, :meth:`~PartScheduler.fired` and
 :meth:`~PartScheduler.caught` say of them: the self-test (:mod:`flashcheck.selftest.parallel`) subclasses
@@ -33,6 +34,8 @@ class _RowParts:
     correct: bool
     parts: list                # [start, stop) of each part, in order
     sent: int = 0              # parts handed out so far (in order)
+    again: list = field(default_factory=list)  # parts whose worker was lost, to hand out again (once each)
+    retried: set = field(default_factory=set)
     in_flight: int = 0
     results: dict = field(default_factory=dict)  # part number -> its row
     caught: bool = False       # a planted bug's row: every detector fired, its later parts are not needed
@@ -42,9 +45,11 @@ class _RowParts:
     def available(self, past_deadline: bool) -> bool:
         """Whether its next part may go out now: a planted bug's only once its earlier ones are in (it
         runs on only while not caught); after the deadline only a row's first part (its first case)."""
-        if self.caught or self.lost or self.row is not None or self.sent >= len(self.parts):
+        if self.caught or self.lost or self.row is not None:
             return False
-        if past_deadline and self.sent > 0:
+        if self.again:  # begun before the deadline: its row needs it whole
+            return self.correct or self.in_flight == 0
+        if self.sent >= len(self.parts) or (past_deadline and self.sent > 0):
             return False
         return self.correct or self.in_flight == 0
 
@@ -73,6 +78,7 @@ class PartScheduler:
         self.tasks: dict = {}         # task id -> (worker, row, part number)
         self.seen: dict = {}          # worker index -> rows it ran
         self.next_id = 0
+        self.transport: Transport | None = None
 
     # ---- the rows' rules ------------------------------------------------------------------------------
 
@@ -92,13 +98,17 @@ class PartScheduler:
         """A part's row from the dict a worker sent."""
         raise NotImplementedError
 
+    def payloads(self) -> list:
+        """What each worker starts with (a worker in a lost one's place too)."""
+        raise NotImplementedError
+
     # ---- the policy ---------------------------------------------------------------------------------------
 
     def workers_wanted(self, jobs: int) -> int:
         return min(jobs, sum(len(s.parts) for s in self.rows))
 
     def started(self, workers: list[Worker], transport: Transport) -> None:
-        pass  # a worker asks for work once it is ready
+        self.transport = transport  # a worker asks for work once it is ready
 
     def handle(self, worker: Worker, message) -> None:
         match message:
@@ -127,13 +137,22 @@ class PartScheduler:
         self.idle.append(worker)
 
     def ended(self, worker: Worker) -> None:
-        """A worker's channel closed: the part it was running (if any) will not come back."""
-        for task_id, (owner, state, _) in list(self.tasks.items()):
+        """A worker's channel closed: the part it was running (if any) will not come back from it. Where the
+        transport replaces workers (a cluster's: a node lost), the part goes out again, once, and a new worker
+        takes the lost one's place; elsewhere, or lost twice, its row is lost."""
+        again = self.transport is not None and self.transport.replaces
+        for task_id, (owner, state, number) in list(self.tasks.items()):
             if owner is worker:
                 del self.tasks[task_id]
                 state.in_flight -= 1
-                state.lost = True
+                if again and number not in state.retried:
+                    state.retried.add(number)
+                    state.again.append(number)
+                else:
+                    state.lost = True
         self.idle = [w for w in self.idle if w is not worker]
+        if again and (self.tasks or any(s.available(self.past_deadline()) for s in self.rows)):
+            self.transport.replace(worker, self.payloads()[worker.index])  # it asks for a part once it is ready
 
     def dispatch(self) -> None:
         past = self.past_deadline()
@@ -146,28 +165,32 @@ class PartScheduler:
         if not self.tasks and not any(s.available(past) for s in self.rows):
             for worker in self.idle:  # nothing left to run: the workers may end
                 try:
-                    worker.channel.send(Shutdown())
+                    self.transport.send(worker, Shutdown())
                 except (OSError, ValueError):
                     pass
             self.idle = []
 
     def _send_next(self, worker: Worker, ready: list) -> bool:
-        """Send ``worker`` the next part of a row in the earliest round, one it ran before if it can."""
+        """Send ``worker`` a part lost with its worker, else the next part of a row in the earliest round, one it
+        ran before if it can."""
         first_round = min(s.sent for s in ready)
-        ready = [s for s in ready if s.sent == first_round]
+        ready = [s for s in ready if s.again] or [s for s in ready if s.sent == first_round]
         seen = self.seen.setdefault(worker.index, set())
         state = next((s for s in ready if s.index in seen), ready[0])
-        number = state.sent
+        number = state.again[0] if state.again else state.sent
         start, stop = state.parts[number]
         time_left = None if self.deadline is None else max(self.deadline - time.monotonic(), 1e-3)
         fired = () if state.correct else tuple(sorted(self._fired_before(state)))
         task_id, self.next_id = self.next_id, self.next_id + 1
         try:
-            worker.channel.send(PartTask(task_id, state.key[0], state.key[1], start, stop, fired, time_left))
+            self.transport.send(worker, PartTask(task_id, state.key[0], state.key[1], start, stop, fired, time_left))
         except (OSError, ValueError):  # the worker is gone; its channel's end will say so
             return False
         self.tasks[task_id] = (worker, state, number)
-        state.sent += 1
+        if state.again:
+            state.again.pop(0)
+        else:
+            state.sent += 1
         state.in_flight += 1
         seen.add(state.index)
         return True
