@@ -39,7 +39,7 @@ _SCHEMES = {KV_TOKEN: "per_token_kv", KV_BLOCKS: "per_block_kv", MXFP8: "mxfp8",
 PLANTED = {KV_TOKEN: KV_BLOCK_SCALES[:1], KV_BLOCKS: KV_BLOCK_SCALES, MXFP8: PLANTED_MXFP8, NVFP4: PLANTED_NVFP4}
 # the tensor each bug misreads
 _TENSOR_OF = {"scale_of_next_block_at_edge": "k", "zero_scale_divides": "v", "e4m3_read_as_e8m0": "k",
-              "global_scale_forgotten": "k"}
+              "global_scale_forgotten": "k", "dim_scale_of_next_block_at_edge": "k"}
 _P_FORMAT = torch.float8_e4m3fn
 _P_MAX = 448.0
 _P_BLOCK = 32
@@ -87,7 +87,7 @@ def _nvfp4_values(t8, block_scales, global_scale, blocks: Blocks, heads: int, mu
     scales = block_scales
     if mutant == "e4m3_read_as_e8m0":
         scales = scales.view(torch.uint8).view(torch.float8_e8m0fnu)
-    per_value = (_block_index_slip(scales, blocks, t8.shape) if mutant == "scale_of_next_block_at_edge"
+    per_value = (_block_index_slip(scales, blocks, t8.shape) if mutant == "dim_scale_of_next_block_at_edge"
                  else expanded(scales.float(), blocks, t8.shape))
     if mutant == "zero_scale_divides":  # brought to the block's scale and back: 0 / 0 on an all-zero block
         per_value = per_value / per_value * per_value

@@ -167,7 +167,7 @@ MXFP8 = (
 NVFP4 = (
     PlantedBug("e4m3_read_as_e8m0", "k's e4m3 block scales are read as e8m0 bits (2^(bits - 127))"),
     PlantedBug("global_scale_forgotten", "k_global_scale is never applied (taken as 1)"),
-    PlantedBug("scale_of_next_block_at_edge", "k's block scale of dim d is read at block (d + 1) // 16: each block's "
+    PlantedBug("dim_scale_of_next_block_at_edge", "k's block scale of dim d is read at block (d + 1) // 16: each block's "
                "last dim is scaled by the next block's scale (past the last block, by the last block's)"),
     KV_BLOCK_SCALES[1])
 
