@@ -192,6 +192,12 @@ class ServingCase:
                 by_lengths.setdefault(lengths, []).append(b)
         return tuple(SequenceGroup(tuple(idx), self._logical(idx, nq, nk)) for (nq, nk), idx in by_lengths.items())
 
+    def groups_where(self, keep) -> tuple[SequenceGroup, ...]:
+        """:attr:`groups` cut to the sequences for which ``keep`` (a predicate on a sequence's index) holds."""
+        cut = [[b for b in g.indices if keep(b)] for g in self.groups]
+        return tuple(SequenceGroup(tuple(idx), self._logical(idx, self.q_lens[idx[0]], self.k_lens[idx[0]]))
+                     for idx in cut if idx)
+
     def _logical(self, idx: list[int], n_q: int, n_k: int) -> AttentionCase:
         base, rows = self.base, torch.tensor(idx)
         q, k, v = (t.index_select(0, rows) for t in (base.q, base.k, base.v))
