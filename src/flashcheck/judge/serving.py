@@ -273,7 +273,7 @@ def _isolation(judge: _Judge, run, findings, splits) -> bool:
         def kept(b, p=parity):
             return b % 2 == p
         if reads_every_key(kernel.spec.quantization):
-            changed = _outside_own_budget(judge, poisoned, rerun, kept)
+            changed = _outside_own_budget(judge, poisoned, run, rerun, kept)
         else:
             changed = _bits_changed(case, run, rerun, kept)
         if changed is not None:
@@ -283,15 +283,22 @@ def _isolation(judge: _Judge, run, findings, splits) -> bool:
     return True
 
 
-def _outside_own_budget(judge: _Judge, poisoned: ServingCase, rerun: FormRun, kept) -> str | None:
+def _outside_own_budget(judge: _Judge, poisoned: ServingCase, run: FormRun, rerun: FormRun, kept) -> str | None:
     """What of the sequences ``kept`` holds for the rerun on ``poisoned`` gave outside the budget of their own
-    problem as the quantizer saw it in that batch (its mean over the poison included), or None."""
+    problem as the quantizer saw it in that batch (its mean over the poison included), or None. A sequence already
+    outside its budget in the first ``run`` is not judged again: its finding stands, and the same defect in the
+    rerun is no sign of a read of the poison."""
     if rerun.error is not None:
         return _raised(rerun)
     wrong = _shape_problems(rerun, poisoned)
     if wrong:
         return wrong[0].diagnosis
-    found, _ = _Judge(judge.kernel, poisoned, judge.contract, judge.device, judge.regime, keep=kept).judge(rerun)
+    within = {b for g in judge.case.groups for b in g.indices if kept(b) and not _Judge(
+        judge.kernel, judge.case, judge.contract, judge.device, judge.regime, keep=lambda x, b=b: x == b).judge(run)[0]}
+    if not within:
+        return None
+    found, _ = _Judge(judge.kernel, poisoned, judge.contract, judge.device, judge.regime,
+                      keep=within.__contains__).judge(rerun)
     if not found:
         return None
     return (f"{len(found)} finding(s) against the oracle of the poisoned batch's own quantized values, the first: "
