@@ -6,7 +6,9 @@ against a control that passes. Skipped where sageattention is not installed (pip
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,5 +68,41 @@ def test_isolation_still_catches_a_kernel_that_attends_the_other_sequences():
                        cu_seqlens_k=offsets, max_seqlen_q=max_seqlen_q, max_seqlen_k=total, scale=scale)
 
     leaky = Kernel(every_key, real.spec, name="sage-every-key")
-    verdict = flashcheck.check(leaky, _case([64, 64], spread=0.0), device="cpu")
-    assert "poison_leak" in _kinds(verdict), str(verdict)
+    case = _case([64, 64], spread=0.0)
+    twins = dataclasses.replace(case.base, **{t: getattr(case.base, t)[:1].repeat(2, 1, 1, 1) for t in "qkv"})
+    # two equal sequences: attending both is attending one twice, within the budget until the other is poisoned
+    verdict = flashcheck.check(leaky, case.with_base(twins), device="cpu")
+    assert _kinds(verdict) == {"poison_leak"}, str(verdict)  # it smooths a copy of k: no write
+
+
+CASES = Path(__file__).parent / "sage_cases"  # shrunk by a CPU campaign (reports/sage-2026-12-07, varlen)
+
+
+def _saved(stem: str) -> ServingCase:
+    return AttentionCase.load(CASES / f"sage-sageattn-varlen-{stem}.json")
+
+
+def test_the_keys_a_partial_tile_pads_take_weight_one_key_gives_v_over_64():
+    case = _saved("input_written+over_budget-shrunk-ca8ac79c0d")  # fp16, one sequence of one key, non-causal
+    verdict = flashcheck.check(NAME, case, device="cpu", properties=())
+    assert "over_budget" in _kinds(verdict) and verdict.max_ratio > 100, str(verdict)
+    assert torch.allclose(verdict.output[0].double()[0], case.base.v[0, :, 0].double() / 64, rtol=1e-2)
+    control = flashcheck.check(NAME, case.with_base(dataclasses.replace(case.base, causal="top_left")), device="cpu",
+                               properties=())
+    assert _kinds(control) == {"input_written"}, str(control)  # its causal path masks the padded columns
+
+
+def test_its_causal_mask_of_minus_1e6_lets_a_key_in_past_logits_of_a_million():
+    case = _saved("input_written+over_budget-shrunk-838bdddacc")  # fp32, scale 8, 3 keys
+    verdict = flashcheck.check(NAME, case, device="cpu", properties=())
+    assert "over_budget" in _kinds(verdict), str(verdict)
+    control = flashcheck.check(NAME, case.with_base(dataclasses.replace(case.base, scale=1e-3)), device="cpu",
+                               properties=())
+    assert _kinds(control) == {"input_written"}, str(control)
+
+
+def test_a_sequence_already_over_its_budget_is_no_leak_in_the_poisoned_rerun():
+    # two one-key sequences, each v / 64 by the padding defect; the poisoned rerun repeats it (flashcheck once
+    # reported that as poison_leak)
+    verdict = flashcheck.check(NAME, _saved("input_written+over_budget+poison_leak-shrunk-4267a0eff0"), device="cpu")
+    assert "isolation" in verdict.properties and _kinds(verdict) == {"input_written", "over_budget"}, str(verdict)
