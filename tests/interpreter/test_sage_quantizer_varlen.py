@@ -1,4 +1,4 @@
-"""flashcheck's emulation of SageAttention 1.0.6's varlen quantizer (flashcheck.numerics.sage_varlen) against the
+"""flashcheck's emulation of SageAttention 1.0.6's varlen quantizer (flashcheck.numerics.sage_packed) against the
 package's own, ``sageattn_varlen``'s smoothing and ``per_block_int8_varlen``, under the Triton interpreter: codes
 and scale bits equal on ragged packed batches (empty sequences, lengths on and off the block grid, GQA), fp16, bf16
 and fp32, head dims 64 and 128; k smoothed by its mean over every packed token, in place on the caller's k; and
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashcheck.numerics.sage_varlen import sage_quantize_varlen
+from flashcheck.numerics.sage_packed import sage_quantize_packed
 
 pytestmark = [pytest.mark.interpreter,
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
@@ -71,7 +71,7 @@ def test_ragged_batches_give_the_packages_codes_and_scales(dtype, d, q_lens, k_l
     k, cu_k = packed(k_lens, 2, d, DTYPES[dtype], seed=d + 1, offset=30.0)  # the sequences' means apart: GQA 2
     v, _ = packed(k_lens, 2, d, DTYPES[dtype], seed=d + 2)
     before = k.clone()
-    got = sage_quantize_varlen(q, k, v, cu_q, cu_k)
+    got = sage_quantize_packed(q, k, v, cu_q, cu_k)
     assert torch.equal(k, before)  # the emulation leaves its inputs alone
     want = run_until_quantized(q, k, v, cu_q, cu_k, monkeypatch)
     # the package smooths the caller's k in place, by the mean over every packed token

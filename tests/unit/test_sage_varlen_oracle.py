@@ -1,6 +1,6 @@
-"""The oracle of SageAttention's varlen call (the ``sage_int8_varlen`` scheme): each group of sequences, its keys
+"""The oracle of SageAttention's varlen call (the ``sage_int8_packed`` scheme): each group of sequences, its keys
 smoothed by the mean over the whole packed batch (:mod:`flashcheck.inputs.serving_inside`), quantized as a dense
-batch, holds the very codes and scales the packed emulation (:mod:`flashcheck.numerics.sage_varlen`, audited
+batch, holds the very codes and scales the packed emulation (:mod:`flashcheck.numerics.sage_packed`, audited
 against the package under the interpreter) gives; the slack of compiled division comes with them; and the
 quantization error of a serving case is measured against the sequences' own inputs."""
 
@@ -15,9 +15,9 @@ from flashcheck.inputs.serving import ServingCase
 from flashcheck.inputs.serving_inside import as_quantized, reads_every_key, with_scheme
 from flashcheck.numerics.quantized_inside import inside_values
 from flashcheck.numerics.sage import K_BLOCK, Q_BLOCK
-from flashcheck.numerics.sage_varlen import sage_quantize_varlen
+from flashcheck.numerics.sage_packed import sage_quantize_packed
 
-VARLEN = SCHEMES["sage_int8_varlen"]
+VARLEN = SCHEMES["sage_int8_packed"]
 
 
 def _case(lens=(70, 0, 130, 70), n=130, d=64, dtype=torch.float16) -> ServingCase:
@@ -44,7 +44,7 @@ def test_the_groups_values_are_the_packed_quantizers():
     q, k, v = case.physical("cpu").tensors
     kw = case.physical("cpu").kwargs
     cu_q, cu_k = kw["cu_seqlens_q"].tolist(), kw["cu_seqlens_k"].tolist()
-    packed = sage_quantize_varlen(q, k, v, kw["cu_seqlens_q"], kw["cu_seqlens_k"], scale=case.scale)
+    packed = sage_quantize_packed(q, k, v, kw["cu_seqlens_q"], kw["cu_seqlens_k"], scale=case.scale)
     want_k = packed.k_codes.double() * _per_token(packed.k_scales, cu_k, K_BLOCK)
     want_q = packed.q_codes.double() * _per_token(packed.q_scales, cu_q, Q_BLOCK)
     quantized = as_quantized(case, "cpu")
@@ -63,6 +63,6 @@ def test_the_groups_values_are_the_packed_quantizers():
 
 
 def test_the_quantization_error_of_a_serving_case_is_against_its_own_inputs():
-    error = quantization_error(_case(), "sage_int8_varlen")
+    error = quantization_error(_case(), "sage_int8_packed")
     assert 0.99 < error.cosine < 1 and 0 < error.max_rel < 0.1
     assert quantization_error(_case(), "per_head") is None

@@ -6,7 +6,7 @@ for a dense kernel. Most of a quantizer works within one sequence (blocks of its
 case holds. A step that reads the whole packed batch cannot be seen from one group: it runs here, on the very
 tensor the kernel receives (the physical form, on the device), and its result goes into the groups' inputs.
 
-SageAttention's varlen call (``sage_int8_varlen``) has one: k less its mean over every packed token. So the mean,
+SageAttention's varlen call (``sage_int8_packed``) has one: k less its mean over every packed token. So the mean,
 and with it every sequence's codes, depends on the other sequences' keys. That is its documented convention, not a
 leak: :func:`reads_every_key` tells the serving judge, whose isolation property then judges the run with other
 sequences poisoned against that batch's own quantized problem instead of asking for the same bits.
@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-from ..numerics.sage_varlen import packed_mean
+from ..numerics.sage_packed import packed_mean
 from .serving import ServingCase
 
 __all__ = ["with_scheme", "reads_every_key", "as_quantized"]
@@ -33,7 +33,7 @@ def _smooth_packed_k(case: ServingCase, device) -> ServingCase:
 
 
 # The quantizers with a step over the packed batch, and that step.
-_PACKED_STEPS = {"sage_int8_varlen": _smooth_packed_k}
+_PACKED_STEPS = {"sage_int8_packed": _smooth_packed_k}
 
 
 def with_scheme(case: ServingCase, scheme) -> ServingCase:

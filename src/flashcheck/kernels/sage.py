@@ -16,7 +16,7 @@ a kernel copies and reports the write (``input_written``). Option ``seq_multiple
 
 ``sage:sageattn-varlen`` wraps its varlen call, ``sageattn_varlen``, on flashcheck's varlen form (the same
 tensors): head dims 64 and 128, equal lengths per sequence (its causal mask asks them), its numerics the
-``sage_int8_varlen`` scheme, whose k mean spans every packed token (:mod:`flashcheck.numerics.sage_varlen`), so
+``sage_int8_packed`` scheme, whose k mean spans every packed token (:mod:`flashcheck.numerics.sage_packed`), so
 one sequence's keys move another's codes: its spec makes no batch-invariance promise. Its option
 ``seq_multiple=64`` declines (:class:`~flashcheck.errors.Unsupported`) a batch with a sequence whose length is
 not a multiple of 64.
@@ -117,5 +117,5 @@ def make_sage_varlen_kernel(*, device: str = "cuda", seq_multiple: int = 1) -> K
 
     spec = KernelSpec(form="varlen", dtypes=("fp16", "bf16", "fp32"), causal=("none", "top_left"), gqa=True,
                       head_dims=(64, 128), equal_lengths=True, seq_multiple=seq_multiple, fully_masked_rows="any",
-                      precision="flash", devices=(device,), quantization="sage_int8_varlen", batch_invariant=False)
+                      precision="flash", devices=(device,), quantization="sage_int8_packed", batch_invariant=False)
     return Kernel(attention, spec, name=VARLEN_NAME)

@@ -50,14 +50,14 @@ def _sage_int8(q, k, v, *, scale: float, approximate: bool, smooth_k: bool = Tru
     return InsideValues(values.q / quantized.multiplier, values.k, values.v, slack)
 
 
-def _sage_int8_varlen(q, k, v, *, scale: float, approximate: bool) -> InsideValues:
+def _sage_int8_packed(q, k, v, *, scale: float, approximate: bool) -> InsideValues:
     """SageAttention 1.0.6's varlen call, on one group of its sequences as a dense batch: k arrives smoothed by the
     mean over the whole packed batch, which only the packed form knows (:mod:`flashcheck.inputs.serving_inside`
-    subtracts it first); the rest is the dense call's per sequence (:mod:`.sage_varlen`)."""
+    subtracts it first); the rest is the dense call's per sequence (:mod:`.sage_packed`)."""
     return _sage_int8(q, k, v, scale=scale, approximate=approximate, smooth_k=False)
 
 
-_EMULATIONS = {"sage_int8": _sage_int8, "sage_int8_varlen": _sage_int8_varlen}
+_EMULATIONS = {"sage_int8": _sage_int8, "sage_int8_packed": _sage_int8_packed}
 
 
 def inside_values(scheme, q, k, v, *, scale: float, approximate: bool | None = None) -> InsideValues:

@@ -26,9 +26,9 @@ import torch
 from ..errors import InvalidArgument
 from .sage import K_BLOCK, L2E, Q_BLOCK, quantize_blocks
 
-__all__ = ["VARLEN_HEAD_DIMS", "packed_mean", "VarlenQuantized", "sage_quantize_varlen"]
+__all__ = ["PACKED_HEAD_DIMS", "packed_mean", "PackedQuantized", "sage_quantize_packed"]
 
-VARLEN_HEAD_DIMS = (64, 128)  # sageattn_varlen asserts these (the dense call adds 96)
+PACKED_HEAD_DIMS = (64, 128)  # sageattn_varlen asserts these (the dense call adds 96)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -39,7 +39,7 @@ def packed_mean(k: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class VarlenQuantized:
+class PackedQuantized:
     """What ``sageattn_varlen`` computes before its attention, in the package's layouts."""
 
     q_codes: torch.Tensor  # (total_q, Hq, D) int8
@@ -68,17 +68,17 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.dtype not in _DTYPES or x.dtype != q.dtype:
             raise InvalidArgument(name, x, "not a 3-D tensor in q's dtype (fp16, bf16 or fp32)",
                                   "Pass q (total_q, Hq, D), k and v (total_k, Hkv, D) packed, one dtype.")
-    if q.shape[-1] not in VARLEN_HEAD_DIMS or k.shape[-1] != q.shape[-1]:
+    if q.shape[-1] not in PACKED_HEAD_DIMS or k.shape[-1] != q.shape[-1]:
         raise InvalidArgument("k", k, f"head dims {q.shape[-1]} (q) and {k.shape[-1]} (k)",
-                              f"sageattn_varlen takes q and k of one head dim among {list(VARLEN_HEAD_DIMS)}.")
+                              f"SageAttention's packed call takes q and k of one head dim among {list(PACKED_HEAD_DIMS)}.")
     if len(cu_seqlens_q) != len(cu_seqlens_k) or int(cu_seqlens_q[-1]) != q.shape[0] \
             or int(cu_seqlens_k[-1]) != k.shape[0]:
         raise InvalidArgument("cu_seqlens_k", cu_seqlens_k, "offsets that do not end at the packed tensors' lengths",
                               "Pass (B + 1,) offsets from 0 to total_q (cu_seqlens_q) and total_k (cu_seqlens_k).")
 
 
-def sage_quantize_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q, cu_seqlens_k, *,
-                         scale: float | None = None, smooth_k: bool = True) -> VarlenQuantized:
+def sage_quantize_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q, cu_seqlens_k, *,
+                         scale: float | None = None, smooth_k: bool = True) -> PackedQuantized:
     """SageAttention 1.0.6's varlen quantization of packed q, k, v, as ``sageattn_varlen`` does it before its
     attention (without touching the caller's k). ``scale``: the softmax scale, head dim ** -0.5 by default."""
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
@@ -86,4 +86,4 @@ def sage_quantize_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
     k = k - packed_mean(k) if smooth_k else k
     q_codes, q_scales = _per_sequence(q, [int(n) for n in cu_seqlens_q], Q_BLOCK, sm_scale * L2E)
     k_codes, k_scales = _per_sequence(k, [int(n) for n in cu_seqlens_k], K_BLOCK, 1.0)
-    return VarlenQuantized(q_codes, q_scales, k_codes, k_scales, v.to(torch.float16), k)
+    return PackedQuantized(q_codes, q_scales, k_codes, k_scales, v.to(torch.float16), k)
