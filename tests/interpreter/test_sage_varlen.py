@@ -47,12 +47,12 @@ def test_within_the_budget_of_its_quantizer_where_no_key_is_padded(lens, d, dtyp
     assert _kinds(verdict) == {"input_written"} and verdict.max_ratio < 1, str(verdict)
 
 
-def test_isolation_judges_a_poisoned_batch_against_its_own_quantized_problem():
+def test_isolation_poisons_the_values_alone_where_poisoned_keys_move_every_code():
     case = _case([64, 64])
     kernel = resolve_kernel(NAME, device="cpu")
     first = run_form(kernel, case, "cpu")
     poisoned = run_form(kernel, case.with_sequences_poisoned(torch.tensor([False, True])), "cpu")
-    # the poison moves k's mean over the batch, so sequence 0's codes and bits change: not a leak
+    # poisoned keys move k's mean over the batch, so sequence 0's codes and bits change: its convention, no leak
     assert not torch.equal(first.out[:64], poisoned.out[:64])
     verdict = flashcheck.check(kernel, case, device="cpu")
     assert "isolation" in verdict.properties and "poison_leak" not in _kinds(verdict), str(verdict)
@@ -101,8 +101,9 @@ def test_its_causal_mask_of_minus_1e6_lets_a_key_in_past_logits_of_a_million():
     assert _kinds(control) == {"input_written"}, str(control)
 
 
-def test_a_sequence_already_over_its_budget_is_no_leak_in_the_poisoned_rerun():
-    # two one-key sequences, each v / 64 by the padding defect; the poisoned rerun repeats it (flashcheck once
-    # reported that as poison_leak)
-    verdict = flashcheck.check(NAME, _saved("input_written+over_budget+poison_leak-shrunk-4267a0eff0"), device="cpu")
-    assert "isolation" in verdict.properties and _kinds(verdict) == {"input_written", "over_budget"}, str(verdict)
+@pytest.mark.parametrize("stem", ["input_written+over_budget+poison_leak-shrunk-4267a0eff0",
+                                  "input_written+over_budget+poison_leak-shrunk-1511790394"])
+def test_the_padded_keys_in_a_key_poisoned_batch_are_no_leak(stem):
+    # two one-key sequences; with keys poisoned, the padding defect met in the rerun was once called poison_leak
+    verdict = flashcheck.check(NAME, _saved(stem), device="cpu")
+    assert "isolation" in verdict.properties and "poison_leak" not in _kinds(verdict), str(verdict)

@@ -192,12 +192,6 @@ class ServingCase:
                 by_lengths.setdefault(lengths, []).append(b)
         return tuple(SequenceGroup(tuple(idx), self._logical(idx, nq, nk)) for (nq, nk), idx in by_lengths.items())
 
-    def groups_where(self, keep) -> tuple[SequenceGroup, ...]:
-        """:attr:`groups` cut to the sequences for which ``keep`` (a predicate on a sequence's index) holds."""
-        cut = [[b for b in g.indices if keep(b)] for g in self.groups]
-        return tuple(SequenceGroup(tuple(idx), self._logical(idx, self.q_lens[idx[0]], self.k_lens[idx[0]]))
-                     for idx in cut if idx)
-
     def _logical(self, idx: list[int], n_q: int, n_k: int) -> AttentionCase:
         base, rows = self.base, torch.tensor(idx)
         q, k, v = (t.index_select(0, rows) for t in (base.q, base.k, base.v))
@@ -304,11 +298,14 @@ class ServingCase:
     def with_provenance(self, provenance: dict) -> "ServingCase":
         return self.with_base(self.base.with_provenance(provenance))
 
-    def with_sequences_poisoned(self, which: torch.Tensor) -> "ServingCase":
-        """This case with the keys and values of the sequences ``which`` (bool (B,)) replaced by poison."""
+    def with_sequences_poisoned(self, which: torch.Tensor, *, keys: bool = True) -> "ServingCase":
+        """This case with the keys (unless ``keys`` is False) and values of the sequences ``which`` (bool (B,))
+        replaced by poison."""
         huge_k, huge_v = self._poison()
         k, v = self.base.k.clone(), self.base.v.clone()
-        k[which], v[which] = huge_k, huge_v
+        v[which] = huge_v
+        if keys:
+            k[which] = huge_k
         return self.with_base(dataclasses.replace(self.base, k=k, v=v))
 
     def only(self, b: int) -> "ServingCase":

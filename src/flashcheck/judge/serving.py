@@ -7,7 +7,7 @@ again (determinism), the other sequences' keys poisoned (isolation: no sequence 
 pool in another order (page order), and the last sequence alone (batch, where the spec promises it).
 A kernel that quantizes inside has each group judged against the values its quantizer gives, a step over the
 packed batch included (:mod:`flashcheck.inputs.serving_inside`); where that step reads every packed key, poisoning
-other sequences changes a sequence's codes, so isolation judges that rerun against its own batch's oracle.
+other sequences' keys changes a sequence's codes, so isolation poisons their values alone.
 A kernel that declines the case (:class:`~flashcheck.errors.Unsupported`) or runs out of device memory on any of
 these calls, or at any split count, skips the case as a dense kernel does (:mod:`flashcheck.judge.skips`).
 """
@@ -102,15 +102,13 @@ def _in_batch(finding: Finding, case: ServingCase, group: SequenceGroup) -> Find
 class _Judge:
     """One serving case's judgement: the budget of each sequence group, and the findings so far."""
 
-    def __init__(self, kernel, case: ServingCase, contract, device, regime, keep=None):
-        self.kernel, self.case, self.device, self.regime, self.contract = kernel, case, device, regime, contract
-        # ``keep``: judge only the sequences it holds for (a predicate on a sequence's index)
-        self.groups = case.groups if keep is None else case.groups_where(keep)
-        self.budgets = group_budgets(case, contract, device, keep)
+    def __init__(self, kernel, case: ServingCase, contract, device, regime):
+        self.kernel, self.case, self.device, self.regime = kernel, case, device, regime
+        self.budgets = group_budgets(case, contract, device)
 
     def judge(self, run: FormRun) -> tuple[list[Finding], float]:
         findings, worst = [], 0.0
-        for group, budget in zip(self.groups, self.budgets):
+        for group, budget in zip(self.case.groups, self.budgets):
             out = self.case.unpack(run.out, group)
             lse = None if run.lse is None else self.case.unpack(run.lse, group, lse=True)
             found, ratio = compare(out, lse, budget, regime=self.regime, **promises(self.kernel.spec))
@@ -129,12 +127,10 @@ def _poison_noted(finding: Finding, case: ServingCase) -> Finding:
     return dataclasses.replace(finding, diagnosis=finding.diagnosis + note)
 
 
-def group_budgets(case: ServingCase, contract, device, keep=None) -> list:
-    """The error budget of each sequence group's logical problem (:attr:`ServingCase.groups`, or
-    :meth:`~ServingCase.groups_where` ``keep`` holds), on ``device``; a quantizer's step over the packed batch
-    done first."""
-    quantized = as_quantized(case, device)
-    groups = quantized.groups if keep is None else quantized.groups_where(keep)
+def group_budgets(case: ServingCase, contract, device) -> list:
+    """The error budget of each sequence group's logical problem (:attr:`ServingCase.groups`), on ``device``; a
+    quantizer's step over the packed batch done first."""
+    groups = as_quantized(case, device).groups
     return [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
                          causal=case.causal, precision=contract, variant=g.case.variant,
                          attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
@@ -260,49 +256,22 @@ def _determinism(judge: _Judge, run, findings, splits) -> bool:
 
 
 def _isolation(judge: _Judge, run, findings, splits) -> bool:
-    """Poison the keys and values of every other sequence: the rest must keep their bits, or, for a kernel whose
-    quantizer reads every packed key, stay within the budget of the poisoned batch's own quantized problem."""
+    """Poison the keys and values of every other sequence: the rest must keep their bits. For a kernel whose
+    quantizer reads every packed key (k's mean over the batch) poisoned keys legitimately move every sequence's
+    codes: only the values are poisoned then, which its quantizer does not read, and the bits must still hold."""
     kernel, case, device = judge.kernel, judge.case, judge.device
     if len(case.q_lens) < 2:
         return False
+    keys = not reads_every_key(kernel.spec.quantization)
     for parity in (0, 1):
         which = torch.tensor([b % 2 != parity for b in range(len(case.q_lens))])
-        poisoned = case.with_sequences_poisoned(which)
-        rerun = run_form(kernel, poisoned, device, setting=splits, what=_RERUN)
-
-        def kept(b, p=parity):
-            return b % 2 == p
-        if reads_every_key(kernel.spec.quantization):
-            changed = _outside_own_budget(judge, poisoned, run, rerun, kept)
-        else:
-            changed = _bits_changed(case, run, rerun, kept)
+        rerun = run_form(kernel, case.with_sequences_poisoned(which, keys=keys), device, setting=splits, what=_RERUN)
+        changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
         if changed is not None:
-            return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
+            return _property("poison_leak", f"{case.poison} poison in the {'keys and ' if keys else ''}values of the "
                              f"{'odd' if parity == 0 else 'even'} sequences", findings, judge.regime, changed,
                              promise=_nan_promise(case))
     return True
-
-
-def _outside_own_budget(judge: _Judge, poisoned: ServingCase, run: FormRun, rerun: FormRun, kept) -> str | None:
-    """What of the sequences ``kept`` holds for the rerun on ``poisoned`` gave outside the budget of their own
-    problem as the quantizer saw it in that batch (its mean over the poison included), or None. A sequence already
-    outside its budget in the first ``run`` is not judged again: its finding stands, and the same defect in the
-    rerun is no sign of a read of the poison."""
-    if rerun.error is not None:
-        return _raised(rerun)
-    wrong = _shape_problems(rerun, poisoned)
-    if wrong:
-        return wrong[0].diagnosis
-    within = {b for g in judge.case.groups for b in g.indices if kept(b) and not _Judge(
-        judge.kernel, judge.case, judge.contract, judge.device, judge.regime, keep=lambda x, b=b: x == b).judge(run)[0]}
-    if not within:
-        return None
-    found, _ = _Judge(judge.kernel, poisoned, judge.contract, judge.device, judge.regime,
-                      keep=within.__contains__).judge(rerun)
-    if not found:
-        return None
-    return (f"{len(found)} finding(s) against the oracle of the poisoned batch's own quantized values, the first: "
-            f"{found[0].kind}: {found[0].diagnosis}")
 
 
 def _page_order(judge: _Judge, run, findings, splits) -> bool:
