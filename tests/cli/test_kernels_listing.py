@@ -15,7 +15,7 @@ from flashcheck.kernels.flex import make_flex_kernel
 from flashcheck.kernels.flex_blocks import make_flex_block_sparse_kernel
 from flashcheck.kernels.flex_varlen import make_flex_varlen_kernel
 from flashcheck.kernels.registry import BUILTIN_KERNELS
-from flashcheck.kernels.sage import make_sage_kernel
+from flashcheck.kernels.sage import make_sage_kernel, make_sage_varlen_kernel
 from flashcheck.kernels.serving import make_serving_kernel
 from flashcheck.kernels.sparse import make_sparse_kernel
 from flashcheck.kernels.triton.forward import make_kernel
@@ -24,7 +24,7 @@ from flashcheck.kernels.triton.forward import make_kernel
 FACTORIES = {"torch:flex": make_flex_kernel, "torch:flex-varlen": make_flex_varlen_kernel,
              "torch:block-sparse": make_block_sparse_kernel, "torch:sparse": make_sparse_kernel, "torch:flex-block-sparse": make_flex_block_sparse_kernel,
              "flashcheck:triton": make_kernel, "torch:varlen": make_serving_kernel, "torch:paged": make_serving_kernel,
-             "sage:sageattn": make_sage_kernel}
+             "sage:sageattn": make_sage_kernel, "sage:sageattn-varlen": make_sage_varlen_kernel}
 NOT_OPTIONS = {"device", "mutant"}
 # Each kernel's planted bugs, from the catalog (the kernels of one form or of fp8 share theirs).
 CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": planted.TRITON_VARLEN,

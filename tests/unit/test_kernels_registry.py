@@ -26,7 +26,7 @@ CUDA_ONLY_ON_CPU = ("torch:efficient", "torch:cudnn")
 def test_builtin_names_and_descriptions():
     assert list(BUILTIN_KERNELS) == ["torch:math", "torch:flash", "torch:efficient", "torch:cudnn", "torch:flex",
                                      "flashcheck:triton", "fla:parallel_attn", "fla:parallel_attn-varlen",
-                                     "fla:attn_decoding", "sglang:mla-decode", "sage:sageattn",
+                                     "fla:attn_decoding", "sglang:mla-decode", "sage:sageattn", "sage:sageattn-varlen",
                                      "torch:varlen", "torch:paged", "torch:jagged", "torch:split-kv",
                                      "torch:flex-varlen", "flashcheck:triton-varlen", "flashcheck:triton-paged",
                                      "flashcheck:triton-split-kv", "torch:fp8", "flashcheck:triton-fp8",

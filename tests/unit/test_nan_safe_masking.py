@@ -98,7 +98,7 @@ BUILT_IN_PROMISES = {"torch:math": False, "torch:flash": False, "torch:flex": Fa
                      "torch:block-sparse": False, "torch:flex-block-sparse": False,
                      "flashcheck:triton-block-sparse": True, "torch:fp8-kv-token": True, "torch:fp8-kv-blocks": True,
                      "torch:mxfp8": True, "flashcheck:triton-fp8-kv-blocks": True, "sage:sageattn": False,
-                     "torch:int8-qk": True, "torch:nvfp4": True}
+                     "sage:sageattn-varlen": False, "torch:int8-qk": True, "torch:nvfp4": True}
 
 
 @pytest.mark.parametrize("name", sorted(set(available_kernels("cpu")) & set(BUILT_IN_PROMISES)))

@@ -42,7 +42,7 @@ def run(args) -> int:
     model = explained_verdict(kernel, case, verdict, device=device)
     if model is not None:
         print(model.line())
-    quantization = quantization_error(case, kernel.spec.quantization) if isinstance(case, AttentionCase) else None
+    quantization = quantization_error(case, kernel.spec.quantization)
     if quantization is not None:
         print(quantization.text())
     written = {**verdict.as_dict(), "model": None if model is None else model.as_dict(),

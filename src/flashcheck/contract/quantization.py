@@ -180,6 +180,8 @@ QUANTIZERS = {
     "sage_int8": "int8 codes of q (sm_scale x 1.44269504 folded in, fp32) per 128 tokens and of k minus its mean "
                  "over the tokens (in the input dtype) per 64 tokens, each with an fp32 scale amax / 127, rounded "
                  "half away from zero; v cast to fp16",
+    "sage_int8_packed": "sage_int8's codes per 128 and 64 tokens of each packed sequence, k less its mean over every "
+                        "packed token of the batch (all sequences together)",
 }
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
@@ -206,6 +208,11 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("sage_int8", q=Blocks(128), k=Blocks(64), descales=False, quantizer="sage_int8", p_format="fp16",
            pv_sums=("fp16", 64), convention="SageAttention 1.0.6: fp16, bf16 or fp32 inputs quantized inside: "
                                             + QUANTIZERS["sage_int8"]),
+    # Its varlen call: the same arithmetic per sequence, but k's mean is taken over the whole packed batch.
+    Scheme("sage_int8_packed", q=Blocks(128), k=Blocks(64), descales=False, quantizer="sage_int8_packed",
+           p_format="fp16", pv_sums=("fp16", 64),
+           convention="SageAttention 1.0.6 on packed sequences: fp16, bf16 or fp32 inputs quantized inside: "
+                      + QUANTIZERS["sage_int8_packed"]),
     # FlashMLA's fp8 latent cache (DeepSeek V3.2): K's 512 latent dims (V's too) as e4m3 codes with an fp32 scale per
     # 128, its 64 rope dims in bf16, q in bf16.
     Scheme("flashmla_fp8", k=Blocks(128, "dims", span=512), v=Blocks(128, "dims", span=512), descales=False,

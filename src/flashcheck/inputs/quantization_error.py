@@ -16,6 +16,8 @@ from ..contract.quantization import scheme_named
 from ..numerics.oracle import reference_attention
 from .case import AttentionCase
 from .recipe import Recipe
+from .serving import ServingCase
+from .serving_inside import as_quantized, with_scheme
 
 __all__ = ["QuantizationError", "quantization_error"]
 
@@ -36,12 +38,15 @@ class QuantizationError:
         return dict(self.__dict__)
 
 
-def quantization_error(case: AttentionCase, scheme=None) -> QuantizationError | None:
+def quantization_error(case: AttentionCase | ServingCase, scheme=None) -> QuantizationError | None:
     """The case's quantization error: for a kernel whose ``scheme`` quantizes inside, its quantizer's values
-    against the case's; else where the case's recipe (in its provenance) gives its full-precision values. None for
-    a case that is not quantized or whose values were reshaped after their quantization."""
-    shared = dict(scale=case.scale, causal=case.causal, attn_mask=case.attn_mask)
+    against the case's (a serving case's sequences all together); else where the case's recipe (in its provenance)
+    gives its full-precision values. None for a case that is not quantized or whose values were reshaped after
+    their quantization."""
     scheme = None if scheme is None else scheme_named(scheme)
+    if isinstance(case, ServingCase):
+        return _serving(case, scheme) if scheme is not None and scheme.quantizer else None
+    shared = dict(scale=case.scale, causal=case.causal, attn_mask=case.attn_mask)
     if scheme is not None and scheme.quantizer:
         inside = case.variant.replace(quantization=scheme)
         return _compared(reference_attention(case.q, case.k, case.v, variant=inside, **shared).out,
@@ -53,6 +58,19 @@ def quantization_error(case: AttentionCase, scheme=None) -> QuantizationError | 
     quantized = reference_attention(case.q, case.k, case.v, variant=case.variant, **shared).out
     full = reference_attention(*source, variant=case.variant.unquantized(), **shared).out
     return _compared(quantized, full)
+
+
+def _serving(case: ServingCase, scheme) -> QuantizationError | None:
+    """Each sequence group's exact output on its quantizer's values (a step over the packed batch included: on
+    the CPU, where the case is) against its own, all groups' outputs compared as one."""
+    inside = as_quantized(with_scheme(case, scheme), "cpu").groups
+    outputs = [reference_attention(g.case.q, g.case.k, g.case.v, scale=case.scale, causal=case.causal,
+                                   attn_mask=g.case.attn_mask, variant=g.case.variant).out.flatten()
+               for groups in (inside, case.groups) for g in groups]
+    if not outputs:
+        return None
+    half = len(outputs) // 2
+    return _compared(torch.cat(outputs[:half]), torch.cat(outputs[half:]))
 
 
 def _compared(quantized: torch.Tensor, full: torch.Tensor) -> QuantizationError:

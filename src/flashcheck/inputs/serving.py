@@ -298,11 +298,14 @@ class ServingCase:
     def with_provenance(self, provenance: dict) -> "ServingCase":
         return self.with_base(self.base.with_provenance(provenance))
 
-    def with_sequences_poisoned(self, which: torch.Tensor) -> "ServingCase":
-        """This case with the keys and values of the sequences ``which`` (bool (B,)) replaced by poison."""
+    def with_sequences_poisoned(self, which: torch.Tensor, *, keys: bool = True) -> "ServingCase":
+        """This case with the keys (unless ``keys`` is False) and values of the sequences ``which`` (bool (B,))
+        replaced by poison."""
         huge_k, huge_v = self._poison()
         k, v = self.base.k.clone(), self.base.v.clone()
-        k[which], v[which] = huge_k, huge_v
+        v[which] = huge_v
+        if keys:
+            k[which] = huge_k
         return self.with_base(dataclasses.replace(self.base, k=k, v=v))
 
     def only(self, b: int) -> "ServingCase":

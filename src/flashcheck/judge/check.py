@@ -21,18 +21,19 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract.formats import SCALE_PROPERTY, output_format, raw_bits
+from ..contract.formats import SCALE_PROPERTY, output_format
 from ..contract.precision import Precision, precision_named
 from ..contract.spec import Kernel, as_kernel
 from ..errors import InvalidArgument
 from ..features.variant import check_variant
 from ..inputs.case import AttentionCase, describe_inputs
 from ..inputs.serving import ServingCase
+from ..inputs.serving_inside import with_scheme
 from ..kernels.registry import resolve_kernel
 from ..kernels.triton.cache import compilation_stats
 from ..numerics.budget import Budget, error_budget
 from ..numerics.oracle import Reference
-from .comparison import compare, promises
+from .comparison import compare, inputs_written, promises
 from .envelope import ENVELOPE_FLOOR, envelope_findings
 from .phases import kernel_call
 from .properties import PROPERTIES, check_properties, neutral_cases, reordered_cases, rescaled_case
@@ -108,8 +109,9 @@ def check(kernel, case: AttentionCase, *, precision: Precision | str | None = No
     kern: Kernel = resolve_kernel(kernel, device=device.type) if isinstance(kernel, str) else as_kernel(kernel)
     contract = precision_named(precision) if precision is not None else kern.spec.precision
     _check_form(kern, case)
-    if isinstance(case, AttentionCase) and kern.spec.quantization.quantizer:  # the oracle attends its values
-        case = dataclasses.replace(case, variant=case.variant.replace(quantization=kern.spec.quantization))
+    if kern.spec.quantization.quantizer:  # the oracle attends its values
+        case = (with_scheme(case, kern.spec.quantization) if isinstance(case, ServingCase) else
+                dataclasses.replace(case, variant=case.variant.replace(quantization=kern.spec.quantization)))
     check_variant(case.variant, kern.spec, shapes=case.shapes, dtype=case.torch_dtype)
     regime = case.provenance.get("strategy") if case.provenance else None
     meta = dict(kernel=kern.name, case=case.describe(), regime=regime)
@@ -200,7 +202,7 @@ def _check(job: _Judgement) -> Verdict:
     if run.error is not None:
         return crash_verdict(run, job.regime, job.meta)
     elapsed["kernel"] = run.seconds
-    written = inputs_written(case, (q, k, v), job.regime)
+    written = inputs_written((case.q, case.k, case.v), (q, k, v), job.regime)
     with _timed(elapsed, "oracle"):
         budget = job.budget if job.budget is not None else _oracle_budget(job, mask)
     wrong = _output_problems(run.out, run.lse, budget.reference.shapes, output_format(q).dtype, q.device)
@@ -224,19 +226,6 @@ def _check(job: _Judgement) -> Verdict:
                                     properties=checked, **job.meta)
     verdict.output = (run.out, run.lse)
     return verdict
-
-
-def inputs_written(case: AttentionCase, given: tuple, regime: str | None) -> list[Finding]:
-    """A finding for each of q, k and v the kernel wrote into: its caller's tensor changed (the kernel was handed
-    copies, so the case and the oracle still hold the inputs)."""
-    out = []
-    for name, tensor in zip("qkv", given):
-        changed = raw_bits(tensor.detach().cpu()) != raw_bits(getattr(case, name).cpu())  # a GPU campaign's case
-        if bool(changed.any()):
-            out.append(Finding("input_written", BUG, f"the kernel wrote into its input {name}: {int(changed.sum()):,} "
-                               f"of {changed.numel():,} elements changed (a caller's tensor is not the kernel's to "
-                               "change)", regime=regime, details={"tensor": name}))
-    return out
 
 
 def _applies(prop: str, case: AttentionCase, spec) -> bool:

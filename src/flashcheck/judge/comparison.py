@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract.formats import raw_bits
 from ..numerics.budget import Budget
 from ..numerics.oracle import Reference
 from .diagnose import diagnose_elements, first_index, which_keys
 from .verdict import BUG, Finding
 
-__all__ = ["compare", "error_ratios", "on_oracle_rows", "promises"]
+__all__ = ["compare", "error_ratios", "inputs_written", "on_oracle_rows", "promises"]
 
 LN2 = math.log(2)
 
@@ -185,3 +186,17 @@ def _lse(c: _Compared, lse_base: str = "e") -> Finding:
         index=idx, error=float(c.lse_err[idx]),
         ratio=float(torch.nan_to_num(lse_ratio, nan=math.inf, posinf=math.inf)[idx]),
         budget={"total": float(c.budget.lse_total[idx])}, regime=c.regime)
+
+
+def inputs_written(want: tuple, given: tuple, regime: str | None) -> list[Finding]:
+    """A finding for each of q, k and v (``given``, as the kernel was handed them) whose bits are no longer those of
+    ``want``: the kernel wrote into its caller's tensor (it was handed copies, so the case and the oracle still hold
+    the inputs)."""
+    out = []
+    for name, tensor, before in zip("qkv", given, want):
+        changed = raw_bits(tensor.detach().cpu()) != raw_bits(before.cpu())  # a GPU campaign's case
+        if bool(changed.any()):
+            out.append(Finding("input_written", BUG, f"the kernel wrote into its input {name}: {int(changed.sum()):,} "
+                               f"of {changed.numel():,} elements changed (a caller's tensor is not the kernel's to "
+                               "change)", regime=regime, details={"tensor": name}))
+    return out

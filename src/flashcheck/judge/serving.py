@@ -5,6 +5,9 @@ unpacked per sequence and each group of equal-length sequences is judged against
 its logical problem, as a dense case would be. The exact properties of the forms rerun it: the same call
 again (determinism), the other sequences' keys poisoned (isolation: no sequence reads another's), the page
 pool in another order (page order), and the last sequence alone (batch, where the spec promises it).
+A kernel that quantizes inside has each group judged against the values its quantizer gives, a step over the
+packed batch included (:mod:`flashcheck.inputs.serving_inside`); where that step reads every packed key, poisoning
+other sequences' keys changes a sequence's codes, so isolation poisons their values alone.
 A kernel that declines the case (:class:`~flashcheck.errors.Unsupported`) or runs out of device memory on any of
 these calls, or at any split count, skips the case as a dense kernel does (:mod:`flashcheck.judge.skips`).
 """
@@ -22,8 +25,9 @@ from ..contract.spec import promise_note
 from ..errors import InvalidArgument
 from ..features.forms import Setting, form, settings
 from ..inputs.serving import SequenceGroup, ServingCase
+from ..inputs.serving_inside import as_quantized, reads_every_key
 from ..numerics.budget import error_budget
-from .comparison import compare, promises
+from .comparison import compare, inputs_written, promises
 from .phases import kernel_call
 from .properties import differs
 from .skips import one_line, raise_skip
@@ -45,6 +49,7 @@ class FormRun:
     traceback: str | None
     seconds: float
     device: torch.device | None = None  # where the inputs were (cuda:0 for "cuda")
+    tensors: tuple = ()  # the three tensors the kernel was handed, as it left them
 
 
 def run_form(kernel, case: ServingCase, device, *, setting: Setting | None = None,
@@ -65,7 +70,7 @@ def run_form(kernel, case: ServingCase, device, *, setting: Setting | None = Non
         raise_skip(exc, what)
         return FormRun(None, None, exc, traceback.format_exc(), time.perf_counter() - start)
     out, lse = result if isinstance(result, (tuple, list)) and len(result) == 2 else (result, None)
-    return FormRun(out, lse, None, None, time.perf_counter() - start, inputs.tensors[0].device)
+    return FormRun(out, lse, None, None, time.perf_counter() - start, inputs.tensors[0].device, inputs.tensors)
 
 
 def _shape_problems(run: FormRun, case: ServingCase) -> list[Finding]:
@@ -123,11 +128,13 @@ def _poison_noted(finding: Finding, case: ServingCase) -> Finding:
 
 
 def group_budgets(case: ServingCase, contract, device) -> list:
-    """The error budget of each sequence group's logical problem (:attr:`ServingCase.groups`), on ``device``."""
+    """The error budget of each sequence group's logical problem (:attr:`ServingCase.groups`), on ``device``; a
+    quantizer's step over the packed batch done first."""
+    groups = as_quantized(case, device).groups
     return [error_budget(*(t.to(device) for t in (g.case.q, g.case.k, g.case.v)), scale=case.scale,
                          causal=case.causal, precision=contract, variant=g.case.variant,
                          attn_mask=None if g.case.attn_mask is None else g.case.attn_mask.to(device))
-            for g in case.groups]
+            for g in groups]
 
 
 def _crash(run: FormRun, regime, what: str | None = None) -> Finding:
@@ -147,12 +154,14 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
         return Verdict.from_findings([_crash(run, regime)], max_ratio=math.nan, elapsed={"kernel": run.seconds},
                                      **meta)
     elapsed = {"kernel": run.seconds}
+    written = inputs_written(case.physical(device).tensors, run.tensors, regime)
     wrong = _shape_problems(run, case)
     if wrong:
-        return Verdict.from_findings(wrong, max_ratio=math.nan, elapsed=elapsed, **meta)
+        return Verdict.from_findings(written + wrong, max_ratio=math.nan, elapsed=elapsed, **meta)
     start = time.perf_counter()
     judge = _Judge(kernel, case, contract, device, regime)
     findings, worst = judge.judge(run)
+    findings = written + findings
     if len(splits) > 1:  # every split count names itself, the first too
         findings = _at_splits(findings, splits[0])
     for n in splits[1:]:
@@ -162,7 +171,7 @@ def check_serving(kernel, case: ServingCase, *, contract, device, properties=SER
     start, checked = time.perf_counter(), []
     for name in SERVING_PROPERTIES:
         if name in properties and not any(f.kind == "crash" for f in findings):
-            ran = _PROPERTIES[name](kernel, case, run, device, findings, regime, splits[0])
+            ran = _PROPERTIES[name](judge, run, findings, splits[0])
             checked += [name] if ran else []
     elapsed["properties"] = time.perf_counter() - start
     verdict = Verdict.from_findings(findings, max_ratio=worst if case.groups else math.nan, elapsed=elapsed,
@@ -199,7 +208,7 @@ def _at_splits(findings: list[Finding], n: Setting) -> list[Finding]:
 def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str | None:
     """Where ``rerun`` differs in bits from ``base`` on the sequences ``keep`` (a predicate), or None."""
     if rerun.error is not None:
-        return f"it raised {type(rerun.error).__name__}: {rerun.error}".splitlines()[0][:300]
+        return _raised(rerun)
     for group in case.groups:
         chosen = [i for i, b in enumerate(group.indices) if keep(b)]
         if not chosen:
@@ -215,6 +224,10 @@ def _bits_changed(case: ServingCase, base: FormRun, rerun: FormRun, keep) -> str
             if bool(diff.any()):
                 return f"{int(diff.sum())} elements of the {tensor} of {_where(case, group)} changed"
     return None
+
+
+def _raised(run: FormRun) -> str:
+    return f"it raised {type(run.error).__name__}: {run.error}".splitlines()[0][:300]
 
 
 _RERUN = "a property's rerun of the kernel"
@@ -233,7 +246,8 @@ def _property(kind: str, what: str, findings: list, regime, changed: str | None,
     return True
 
 
-def _determinism(kernel, case, run, device, findings, regime, splits) -> bool:
+def _determinism(judge: _Judge, run, findings, splits) -> bool:
+    kernel, case, device, regime = judge.kernel, judge.case, judge.device, judge.regime
     if not kernel.spec.deterministic:
         return False
     again = run_form(kernel, case, device, setting=splits, what=_RERUN)
@@ -241,22 +255,27 @@ def _determinism(kernel, case, run, device, findings, regime, splits) -> bool:
                      _bits_changed(case, run, again, lambda b: True), promise="deterministic")
 
 
-def _isolation(kernel, case, run, device, findings, regime, splits) -> bool:
-    """Poison the keys and values of every other sequence: the rest must keep their bits."""
+def _isolation(judge: _Judge, run, findings, splits) -> bool:
+    """Poison the keys and values of every other sequence: the rest must keep their bits. For a kernel whose
+    quantizer reads every packed key (k's mean over the batch) poisoned keys legitimately move every sequence's
+    codes: only the values are poisoned then, which its quantizer does not read, and the bits must still hold."""
+    kernel, case, device = judge.kernel, judge.case, judge.device
     if len(case.q_lens) < 2:
         return False
+    keys = not reads_every_key(kernel.spec.quantization)
     for parity in (0, 1):
         which = torch.tensor([b % 2 != parity for b in range(len(case.q_lens))])
-        rerun = run_form(kernel, case.with_sequences_poisoned(which), device, setting=splits, what=_RERUN)
+        rerun = run_form(kernel, case.with_sequences_poisoned(which, keys=keys), device, setting=splits, what=_RERUN)
         changed = _bits_changed(case, run, rerun, lambda b, p=parity: b % 2 == p)
         if changed is not None:
-            return _property("poison_leak", f"{case.poison} poison in the keys and values of the "
-                             f"{'odd' if parity == 0 else 'even'} sequences", findings, regime, changed,
+            return _property("poison_leak", f"{case.poison} poison in the {'keys and ' if keys else ''}values of the "
+                             f"{'odd' if parity == 0 else 'even'} sequences", findings, judge.regime, changed,
                              promise=_nan_promise(case))
     return True
 
 
-def _page_order(kernel, case, run, device, findings, regime, splits) -> bool:
+def _page_order(judge: _Judge, run, findings, splits) -> bool:
+    kernel, case, device, regime = judge.kernel, judge.case, judge.device, judge.regime
     relayout = form(case.form).relayout
     if relayout is None:
         return False
@@ -265,7 +284,8 @@ def _page_order(kernel, case, run, device, findings, regime, splits) -> bool:
                      regime, _bits_changed(case, run, rerun, lambda b: True))
 
 
-def _batch(kernel, case, run, device, findings, regime, splits) -> bool:
+def _batch(judge: _Judge, run, findings, splits) -> bool:
+    kernel, case, device, regime = judge.kernel, judge.case, judge.device, judge.regime
     if not kernel.spec.batch_invariant or len(case.q_lens) < 2:
         return False
     last = len(case.q_lens) - 1

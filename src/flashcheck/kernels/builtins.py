@@ -30,7 +30,9 @@ from .fla import make_fla_decoding_kernel, make_fla_kernel
 from .fla import unavailable as fla_unavailable
 from .sage import DESCRIPTION as SAGE_DESCRIPTION
 from .sage import NAME as SAGE
-from .sage import make_sage_kernel
+from .sage import VARLEN_DESCRIPTION as SAGE_VARLEN_DESCRIPTION
+from .sage import VARLEN_NAME as SAGE_VARLEN
+from .sage import make_sage_kernel, make_sage_varlen_kernel
 from .sage import unavailable as sage_unavailable
 from .sglang_mla import DESCRIPTION as SGLANG_MLA_DESCRIPTION
 from .sglang_mla import NAME as SGLANG_MLA
@@ -209,6 +211,8 @@ BUILTINS: tuple[Builtin, ...] = (
             unavailable=sglang_unavailable),
     Builtin(SAGE, SAGE_DESCRIPTION + "; pip install sageattention==1.0.6", make_sage_kernel,
             options_of(make_sage_kernel), unavailable=sage_unavailable),
+    Builtin(SAGE_VARLEN, SAGE_VARLEN_DESCRIPTION + "; pip install sageattention==1.0.6", make_sage_varlen_kernel,
+            options_of(make_sage_varlen_kernel), unavailable=partial(sage_unavailable, name=SAGE_VARLEN)),
     _serving("torch:varlen", "packed variable-length batches (flash-attention's varlen convention, seqused_k "
              "included), one PyTorch SDPA call per sequence" + _SDPA_BACKEND, VARLEN,
              options_of(make_serving_kernel)),

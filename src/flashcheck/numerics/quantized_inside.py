@@ -36,11 +36,11 @@ def _per_token(scales: torch.Tensor, block: int, n: int) -> torch.Tensor:
     return scales.to(torch.float64).repeat_interleave(block, dim=2)[:, :, :n, None]
 
 
-def _sage_int8(q, k, v, *, scale: float, approximate: bool) -> InsideValues:
+def _sage_int8(q, k, v, *, scale: float, approximate: bool, smooth_k: bool = True) -> InsideValues:
     """SageAttention 1.0.6: Q's values divided by the fp32 multiplier it folded in (scale x 1.44269504), so that
     the oracle's scale applies as to any kernel; the kernel's exp2 of the folded logits differs from that by the
     multiplier's fp32 rounding and the literal's 6e-10, within the logits' ulps of the budget."""
-    quantized = sage.sage_quantize(q, k, v, scale=scale)
+    quantized = sage.sage_quantize(q, k, v, scale=scale, smooth_k=smooth_k)
     values = quantized.dequantized()
     slack = None
     if approximate:
@@ -50,7 +50,14 @@ def _sage_int8(q, k, v, *, scale: float, approximate: bool) -> InsideValues:
     return InsideValues(values.q / quantized.multiplier, values.k, values.v, slack)
 
 
-_EMULATIONS = {"sage_int8": _sage_int8}
+def _sage_int8_packed(q, k, v, *, scale: float, approximate: bool) -> InsideValues:
+    """SageAttention 1.0.6's varlen call, on one group of its sequences as a dense batch: k arrives smoothed by the
+    mean over the whole packed batch, which only the packed form knows (:mod:`flashcheck.inputs.serving_inside`
+    subtracts it first); the rest is the dense call's per sequence (:mod:`.sage_packed`)."""
+    return _sage_int8(q, k, v, scale=scale, approximate=approximate, smooth_k=False)
+
+
+_EMULATIONS = {"sage_int8": _sage_int8, "sage_int8_packed": _sage_int8_packed}
 
 
 def inside_values(scheme, q, k, v, *, scale: float, approximate: bool | None = None) -> InsideValues:
