@@ -87,5 +87,6 @@ def make_fp8_kv_tensor_kernel(*, device: str, mutant: str | None = None, codes: 
     spec = KernelSpec(dtypes=("fp16", "bf16"), quantization=scheme, causal=("none", "top_left", "bottom_right"),
                       gqa=True, dv_equals_d=False, fully_masked_rows="zero", precision="flash", devices=(device,),
                       nan_safe_masking=True)
-    name = NAME if codes == "e4m3" else f"{NAME}[codes={codes}]"
-    return Kernel(fp8_kv_tensor, spec, name=f"{name}~{mutant}" if mutant else name)
+    # NAME~BUG[codes=...]: the form a saved case's kernel name resolves back from
+    name = NAME + (f"~{mutant}" if mutant else "") + ("" if codes == "e4m3" else f"[codes={codes}]")
+    return Kernel(fp8_kv_tensor, spec, name=name)
