@@ -173,6 +173,13 @@ class Variant:
             return (1.0, 1.0, 1.0)
         return tuple(float(d) for d in self.descales[:, b, kv_head])
 
+    @property
+    def largest_scales(self) -> tuple[float, float, float]:
+        """The largest scale of q, k and v over the batch entries and K/V heads (1 where not quantized)."""
+        if self.descales is None:
+            return (1.0, 1.0, 1.0)
+        return tuple(float(d.max()) for d in self.descales)
+
     def rescaled(self, multipliers) -> "Variant":
         """The variant with q's, k's and v's scales times ``multipliers`` (three numbers): a tensor's block scales
         where it has them, else its descale."""

@@ -123,7 +123,7 @@ def _scaled_output(terms: BudgetTerms, variant: Variant) -> BudgetTerms:
     scheme = variant.quantization
     if not (variant.quantized and scheme.tensor_scales and "v" in scheme.quantized):
         return terms
-    return dataclasses.replace(terms, s_o=terms.s_o * (1 + float(variant.descales[2].max())))
+    return dataclasses.replace(terms, s_o=terms.s_o * (1 + variant.largest_scales[2]))
 
 
 def _compute_rounding(compute, scheme) -> float:

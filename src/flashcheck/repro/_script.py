@@ -159,7 +159,7 @@ CALL = plain_call  # @CALL@
 SCALE_KEYWORDS = {"q": "q_descale", "k": "k_descale", "v": "v_descale"}
 BLOCK_KEYWORDS = {"q": "q_block_scales", "k": "k_block_scales", "v": "v_block_scales"}
 GLOBAL_KEYWORDS = {"q": "q_global_scale", "k": "k_global_scale", "v": "v_global_scale"}  # NVFP4: one per tensor
-TENSOR_KEYWORDS = {"k": "k_scale", "v": "v_scale"}  # FlashInfer's fp8 KV cache: a tensor's only scale
+TENSOR_KEYWORDS = {"k": "k_scale", "v": "v_scale"}  # FlashInfer's and vLLM's: a tensor's only scale
 
 
 def block_scaled(x, name, kw):
