@@ -107,9 +107,8 @@ class Variant:
                                   "'twice': flashcheck weighs one list for every head", "Pass indices of shape "
                                   "(B, 1, Nq, topk), or declare duplicates='once'.")
         object.__setattr__(self, "quantization", scheme_named(self.quantization))
-        # an all-zero tensor's one scale may be 0 (its codes are all 0)
-        object.__setattr__(self, "descales", quantized.check_descales(self.descales,
-                                                                      zero=self.quantization.tensor_scales))
+        zero = self.quantization.tensor_scales  # an all-zero tensor's one scale may be 0 (its codes are all 0)
+        object.__setattr__(self, "descales", quantized.check_descales(self.descales, zero=zero))
         quantized.check_global_scales(self.descales, self.quantization)
         if self.descales is None and any(s is not None for s in self.block_scales):
             raise InvalidArgument("descales", None, "block scales without descales",
@@ -172,13 +171,6 @@ class Variant:
         if self.descales is None:
             return (1.0, 1.0, 1.0)
         return tuple(float(d) for d in self.descales[:, b, kv_head])
-
-    @property
-    def largest_scales(self) -> tuple[float, float, float]:
-        """The largest scale of q, k and v over the batch entries and K/V heads (1 where not quantized)."""
-        if self.descales is None:
-            return (1.0, 1.0, 1.0)
-        return tuple(float(d.max()) for d in self.descales)
 
     def rescaled(self, multipliers) -> "Variant":
         """The variant with q's, k's and v's scales times ``multipliers`` (three numbers): a tensor's block scales

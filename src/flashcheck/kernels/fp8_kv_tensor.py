@@ -14,15 +14,13 @@ kernel flashcheck calls casts the case's codes, held in q's dtype, to fp8 first.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ..contract import masks
 from ..contract.formats import format_of
 from ..contract.quantization import SCHEMES
 from ..contract.spec import Kernel, KernelSpec
 from ..errors import BackendUnavailable, InvalidArgument
+from .fp8_blocks import masked_softmax_pv
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
 __all__ = ["NAME", "SCHEMES_BY_CODES", "fp8_kv_attention", "make_fp8_kv_tensor_kernel"]
@@ -47,25 +45,17 @@ def fp8_kv_attention(q, k8, v8, *, sm_scale: float, k_scale: float, v_scale: flo
                      mutant: str | None = None):
     """FlashInfer's attention on an fp8 KV cache in torch: q (B, Hq, Nq, D) fp16 or bf16, k8 and v8 (B, Hkv, Nk, D)
     fp8; returns out (B, Hq, Nq, Dv) in q's dtype and lse (B, Hq, Nq) fp32."""
-    dtype, (B, Hq, Nq, _) = q.dtype, q.shape
+    dtype, Hq = q.dtype, q.shape[1]
     k, v = (_as_q_dtype(t, dtype, Hq, mutant) for t in (k8, v8))
     if mutant == "k_scale_twice":  # K dequantized as well as its scale folded into the softmax scale
         k = (k.float() * k_scale).to(dtype)
     folded = float(torch.tensor(sm_scale * k_scale, dtype=torch.float32))  # sm_scale *= k_scale, passed as fp32
     s = (q.float() @ k.float().transpose(-1, -2)) * folded  # products of half values are exact in fp32
-    visible = masks.visible(causal, None, (B, Hq, Nq, k.shape[2])).to(q.device)
-    s = s.masked_fill(~visible, -math.inf)
-    v = v.float().masked_fill(~visible.any(-2)[..., None], 0.0)  # keys no query sees are never loaded
-    m = s.amax(-1, keepdim=True)
-    m = torch.where(m == -math.inf, 0.0, m)
-    p = torch.exp(s - m)
-    total = p.sum(-1, keepdim=True)
     p_format = k8.dtype if mutant == "p_in_fp8" else dtype
-    out = (p.to(p_format).float() @ v) / torch.where(total > 0, total, 1.0)
-    out = out.masked_fill(total == 0, 0.0).to(dtype)
+    out, lse = masked_softmax_pv(s, v, causal, lambda p: p.to(p_format).float())
+    out = out.to(dtype)
     if mutant != "v_scale_forgotten":  # out *= v_scale: a half tensor times an fp32 scalar, rounded again
         out = (out.float() * v_scale).to(dtype)
-    lse = torch.where(total > 0, m + torch.log(total), -math.inf)[..., 0]
     return out, lse
 
 

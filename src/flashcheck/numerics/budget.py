@@ -119,11 +119,11 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
 
 def _scaled_output(terms: BudgetTerms, variant: Variant) -> BudgetTerms:
     """``terms`` for a case whose V scale per tensor may multiply the rounded output: the first rounding's absolute
-    error near zero, half a subnormal step of the output in V's code units, is times v's scale."""
+    error near zero, half a subnormal step of the output in V's code units, is times v's scale (one per tensor)."""
     scheme = variant.quantization
     if not (variant.quantized and scheme.tensor_scales and "v" in scheme.quantized):
         return terms
-    return dataclasses.replace(terms, s_o=terms.s_o * (1 + variant.largest_scales[2]))
+    return dataclasses.replace(terms, s_o=terms.s_o * (1 + variant.input_scales(0, 0)[2]))
 
 
 def _compute_rounding(compute, scheme) -> float:
