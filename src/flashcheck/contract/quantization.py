@@ -208,7 +208,7 @@ class Scheme:
         parts += [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
         return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
             f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "") + (
-            f"; {self.held_codes} codes of {self.quantized} in {_compute_text(self.compute)} inputs"
+            f"; {self.held_codes} codes in {_compute_text(self.compute)} inputs ({self.quantized} only)"
             if self.held_codes else "") + ("; an fp32 global scale per tensor" if self.global_scale else "")
 
 
