@@ -14,6 +14,7 @@ from flashcheck.kernels.block_sparse import make_block_sparse_kernel
 from flashcheck.kernels.flex import make_flex_kernel
 from flashcheck.kernels.flex_blocks import make_flex_block_sparse_kernel
 from flashcheck.kernels.flex_varlen import make_flex_varlen_kernel
+from flashcheck.kernels.fp8_kv_tensor import make_fp8_kv_tensor_kernel
 from flashcheck.kernels.registry import BUILTIN_KERNELS
 from flashcheck.kernels.sage import make_sage_kernel, make_sage_varlen_kernel
 from flashcheck.kernels.serving import make_serving_kernel
@@ -24,7 +25,8 @@ from flashcheck.kernels.triton.forward import make_kernel
 FACTORIES = {"torch:flex": make_flex_kernel, "torch:flex-varlen": make_flex_varlen_kernel,
              "torch:block-sparse": make_block_sparse_kernel, "torch:sparse": make_sparse_kernel, "torch:flex-block-sparse": make_flex_block_sparse_kernel,
              "flashcheck:triton": make_kernel, "torch:varlen": make_serving_kernel, "torch:paged": make_serving_kernel,
-             "sage:sageattn": make_sage_kernel, "sage:sageattn-varlen": make_sage_varlen_kernel}
+             "sage:sageattn": make_sage_kernel, "sage:sageattn-varlen": make_sage_varlen_kernel,
+             "torch:fp8-kv-tensor": make_fp8_kv_tensor_kernel}
 NOT_OPTIONS = {"device", "mutant"}
 # Each kernel's planted bugs, from the catalog (the kernels of one form or of fp8 share theirs).
 CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": planted.TRITON_VARLEN,
@@ -39,7 +41,8 @@ CATALOG = {"flashcheck:triton": planted.TRITON, "flashcheck:triton-varlen": plan
            "flashcheck:triton-sparse": planted.TRITON_SPARSE,
            "flashcheck:triton-block-sparse": planted.TRITON_BLOCK_SPARSE,
            "torch:fp8-kv-token": planted.KV_BLOCK_SCALES[:1], "torch:fp8-kv-blocks": planted.KV_BLOCK_SCALES,
-           "torch:mxfp8": planted.MXFP8, "torch:nvfp4": planted.NVFP4, "torch:int8-qk": planted.INT8_QK}
+           "torch:fp8-kv-tensor": planted.FP8_KV_TENSOR, "torch:mxfp8": planted.MXFP8, "torch:nvfp4": planted.NVFP4,
+           "torch:int8-qk": planted.INT8_QK}
 PLANTED = {name: [bug.name for bug in bugs] for name, bugs in CATALOG.items()}
 
 

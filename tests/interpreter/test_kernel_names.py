@@ -30,7 +30,8 @@ def test_parse():
 @pytest.mark.parametrize("name, words", [
     ("torch:math~scale_ignored", "flashcheck:triton, torch:varlen, torch:paged, torch:split-kv, "
                                  "flashcheck:triton-varlen, flashcheck:triton-paged, flashcheck:triton-split-kv, "
-                                 "torch:fp8, flashcheck:triton-fp8, torch:fp8-kv-token, torch:fp8-kv-blocks, torch:mxfp8, "
+                                 "torch:fp8, flashcheck:triton-fp8, torch:fp8-kv-token, torch:fp8-kv-blocks, "
+                                     "torch:fp8-kv-tensor, torch:mxfp8, "
                                  "torch:nvfp4, flashcheck:triton-fp8-kv-blocks, torch:int8-qk, torch:mla, "
                                  "torch:mla-paged, torch:mla-fp8, flashcheck:triton-mla, torch:sparse, "
                                  "torch:sparse-varlen, "

@@ -97,6 +97,7 @@ BUILT_IN_PROMISES = {"torch:math": False, "torch:flash": False, "torch:flex": Fa
                      "torch:sparse-varlen": True, "torch:sparse-paged": True, "torch:mla-sparse": True,
                      "torch:block-sparse": False, "torch:flex-block-sparse": False,
                      "flashcheck:triton-block-sparse": True, "torch:fp8-kv-token": True, "torch:fp8-kv-blocks": True,
+                     "torch:fp8-kv-tensor": True,
                      "torch:mxfp8": True, "flashcheck:triton-fp8-kv-blocks": True, "sage:sageattn": False,
                      "sage:sageattn-varlen": False, "torch:int8-qk": True, "torch:nvfp4": True}
 

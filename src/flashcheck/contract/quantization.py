@@ -17,8 +17,11 @@ each of its values exactly) and give each tensor a second-level scale, one fp32 
 (:attr:`Scheme.global_scale`), in place of the per-head descales.
 
 A scheme whose codes are held in its compute format (:attr:`Scheme.held_codes`, FlashMLA's fp8 latent cache) takes
-inputs of that format: a tensor with block scales holds codes there (past a block's ``span``, plain values), a tensor
-without is not quantized, and the kernel forms each value in the compute format, its scale rounded to it first.
+inputs of that format: a tensor of :attr:`Scheme.quantized` holds codes there (past a block's ``span``, plain values),
+the others are not quantized, and the kernel forms each value in the compute format, its block scale rounded to it
+first. The compute format may be the inputs' own (:data:`INPUT`: fp16 or bf16, an fp8 KV cache beside q in
+FlashInfer's and vLLM's convention), and a tensor's one scale may be a global scale alone, with no block scales
+(:attr:`Scheme.tensor_scales`: FlashInfer's ``k_scale`` and ``v_scale``).
 
 Read without torch (the CLI lists the schemes); the kernels' keyword for each tensor's block scales is
 ``{q,k,v}_block_scales``, in the torch dtype of the scale format (:mod:`flashcheck.features.quantized`).
@@ -32,11 +35,13 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from .formats import QUANTIZED_DTYPES, is_quantized
 
-__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "CODES", "CODE_CARRIER", "AXES", "check_spec",
-           "scheme_named"]
+__all__ = ["Blocks", "Scheme", "SCHEMES", "QUANTIZERS", "SCALE_FORMATS", "CODES", "CODE_CARRIER", "AXES", "INPUT",
+           "check_spec", "scheme_named"]
 
 AXES = ("tokens", "dims", "columns")
 _HALF_FORMATS = ("fp16", "bf16")  # the formats a kernel may round P or P @ V's partial sums to
+# A compute format that is the inputs' own (fp16 or bf16): FlashInfer casts an fp8 KV cache to q's dtype.
+INPUT = "input"
 # A scale format's torch dtype and its largest value; each of its values is exact in fp32, where cases keep them.
 SCALE_FORMATS = {"fp32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
 # Code formats narrower than fp8, carried in fp8_e4m3 (torch has no arithmetic on float4_e2m1fn_x2): their
@@ -111,10 +116,14 @@ class Scheme:
     # tensor, passed as ``{q,k,v}_global_scale`` (0-dim) and held as the case's descales, equal over (B, Hkv).
     codes: str | None = None
     global_scale: bool = False
-    # The codes' format where the inputs are in the compute format and hold them (see the module's docstring).
+    # The codes' format where the inputs are in the compute format and hold them (see the module's docstring), and
+    # the tensors that hold codes (the others, with held codes only, keep their values: FlashInfer's q).
     held_codes: str | None = None
+    quantized: str = "qkv"
 
     def __post_init__(self):
+        if self.compute is not None:
+            _check_choice("compute", self.compute, _HALF_FORMATS + (INPUT,))
         if self.codes is not None:
             _check_choice("codes", self.codes, tuple(CODES))
         if self.global_scale and self.descales:
@@ -131,6 +140,7 @@ class Scheme:
                                       f"Pass e.g. ('fp16', 64): a format of {list(_HALF_FORMATS)} and a positive count.")
             object.__setattr__(self, "pv_sums", sums)
         self._check_codes()
+        self._check_quantized()
 
     def _check_codes(self):
         spans = [b.span for b in self.blocks if b is not None and b.span is not None]
@@ -145,10 +155,37 @@ class Scheme:
                                   f"hold them and no descales (compute={self.compute!r}, descales={self.descales})",
                                   "Declare compute='bf16' and descales=False with held_codes.")
 
+    def _check_quantized(self):
+        fix = "Name the tensors that hold codes in order, e.g. quantized='kv', each with its scales."
+        if not self.quantized or self.quantized not in ("qkv", "qk", "qv", "kv", "q", "k", "v"):
+            raise InvalidArgument("quantized", self.quantized, "expected some of 'qkv', in order", fix)
+        if self.quantized != "qkv" and self.held_codes is None:
+            raise InvalidArgument("quantized", self.quantized, "only inputs in the compute format can leave a tensor "
+                                  "unquantized", "Declare held_codes and compute with quantized, or leave it out.")
+        plain = [t for t, b in zip("qkv", self.blocks) if b is not None and t not in self.quantized]
+        if plain:
+            raise InvalidArgument("quantized", self.quantized, f"{plain[0]} has block scales but holds no codes", fix)
+        if self.held_codes and not self.block_scaled and not self.global_scale:
+            raise InvalidArgument("held_codes", self.held_codes, "held codes need a scale: block scales or a global "
+                                  "scale per tensor", "Give the quantized tensors Blocks(...), or pass global_scale=True.")
+
     def holds_codes(self, dtype: str) -> bool:
         """Whether a case of ``dtype`` (a name) carries this scheme's scales: an fp8 dtype, or the compute format
         where the scheme's codes are held in it."""
-        return is_quantized(dtype) if self.held_codes is None else dtype == self.compute
+        return is_quantized(dtype) if self.held_codes is None else dtype == self.compute_format(dtype)
+
+    def compute_format(self, dtype: str) -> str | None:
+        """The compute format of a case of ``dtype`` (a name): the inputs' own where it is :data:`INPUT` (fp16 or
+        bf16 only)."""
+        if self.compute != INPUT:
+            return self.compute
+        return dtype if dtype in _HALF_FORMATS else None
+
+    @property
+    def tensor_scales(self) -> bool:
+        """Whether each quantized tensor's one scale is its global scale (no block scales): FlashInfer's and vLLM's
+        ``k_scale`` and ``v_scale``, which a kernel may fold into the softmax scale and into its rounded output."""
+        return self.global_scale and not self.block_scaled
 
     @property
     def blocks(self) -> tuple:
@@ -171,8 +208,12 @@ class Scheme:
         parts += [f"{t} {b.text()}" for t, b in zip("qkv", self.blocks) if b is not None]
         return f"{self.name}: " + ("; ".join(parts) or "descales per batch entry and K/V head") + (
             f"; P scaled by at least {self.p_scale:g}" if self.p_scale != 1 else "") + (
-            f"; {self.held_codes} codes in {self.compute} inputs" if self.held_codes else "") + (
-            "; an fp32 global scale per tensor" if self.global_scale else "")
+            f"; {self.held_codes} codes in {_compute_text(self.compute)} inputs ({self.quantized} only)"
+            if self.held_codes else "") + ("; an fp32 global scale per tensor" if self.global_scale else "")
+
+
+def _compute_text(compute: str) -> str:
+    return "fp16 or bf16" if compute == INPUT else compute
 
 
 # The quantizers a kernel may apply inside, each emulated exactly by the oracle (numerics/quantized_inside.py).
@@ -216,9 +257,15 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     # FlashMLA's fp8 latent cache (DeepSeek V3.2): K's 512 latent dims (V's too) as e4m3 codes with an fp32 scale per
     # 128, its 64 rope dims in bf16, q in bf16.
     Scheme("flashmla_fp8", k=Blocks(128, "dims", span=512), v=Blocks(128, "dims", span=512), descales=False,
-           compute="bf16", held_codes="fp8_e4m3",
+           compute="bf16", held_codes="fp8_e4m3", quantized="kv",
            convention="FlashMLA's fp8 latent cache: per token 512 e4m3 codes, 4 fp32 scales (one per 128 codes), "
                       "64 bf16 rope values; q in bf16"),
+    # FlashInfer's and vLLM's fp8 KV cache: q fp16 or bf16, not quantized; k and v fp8 codes with one fp32 scale per
+    # tensor (k_scale, v_scale), held in q's dtype (FlashInfer casts the codes to it before its dots).
+    *(Scheme(name, descales=False, global_scale=True, compute=INPUT, held_codes=codes, quantized="kv",
+             convention=f"FlashInfer's and vLLM's fp8 KV cache: k and v {codes[4:]} codes with one fp32 scale per "
+                        "tensor (k_scale, v_scale); q fp16 or bf16, not quantized")
+      for name, codes in (("per_tensor_kv", "fp8_e4m3"), ("per_tensor_kv_e5m2", "fp8_e5m2"))),
 )}
 
 
@@ -229,10 +276,11 @@ def check_spec(scheme: Scheme, *, dtypes: tuple, latent: int | None) -> None:
     if scheme.codes and any(d in QUANTIZED_DTYPES and d != CODE_CARRIER for d in dtypes):
         raise InvalidArgument("dtypes", dtypes, f"the scheme {scheme.name} carries its {scheme.codes} codes in "
                               f"{CODE_CARRIER}", f"Declare dtypes=({CODE_CARRIER!r},).")
-    if scheme.held_codes is not None and tuple(dtypes) != (scheme.compute,):
+    held_in = _HALF_FORMATS if scheme.compute == INPUT else (scheme.compute,)
+    if scheme.held_codes is not None and not (dtypes and set(dtypes) <= set(held_in)):
         raise InvalidArgument("dtypes", list(dtypes), f"quantization={scheme.name!r} hands the kernel "
-                              f"{scheme.compute} inputs that hold {scheme.held_codes} codes",
-                              f"Declare dtypes=({scheme.compute!r},) with this scheme.")
+                              f"{_compute_text(scheme.compute)} inputs that hold {scheme.held_codes} codes",
+                              f"Declare dtypes={held_in!r} (or one of them) with this scheme.")
     spans = {b.span for b in scheme.blocks if b is not None and b.span is not None}
     if spans and (spans != {latent} or scheme.k != scheme.v):
         raise InvalidArgument("quantization", scheme.name, f"scales a token's first {min(spans)} dims, the latent of "

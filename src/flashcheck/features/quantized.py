@@ -9,7 +9,9 @@ is legal: an all-zero block's. A scheme with a global scale (NVFP4's) holds it a
 (B, Hkv), and passes it as ``q_global_scale``, ``k_global_scale``, ``v_global_scale`` (0-dim fp32); a scheme with
 narrower codes (e2m1) has them carried in fp8_e4m3, each one of the code format's values. A scheme whose codes are
 held in its compute format has them in a tensor's first ``span`` dims
-(:meth:`~flashcheck.contract.quantization.Blocks.coded`); its other dims take a scale of 1.
+(:meth:`~flashcheck.contract.quantization.Blocks.coded`); its other dims take a scale of 1. A scheme whose tensors have
+one scale each and no block scales (FlashInfer's fp8 KV cache) passes it as ``k_scale`` and ``v_scale`` (0-dim fp32),
+for the tensors it quantizes alone.
 """
 
 from __future__ import annotations
@@ -21,18 +23,22 @@ from ..contract.quantization import CODE_CARRIER, CODES, SCALE_FORMATS, Blocks, 
 from ..errors import InvalidArgument
 from .tensors import as_float_tensor, head_values_text
 
-__all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "GLOBAL_SCALES", "expanded", "dequantize", "check_descales",
+__all__ = ["BLOCK_SCALES", "DESCALE_KWARGS", "GLOBAL_SCALES", "TENSOR_SCALES", "expanded", "dequantize", "check_descales",
            "check_block_scales", "check_global_scales", "check_codes", "check_held_codes", "stray_codes", "scale_names",
            "shape_of", "shape_problem", "exact", "scale_dtype", "scale_kwargs", "scales_text"]
 
 BLOCK_SCALES = ("q_block_scales", "k_block_scales", "v_block_scales")
 DESCALE_KWARGS = ("q_descale", "k_descale", "v_descale")
 GLOBAL_SCALES = ("q_global_scale", "k_global_scale", "v_global_scale")
+TENSOR_SCALES = ("q_scale", "k_scale", "v_scale")  # FlashInfer's and vLLM's names, for a tensor's only scale
 
 
 def scale_names(scheme) -> tuple:
     """The kernel's keywords of q's, k's and v's second-level scales (the case's descales) under ``scheme``."""
-    return GLOBAL_SCALES if scheme_named(scheme).global_scale else DESCALE_KWARGS
+    scheme = scheme_named(scheme)
+    if scheme.global_scale:
+        return TENSOR_SCALES if scheme.tensor_scales else GLOBAL_SCALES
+    return DESCALE_KWARGS
 
 
 def shape_of(blocks: Blocks, t_shape) -> tuple:
@@ -57,7 +63,7 @@ def dequantize(q, k, v, descales, block_scales, scheme):
     bits times at most 24 times 24), each query head with its K/V head's descale."""
     out, scheme = [], scheme_named(scheme)
     for i, (t, blocks) in enumerate(zip((q, k, v), scheme.blocks)):
-        if scheme.held_codes and blocks is not None:
+        if scheme.held_codes and "qkv"[i] in scheme.quantized:
             check_held_codes("qkv"[i], t, blocks, scheme.held_codes)
         t = t.to(torch.float64)
         if blocks is not None:
@@ -67,13 +73,14 @@ def dequantize(q, k, v, descales, block_scales, scheme):
     return tuple(out)
 
 
-def check_held_codes(name: str, t: torch.Tensor, blocks: Blocks, codes: str) -> None:
-    """An :class:`InvalidArgument` unless the first dims of ``t`` that ``blocks`` scales hold values of the
-    format ``codes`` (a scheme's :attr:`~flashcheck.contract.quantization.Scheme.held_codes`)."""
-    x = t[..., :blocks.coded(t.shape[-1])]
+def check_held_codes(name: str, t: torch.Tensor, blocks: Blocks | None, codes: str) -> None:
+    """An :class:`InvalidArgument` unless the first dims of ``t`` that ``blocks`` scales (all, without blocks) hold
+    values of the format ``codes`` (a scheme's :attr:`~flashcheck.contract.quantization.Scheme.held_codes`)."""
+    x = t[..., :t.shape[-1] if blocks is None else blocks.coded(t.shape[-1])]
     if not torch.equal(x.to(FORMATS[codes].dtype).to(x.dtype), x):
+        where = f"{codes} codes there ({blocks.text()})" if blocks is not None else f"{codes} codes, one scale per tensor"
         raise InvalidArgument(name, head_values_text(x.float()), f"holds values that are not {codes} codes in its "
-                              f"first {x.shape[-1]} dims", f"Pass {name} with {codes} codes there ({blocks.text()}).")
+                              f"first {x.shape[-1]} dims", f"Pass {name} with {where}.")
 
 
 def scale_dtype(blocks: Blocks):
@@ -127,7 +134,8 @@ def scale_kwargs(descales, block_scales, scheme, device) -> dict:
     scheme = scheme_named(scheme)
     out = dict(zip(DESCALE_KWARGS, descales.to(device, copy=True).unbind(0))) if scheme.descales else {}
     if scheme.global_scale:  # one per tensor: the descales hold it at every (batch entry, K/V head)
-        out.update({name: d[0, 0].to(device, copy=True) for name, d in zip(GLOBAL_SCALES, descales.unbind(0))})
+        out.update({name: d[0, 0].to(device, copy=True)
+                    for name, d, t in zip(scale_names(scheme), descales.unbind(0), "qkv") if t in scheme.quantized})
     out.update({name: s.to(device, scale_dtype(blocks), copy=True)
                 for name, s, blocks in zip(BLOCK_SCALES, block_scales, scheme.blocks) if s is not None})
     return out
@@ -137,7 +145,9 @@ def scales_text(descales, block_scales, scheme) -> str:
     """The scales in a case's one-line description."""
     scheme = scheme_named(scheme)
     parts = [] if scheme.name == "per_head" else [scheme.name]
-    if scheme.global_scale:
+    if scheme.tensor_scales:
+        parts += [f"{n}={float(d[0, 0]):.6g}" for n, d, t in zip(TENSOR_SCALES, descales, "qkv") if t in scheme.quantized]
+    elif scheme.global_scale:
         parts.append("global_scales=" + "/".join(f"{float(d[0, 0]):.6g}" for d in descales))
     else:
         parts.append(f"descales={head_values_text(descales)}")
@@ -145,14 +155,16 @@ def scales_text(descales, block_scales, scheme) -> str:
     return ",".join(parts)
 
 
-def check_descales(descales):
-    """``descales`` as a CPU fp32 (3, B, Hkv) tensor, finite and positive (None stays None)."""
+def check_descales(descales, *, zero: bool = False):
+    """``descales`` as a CPU fp32 (3, B, Hkv) tensor, finite and positive, or 0 too where ``zero`` (a scale per
+    tensor: an all-zero tensor's); None stays None."""
     if descales is None:
         return None
-    fix = "Pass descales as a float32 tensor of shape (3, B, Hkv) (q's, k's and v's), finite and positive."
+    least = "not negative" if zero else "positive"
+    fix = f"Pass descales as a float32 tensor of shape (3, B, Hkv) (q's, k's and v's), finite and {least}."
     t = as_float_tensor("descales", descales, fix, (3,))
-    if t.shape[0] != 3 or not bool((torch.isfinite(t) & (t > 0)).all()):
-        raise InvalidArgument("descales", tuple(t.shape), "expected (3, B, Hkv), finite and positive", fix)
+    if t.shape[0] != 3 or not bool((torch.isfinite(t) & ((t >= 0) if zero else (t > 0))).all()):
+        raise InvalidArgument("descales", tuple(t.shape), f"expected (3, B, Hkv), finite and {least}", fix)
     return t.to("cpu", torch.float32).clone()
 
 

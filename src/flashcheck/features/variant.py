@@ -106,8 +106,9 @@ class Variant:
             raise InvalidArgument("indices", tuple(self.indices.shape), "lists per K/V head, counted with duplicates="
                                   "'twice': flashcheck weighs one list for every head", "Pass indices of shape "
                                   "(B, 1, Nq, topk), or declare duplicates='once'.")
-        object.__setattr__(self, "descales", quantized.check_descales(self.descales))
         object.__setattr__(self, "quantization", scheme_named(self.quantization))
+        zero = self.quantization.tensor_scales  # an all-zero tensor's one scale may be 0 (its codes are all 0)
+        object.__setattr__(self, "descales", quantized.check_descales(self.descales, zero=zero))
         quantized.check_global_scales(self.descales, self.quantization)
         if self.descales is None and any(s is not None for s in self.block_scales):
             raise InvalidArgument("descales", None, "block scales without descales",

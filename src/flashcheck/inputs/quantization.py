@@ -22,6 +22,11 @@ NVFP4 (a scheme with a global scale and e2m1 codes) is drawn by its own quantize
 a global scale per tensor, e4m3 block scales to nearest (a scale of 0 for an all-zero block), e2m1 codes saturating
 at 6. Its ``tiny_scales`` blocks are 2^-16 of the rest, so that their scales fall to e4m3's subnormals (the global
 scale sets the tensor's magnitude), and its ``saturating`` scales are those of 3/4 of the block's largest magnitude.
+
+A scheme with one scale per tensor and no block scales (FlashInfer's ``k_scale``, ``v_scale``) shapes the tensor's
+values with the block regimes over blocks of a head's tokens (``tiny_scales``: the whole tensor, half the time, so that
+its scale nears fp32's smallest), and takes amax / fmax over the tensor, rounded up in fp32 (one step below 3/4 of it
+where saturating; 0 for an all-zero tensor).
 """
 
 from __future__ import annotations
@@ -115,10 +120,11 @@ def quantize(q, k, v, variant: Variant, *, shapes: Shapes, dtype: str, seed: int
     codes in the dims its blocks scale, the drawn values elsewhere and in a tensor without blocks. ``source``: a
     list that receives the full-precision values that were quantized (fp32)."""
     scheme = scheme_named(scheme)
-    fmt, held = format_of(scheme.held_codes or dtype), format_of(scheme.compute) if scheme.held_codes else None
+    fmt = format_of(scheme.held_codes or dtype)
+    held = format_of(scheme.compute_format(dtype)) if scheme.held_codes else None
     gen = seeded(int(seed) + 1)
-    parts = [_quantized(t, blocks, scheme, shapes=shapes, fmt=fmt, held=held, seed=seed, gen=gen)
-             for t, blocks in zip((q, k, v), scheme.blocks)]
+    parts = [_quantized(t, blocks, scheme, shapes=shapes, fmt=fmt, held=held, seed=seed, gen=gen, plain=n not in
+                        scheme.quantized) for t, blocks, n in zip((q, k, v), scheme.blocks, "qkv")]
     if source is not None:
         source.extend(p.source for p in parts)
     scaled = dict(zip(("q_block_scales", "k_block_scales", "v_block_scales"), (p.scales for p in parts)))
@@ -138,10 +144,13 @@ class _Quantized:
     source: torch.Tensor
 
 
-def _quantized(t, blocks: Blocks | None, scheme, *, shapes: Shapes, fmt, held, seed: int, gen) -> _Quantized:
+def _quantized(t, blocks: Blocks | None, scheme, *, shapes: Shapes, fmt, held, seed: int, gen,
+               plain: bool) -> _Quantized:
     ones = torch.ones(shapes.batch, shapes.heads_kv)
-    if blocks is None and held is not None:  # a tensor the scheme leaves unquantized: its values as drawn
+    if plain:  # a tensor the scheme leaves unquantized: its values as drawn
         return _Quantized(t.to(held.dtype).contiguous(), ones, None, t.float())
+    if scheme.tensor_scales:
+        return _tensor_quantized(t.float(), shapes, fmt, held, block_regime(seed), gen)
     if blocks is None:
         d = _descales(t, shapes, fmt.max_value, descale_regime(seed), gen)
         per_value = d.repeat_interleave(t.shape[1] // shapes.heads_kv, 1).view(shapes.batch, t.shape[1], 1, 1)
@@ -157,6 +166,23 @@ def _quantized(t, blocks: Blocks | None, scheme, *, shapes: Shapes, fmt, held, s
     rest = t[..., coded:].to(held.dtype)  # the dims past the span: unquantized
     return _Quantized(torch.cat((codes.to(held.dtype), rest), -1).contiguous(), d, scales,
                       torch.cat((values, rest.float()), -1))
+
+
+def _tensor_quantized(t: torch.Tensor, shapes: Shapes, fmt, held, regime: str, gen) -> _Quantized:
+    """``t`` with one fp32 scale for the whole tensor (see the module's docstring), its codes held in ``held``."""
+    heads = Blocks(min(t.shape[2], 4096))  # a block: a head's tokens (Blocks hold at most 4,096 values)
+    if regime == "tiny_scales" and bool(torch.rand((), generator=gen) < 0.5):
+        values = t * 2.0**-100
+    else:
+        values = _block_values(t, heads, regime, gen, global_scale=False) if t.numel() else t
+    fp32 = Blocks(1)
+    amax = values.double().abs().max() if values.numel() else torch.tensor(0.0, dtype=torch.float64)
+    scale = _rounded_up(amax / fmt.max_value, fp32)
+    if regime == "saturating":
+        scale = _rounded_up(scale * 0.75, fp32)
+    scale = torch.where(amax > 0, scale, 0.0).float()
+    codes = _codes(values, scale, fmt, None).to(held.dtype).contiguous()
+    return _Quantized(codes, torch.full((shapes.batch, shapes.heads_kv), float(scale)), None, values)
 
 
 def shared_scales(variant: Variant, head_dim_v: int) -> Variant:
@@ -288,7 +314,7 @@ def rescaled_case(case: AttentionCase) -> tuple[str, AttentionCase] | None:
     variant = case.variant
     if not variant.quantized:
         return None
-    if variant.quantization.global_scale:
+    if variant.quantization.global_scale and variant.quantization.block_scaled:
         return _moved_to_global(case)
     scheme, tensors = variant.quantization, (case.q, case.k, case.v)
     names = [f"{n}_block_scales" if s is not None else f"{n}_descale" for n, s in zip("qkv", variant.block_scales)]
@@ -327,7 +353,10 @@ def _scales_take(variant: Variant, i: int, factor: float) -> bool:
     scales, blocks = variant.block_scales[i], variant.quantization.blocks[i]
     if factor == 1.0:
         return True
-    return variant.quantization.descales if scales is None else exact(scales * factor, blocks)
+    if scales is None:  # its descale, or its one scale per tensor where the tensor holds codes
+        scheme = variant.quantization
+        return scheme.descales or (scheme.tensor_scales and "qkv"[i] in scheme.quantized)
+    return exact(scales * factor, blocks)
 
 
 def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, float]]:
@@ -337,4 +366,4 @@ def misread_scales(variant: Variant, b: int, kv_head: int) -> list[tuple[str, fl
         return []
     scales = variant.input_scales(b, kv_head)[:2]
     return [(f"{name} {how} (fp8)", factor) for name, d in zip(scale_names(variant.quantization), scales)
-            for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d != 1.0]
+            for how, factor in (("ignored", 1 / d), ("applied twice", d)) if d not in (0.0, 1.0)]

@@ -72,7 +72,7 @@ def _settings(draw, spec: KernelSpec, fields: dict) -> dict:
     if {"cap", "bias"} <= {f.term for f in used}:
         out["bias_order"] = spec.bias_order
     scheme = spec.quantization
-    if (scheme.holds_codes(fields["dtype"]) and scheme.block_scaled) or scheme.quantizer:
+    if (scheme.holds_codes(fields["dtype"]) and (scheme.block_scaled or scheme.held_codes)) or scheme.quantizer:
         out["quantization"] = scheme.as_dict()
     return out
 

@@ -43,12 +43,14 @@ from .flex import make_flex_kernel
 from .flex_varlen import NAME as FLEX_VARLEN
 from .flex_varlen import make_flex_varlen_kernel
 from .planted import FP8 as PLANTED_FP8
-from .planted import (BLOCK_SPARSE, FP8_KV_BLOCKS, FP8_TRITON, MLA, MLA_FP8, PAGED, SPARSE, SPARSE_PAGED,
+from .planted import (BLOCK_SPARSE, FP8_KV_BLOCKS, FP8_KV_TENSOR, FP8_TRITON, MLA, MLA_FP8, PAGED, SPARSE, SPARSE_PAGED,
                       SPARSE_VARLEN, SPLIT_KV, TRITON_BLOCK_SPARSE, TRITON_MLA, TRITON_SPARSE, TRITON_VARLEN, VARLEN)
 from .planted import TRITON as PLANTED_TRITON
 from .fp8 import FP8, make_fp8_kernel
 from .fp8_blocks import MAKERS as BLOCK_SCALED_MAKERS
 from .fp8_blocks import PLANTED as PLANTED_BLOCK_SCALED
+from .fp8_kv_tensor import NAME as FP8_KV_TENSOR_NAME
+from .fp8_kv_tensor import make_fp8_kv_tensor_kernel
 from .int8_qk import NAME as INT8_QK
 from .int8_qk import PLANTED as PLANTED_INT8_QK
 from .int8_qk import make_int8_qk_kernel
@@ -244,6 +246,10 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("torch:fp8-kv-blocks", "an fp8 KV cache with an fp32 scale per block of 16 tokens and K/V head in "
             "torch: as torch:fp8-kv-token", BLOCK_SCALED_MAKERS["torch:fp8-kv-blocks"],
             planted=PLANTED_BLOCK_SCALED["torch:fp8-kv-blocks"]),
+    Builtin(FP8_KV_TENSOR_NAME, "FlashInfer's and vLLM's fp8 KV cache in torch (the per_tensor_kv scheme): q fp16 or "
+            "bf16, k and v fp8 codes with one fp32 k_scale and v_scale, k_scale folded into the softmax scale, the "
+            "codes cast to q's dtype, P in it, the output times v_scale after its rounding (option codes=e4m3|e5m2)",
+            make_fp8_kv_tensor_kernel, options_of(make_fp8_kv_tensor_kernel), FP8_KV_TENSOR),
     Builtin("torch:mxfp8", "MXFP8 attention in torch: e4m3 codes with an e8m0 scale per 32 values along each product's "
             "contracted axis, P requantized to e4m3 with an e8m0 scale per 32 keys, bf16 out",
             BLOCK_SCALED_MAKERS["torch:mxfp8"], planted=PLANTED_BLOCK_SCALED["torch:mxfp8"]),

@@ -32,7 +32,7 @@ from ..numerics.quantizers import pow2_scale
 from .planted import KV_BLOCK_SCALES, MXFP8 as PLANTED_MXFP8, NVFP4 as PLANTED_NVFP4
 from .sdpa import NO_CUDA_FIX, NO_CUDA_REASON
 
-__all__ = ["KV_TOKEN", "KV_BLOCKS", "MXFP8", "NVFP4", "PLANTED", "make_block_scaled_kernel"]
+__all__ = ["KV_TOKEN", "KV_BLOCKS", "MXFP8", "NVFP4", "PLANTED", "make_block_scaled_kernel", "masked_softmax_pv"]
 
 KV_TOKEN, KV_BLOCKS, MXFP8, NVFP4 = "torch:fp8-kv-token", "torch:fp8-kv-blocks", "torch:mxfp8", "torch:nvfp4"
 _SCHEMES = {KV_TOKEN: "per_token_kv", KV_BLOCKS: "per_block_kv", MXFP8: "mxfp8", NVFP4: "nvfp4"}
@@ -109,7 +109,7 @@ def _requantized_p(p: torch.Tensor, mutant: str | None) -> torch.Tensor:
 
 def _attention(q, k, v, *, scale, causal, kwargs, name: str, mutant: str | None):
     scheme = scheme_named(_SCHEMES[name])
-    B, Hq, Nq, _ = q.shape
+    Hq = q.shape[1]
     if name == MXFP8:
         qv, kv, vv = (_mx_values(t, kwargs[f"{n}_block_scales"], b, Hq, mutant if n == "k" else None)
                       for t, n, b in zip((q, k, v), "qkv", scheme.blocks))
@@ -123,17 +123,24 @@ def _attention(q, k, v, *, scale, causal, kwargs, name: str, mutant: str | None)
                              mutant if n == _TENSOR_OF.get(mutant) else None)
                   for t, n, b in zip((k, v), "kv", scheme.blocks[1:]))
     s = (qv.float() @ kv.float().transpose(-1, -2)) * scale
-    visible = masks.visible(causal, None, (B, Hq, Nq, k.shape[2])).to(q.device)
+    rounding = partial(_requantized_p, mutant=mutant) if name == MXFP8 else (lambda p: p.to(torch.bfloat16).float())
+    out, lse = masked_softmax_pv(s, vv, causal, rounding)
+    return out.to(torch.bfloat16), lse
+
+
+def masked_softmax_pv(s, v, causal: str, rounding):
+    """(out fp32, lse) of fp32 scores ``s`` (B, Hq, Nq, Nk) and values ``v`` (B, Hq, Nk, Dv) under the mask
+    ``causal``, P rounded by ``rounding`` for P @ V; a row with no visible key is 0 (lse -inf)."""
+    visible = masks.visible(causal, None, s.shape).to(s.device)
     s = s.masked_fill(~visible, -math.inf)
-    vv = vv.float().masked_fill(~visible.any(-2)[..., None], 0.0)  # keys no query sees are never loaded
+    v = v.float().masked_fill(~visible.any(-2)[..., None], 0.0)  # keys no query sees are never loaded
     m = s.amax(-1, keepdim=True)
     m = torch.where(m == -math.inf, 0.0, m)
     p = torch.exp(s - m)
     total = p.sum(-1, keepdim=True)
-    rounded = _requantized_p(p, mutant) if name == MXFP8 else p.to(torch.bfloat16).float()
-    out = (rounded @ vv) / torch.where(total > 0, total, 1.0)
+    out = (rounding(p) @ v) / torch.where(total > 0, total, 1.0)
     lse = torch.where(total > 0, m + torch.log(total), -math.inf)[..., 0]
-    return out.masked_fill(total == 0, 0.0).to(torch.bfloat16), lse
+    return out.masked_fill(total == 0, 0.0), lse
 
 
 def make_block_scaled_kernel(name: str, *, device: str, mutant: str | None = None) -> Kernel:

@@ -23,7 +23,7 @@ from .triton.planted_defects import DEFECT_MUTANTS
 from .triton.planted_long import LONG_MUTANTS
 from .triton.planted_variants import VARIANT_BACKWARD_MUTANTS, VARIANT_MUTANTS
 
-__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_TRITON", "INT8_QK", "MLA", "MLA_FP8", "NVFP4", "PAGED", "PlantedBug",
+__all__ = ["FP8", "FP8_KV_BLOCKS", "FP8_KV_TENSOR", "FP8_TRITON", "INT8_QK", "MLA", "MLA_FP8", "NVFP4", "PAGED", "PlantedBug",
            "SELFTEST", "SELFTEST_BACKWARD", "SELFTEST_BUILTINS", "SPARSE_PAGED", "SPARSE_VARLEN", "SPLIT_KV", "TRITON",
            "TRITON_BLOCK_SPARSE", "TRITON_MLA", "TRITON_SPARSE", "TRITON_VARLEN", "VARLEN"]
 
@@ -170,6 +170,16 @@ NVFP4 = (
     PlantedBug("dim_scale_of_next_block_at_edge", "k's block scale of dim d is read at block (d + 1) // 16: each block's "
                "last dim is scaled by the next block's scale (past the last block, by the last block's)"),
     KV_BLOCK_SCALES[1])
+
+# FlashInfer's fp8 KV cache beside an unquantized q (kernels/fp8_kv_tensor.py): k_scale both folded into the softmax
+# scale and dequantized into K, v_scale dropped (FlashInfer 1023 and 4979), the cache dtype's string mapped to the other
+# fp8 format, and P rounded to the cache's fp8 for P @ V as FA3's fp8 path does, not to q's dtype.
+FP8_KV_TENSOR = (
+    PlantedBug("k_scale_twice", "k_scale is folded into the softmax scale and multiplies K's codes as well"),
+    PlantedBug("v_scale_forgotten", "the output is never multiplied by v_scale (taken as 1)"),
+    PlantedBug("codes_read_as_other_fp8", "the cache's bits are read as the other fp8 format (e4m3 as e5m2, e5m2 as "
+               "e4m3): a cache dtype name mapped to the wrong torch dtype"),
+    PlantedBug("p_in_fp8", "P is rounded to the cache's fp8 format for P @ V, not to q's dtype"))
 
 INT8_QK = (
     PlantedBug("padded_keys_unmasked", "without a causal mask the keys a last partial tile of 64 pads take score 0 "

@@ -23,6 +23,7 @@ v_A and v_B next to o (triangle inequality with equality). Such cases sit at err
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -85,16 +86,18 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
     # tf32 conversion may truncate: a full 2^-10, not round-to-nearest's 2^-11 (measured).
     u_tf32 = 2 * TF32.unit_roundoff if tf32 else 0.0
     scheme = scheme if inside or (scheme is not None and scheme.holds_codes(fmt.name)) else None
-    compute = FORMATS[scheme.compute] if scheme is not None and scheme.compute else None
+    compute = FORMATS[scheme.compute_format(fmt.name)] if scheme is not None and scheme.compute else None
     named_p = FORMATS[scheme.p_format] if scheme is not None and scheme.p_format else None
     p_fmt = named_p or compute or (fmt if precision.p_dtype == "input" else fp32)
     p_scale = scheme.p_scale if scheme is not None else 1.0  # P times it before its rounding: smaller steps
     u_in = max(u_tf32, _compute_rounding(compute, scheme))
     out_fmt = output_format(fmt)  # fp8 kernels write bf16
     pv_fmt, pv_keys = (FORMATS[scheme.pv_sums[0]], scheme.pv_sums[1]) if scheme and scheme.pv_sums else (None, 0)
+    # a scale per tensor may multiply the output after its rounding (FlashInfer's ``out *= v_scale``): two roundings
+    twice = scheme is not None and scheme.tensor_scales
     return BudgetTerms(
         dtype=fmt.name,
-        u_o=out_fmt.unit_roundoff,
+        u_o=(1 + out_fmt.unit_roundoff) ** 2 - 1 if twice else out_fmt.unit_roundoff,
         s_o=out_fmt.subnormal_spacing / 2,
         u_p=max(p_fmt.unit_roundoff if precision.p_dtype == "input" or compute or named_p else 0.0, u_tf32),
         # an fp32 P below its smallest normal may be flushed
@@ -114,13 +117,23 @@ def contract_terms(precision: Precision | str, dtype, scheme=None) -> BudgetTerm
     )
 
 
+def _scaled_output(terms: BudgetTerms, variant: Variant) -> BudgetTerms:
+    """``terms`` for a case whose V scale per tensor may multiply the rounded output: the first rounding's absolute
+    error near zero, half a subnormal step of the output in V's code units, is times v's scale (one per tensor)."""
+    scheme = variant.quantization
+    if not (variant.quantized and scheme.tensor_scales and "v" in scheme.quantized):
+        return terms
+    return dataclasses.replace(terms, s_o=terms.s_o * (1 + variant.input_scales(0, 0)[2]))
+
+
 def _compute_rounding(compute, scheme) -> float:
-    """The relative rounding of an input value a kernel forms in the compute format: one rounding, or two where the
-    codes are held in it and the kernel rounds the scale to it before the product (FlashMLA's SM90 decode)."""
+    """The relative rounding of an input value a kernel forms in the compute format: one rounding (the fp32 product
+    of code and scale, vLLM's Triton kernels), or two where the codes are held in it and the kernel rounds the block
+    scale to it before the product (FlashMLA's SM90 decode)."""
     if compute is None:
         return 0.0
     u = compute.unit_roundoff
-    return (1 + u) ** 2 - 1 if scheme.held_codes else u
+    return (1 + u) ** 2 - 1 if scheme.held_codes and scheme.block_scaled else u
 
 
 def _gamma(n: float, u: float) -> float:
@@ -160,7 +173,8 @@ def error_budget(q, k, v, *, scale: float, causal: str = "none", attn_mask=None,
         q, k, v, scale=scale, causal=causal, attn_mask=attn_mask)
     precision = precision_named(precision)
     variant = Variant() if variant is None else variant
-    model = BudgetModel(shapes, scale, precision, contract_terms(precision, q.dtype, variant.quantization),
+    model = BudgetModel(shapes, scale, precision, _scaled_output(contract_terms(precision, q.dtype,
+                                                                                variant.quantization), variant),
                         sink=variant.sink is not None,
                         keys=variant.summed_keys(shapes.n_k))
     ops = ops_for(q.device)

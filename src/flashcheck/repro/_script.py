@@ -159,6 +159,7 @@ CALL = plain_call  # @CALL@
 SCALE_KEYWORDS = {"q": "q_descale", "k": "k_descale", "v": "v_descale"}
 BLOCK_KEYWORDS = {"q": "q_block_scales", "k": "k_block_scales", "v": "v_block_scales"}
 GLOBAL_KEYWORDS = {"q": "q_global_scale", "k": "k_global_scale", "v": "v_global_scale"}  # NVFP4: one per tensor
+TENSOR_KEYWORDS = {"k": "k_scale", "v": "v_scale"}  # FlashInfer's and vLLM's: a tensor's only scale
 
 
 def block_scaled(x, name, kw):
@@ -174,8 +175,9 @@ def block_scaled(x, name, kw):
 
 def dequantized(t, name, kw, heads_kv):
     x = block_scaled(t.double(), name, kw)
-    if GLOBAL_KEYWORDS[name] in kw:
-        return x * kw[GLOBAL_KEYWORDS[name]].double()
+    for keyword in (GLOBAL_KEYWORDS[name], TENSOR_KEYWORDS.get(name)):
+        if keyword in kw:
+            return x * kw[keyword].double()
     descale = kw.get(SCALE_KEYWORDS[name])
     if descale is None:
         return x
